@@ -1,0 +1,23 @@
+//! CPU kernels on contiguous, row-major `f32` slices.
+//!
+//! This crate knows nothing about tensors: every kernel takes slices and sizes. Kernels are
+//! deterministic (the same inputs give bitwise the same outputs for any thread count), and
+//! element-wise kernels dispatch at run time to AVX-512, AVX2+FMA, NEON or a scalar fallback.
+//! Setting `RIFTCO_FORCE_SCALAR=1` forces the scalar path so every SIMD path can be tested
+//! against it.
+
+pub mod adam;
+pub mod elementwise;
+pub mod embedding;
+pub mod layout;
+pub mod loss;
+pub mod matmul;
+pub mod norm;
+pub mod rope;
+pub mod simd;
+pub mod softmax;
+pub mod threading;
+
+pub use adam::{adam_update, AdamHyper};
+pub use matmul::{batched_matmul, matmul, MatmulSpec};
+pub use threading::{num_threads, thread_pool};

@@ -1,0 +1,197 @@
+//! Matrix products through the `gemm` crate.
+//!
+//! `C[m, n] (+)= op(A)[m, k] · op(B)[k, n]`, where `op(A) = A` is stored `[m, k]` row-major and
+//! `op(A) = Aᵀ` means `A` is stored `[k, m]`; likewise for `B`. These are the four variants the
+//! backward passes need (`dA = dC·Bᵀ`, `dB = Aᵀ·dC`). Work runs on the kernel thread pool; `gemm`
+//! splits the output into blocks and reduces each block's `k` axis in a fixed order, so results
+//! do not depend on the thread count.
+
+use gemm::Parallelism;
+
+/// Sizes and transposition flags of one product `C[m, n] (+)= op(A)[m, k] · op(B)[k, n]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulSpec {
+    /// Rows of `C` and of `op(A)`.
+    pub m: usize,
+    /// Shared (reduced) dimension.
+    pub k: usize,
+    /// Columns of `C` and of `op(B)`.
+    pub n: usize,
+    /// `A` is stored `[k, m]` and used transposed.
+    pub trans_a: bool,
+    /// `B` is stored `[n, k]` and used transposed.
+    pub trans_b: bool,
+    /// Add into `C` instead of overwriting it.
+    pub accumulate: bool,
+}
+
+impl MatmulSpec {
+    /// `C[m, n] = A[m, k] · B[k, n]`, overwriting `C`.
+    pub fn new(m: usize, k: usize, n: usize) -> Self {
+        Self {
+            m,
+            k,
+            n,
+            trans_a: false,
+            trans_b: false,
+            accumulate: false,
+        }
+    }
+
+    /// Use `A` transposed (stored `[k, m]`).
+    pub fn trans_a(mut self, t: bool) -> Self {
+        self.trans_a = t;
+        self
+    }
+
+    /// Use `B` transposed (stored `[n, k]`).
+    pub fn trans_b(mut self, t: bool) -> Self {
+        self.trans_b = t;
+        self
+    }
+
+    /// Add into `C` instead of overwriting it.
+    pub fn accumulate(mut self, acc: bool) -> Self {
+        self.accumulate = acc;
+        self
+    }
+}
+
+/// `c (+)= op(a) · op(b)` for one product.
+///
+/// # Panics
+/// When a slice length disagrees with the spec (`a.len() != m*k`, `b.len() != k*n`,
+/// `c.len() != m*n`). Callers (the tensor layer) validate shapes and return errors first.
+pub fn matmul(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let MatmulSpec { m, k, n, .. } = spec;
+    assert_eq!(a.len(), m * k, "matmul: lhs length");
+    assert_eq!(b.len(), k * n, "matmul: rhs length");
+    assert_eq!(c.len(), m * n, "matmul: dst length");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !spec.accumulate {
+            c.fill(0.0);
+        }
+        return;
+    }
+    let threads = crate::threading::num_threads();
+    // Small products are faster on one thread: rayon's fork/join costs more than they do.
+    let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    // Row-major A[m,k]: column stride 1, row stride k. Transposed (stored [k,m]): cs = m, rs = 1.
+    let (a_cs, a_rs) = if spec.trans_a {
+        (m as isize, 1)
+    } else {
+        (1, k as isize)
+    };
+    let (b_cs, b_rs) = if spec.trans_b {
+        (k as isize, 1)
+    } else {
+        (1, n as isize)
+    };
+    let pool = crate::threading::thread_pool();
+    pool.install(|| {
+        // SAFETY: the asserts above guarantee every strided access stays inside its slice:
+        // A spans m*k elements, B k*n and C m*n, with the strides derived from those shapes.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                spec.accumulate,
+                a.as_ptr(),
+                a_cs,
+                a_rs,
+                b.as_ptr(),
+                b_cs,
+                b_rs,
+                if spec.accumulate { 1.0 } else { 0.0 },
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+    });
+}
+
+/// `batch` independent products on contiguous stacks: `a` holds `batch` matrices of `m*k`
+/// elements, `b` of `k*n`, `c` of `m*n`. Batches run in parallel, each product single-threaded,
+/// so results are bitwise independent of the thread count.
+///
+/// # Panics
+/// When a slice length is not `batch` times the per-matrix size.
+pub fn batched_matmul(batch: usize, spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+    use rayon::prelude::*;
+    let (sa, sb, sc) = (spec.m * spec.k, spec.k * spec.n, spec.m * spec.n);
+    assert_eq!(a.len(), batch * sa, "batched_matmul: lhs length");
+    assert_eq!(b.len(), batch * sb, "batched_matmul: rhs length");
+    assert_eq!(c.len(), batch * sc, "batched_matmul: dst length");
+    if batch == 0 || sc == 0 {
+        return;
+    }
+    let run_one = |i: usize, c_i: &mut [f32]| {
+        let a_i = &a[i * sa..(i + 1) * sa];
+        let b_i = &b[i * sb..(i + 1) * sb];
+        matmul_single_thread(spec, a_i, b_i, c_i);
+    };
+    crate::threading::thread_pool().install(|| {
+        c.par_chunks_mut(sc)
+            .enumerate()
+            .for_each(|(i, c_i)| run_one(i, c_i));
+    });
+}
+
+fn matmul_single_thread(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let MatmulSpec { m, k, n, .. } = spec;
+    if k == 0 {
+        if !spec.accumulate {
+            c.fill(0.0);
+        }
+        return;
+    }
+    let (a_cs, a_rs) = if spec.trans_a {
+        (m as isize, 1)
+    } else {
+        (1, k as isize)
+    };
+    let (b_cs, b_rs) = if spec.trans_b {
+        (k as isize, 1)
+    } else {
+        (1, n as isize)
+    };
+    // SAFETY: callers pass slices of exactly m*k, k*n and m*n elements (checked by
+    // batched_matmul), and the strides are derived from those shapes.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            spec.accumulate,
+            a.as_ptr(),
+            a_cs,
+            a_rs,
+            b.as_ptr(),
+            b_cs,
+            b_rs,
+            if spec.accumulate { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+}

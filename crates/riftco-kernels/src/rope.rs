@@ -1,0 +1,94 @@
+//! Rotary position embedding (Su et al. 2021, "RoFormer", eq. 34) with the rotate-half pairing
+//! used by LLaMA and Hugging Face: dimension `i` pairs with `i + d_head/2`, and frequency
+//! `θ_i = theta^(−2i/d_head)`.
+//!
+//! `out[i]       = x[i]·cos(p·θ_i) − x[i+h]·sin(p·θ_i)`
+//! `out[i+h]     = x[i+h]·cos(p·θ_i) + x[i]·sin(p·θ_i)`, `h = d_head/2`, `p` the position.
+
+/// Precomputed `cos`/`sin` of `p·θ_i` for positions `0..max_positions`, `[max_positions, d_head/2]`.
+#[derive(Clone, Debug)]
+pub struct RopeTable {
+    /// Head dimension (even).
+    pub d_head: usize,
+    /// Number of positions covered.
+    pub max_positions: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl RopeTable {
+    /// Builds the table; angles are computed in f64 and rounded once to f32.
+    ///
+    /// # Panics
+    /// When `d_head` is odd or zero (the model config validates this first).
+    pub fn new(max_positions: usize, d_head: usize, theta: f64) -> Self {
+        assert!(d_head > 0 && d_head % 2 == 0, "RopeTable: d_head must be even");
+        let half = d_head / 2;
+        let mut cos = Vec::with_capacity(max_positions * half);
+        let mut sin = Vec::with_capacity(max_positions * half);
+        for p in 0..max_positions {
+            for i in 0..half {
+                let inv_freq = 1.0 / theta.powf((2 * i) as f64 / d_head as f64);
+                // HF computes inv_freq in f32 then multiplies; we keep f64 for the angle.
+                let angle = p as f64 * inv_freq;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        Self {
+            d_head,
+            max_positions,
+            cos,
+            sin,
+        }
+    }
+
+    /// `cos(p·θ_i)` for `i in 0..d_head/2`.
+    pub fn cos_row(&self, p: usize) -> &[f32] {
+        let h = self.d_head / 2;
+        &self.cos[p * h..(p + 1) * h]
+    }
+
+    /// `sin(p·θ_i)` for `i in 0..d_head/2`.
+    pub fn sin_row(&self, p: usize) -> &[f32] {
+        let h = self.d_head / 2;
+        &self.sin[p * h..(p + 1) * h]
+    }
+}
+
+/// Applies RoPE to `x` laid out `[batch, seq_len, n_heads, d_head]` (any batch), the token at
+/// sequence index `s` getting position `start_pos + s`. With `inverse`, rotates by `−p·θ_i`, which
+/// is the VJP (the rotation is orthogonal).
+///
+/// # Panics
+/// When lengths disagree or a position exceeds the table (callers validate first).
+pub fn rope(
+    table: &RopeTable,
+    x: &[f32],
+    seq_len: usize,
+    n_heads: usize,
+    start_pos: usize,
+    inverse: bool,
+    out: &mut [f32],
+) {
+    let d = table.d_head;
+    let h = d / 2;
+    let token = n_heads * d;
+    assert!(seq_len > 0 && x.len() % (seq_len * token) == 0, "rope: layout");
+    assert_eq!(x.len(), out.len(), "rope: output length");
+    assert!(start_pos + seq_len <= table.max_positions, "rope: position");
+    let sign = if inverse { -1.0f32 } else { 1.0 };
+    for (t, (xt, ot)) in x.chunks_exact(token).zip(out.chunks_exact_mut(token)).enumerate() {
+        let p = start_pos + t % seq_len;
+        let (c, s) = (table.cos_row(p), table.sin_row(p));
+        for (xh, oh) in xt.chunks_exact(d).zip(ot.chunks_exact_mut(d)) {
+            let (x1, x2) = xh.split_at(h);
+            let (o1, o2) = oh.split_at_mut(h);
+            for i in 0..h {
+                let (ci, si) = (c[i], sign * s[i]);
+                o1[i] = x1[i] * ci - x2[i] * si;
+                o2[i] = x2[i] * ci + x1[i] * si;
+            }
+        }
+    }
+}
