@@ -1,1 +1,24 @@
-pub fn x(){}
+//! f32 tensors for riftco.
+//!
+//! A [`Tensor`] is a contiguous, row-major `f32` array with a [`Shape`] and a [`Device`]. Its
+//! storage is shared through `Arc` and carries a version counter bumped by every in-place write
+//! and every device transfer, which the autograd layer uses to reject stale graphs. Every storage
+//! allocation is counted by [`MemoryCategory`] (see [`memory`]), exactly: a tensor of `N`
+//! elements moves its category's counter by `4·N` bytes while it lives.
+
+pub mod device;
+pub mod error;
+pub mod memory;
+pub mod random;
+pub mod shape;
+pub mod storage;
+pub mod tensor;
+
+pub use device::Device;
+pub use error::{Result, TensorError};
+pub use memory::{
+    memory_stats, reset_peak_memory_stats, CategoryStats, MemoryCategory, MemoryStats,
+};
+pub use random::Rng;
+pub use shape::Shape;
+pub use tensor::Tensor;

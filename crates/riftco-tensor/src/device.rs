@@ -1,0 +1,66 @@
+//! Devices a tensor can live on.
+
+use std::fmt;
+
+/// Where a tensor's storage lives.
+///
+/// `Cpu` is always available. `Metal` exists in the enum on every platform so that code and
+/// configuration are portable, but a build without the Metal backend (every non-macOS build)
+/// answers [`Device::check_available`] with [`crate::TensorError::DeviceUnavailable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    /// Host memory, CPU kernels.
+    #[default]
+    Cpu,
+    /// Apple GPU through Metal (macOS builds with the `metal` feature only).
+    Metal,
+}
+
+impl Device {
+    /// The lowercase name used by the Python and C APIs (`"cpu"`, `"metal"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Metal => "metal",
+        }
+    }
+
+    /// Parses `"cpu"` or `"metal"` (case-insensitive).
+    ///
+    /// # Errors
+    /// [`crate::TensorError::InvalidArgument`] naming the string and the valid names.
+    pub fn parse(name: &str) -> crate::Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "cpu" => Ok(Device::Cpu),
+            "metal" => Ok(Device::Metal),
+            _ => Err(crate::TensorError::InvalidArgument {
+                op: "Device::parse",
+                message: format!("unknown device {name:?}; expected one of \"cpu\", \"metal\""),
+            }),
+        }
+    }
+
+    /// `Ok(())` when tensors can be placed on this device in this build.
+    ///
+    /// # Errors
+    /// [`crate::TensorError::DeviceUnavailable`] for `Metal` on builds without the Metal backend.
+    pub fn check_available(self) -> crate::Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            Device::Metal => Err(crate::TensorError::DeviceUnavailable {
+                device: self,
+                reason: if cfg!(target_os = "macos") {
+                    "this build of riftco was compiled without the Metal backend".into()
+                } else {
+                    "Metal exists only on macOS; this machine runs another OS".into()
+                },
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,286 @@
+//! The tensor type.
+
+use crate::memory::MemoryCategory;
+use crate::random::Rng;
+use crate::storage::Storage;
+use crate::{Device, Result, Shape, TensorError};
+use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
+
+/// A contiguous, row-major `f32` tensor.
+///
+/// Cloning a `Tensor` is cheap and shares storage (and therefore the version counter); use
+/// [`Tensor::deep_clone`] for an independent copy. Reading takes a shared lock on the storage,
+/// writing an exclusive one and bumps the version.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    shape: Shape,
+    device: Device,
+}
+
+impl Tensor {
+    /// A tensor owning `data` with the given shape.
+    ///
+    /// # Errors
+    /// [`TensorError::LengthMismatch`] when `data.len()` is not the shape's element count.
+    pub fn from_vec(
+        data: Vec<f32>,
+        shape: impl Into<Shape>,
+        category: MemoryCategory,
+    ) -> Result<Self> {
+        let shape = shape.into();
+        if data.len() != shape.numel() {
+            return Err(TensorError::LengthMismatch {
+                op: "Tensor::from_vec",
+                shape: shape.dims().to_vec(),
+                expected: shape.numel(),
+                got: data.len(),
+            });
+        }
+        Ok(Self::from_vec_unchecked(data, shape, category))
+    }
+
+    /// Like [`Tensor::from_vec`] for callers that computed `data` for `shape` themselves.
+    ///
+    /// # Panics
+    /// In debug builds, when the length disagrees with the shape.
+    pub fn from_vec_unchecked(data: Vec<f32>, shape: Shape, category: MemoryCategory) -> Self {
+        debug_assert_eq!(data.len(), shape.numel());
+        Self {
+            storage: Arc::new(Storage::new(data, category)),
+            shape,
+            device: Device::Cpu,
+        }
+    }
+
+    /// A copy of `data` with the given shape.
+    ///
+    /// # Errors
+    /// [`TensorError::LengthMismatch`] when `data.len()` is not the shape's element count.
+    pub fn from_slice(
+        data: &[f32],
+        shape: impl Into<Shape>,
+        category: MemoryCategory,
+    ) -> Result<Self> {
+        Self::from_vec(data.to_vec(), shape, category)
+    }
+
+    /// A rank-0 tensor holding `value`.
+    pub fn scalar(value: f32, category: MemoryCategory) -> Self {
+        Self::from_vec_unchecked(vec![value], Shape::scalar(), category)
+    }
+
+    /// All elements equal to `value`.
+    pub fn full(shape: impl Into<Shape>, value: f32, category: MemoryCategory) -> Self {
+        let shape = shape.into();
+        Self::from_vec_unchecked(vec![value; shape.numel()], shape, category)
+    }
+
+    /// All zeros.
+    pub fn zeros(shape: impl Into<Shape>, category: MemoryCategory) -> Self {
+        Self::full(shape, 0.0, category)
+    }
+
+    /// All ones.
+    pub fn ones(shape: impl Into<Shape>, category: MemoryCategory) -> Self {
+        Self::full(shape, 1.0, category)
+    }
+
+    /// Zeros with the same shape as `self`.
+    pub fn zeros_like(&self, category: MemoryCategory) -> Self {
+        Self::zeros(self.shape.clone(), category)
+    }
+
+    /// Normal samples with mean `mean` and standard deviation `std`, from [`Rng::new`]`(seed)`.
+    pub fn randn(
+        shape: impl Into<Shape>,
+        mean: f32,
+        std: f32,
+        seed: u64,
+        category: MemoryCategory,
+    ) -> Self {
+        let mut rng = Rng::new(seed);
+        Self::randn_with(shape, mean, std, &mut rng, category)
+    }
+
+    /// Normal samples drawn from an existing generator.
+    pub fn randn_with(
+        shape: impl Into<Shape>,
+        mean: f32,
+        std: f32,
+        rng: &mut Rng,
+        category: MemoryCategory,
+    ) -> Self {
+        let shape = shape.into();
+        let data = (0..shape.numel())
+            .map(|_| (mean as f64 + std as f64 * rng.normal()) as f32)
+            .collect();
+        Self::from_vec_unchecked(data, shape, category)
+    }
+
+    /// Uniform samples in `[lo, hi)` drawn from an existing generator.
+    pub fn rand_uniform_with(
+        shape: impl Into<Shape>,
+        lo: f32,
+        hi: f32,
+        rng: &mut Rng,
+        category: MemoryCategory,
+    ) -> Self {
+        let shape = shape.into();
+        let data = (0..shape.numel()).map(|_| rng.uniform(lo, hi)).collect();
+        Self::from_vec_unchecked(data, shape, category)
+    }
+
+    /// Uniform samples in `[lo, hi)` from [`Rng::new`]`(seed)`.
+    pub fn rand_uniform(
+        shape: impl Into<Shape>,
+        lo: f32,
+        hi: f32,
+        seed: u64,
+        category: MemoryCategory,
+    ) -> Self {
+        let mut rng = Rng::new(seed);
+        Self::rand_uniform_with(shape, lo, hi, &mut rng, category)
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// The dimensions.
+    pub fn dims(&self) -> &[usize] {
+        self.shape.dims()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.numel()
+    }
+
+    /// The device.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The accounting category of the storage.
+    pub fn category(&self) -> MemoryCategory {
+        self.storage.category()
+    }
+
+    /// The storage version: bumped by every write and device transfer.
+    pub fn version(&self) -> u64 {
+        self.storage.version()
+    }
+
+    /// Whether two tensors share storage.
+    pub fn same_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// An identifier of the storage, stable while it lives.
+    pub fn storage_id(&self) -> usize {
+        Arc::as_ptr(&self.storage) as usize
+    }
+
+    /// Shared read access to the elements.
+    pub fn read(&self) -> RwLockReadGuard<'_, Vec<f32>> {
+        self.storage.read()
+    }
+
+    /// Exclusive write access to the elements; bumps the version (so graphs that read this
+    /// value become stale).
+    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<f32>> {
+        self.storage.write()
+    }
+
+    /// The elements as a new `Vec`.
+    pub fn to_vec(&self) -> Vec<f32> {
+        self.read().clone()
+    }
+
+    /// The single element of a one-element tensor.
+    ///
+    /// # Errors
+    /// [`TensorError::ShapeMismatch`] when the tensor has more than one element.
+    pub fn item(&self) -> Result<f32> {
+        if self.numel() != 1 {
+            return Err(TensorError::ShapeMismatch {
+                op: "Tensor::item",
+                expected: vec![],
+                got: self.dims().to_vec(),
+            });
+        }
+        Ok(self.read()[0])
+    }
+
+    /// The same storage viewed with another shape of equal element count.
+    ///
+    /// # Errors
+    /// [`TensorError::LengthMismatch`] when the element counts differ.
+    pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Self> {
+        let shape = shape.into();
+        if shape.numel() != self.numel() {
+            return Err(TensorError::LengthMismatch {
+                op: "Tensor::reshape",
+                shape: shape.dims().to_vec(),
+                expected: shape.numel(),
+                got: self.numel(),
+            });
+        }
+        Ok(Self {
+            storage: self.storage.clone(),
+            shape,
+            device: self.device,
+        })
+    }
+
+    /// An independent copy with its own storage (version 0) in `category`.
+    pub fn deep_clone(&self, category: MemoryCategory) -> Self {
+        Self::from_vec_unchecked(self.to_vec(), self.shape.clone(), category)
+    }
+
+    /// Overwrites the elements with `src` (same element count); bumps the version.
+    ///
+    /// # Errors
+    /// [`TensorError::LengthMismatch`] when lengths differ.
+    pub fn copy_from_slice(&self, src: &[f32]) -> Result<()> {
+        if src.len() != self.numel() {
+            return Err(TensorError::LengthMismatch {
+                op: "Tensor::copy_from_slice",
+                shape: self.dims().to_vec(),
+                expected: self.numel(),
+                got: src.len(),
+            });
+        }
+        self.write().copy_from_slice(src);
+        Ok(())
+    }
+
+    /// Moves this tensor's storage to `device` in place. A transfer bumps the version (graphs
+    /// built before it become stale), even when the device is unchanged.
+    ///
+    /// # Errors
+    /// [`TensorError::DeviceUnavailable`] when the device is not available in this build.
+    pub fn transfer_to(&mut self, device: Device) -> Result<()> {
+        device.check_available()?;
+        self.storage.bump_version();
+        self.device = device;
+        Ok(())
+    }
+
+    /// Checks that the shape equals `expected`.
+    ///
+    /// # Errors
+    /// [`TensorError::ShapeMismatch`] naming `op`.
+    pub fn expect_shape(&self, op: &'static str, expected: &[usize]) -> Result<()> {
+        if self.dims() != expected {
+            return Err(TensorError::ShapeMismatch {
+                op,
+                expected: expected.to_vec(),
+                got: self.dims().to_vec(),
+            });
+        }
+        Ok(())
+    }
+}

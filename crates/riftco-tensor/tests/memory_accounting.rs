@@ -1,0 +1,49 @@
+//! Exactness of memory accounting. Runs in its own test binary so no other test allocates
+//! tensors concurrently (the counters are process-wide).
+
+use riftco_tensor::{memory_stats, reset_peak_memory_stats, MemoryCategory, Tensor};
+
+#[test]
+fn allocation_moves_counter_by_exactly_four_bytes_per_element_and_back() {
+    for (i, cat) in MemoryCategory::ALL.into_iter().enumerate() {
+        let n = 1000 + 37 * i;
+        let before = memory_stats().get(cat).current_bytes;
+        let t = Tensor::zeros([n], cat);
+        assert_eq!(memory_stats().get(cat).current_bytes, before + 4 * n);
+        // Reshapes and clones share storage: no new bytes.
+        let r = t.reshape([1, n]).unwrap();
+        let c = t.clone();
+        assert_eq!(memory_stats().get(cat).current_bytes, before + 4 * n);
+        drop(t);
+        assert_eq!(memory_stats().get(cat).current_bytes, before + 4 * n);
+        drop(r);
+        drop(c);
+        assert_eq!(memory_stats().get(cat).current_bytes, before);
+        // from_vec with spare capacity accounts the exact length after shrinking.
+        let mut v = Vec::with_capacity(4 * n);
+        v.resize(n, 1.0f32);
+        let t = Tensor::from_vec(v, [n], cat).unwrap();
+        assert_eq!(memory_stats().get(cat).current_bytes, before + 4 * n);
+        drop(t);
+        assert_eq!(memory_stats().get(cat).current_bytes, before);
+    }
+}
+
+#[test]
+fn peak_tracks_highest_and_resets_to_current() {
+    let cat = MemoryCategory::Workspace;
+    reset_peak_memory_stats();
+    let base = memory_stats().get(cat);
+    assert_eq!(base.peak_bytes, base.current_bytes);
+    let a = Tensor::zeros([4096], cat);
+    let b = Tensor::zeros([1024], cat);
+    drop(a);
+    let s = memory_stats().get(cat);
+    assert_eq!(s.current_bytes, base.current_bytes + 4 * 1024);
+    assert_eq!(s.peak_bytes, base.current_bytes + 4 * (4096 + 1024));
+    reset_peak_memory_stats();
+    assert_eq!(memory_stats().get(cat).peak_bytes, s.current_bytes);
+    drop(b);
+    let total = memory_stats().total;
+    assert!(total.peak_bytes >= total.current_bytes);
+}
