@@ -1,0 +1,97 @@
+//! Direct access to the CPU kernels of `riftco-kernels` on NumPy arrays.
+
+use std::borrow::Cow;
+
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use riftco_kernels::MatmulSpec;
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(matmul, m)?)?;
+    Ok(())
+}
+
+/// Number of worker threads the CPU kernels run on.
+///
+/// Set by the environment variable `RIFTCO_NUM_THREADS` (a positive integer) before the first
+/// kernel call; otherwise the number of physical cores.
+///
+/// Returns:
+///     int: the thread count, at least 1.
+///
+/// Example:
+///     >>> import riftco
+///     >>> riftco.num_threads() >= 1
+///     True
+#[pyfunction]
+fn num_threads() -> usize {
+    riftco_kernels::num_threads()
+}
+
+/// Matrix product `a @ b` of two 2-D float32 arrays, computed by the riftco GEMM kernel.
+///
+/// The GIL is released while the product is computed. C- and Fortran-contiguous inputs are read
+/// in place; other layouts are copied first. Accumulation is in float32; results do not depend on the thread count.
+///
+/// Args:
+///     a: float32 array of shape `[m, k]`.
+///     b: float32 array of shape `[k, n]`.
+///
+/// Returns:
+///     numpy.ndarray: float32 array of shape `[m, n]`.
+///
+/// Raises:
+///     ValueError: when the inner dimensions differ (the message names both shapes).
+///     TypeError: when an argument is not a 2-D float32 array.
+///
+/// Example:
+///     >>> import numpy as np, riftco
+///     >>> riftco.matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)).shape
+///     (2, 4)
+#[pyfunction]
+fn matmul<'py>(
+    py: Python<'py>,
+    a: PyReadonlyArray2<'py, f32>,
+    b: PyReadonlyArray2<'py, f32>,
+) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let (m, k) = (a.shape()[0], a.shape()[1]);
+    let (k_b, n) = (b.shape()[0], b.shape()[1]);
+    if k != k_b {
+        return Err(PyValueError::new_err(format!(
+            "matmul: shapes [{m}, {k}] and [{k_b}, {n}] are not aligned: \
+             a has {k} columns but b has {k_b} rows"
+        )));
+    }
+    let (a, trans_a) = row_major(&a);
+    let (b, trans_b) = row_major(&b);
+    let spec = MatmulSpec::new(m, k, n).trans_a(trans_a).trans_b(trans_b);
+    let c = py.detach(|| {
+        let mut c = vec![0.0f32; m * n];
+        riftco_kernels::matmul(spec, &a, &b, &mut c);
+        c
+    });
+    let c = Array2::from_shape_vec((m, n), c)
+        .map_err(|e| PyValueError::new_err(format!("matmul: output shape [{m}, {n}]: {e}")))?;
+    Ok(c.into_pyarray(py))
+}
+
+/// The elements of `x[r, c]` as one slice, and whether that slice holds `xᵀ` row-major.
+///
+/// A C-contiguous array is borrowed as is; a Fortran-contiguous one (a transposed view) is
+/// borrowed as its transpose, which the GEMM kernel reads through its `trans_*` flag; any other
+/// layout (strided views, misaligned buffers) is copied to row-major order.
+fn row_major<'a>(x: &'a PyReadonlyArray2<'_, f32>) -> (Cow<'a, [f32]>, bool) {
+    if x.is_c_contiguous() {
+        if let Ok(s) = x.as_slice() {
+            return (Cow::Borrowed(s), false);
+        }
+    } else if x.is_fortran_contiguous() {
+        if let Ok(s) = x.as_slice() {
+            return (Cow::Borrowed(s), true);
+        }
+    }
+    (Cow::Owned(x.as_array().iter().copied().collect()), false)
+}
