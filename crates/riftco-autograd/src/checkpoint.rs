@@ -1,0 +1,231 @@
+//! Activation checkpointing: the replay primitive of seed 000 ("The checkpointed graph",
+//! "Replay contract"), after Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost".
+//!
+//! Forward: evaluate the callable normally on a fresh leaf holding the input's value, verify its
+//! graph against the declared boundary, keep the output value, discard the internal graph, and
+//! retain one checkpoint node whose parents are the input and the dependencies.
+//!
+//! Backward: evaluate the callable again on a fresh leaf holding the saved input, verify shape,
+//! device and boundary, compute the local VJP in a nested [`GradientContext`], hand the input VJP
+//! and each dependency VJP to the outer pass, and release the replay graph. Replay never runs
+//! `backward()` against live parameters, so public gradients are never touched by it.
+
+use crate::context::{panic_message, GradientContext};
+use crate::error::{AutogradError, CheckpointError, Result};
+use crate::grad_mode::{enable_grad, is_grad_enabled};
+use crate::variable::{peek_next_id, Variable};
+use riftco_tensor::{Device, Tensor};
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// Checkpoints `recompute` applied to `input`, with the parameters it reads declared in
+/// `dependencies`.
+///
+/// `recompute` must be deterministic and replay-safe (no random sampling, no mutable caches):
+/// it runs once now and once more during backward. Every dependency must be a distinct leaf
+/// (trainable or frozen); frozen ones receive no gradient but are version-checked and their
+/// input VJP still flows.
+///
+/// # Errors
+/// [`CheckpointError`] variants for: duplicate dependencies or non-leaf dependencies; a
+/// pre-existing leaf read but not declared ([`CheckpointError::MissingDependency`]); a captured
+/// graph node from outside the boundary; a new differentiable leaf created inside; an output not
+/// depending on the input or on every dependency; and, at replay, a changed output shape or
+/// device. Errors of `recompute` itself propagate unchanged; a panic in it becomes
+/// [`AutogradError::Panic`].
+pub fn checkpoint<F>(input: &Variable, dependencies: &[Variable], recompute: F) -> Result<Variable>
+where
+    F: Fn(&Variable) -> Result<Variable> + Send + Sync + 'static,
+{
+    checkpoint_with_name("checkpoint", input, dependencies, recompute)
+}
+
+/// [`checkpoint`] with a name used in error messages (for example `"layers.3"`).
+pub fn checkpoint_with_name<F>(
+    name: &str,
+    input: &Variable,
+    dependencies: &[Variable],
+    recompute: F,
+) -> Result<Variable>
+where
+    F: Fn(&Variable) -> Result<Variable> + Send + Sync + 'static,
+{
+    let name = name.to_string();
+    validate_dependencies(&name, dependencies)?;
+    if !is_grad_enabled() {
+        return call(&recompute, input);
+    }
+    let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
+    let start = peek_next_id();
+    let out = enable_grad(|| call(&recompute, &x0))?;
+    validate_boundary(&name, &out, &x0, dependencies, start)?;
+    let value = out.value().clone();
+    let (forward_shape, forward_device) = (value.dims().to_vec(), value.device());
+    // Discard the internal block graph: only the output value is kept.
+    drop(out);
+    drop(x0);
+
+    let mut parents = Vec::with_capacity(1 + dependencies.len());
+    parents.push(input.clone());
+    parents.extend(dependencies.iter().cloned());
+    let recompute = Arc::new(recompute);
+    let vjp = move |parents: &[Variable], _out: &Tensor, grad_out: &Tensor| {
+        replay_vjp(
+            &name,
+            &*recompute,
+            parents,
+            grad_out,
+            &forward_shape,
+            forward_device,
+        )
+    };
+    Ok(Variable::from_op("checkpoint", value, parents, vjp))
+}
+
+fn call<F>(f: &F, x: &Variable) -> Result<Variable>
+where
+    F: Fn(&Variable) -> Result<Variable>,
+{
+    catch_unwind(AssertUnwindSafe(|| f(x))).map_err(|payload| AutogradError::Panic {
+        during: "checkpoint callable",
+        message: panic_message(payload),
+    })?
+}
+
+fn replay_vjp<F>(
+    name: &str,
+    recompute: &F,
+    parents: &[Variable],
+    grad_out: &Tensor,
+    forward_shape: &[usize],
+    forward_device: Device,
+) -> Result<Vec<Option<Tensor>>>
+where
+    F: Fn(&Variable) -> Result<Variable>,
+{
+    let (input, dependencies) = parents.split_first().expect("checkpoint has an input parent");
+    // 1. a fresh leaf holding the saved block input
+    let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
+    let start = peek_next_id();
+    // 2. evaluate the same block again, recording a local graph
+    let out = enable_grad(|| call(recompute, &x0))?;
+    if out.dims() != forward_shape {
+        return Err(CheckpointError::ReplayShapeChanged {
+            name: name.to_string(),
+            forward: forward_shape.to_vec(),
+            replay: out.dims().to_vec(),
+        }
+        .into());
+    }
+    if out.value().device() != forward_device {
+        return Err(CheckpointError::ReplayDeviceChanged {
+            name: name.to_string(),
+            forward: forward_device,
+            replay: out.value().device(),
+        }
+        .into());
+    }
+    validate_boundary(name, &out, &x0, dependencies, start)?;
+    if !out.requires_grad() {
+        return Ok(vec![None; parents.len()]);
+    }
+    // 3. local VJP in a nested, isolated context
+    let mut local = GradientContext::compute(&out, grad_out.clone())?;
+    // 4.–5. input VJP and dependency VJPs go to the outer pass (which accumulates them)
+    let mut grads = Vec::with_capacity(parents.len());
+    grads.push(local.take(&x0));
+    for d in dependencies {
+        grads.push(local.take(d));
+    }
+    // 6. the replay graph is released when `out`, `x0` and `local` drop here
+    Ok(grads)
+}
+
+fn validate_dependencies(name: &str, dependencies: &[Variable]) -> Result<()> {
+    let mut seen: HashMap<u64, ()> = HashMap::new();
+    for d in dependencies {
+        if !d.is_leaf() {
+            return Err(CheckpointError::DependencyNotLeaf {
+                name: name.to_string(),
+                dependency: d.describe(),
+                op: d.op_name(),
+            }
+            .into());
+        }
+        if seen.insert(d.id(), ()).is_some() {
+            return Err(CheckpointError::DuplicateDependency {
+                name: name.to_string(),
+                dependency: d.describe(),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Verifies that the graph of `out` reaches outside itself only through `x0` and the declared
+/// dependencies, creates no new differentiable leaf, and uses the input and every dependency.
+/// Nodes with id `>= start` were created by the callable.
+fn validate_boundary(
+    name: &str,
+    out: &Variable,
+    x0: &Variable,
+    dependencies: &[Variable],
+    start: u64,
+) -> Result<()> {
+    let declared: HashMap<u64, usize> = dependencies
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.id(), i))
+        .collect();
+    let mut used = vec![false; dependencies.len()];
+    let mut input_used = false;
+    let mut error: Option<CheckpointError> = None;
+    let boundary = |v: &Variable| v.id() < start || declared.contains_key(&v.id());
+    out.walk(&boundary, &mut |v| {
+        if error.is_some() {
+            return;
+        }
+        if v.ptr_eq(x0) {
+            input_used = true;
+        } else if let Some(&i) = declared.get(&v.id()) {
+            used[i] = true;
+        } else if v.id() < start {
+            error = Some(if v.is_leaf() {
+                CheckpointError::MissingDependency {
+                    name: name.to_string(),
+                    leaf: v.describe(),
+                }
+            } else {
+                CheckpointError::CapturedExternalNode {
+                    name: name.to_string(),
+                    node: v.describe(),
+                    op: v.op_name(),
+                }
+            });
+        } else if v.is_leaf() && v.requires_grad() {
+            error = Some(CheckpointError::UndeclaredLeaf {
+                name: name.to_string(),
+                leaf: v.describe(),
+            });
+        }
+    });
+    if let Some(e) = error {
+        return Err(e.into());
+    }
+    if !input_used {
+        return Err(CheckpointError::InputUnused {
+            name: name.to_string(),
+        }
+        .into());
+    }
+    if let Some(i) = used.iter().position(|u| !u) {
+        return Err(CheckpointError::DependencyUnused {
+            name: name.to_string(),
+            dependency: dependencies[i].describe(),
+        }
+        .into());
+    }
+    Ok(())
+}

@@ -1,0 +1,282 @@
+//! Backward passes in isolated gradient contexts.
+//!
+//! A pass never writes a public gradient while it runs: VJP results accumulate into a
+//! [`GradientContext`] private to the pass, and only [`Variable::backward`] (and its variants)
+//! commit the context's leaf gradients, after the whole pass succeeded. A checkpoint replay runs
+//! a nested pass with its own context and hands its input and dependency VJPs to the outer one.
+
+use crate::error::{AutogradError, Result};
+use crate::variable::Variable;
+use riftco_tensor::{MemoryCategory, Tensor, TensorError};
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+struct Slot {
+    var: Variable,
+    grad: Tensor,
+    // Whether the context allocated `grad` itself (then it may be updated in place); VJP rules
+    // may return tensors that alias other gradients (for example `add` passes its upstream
+    // gradient to both parents).
+    owned: bool,
+}
+
+/// The gradients of one backward pass, keyed by leaf. Returned by [`GradientContext::compute`]
+/// (the functional API, which commits nothing).
+#[derive(Default)]
+pub struct GradientContext {
+    leaves: HashMap<u64, Slot>,
+}
+
+impl GradientContext {
+    /// Runs a backward pass from `root` seeded with `seed` (same shape as `root`) and returns the
+    /// gradients of every leaf that requires grad and was reached. Public gradients are not
+    /// touched.
+    ///
+    /// # Errors
+    /// [`AutogradError::StaleGraph`] when a value read at forward changed (checked for the whole
+    /// graph before any VJP runs), [`AutogradError::NoGradient`] when `root` does not require
+    /// grad, shape errors for a bad seed, and any error of a VJP or checkpoint replay.
+    pub fn compute(root: &Variable, seed: Tensor) -> Result<Self> {
+        if !root.requires_grad() {
+            return Err(AutogradError::NoGradient {
+                what: root.describe(),
+            });
+        }
+        if seed.dims() != root.dims() {
+            return Err(TensorError::ShapeMismatch {
+                op: "backward (seed gradient)",
+                expected: root.dims().to_vec(),
+                got: seed.dims().to_vec(),
+            }
+            .into());
+        }
+        let pending = validate_and_count(root)?;
+        run(root, seed, pending)
+    }
+
+    /// The gradient of `leaf` in this pass, if it was reached.
+    pub fn get(&self, leaf: &Variable) -> Option<&Tensor> {
+        self.leaves.get(&leaf.id()).map(|s| &s.grad)
+    }
+
+    /// Removes and returns the gradient of `leaf`.
+    pub fn take(&mut self, leaf: &Variable) -> Option<Tensor> {
+        self.leaves.remove(&leaf.id()).map(|s| s.grad)
+    }
+
+    /// Number of leaves with a gradient.
+    pub fn len(&self) -> usize {
+        self.leaves.len()
+    }
+
+    /// Whether no leaf received a gradient.
+    pub fn is_empty(&self) -> bool {
+        self.leaves.is_empty()
+    }
+
+    /// Commits every leaf gradient: replacing the public gradient, or adding to it when
+    /// `accumulate`. Infallible, so a commit is all-or-nothing.
+    pub(crate) fn commit(self, accumulate: bool) {
+        for (_, slot) in self.leaves {
+            let grad = if slot.owned {
+                slot.grad
+            } else {
+                slot.grad.deep_clone(MemoryCategory::Gradient)
+            };
+            if accumulate {
+                if let Some(old) = slot.var.grad() {
+                    if old.dims() == grad.dims() {
+                        let sum = old.deep_clone(MemoryCategory::Gradient);
+                        riftco_kernels::elementwise::add_assign(&mut sum.write(), &grad.read());
+                        slot.var.set_grad(sum);
+                        continue;
+                    }
+                }
+            }
+            slot.var.set_grad(grad);
+        }
+    }
+}
+
+/// Checks every recorded parent version in the graph (all nodes, also those that do not require
+/// grad) and counts, for each node that requires grad, how many consumers will send it a
+/// gradient.
+fn validate_and_count(root: &Variable) -> Result<HashMap<u64, usize>> {
+    let mut pending: HashMap<u64, usize> = HashMap::new();
+    let mut error: Option<AutogradError> = None;
+    root.walk(&|_| false, &mut |v| {
+        if error.is_some() {
+            return;
+        }
+        if let Some(op) = v.0.op.as_ref() {
+            for (p, &recorded) in op.parents.iter().zip(&op.parent_versions) {
+                let current = p.value().version();
+                if current != recorded {
+                    error = Some(AutogradError::StaleGraph {
+                        tensor: p.describe(),
+                        op: op.name,
+                        recorded,
+                        current,
+                    });
+                    return;
+                }
+                if v.requires_grad() && p.requires_grad() {
+                    *pending.entry(p.id()).or_insert(0) += 1;
+                }
+            }
+        }
+    });
+    match error {
+        Some(e) => Err(e),
+        None => Ok(pending),
+    }
+}
+
+fn run(root: &Variable, seed: Tensor, mut pending: HashMap<u64, usize>) -> Result<GradientContext> {
+    // Gradients of op nodes waiting for their VJP; removed (and freed) as soon as it runs.
+    let mut inner: HashMap<u64, Slot> = HashMap::new();
+    let mut ctx = GradientContext::default();
+    let mut ready: Vec<Variable> = Vec::new();
+    let root_slot = Slot {
+        var: root.clone(),
+        grad: seed,
+        owned: false,
+    };
+    if root.is_leaf() {
+        ctx.leaves.insert(root.id(), root_slot);
+        return Ok(ctx);
+    }
+    inner.insert(root.id(), root_slot);
+    ready.push(root.clone());
+    while let Some(node) = ready.pop() {
+        let op = node
+            .0
+            .op
+            .as_ref()
+            .expect("only op nodes are scheduled for a VJP");
+        // A node every consumer sent `None` has no gradient: its parents get none from it,
+        // but their pending counts must still fall.
+        let grads = match inner.remove(&node.id()) {
+            None => vec![None; op.parents.len()],
+            Some(slot) => catch_unwind(AssertUnwindSafe(|| {
+                (op.vjp)(&op.parents, node.value(), &slot.grad)
+            }))
+            .map_err(|payload| AutogradError::Panic {
+                during: op.name,
+                message: panic_message(payload),
+            })??,
+        };
+        if grads.len() != op.parents.len() {
+            return Err(AutogradError::Panic {
+                during: op.name,
+                message: format!(
+                    "VJP returned {} gradients for {} parents",
+                    grads.len(),
+                    op.parents.len()
+                ),
+            });
+        }
+        for (p, g) in op.parents.iter().zip(grads) {
+            if !p.requires_grad() {
+                continue;
+            }
+            if let Some(g) = g {
+                if g.dims() != p.dims() {
+                    return Err(TensorError::ShapeMismatch {
+                        op: op.name,
+                        expected: p.dims().to_vec(),
+                        got: g.dims().to_vec(),
+                    }
+                    .into());
+                }
+                let map = if p.is_leaf() {
+                    &mut ctx.leaves
+                } else {
+                    &mut inner
+                };
+                accumulate(map, p, g);
+            }
+            let count = pending.get_mut(&p.id()).expect("counted in validation");
+            *count -= 1;
+            if *count == 0 && !p.is_leaf() {
+                ready.push(p.clone());
+            }
+        }
+    }
+    Ok(ctx)
+}
+
+fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) {
+    match map.get_mut(&var.id()) {
+        None => {
+            map.insert(
+                var.id(),
+                Slot {
+                    var: var.clone(),
+                    grad: g,
+                    owned: false,
+                },
+            );
+        }
+        Some(slot) => {
+            if !slot.owned {
+                slot.grad = slot.grad.deep_clone(MemoryCategory::Gradient);
+                slot.owned = true;
+            }
+            riftco_kernels::elementwise::add_assign(&mut slot.grad.write(), &g.read());
+        }
+    }
+}
+
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+impl Variable {
+    /// Backpropagates from this single-element output (seed gradient 1) in a fresh, isolated
+    /// pass, then replaces the public gradient of every trainable leaf reached. Calling it again
+    /// on the same unchanged graph gives the same gradients (not doubled).
+    ///
+    /// # Errors
+    /// [`AutogradError::NotScalar`] for multi-element outputs, plus everything
+    /// [`GradientContext::compute`] returns. On error no public gradient changes.
+    pub fn backward(&self) -> Result<()> {
+        self.backward_impl(None, false)
+    }
+
+    /// Like [`Variable::backward`] with an explicit seed gradient of the output's shape.
+    pub fn backward_with_grad(&self, seed: Tensor) -> Result<()> {
+        self.backward_impl(Some(seed), false)
+    }
+
+    /// Gradient accumulation across micro-batches: runs a fresh isolated pass like
+    /// [`Variable::backward`], then *adds* its gradients to the public ones instead of replacing
+    /// them. Call [`Variable::zero_grad`] on the parameters (or use the first micro-batch's plain
+    /// `backward()`) to start a new accumulation.
+    pub fn backward_accumulate(&self) -> Result<()> {
+        self.backward_impl(None, true)
+    }
+
+    fn backward_impl(&self, seed: Option<Tensor>, accumulate: bool) -> Result<()> {
+        let seed = match seed {
+            Some(s) => s,
+            None => {
+                if self.value().numel() != 1 {
+                    return Err(AutogradError::NotScalar {
+                        shape: self.dims().to_vec(),
+                    });
+                }
+                Tensor::ones(self.value().shape().clone(), MemoryCategory::Gradient)
+            }
+        };
+        let ctx = GradientContext::compute(self, seed)?;
+        ctx.commit(accumulate);
+        Ok(())
+    }
+}

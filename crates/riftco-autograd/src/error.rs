@@ -1,0 +1,97 @@
+//! Errors of graph construction, backward passes and checkpoint replay.
+
+use riftco_tensor::TensorError;
+use std::sync::Arc;
+
+/// Why a [`crate::checkpoint`] call or its replay was rejected (seed 000, "Replay contract").
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CheckpointError {
+    /// A dependency is listed twice.
+    #[error("checkpoint {name:?}: dependency {dependency} is declared more than once")]
+    DuplicateDependency { name: String, dependency: String },
+    /// A declared dependency is not a leaf.
+    #[error("checkpoint {name:?}: dependency {dependency} is not a leaf (it was computed by op {op}); declare the parameters it came from")]
+    DependencyNotLeaf {
+        name: String,
+        dependency: String,
+        op: &'static str,
+    },
+    /// The callable used a pre-existing leaf that was not declared.
+    #[error("checkpoint {name:?}: the callable reads {leaf}, which is not a declared dependency")]
+    MissingDependency { name: String, leaf: String },
+    /// The callable captured a graph node computed outside the checkpoint boundary.
+    #[error("checkpoint {name:?}: the callable captured graph node {node} (op {op}) computed outside the checkpoint; pass it as the input or compute it inside")]
+    CapturedExternalNode {
+        name: String,
+        node: String,
+        op: &'static str,
+    },
+    /// The callable created a new differentiable leaf, whose gradient would be lost.
+    #[error("checkpoint {name:?}: the callable created a new differentiable leaf {leaf}; create parameters outside and declare them as dependencies")]
+    UndeclaredLeaf { name: String, leaf: String },
+    /// The output does not depend on the input.
+    #[error("checkpoint {name:?}: the callable's output does not depend on its input")]
+    InputUnused { name: String },
+    /// The output does not depend on a declared dependency.
+    #[error("checkpoint {name:?}: the callable's output does not depend on declared dependency {dependency}")]
+    DependencyUnused { name: String, dependency: String },
+    /// Replay produced another shape than the original forward.
+    #[error("checkpoint {name:?}: replay produced shape {replay:?}, the forward produced {forward:?}")]
+    ReplayShapeChanged {
+        name: String,
+        forward: Vec<usize>,
+        replay: Vec<usize>,
+    },
+    /// Replay produced its output on another device than the original forward.
+    #[error("checkpoint {name:?}: replay produced its output on {replay}, the forward on {forward}")]
+    ReplayDeviceChanged {
+        name: String,
+        forward: riftco_tensor::Device,
+        replay: riftco_tensor::Device,
+    },
+}
+
+/// Errors of the autograd layer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AutogradError {
+    /// A tensor-level error (shapes, lengths, devices).
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
+    /// A value the graph read at forward changed before backward.
+    #[error("stale graph: {tensor} was read by op {op} at version {recorded} but is now at version {current} (it was modified, transferred or updated by an optimizer after the forward pass); run the forward again")]
+    StaleGraph {
+        tensor: String,
+        op: &'static str,
+        recorded: u64,
+        current: u64,
+    },
+    /// `backward()` without a seed gradient needs a one-element output.
+    #[error("backward: output has shape {shape:?}; backward() without a gradient needs a single-element output (use backward_with_grad)")]
+    NotScalar { shape: Vec<usize> },
+    /// The output does not require gradients (no trainable leaf reaches it).
+    #[error("backward: {what} does not require grad (no trainable leaf reaches it)")]
+    NoGradient { what: String },
+    /// A checkpoint contract violation.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A Rust panic inside a VJP or a checkpoint callable, caught at the boundary.
+    #[error("panic inside {during}: {message}")]
+    Panic {
+        during: &'static str,
+        message: String,
+    },
+    /// An error raised by user code (for example a Python exception inside a checkpoint
+    /// callable), carried unchanged so the binding can re-raise the original.
+    #[error("{0}")]
+    External(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl AutogradError {
+    /// Wraps any user error.
+    pub fn external<E: std::error::Error + Send + Sync + 'static>(e: E) -> Self {
+        AutogradError::External(Arc::new(e))
+    }
+}
+
+/// Result alias for autograd operations.
+pub type Result<T, E = AutogradError> = std::result::Result<T, E>;

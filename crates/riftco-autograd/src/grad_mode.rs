@@ -1,0 +1,61 @@
+//! Thread-local gradient recording switch.
+//!
+//! Inside [`no_grad`] (or while a [`NoGradGuard`] lives) ops compute values without recording a
+//! graph: their results are constants. Incremental decoding runs this way.
+
+use std::cell::Cell;
+
+thread_local! {
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Whether ops on this thread record graph nodes.
+pub fn is_grad_enabled() -> bool {
+    GRAD_ENABLED.with(|g| g.get())
+}
+
+/// Disables graph recording on this thread until dropped, restoring the previous state.
+#[must_use = "recording resumes when the guard is dropped"]
+pub struct NoGradGuard {
+    previous: bool,
+}
+
+impl NoGradGuard {
+    /// Disables recording.
+    pub fn new() -> Self {
+        let previous = GRAD_ENABLED.with(|g| g.replace(false));
+        Self { previous }
+    }
+}
+
+impl Default for NoGradGuard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for NoGradGuard {
+    fn drop(&mut self) {
+        GRAD_ENABLED.with(|g| g.set(self.previous));
+    }
+}
+
+/// Runs `f` without recording a graph.
+pub fn no_grad<T>(f: impl FnOnce() -> T) -> T {
+    let _guard = NoGradGuard::new();
+    f()
+}
+
+/// Runs `f` with recording enabled (used by checkpoint replay, which may be reached from code
+/// that disabled recording).
+pub(crate) fn enable_grad<T>(f: impl FnOnce() -> T) -> T {
+    let previous = GRAD_ENABLED.with(|g| g.replace(true));
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            GRAD_ENABLED.with(|g| g.set(self.0));
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}

@@ -1,0 +1,29 @@
+//! Reverse-mode automatic differentiation for riftco, with activation checkpointing.
+//!
+//! - [`Variable`]: a graph node holding its forward value (`Send + Sync`). Leaves are trainable
+//!   (`requires_grad`) or frozen; op nodes record their parents and the version of every value
+//!   they read.
+//! - [`Variable::backward`] runs each pass in an isolated [`GradientContext`]: VJP rules
+//!   accumulate into the context only, and public leaf gradients are committed after the whole
+//!   pass succeeded. A failed pass commits nothing.
+//! - Before differentiating, every value the graph read is checked against the version recorded
+//!   at forward: a changed value, a device transfer or an optimizer step is a
+//!   [`AutogradError::StaleGraph`].
+//! - [`checkpoint`]: the replay primitive of seed 000 ("Replay contract"), after Chen et al. 2016,
+//!   "Training Deep Nets with Sublinear Memory Cost".
+//! - [`Variable::graph_statistics`]: reachable node count and elements owned by those nodes.
+
+pub mod checkpoint;
+pub mod context;
+pub mod error;
+pub mod grad_mode;
+pub mod ops;
+pub mod stats;
+pub mod variable;
+
+pub use checkpoint::{checkpoint, checkpoint_with_name};
+pub use context::GradientContext;
+pub use error::{AutogradError, CheckpointError, Result};
+pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
+pub use stats::GraphStatistics;
+pub use variable::Variable;

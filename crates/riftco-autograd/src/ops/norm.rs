@@ -1,0 +1,58 @@
+//! RMSNorm (Zhang & Sennrich 2019, eq. 4).
+
+use super::{activation, buf, gradient};
+use crate::error::Result;
+use crate::variable::Variable;
+use riftco_kernels::norm as k;
+use riftco_tensor::{MemoryCategory, Tensor, TensorError};
+
+/// `y = x / sqrt(mean(x²) + eps) ⊙ weight` over the last axis; `x [..., d]`, `weight [d]`.
+/// The per-row reciprocal RMS is saved for the VJP.
+///
+/// # Errors
+/// Shape mismatch when `weight` is not `[d]`.
+pub fn rms_norm(x: &Variable, weight: &Variable, eps: f32) -> Result<Variable> {
+    let d = x.dims().last().copied().unwrap_or(0);
+    if weight.dims() != [d] || d == 0 {
+        return Err(TensorError::ShapeMismatch {
+            op: "rms_norm (weight)",
+            expected: vec![d],
+            got: weight.dims().to_vec(),
+        }
+        .into());
+    }
+    let rows = x.value().numel() / d;
+    let mut y = buf(rows * d);
+    let mut rstd = buf(rows);
+    k::rms_norm(
+        &x.value().read(),
+        &weight.value().read(),
+        eps,
+        &mut y,
+        &mut rstd,
+    );
+    let rstd = Tensor::from_vec_unchecked(rstd, [rows].into(), MemoryCategory::Activation);
+    let value = activation(y, x.value().shape().clone());
+    Ok(Variable::from_op(
+        "rms_norm",
+        value,
+        vec![x.clone(), weight.clone()],
+        move |p, _, g| {
+            let mut dx = buf(g.numel());
+            let mut dw = p[1].requires_grad().then(|| buf(d));
+            k::rms_norm_backward(
+                &p[0].value().read(),
+                &p[1].value().read(),
+                &rstd.read(),
+                &g.read(),
+                &mut dx,
+                dw.as_deref_mut(),
+            );
+            Ok(vec![
+                p[0].requires_grad()
+                    .then(|| gradient(dx, g.shape().clone())),
+                dw.map(|dw| gradient(dw, [d])),
+            ])
+        },
+    ))
+}
