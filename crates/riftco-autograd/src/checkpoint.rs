@@ -104,7 +104,9 @@ fn replay_vjp<F>(
 where
     F: Fn(&Variable) -> Result<Variable>,
 {
-    let (input, dependencies) = parents.split_first().expect("checkpoint has an input parent");
+    let (input, dependencies) = parents
+        .split_first()
+        .expect("checkpoint has an input parent");
     // 1. a fresh leaf holding the saved block input
     let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
     let start = peek_next_id();

@@ -36,14 +36,18 @@ pub enum CheckpointError {
     #[error("checkpoint {name:?}: the callable's output does not depend on declared dependency {dependency}")]
     DependencyUnused { name: String, dependency: String },
     /// Replay produced another shape than the original forward.
-    #[error("checkpoint {name:?}: replay produced shape {replay:?}, the forward produced {forward:?}")]
+    #[error(
+        "checkpoint {name:?}: replay produced shape {replay:?}, the forward produced {forward:?}"
+    )]
     ReplayShapeChanged {
         name: String,
         forward: Vec<usize>,
         replay: Vec<usize>,
     },
     /// Replay produced its output on another device than the original forward.
-    #[error("checkpoint {name:?}: replay produced its output on {replay}, the forward on {forward}")]
+    #[error(
+        "checkpoint {name:?}: replay produced its output on {replay}, the forward on {forward}"
+    )]
     ReplayDeviceChanged {
         name: String,
         forward: riftco_tensor::Device,

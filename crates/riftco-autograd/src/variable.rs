@@ -155,7 +155,11 @@ impl Variable {
 
     /// The parents of an op node (empty for leaves).
     pub fn parents(&self) -> &[Variable] {
-        self.0.op.as_ref().map(|o| o.parents.as_slice()).unwrap_or(&[])
+        self.0
+            .op
+            .as_ref()
+            .map(|o| o.parents.as_slice())
+            .unwrap_or(&[])
     }
 
     /// Sets the name used in messages.
@@ -183,7 +187,11 @@ impl Variable {
     /// The committed gradient (set by the last successful backward pass that reached this
     /// leaf), if any.
     pub fn grad(&self) -> Option<Tensor> {
-        self.0.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .grad
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Clears the committed gradient.

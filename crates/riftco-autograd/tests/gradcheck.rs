@@ -9,9 +9,21 @@ use std::sync::Arc;
 #[test]
 fn add_mul_scale() {
     let (a, b) = (rand(&[3, 5], 1), rand(&[3, 5], 2));
-    gradcheck(|v| ops::add(&v[0], &v[1]), &[a.clone(), b.clone()], &[true, true]);
-    gradcheck(|v| ops::mul(&v[0], &v[1]), &[a.clone(), b.clone()], &[true, true]);
-    gradcheck(|v| ops::mul(&v[0], &v[1]), &[a.clone(), b.clone()], &[true, false]);
+    gradcheck(
+        |v| ops::add(&v[0], &v[1]),
+        &[a.clone(), b.clone()],
+        &[true, true],
+    );
+    gradcheck(
+        |v| ops::mul(&v[0], &v[1]),
+        &[a.clone(), b.clone()],
+        &[true, true],
+    );
+    gradcheck(
+        |v| ops::mul(&v[0], &v[1]),
+        &[a.clone(), b.clone()],
+        &[true, false],
+    );
     gradcheck(|v| ops::scale(&v[0], -1.7), &[a.clone()], &[true]);
     // A variable used twice: contributions add.
     gradcheck(|v| ops::mul(&v[0], &v[0]), &[a], &[true]);
@@ -21,7 +33,11 @@ fn add_mul_scale() {
 fn silu_swiglu_sum() {
     let (a, b) = (rand(&[4, 7], 3), rand(&[4, 7], 4));
     gradcheck(|v| ops::silu(&v[0]), &[a.clone()], &[true]);
-    gradcheck(|v| ops::swiglu(&v[0], &v[1]), &[a.clone(), b], &[true, true]);
+    gradcheck(
+        |v| ops::swiglu(&v[0], &v[1]),
+        &[a.clone(), b],
+        &[true, true],
+    );
     gradcheck(|v| ops::sum(&v[0]), &[a], &[true]);
 }
 
@@ -29,12 +45,24 @@ fn silu_swiglu_sum() {
 fn linear_matmul_bmm() {
     let x = rand(&[2, 3, 5], 5);
     let w = rand(&[4, 5], 6);
-    gradcheck(|v| ops::linear(&v[0], &v[1]), &[x.clone(), w.clone()], &[true, true]);
+    gradcheck(
+        |v| ops::linear(&v[0], &v[1]),
+        &[x.clone(), w.clone()],
+        &[true, true],
+    );
     gradcheck(|v| ops::linear(&v[0], &v[1]), &[x, w], &[true, false]);
     let (a, b) = (rand(&[3, 4], 7), rand(&[4, 6], 8));
     gradcheck(|v| ops::matmul(&v[0], &v[1]), &[a, b], &[true, true]);
-    let (a, b, bt) = (rand(&[2, 3, 4], 9), rand(&[2, 4, 5], 10), rand(&[2, 5, 4], 11));
-    gradcheck(|v| ops::bmm(&v[0], &v[1], false), &[a.clone(), b], &[true, true]);
+    let (a, b, bt) = (
+        rand(&[2, 3, 4], 9),
+        rand(&[2, 4, 5], 10),
+        rand(&[2, 5, 4], 11),
+    );
+    gradcheck(
+        |v| ops::bmm(&v[0], &v[1], false),
+        &[a.clone(), b],
+        &[true, true],
+    );
     gradcheck(|v| ops::bmm(&v[0], &v[1], true), &[a, bt], &[true, true]);
 }
 
@@ -43,7 +71,11 @@ fn softmax_and_causal_softmax() {
     let s = rand(&[3, 6], 12);
     gradcheck(|v| ops::softmax(&v[0]), &[s], &[true]);
     let s = rand(&[2, 2, 4, 4], 13);
-    gradcheck(|v| ops::causal_softmax(&v[0], 0.7, true), &[s.clone()], &[true]);
+    gradcheck(
+        |v| ops::causal_softmax(&v[0], 0.7, true),
+        &[s.clone()],
+        &[true],
+    );
     gradcheck(|v| ops::causal_softmax(&v[0], 0.7, false), &[s], &[true]);
     // seq_q < seq_k (decode-style offset)
     let s = rand(&[1, 2, 2, 5], 14);
@@ -54,8 +86,16 @@ fn softmax_and_causal_softmax() {
 fn rms_norm_rope_shapes() {
     let x = rand(&[3, 8], 15);
     let w = rand(&[8], 16);
-    gradcheck(|v| ops::rms_norm(&v[0], &v[1], 1e-5), &[x.clone(), w.clone()], &[true, true]);
-    gradcheck(|v| ops::rms_norm(&v[0], &v[1], 1e-5), &[x, w], &[true, false]);
+    gradcheck(
+        |v| ops::rms_norm(&v[0], &v[1], 1e-5),
+        &[x.clone(), w.clone()],
+        &[true, true],
+    );
+    gradcheck(
+        |v| ops::rms_norm(&v[0], &v[1], 1e-5),
+        &[x, w],
+        &[true, false],
+    );
     let table = Arc::new(RopeTable::new(16, 4, 10000.0));
     let q = rand(&[2, 3, 2, 4], 17);
     gradcheck(|v| ops::rope(&v[0], &table, 0), &[q.clone()], &[true]);
@@ -80,13 +120,19 @@ fn bad_inputs_are_errors_naming_values() {
     let v = |s: &[usize]| Variable::leaf(rand(s, 1), true);
     let e = ops::add(&v(&[2, 3]), &v(&[3, 2])).unwrap_err().to_string();
     assert!(e.contains("[2, 3]") && e.contains("[3, 2]"), "{e}");
-    let e = ops::linear(&v(&[2, 3]), &v(&[4, 5])).unwrap_err().to_string();
+    let e = ops::linear(&v(&[2, 3]), &v(&[4, 5]))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("[2, 3]"), "{e}");
     let e = ops::embedding(&v(&[5, 3]), &[7]).unwrap_err().to_string();
     assert!(e.contains("token id 7") && e.contains("< 5"), "{e}");
-    let e = ops::cross_entropy(&v(&[2, 4]), &[1, 9]).unwrap_err().to_string();
+    let e = ops::cross_entropy(&v(&[2, 4]), &[1, 9])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("target 9"), "{e}");
-    let e = ops::cross_entropy(&v(&[2, 4]), &[1]).unwrap_err().to_string();
+    let e = ops::cross_entropy(&v(&[2, 4]), &[1])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("[2, 4]"), "{e}");
 }
 

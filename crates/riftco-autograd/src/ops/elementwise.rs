@@ -90,11 +90,16 @@ pub fn silu(x: &Variable) -> Result<Variable> {
     let mut out = buf(x.value().numel());
     k::silu(&x.value().read(), &mut out);
     let value = activation(out, x.value().shape().clone());
-    Ok(Variable::from_op("silu", value, vec![x.clone()], |p, _, g| {
-        let mut d = buf(g.numel());
-        k::silu_backward(&p[0].value().read(), &g.read(), &mut d);
-        Ok(vec![Some(gradient(d, g.shape().clone()))])
-    }))
+    Ok(Variable::from_op(
+        "silu",
+        value,
+        vec![x.clone()],
+        |p, _, g| {
+            let mut d = buf(g.numel());
+            k::silu_backward(&p[0].value().read(), &g.read(), &mut d);
+            Ok(vec![Some(gradient(d, g.shape().clone()))])
+        },
+    ))
 }
 
 /// SwiGLU, `SiLU(gate) ⊙ up` (Shazeer 2020, eq. 6), fused.
@@ -134,12 +139,17 @@ pub fn swiglu(gate: &Variable, up: &Variable) -> Result<Variable> {
 pub fn sum(x: &Variable) -> Result<Variable> {
     let total: f64 = x.value().read().iter().map(|&v| v as f64).sum();
     let value = activation(vec![total as f32], riftco_tensor::Shape::scalar());
-    Ok(Variable::from_op("sum", value, vec![x.clone()], |p, _, g| {
-        let gv = g.read()[0];
-        Ok(vec![Some(Tensor::full(
-            p[0].value().shape().clone(),
-            gv,
-            riftco_tensor::MemoryCategory::Gradient,
-        ))])
-    }))
+    Ok(Variable::from_op(
+        "sum",
+        value,
+        vec![x.clone()],
+        |p, _, g| {
+            let gv = g.read()[0];
+            Ok(vec![Some(Tensor::full(
+                p[0].value().shape().clone(),
+                gv,
+                riftco_tensor::MemoryCategory::Gradient,
+            ))])
+        },
+    ))
 }

@@ -85,7 +85,11 @@ pub fn matmul(a: &Variable, b: &Variable) -> Result<Variable> {
         return Err(TensorError::RankMismatch {
             op: "matmul",
             expected: 2,
-            got: if ad.len() != 2 { ad.to_vec() } else { bd.to_vec() },
+            got: if ad.len() != 2 {
+                ad.to_vec()
+            } else {
+                bd.to_vec()
+            },
         }
         .into());
     }

@@ -33,7 +33,15 @@ pub fn rope(x: &Variable, table: &Arc<RopeTable>, start_pos: usize) -> Result<Va
         .into());
     }
     let mut out = buf(x.value().numel());
-    rope_kernel(table, &x.value().read(), seq, heads, start_pos, false, &mut out);
+    rope_kernel(
+        table,
+        &x.value().read(),
+        seq,
+        heads,
+        start_pos,
+        false,
+        &mut out,
+    );
     let value = activation(out, x.value().shape().clone());
     let table = table.clone();
     Ok(Variable::from_op(

@@ -1,5 +1,5 @@
 //! Shared test helpers: central finite differences.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::needless_range_loop)]
 
 use riftco_autograd::{no_grad, ops, Result, Variable};
 use riftco_tensor::{MemoryCategory as C, Tensor};
@@ -44,10 +44,16 @@ pub fn gradcheck(
     let h = 1e-2f32;
     for (idx, leaf) in leaves.iter().enumerate() {
         if !differentiable[idx] {
-            assert!(leaf.grad().is_none(), "input {idx} is frozen but got a gradient");
+            assert!(
+                leaf.grad().is_none(),
+                "input {idx} is frozen but got a gradient"
+            );
             continue;
         }
-        let analytic = leaf.grad().expect("gradient for a differentiable input").to_vec();
+        let analytic = leaf
+            .grad()
+            .expect("gradient for a differentiable input")
+            .to_vec();
         for e in 0..inputs[idx].numel() {
             let vals: Vec<Tensor> = inputs.iter().map(|t| t.deep_clone(C::Workspace)).collect();
             let base = inputs[idx].read()[e];
