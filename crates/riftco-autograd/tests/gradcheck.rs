@@ -1,3 +1,4 @@
+#![allow(clippy::cloned_ref_to_slice_refs)]
 //! Every VJP rule against central finite differences (see `common::gradcheck` for the tolerance).
 
 mod common;
