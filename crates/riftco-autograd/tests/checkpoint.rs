@@ -238,7 +238,9 @@ fn rejects_callable_not_depending_on_input_or_a_dependency() {
     let w = Variable::leaf(rand(&[4, 4], 2), true);
     let u = Variable::leaf(rand(&[4, 4], 3), true);
     let w2 = w.clone();
-    let e = checkpoint_err(checkpoint(&x, &[w.clone()], move |_x| ops::scale(&w2, 2.0)));
+    let e = checkpoint_err(checkpoint(&x, std::slice::from_ref(&w), move |_x| {
+        ops::scale(&w2, 2.0)
+    }));
     assert!(matches!(e, CheckpointError::InputUnused { .. }), "{e}");
     let w3 = w.clone();
     let e = checkpoint_err(checkpoint(&x, &[w, u], move |x| ops::linear(x, &w3)));
