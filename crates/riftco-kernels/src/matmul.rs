@@ -142,7 +142,7 @@ pub fn batched_matmul(batch: usize, spec: MatmulSpec, a: &[f32], b: &[f32], c: &
     let run_one = |i: usize, c_i: &mut [f32]| {
         let a_i = &a[i * sa..(i + 1) * sa];
         let b_i = &b[i * sb..(i + 1) * sb];
-        matmul_single_thread(spec, a_i, b_i, c_i);
+        matmul_serial(spec, a_i, b_i, c_i);
     };
     crate::threading::thread_pool().install(|| {
         c.par_chunks_mut(sc)
@@ -151,8 +151,19 @@ pub fn batched_matmul(batch: usize, spec: MatmulSpec, a: &[f32], b: &[f32], c: &
     });
 }
 
-fn matmul_single_thread(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+/// One product on the calling thread only (no rayon): for callers that already parallelise
+/// over independent products, such as attention tiles.
+///
+/// # Panics
+/// When a slice length disagrees with the spec.
+pub fn matmul_serial(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
     let MatmulSpec { m, k, n, .. } = spec;
+    assert_eq!(a.len(), m * k, "matmul_serial: lhs length");
+    assert_eq!(b.len(), k * n, "matmul_serial: rhs length");
+    assert_eq!(c.len(), m * n, "matmul_serial: dst length");
+    if m == 0 || n == 0 {
+        return;
+    }
     if k == 0 {
         if !spec.accumulate {
             c.fill(0.0);
@@ -169,8 +180,8 @@ fn matmul_single_thread(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
     } else {
         (1, n as isize)
     };
-    // SAFETY: callers pass slices of exactly m*k, k*n and m*n elements (checked by
-    // batched_matmul), and the strides are derived from those shapes.
+    // SAFETY: the asserts above guarantee slices of exactly m*k, k*n and m*n elements, and the
+    // strides are derived from those shapes.
     unsafe {
         gemm::gemm(
             m,
