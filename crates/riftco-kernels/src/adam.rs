@@ -52,18 +52,79 @@ pub fn adam_update(
     let bc1 = 1.0 - h.beta1.powi(t);
     let bc2_sqrt = (1.0 - h.beta2.powi(t)).sqrt();
     let step_size = h.lr / bc1;
-    for i in 0..n {
-        let mut g = grad[i];
-        if h.weight_decay != 0.0 {
-            if h.decoupled {
-                param[i] *= 1.0 - h.lr * h.weight_decay;
-            } else {
-                g += h.weight_decay * param[i];
-            }
-        }
-        m[i] = h.beta1 * m[i] + (1.0 - h.beta1) * g;
-        v[i] = h.beta2 * v[i] + (1.0 - h.beta2) * g * g;
-        let denom = v[i].sqrt() / bc2_sqrt + h.eps;
-        param[i] -= step_size * m[i] / denom;
+    let c = AdamConsts {
+        h,
+        step_size,
+        inv_bc2_sqrt: 1.0 / bc2_sqrt,
+    };
+    let serial = |param: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32]| {
+        crate::simd::arch().dispatch(AdamOp {
+            param,
+            grad,
+            m,
+            v,
+            c,
+        })
+    };
+    match crate::par::elements_per_task(n) {
+        None => serial(param, grad, m, v),
+        Some(t) => crate::par::install(|| {
+            use rayon::prelude::*;
+            param
+                .par_chunks_mut(t)
+                .zip(grad.par_chunks(t))
+                .zip(m.par_chunks_mut(t))
+                .zip(v.par_chunks_mut(t))
+                .for_each(|(((p, g), m), v)| serial(p, g, m, v));
+        }),
     }
 }
+
+#[derive(Clone, Copy)]
+struct AdamConsts {
+    h: AdamHyper,
+    step_size: f32,
+    inv_bc2_sqrt: f32,
+}
+
+crate::simd::simd_op!(AdamOp<'a> {
+    param: &'a mut [f32], grad: &'a [f32], m: &'a mut [f32], v: &'a mut [f32], c: AdamConsts
+} -> () = |s| {
+    let h = c.h;
+    let (l2, decay) = match (h.weight_decay != 0.0, h.decoupled) {
+        (false, _) => (0.0, 1.0),
+        (true, false) => (h.weight_decay, 1.0),
+        (true, true) => (0.0, 1.0 - h.lr * h.weight_decay),
+    };
+    let step = |p: S::f32s, g: S::f32s, mm: S::f32s, vv: S::f32s| {
+        let p = s.mul_f32s(p, s.splat_f32s(decay));
+        let g = s.mul_add_e_f32s(s.splat_f32s(l2), p, g);
+        let mm = s.mul_add_e_f32s(s.splat_f32s(h.beta1), mm, s.mul_f32s(s.splat_f32s(1.0 - h.beta1), g));
+        let vv = s.mul_add_e_f32s(
+            s.splat_f32s(h.beta2),
+            vv,
+            s.mul_f32s(s.mul_f32s(s.splat_f32s(1.0 - h.beta2), g), g),
+        );
+        let denom = s.mul_add_e_f32s(s.sqrt_f32s(vv), s.splat_f32s(c.inv_bc2_sqrt), s.splat_f32s(h.eps));
+        let p = s.sub_f32s(p, s.div_f32s(s.mul_f32s(s.splat_f32s(c.step_size), mm), denom));
+        (p, mm, vv)
+    };
+    let (pv, pt) = S::as_mut_simd_f32s(param);
+    let (gv, gt) = S::as_simd_f32s(grad);
+    let (mv, mt) = S::as_mut_simd_f32s(m);
+    let (vv, vt) = S::as_mut_simd_f32s(v);
+    for (((p, &g), mm), vq) in pv.iter_mut().zip(gv).zip(mv.iter_mut()).zip(vv.iter_mut()) {
+        (*p, *mm, *vq) = step(*p, g, *mm, *vq);
+    }
+    if !gt.is_empty() {
+        let (p, mm, vq) = step(
+            s.partial_load_f32s(pt),
+            s.partial_load_f32s(gt),
+            s.partial_load_f32s(mt),
+            s.partial_load_f32s(vt),
+        );
+        s.partial_store_f32s(pt, p);
+        s.partial_store_f32s(mt, mm);
+        s.partial_store_f32s(vt, vq);
+    }
+});

@@ -18,7 +18,10 @@ pub fn embedding(table: &[f32], d: usize, ids: &[u32], out: &mut [f32]) {
 /// `dtable[ids[i], :] += dy[i, :]`, in index order (deterministic).
 pub fn embedding_backward(ids: &[u32], dy: &[f32], d: usize, dtable: &mut [f32]) {
     assert_eq!(dy.len(), ids.len() * d, "embedding_backward: dy length");
-    assert!(d > 0 && dtable.len() % d == 0, "embedding_backward: table layout");
+    assert!(
+        d > 0 && dtable.len() % d == 0,
+        "embedding_backward: table layout"
+    );
     for (g, &id) in dy.chunks_exact(d).zip(ids) {
         let id = id as usize;
         crate::elementwise::add_assign(&mut dtable[id * d..(id + 1) * d], g);

@@ -13,6 +13,7 @@ pub mod layout;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
+mod par;
 pub mod rope;
 pub mod simd;
 pub mod softmax;

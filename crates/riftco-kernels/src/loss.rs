@@ -7,7 +7,10 @@
 /// When lengths disagree or a target is `>= vocab` (callers validate first).
 pub fn cross_entropy(logits: &[f32], targets: &[u32], vocab: usize, lse: &mut [f32]) -> f32 {
     let rows = targets.len();
-    assert!(vocab > 0 && logits.len() == rows * vocab, "cross_entropy: layout");
+    assert!(
+        vocab > 0 && logits.len() == rows * vocab,
+        "cross_entropy: layout"
+    );
     assert_eq!(lse.len(), rows, "cross_entropy: lse length");
     crate::softmax::logsumexp_rows(logits, vocab, lse);
     let mut total = 0.0f64;
@@ -33,19 +36,53 @@ pub fn cross_entropy_backward(
     dlogits: &mut [f32],
 ) {
     let rows = targets.len();
-    assert!(rows > 0 && logits.len() % rows == 0, "cross_entropy_backward: layout");
+    assert!(
+        rows > 0 && logits.len() % rows == 0,
+        "cross_entropy_backward: layout"
+    );
     let vocab = logits.len() / rows;
-    assert_eq!(dlogits.len(), logits.len(), "cross_entropy_backward: output length");
+    assert_eq!(
+        dlogits.len(),
+        logits.len(),
+        "cross_entropy_backward: output length"
+    );
+    assert_eq!(lse.len(), rows, "cross_entropy_backward: lse length");
     let scale = grad / rows as f32;
-    for (r, (zr, dr)) in logits
-        .chunks_exact(vocab)
-        .zip(dlogits.chunks_exact_mut(vocab))
-        .enumerate()
-    {
-        let l = lse[r];
-        for (d, &z) in dr.iter_mut().zip(zr) {
-            *d = (z - l).exp() * scale;
-        }
-        dr[targets[r] as usize] -= scale;
+    let serial = |targets: &[u32], lse: &[f32], logits: &[f32], dlogits: &mut [f32]| {
+        crate::simd::arch().dispatch(CeBwdOp {
+            logits,
+            targets,
+            lse,
+            scale,
+            dlogits,
+        })
+    };
+    match crate::par::rows_per_task(rows, vocab) {
+        None => serial(targets, lse, logits, dlogits),
+        Some(r) => crate::par::install(|| {
+            use rayon::prelude::*;
+            dlogits
+                .par_chunks_mut(r * vocab)
+                .zip(logits.par_chunks(r * vocab))
+                .zip(targets.par_chunks(r))
+                .zip(lse.par_chunks(r))
+                .for_each(|(((d, z), t), l)| serial(t, l, z, d));
+        }),
     }
 }
+
+crate::simd::simd_op!(CeBwdOp<'a> {
+    logits: &'a [f32], targets: &'a [u32], lse: &'a [f32], scale: f32, dlogits: &'a mut [f32]
+} -> () = |s| {
+    let vocab = logits.len() / targets.len().max(1);
+    let sc = s.splat_f32s(scale);
+    for (r, (zr, dr)) in logits.chunks_exact(vocab).zip(dlogits.chunks_exact_mut(vocab)).enumerate() {
+        let l = s.splat_f32s(lse[r]);
+        crate::simd::map1(s, zr, dr, |s, z| {
+            s.mul_f32s(crate::simd::exp_f32s(s, s.sub_f32s(z, l)), sc)
+        });
+        let t = targets[r] as usize;
+        assert!(t < vocab, "cross_entropy_backward: target out of range");
+        dr[t] -= scale;
+    }
+});

@@ -22,7 +22,10 @@ impl RopeTable {
     /// # Panics
     /// When `d_head` is odd or zero (the model config validates this first).
     pub fn new(max_positions: usize, d_head: usize, theta: f64) -> Self {
-        assert!(d_head > 0 && d_head % 2 == 0, "RopeTable: d_head must be even");
+        assert!(
+            d_head > 0 && d_head % 2 == 0,
+            "RopeTable: d_head must be even"
+        );
         let half = d_head / 2;
         let mut cos = Vec::with_capacity(max_positions * half);
         let mut sin = Vec::with_capacity(max_positions * half);
@@ -72,20 +75,85 @@ pub fn rope(
     out: &mut [f32],
 ) {
     let d = table.d_head;
-    let h = d / 2;
     let token = n_heads * d;
-    assert!(seq_len > 0 && x.len() % (seq_len * token) == 0, "rope: layout");
+    assert!(
+        seq_len > 0 && x.len() % (seq_len * token) == 0,
+        "rope: layout"
+    );
     assert_eq!(x.len(), out.len(), "rope: output length");
     assert!(start_pos + seq_len <= table.max_positions, "rope: position");
+    let tokens = x.len() / token;
+    let serial = |t0: usize, x: &[f32], out: &mut [f32]| {
+        crate::simd::arch().dispatch(RopeOp {
+            table,
+            x,
+            token,
+            seq_len,
+            start_pos,
+            t0,
+            inverse,
+            out,
+        })
+    };
+    match crate::par::rows_per_task(tokens, token) {
+        None => serial(0, x, out),
+        Some(r) => crate::par::install(|| {
+            use rayon::prelude::*;
+            x.par_chunks(r * token)
+                .zip(out.par_chunks_mut(r * token))
+                .enumerate()
+                .for_each(|(b, (x, o))| serial(b * r, x, o));
+        }),
+    }
+}
+
+crate::simd::simd_op!(RopeOp<'a> {
+    table: &'a RopeTable, x: &'a [f32], token: usize, seq_len: usize, start_pos: usize,
+    t0: usize, inverse: bool, out: &'a mut [f32]
+} -> () = |s| rope_tokens(s, table, x, token, seq_len, start_pos, t0, inverse, out));
+
+/// RoPE on whole tokens; `t0` is the global token index of the first one.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn rope_tokens<S: pulp::Simd>(
+    s: S,
+    table: &RopeTable,
+    x: &[f32],
+    token: usize,
+    seq_len: usize,
+    start_pos: usize,
+    t0: usize,
+    inverse: bool,
+    out: &mut [f32],
+) {
+    let d = table.d_head;
+    let h = d / 2;
     let sign = if inverse { -1.0f32 } else { 1.0 };
-    for (t, (xt, ot)) in x.chunks_exact(token).zip(out.chunks_exact_mut(token)).enumerate() {
-        let p = start_pos + t % seq_len;
-        let (c, s) = (table.cos_row(p), table.sin_row(p));
+    let lanes = S::F32_LANES;
+    let full = h - h % lanes;
+    for (t, (xt, ot)) in x
+        .chunks_exact(token)
+        .zip(out.chunks_exact_mut(token))
+        .enumerate()
+    {
+        let p = start_pos + (t0 + t) % seq_len;
+        let (c, sn) = (table.cos_row(p), table.sin_row(p));
         for (xh, oh) in xt.chunks_exact(d).zip(ot.chunks_exact_mut(d)) {
             let (x1, x2) = xh.split_at(h);
             let (o1, o2) = oh.split_at_mut(h);
-            for i in 0..h {
-                let (ci, si) = (c[i], sign * s[i]);
+            let mut i = 0;
+            while i < full {
+                let load = |v: &[f32]| S::as_simd_f32s(&v[i..i + lanes]).0[0];
+                let (ci, si) = (load(c), s.mul_f32s(s.splat_f32s(sign), load(sn)));
+                let (a, b) = (load(x1), load(x2));
+                S::as_mut_simd_f32s(&mut o1[i..i + lanes]).0[0] =
+                    s.sub_f32s(s.mul_f32s(a, ci), s.mul_f32s(b, si));
+                S::as_mut_simd_f32s(&mut o2[i..i + lanes]).0[0] =
+                    s.add_f32s(s.mul_f32s(b, ci), s.mul_f32s(a, si));
+                i += lanes;
+            }
+            for i in full..h {
+                let (ci, si) = (c[i], sign * sn[i]);
                 o1[i] = x1[i] * ci - x2[i] * si;
                 o2[i] = x2[i] * ci + x1[i] * si;
             }

@@ -1,40 +1,130 @@
 //! Row-wise softmax and logsumexp over the last axis of a `[rows, cols]` matrix.
+//!
+//! Each row is reduced by one task in a fixed order; large matrices are split into blocks of
+//! whole rows over the kernel pool, so results do not depend on the thread count.
+
+use pulp::Simd;
+use rayon::prelude::*;
+
+use crate::par;
+use crate::simd::{arch, dot, exp_f32s, max, simd_op, sum_map};
+
+/// Writes `exp(x − shift)` into `out` and returns its sum.
+#[inline(always)]
+pub(crate) fn exp_shifted_sum<S: Simd>(s: S, x: &[f32], shift: f32, out: &mut [f32]) -> f32 {
+    let sh = s.splat_f32s(shift);
+    let (xv, xt) = S::as_simd_f32s(x);
+    let (ov, ot) = S::as_mut_simd_f32s(out);
+    let mut acc = [s.splat_f32s(0.0); 2];
+    for (i, (o, &v)) in ov.iter_mut().zip(xv).enumerate() {
+        let e = exp_f32s(s, s.sub_f32s(v, sh));
+        *o = e;
+        acc[i & 1] = s.add_f32s(acc[i & 1], e);
+    }
+    let mut total = s.reduce_sum_f32s(s.add_f32s(acc[0], acc[1]));
+    if !xt.is_empty() {
+        let e = exp_f32s(s, s.sub_f32s(s.partial_load_f32s(xt), sh));
+        s.partial_store_f32s(ot, e);
+        for &v in ot.iter() {
+            total += v;
+        }
+    }
+    total
+}
+
+/// `out *= alpha`, in place.
+#[inline(always)]
+pub(crate) fn scale_in_place<S: Simd>(s: S, out: &mut [f32], alpha: f32) {
+    let al = s.splat_f32s(alpha);
+    let (ov, ot) = S::as_mut_simd_f32s(out);
+    for o in ov.iter_mut() {
+        *o = s.mul_f32s(*o, al);
+    }
+    for o in ot.iter_mut() {
+        *o *= alpha;
+    }
+}
+
+/// `Σ exp(x − shift)` without storing.
+#[inline(always)]
+pub(crate) fn sum_exp_shifted<S: Simd>(s: S, x: &[f32], shift: f32) -> f32 {
+    let head = x.len() - x.len() % S::F32_LANES;
+    let (xh, xt) = x.split_at(head);
+    let sh = s.splat_f32s(shift);
+    // The tail is summed lane by lane: zero padding would add exp(0 − shift).
+    let mut total = sum_map(s, xh, |s, v| exp_f32s(s, s.sub_f32s(v, sh)));
+    for &v in xt {
+        total += exp_f32s(pulp::Scalar, v - shift);
+    }
+    total
+}
+
+simd_op!(SoftmaxOp<'a> { x: &'a [f32], cols: usize, out: &'a mut [f32] } -> () = |s| {
+    for (xr, or) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+        let m = max(s, xr);
+        let sum = exp_shifted_sum(s, xr, m, or);
+        scale_in_place(s, or, 1.0 / sum);
+    }
+});
+
+simd_op!(SoftmaxBwdOp<'a> { y: &'a [f32], dy: &'a [f32], cols: usize, dx: &'a mut [f32] } -> () = |s| {
+    for ((yr, gr), dr) in y.chunks_exact(cols).zip(dy.chunks_exact(cols)).zip(dx.chunks_exact_mut(cols)) {
+        let d = s.splat_f32s(dot(s, yr, gr));
+        crate::simd::map2(s, yr, gr, dr, |s, yv, g| s.mul_f32s(yv, s.sub_f32s(g, d)));
+    }
+});
+
+simd_op!(LseOp<'a> { x: &'a [f32], cols: usize, out: &'a mut [f32] } -> () = |s| {
+    for (xr, o) in x.chunks_exact(cols).zip(out.iter_mut()) {
+        *o = logsumexp_row(s, xr);
+    }
+});
+
+/// `log Σ exp(x)` of one row (`-inf` when every entry is `-inf`).
+#[inline(always)]
+pub(crate) fn logsumexp_row<S: Simd>(s: S, xr: &[f32]) -> f32 {
+    let m = max(s, xr);
+    if m == f32::NEG_INFINITY {
+        return f32::NEG_INFINITY;
+    }
+    m + sum_exp_shifted(s, xr, m).ln()
+}
 
 /// `out[r, :] = softmax(x[r, :])`, computed as `exp(x − max) / Σ exp(x − max)`.
 pub fn softmax_rows(x: &[f32], cols: usize, out: &mut [f32]) {
     assert!(cols > 0 && x.len() % cols == 0, "softmax_rows: cols");
     assert_eq!(x.len(), out.len(), "softmax_rows: output length");
-    for (xr, or) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
-        let max = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0f32;
-        for (o, &v) in or.iter_mut().zip(xr) {
-            let e = (v - max).exp();
-            *o = e;
-            sum += e;
-        }
-        let inv = 1.0 / sum;
-        for o in or.iter_mut() {
-            *o *= inv;
-        }
+    let serial = |x: &[f32], out: &mut [f32]| arch().dispatch(SoftmaxOp { x, cols, out });
+    match par::rows_per_task(x.len() / cols, cols) {
+        None => serial(x, out),
+        Some(r) => par::install(|| {
+            x.par_chunks(r * cols)
+                .zip(out.par_chunks_mut(r * cols))
+                .for_each(|(x, o)| serial(x, o));
+        }),
     }
 }
 
 /// VJP of row softmax given its output `y`: `dx = y ⊙ (dy − Σ_j dy_j y_j)`.
 pub fn softmax_rows_backward(y: &[f32], dy: &[f32], cols: usize, dx: &mut [f32]) {
-    assert!(cols > 0 && y.len() % cols == 0, "softmax_rows_backward: cols");
+    assert!(
+        cols > 0 && y.len() % cols == 0,
+        "softmax_rows_backward: cols"
+    );
     assert!(
         dy.len() == y.len() && dx.len() == y.len(),
         "softmax_rows_backward: lengths"
     );
-    for ((yr, gr), dr) in y
-        .chunks_exact(cols)
-        .zip(dy.chunks_exact(cols))
-        .zip(dx.chunks_exact_mut(cols))
-    {
-        let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
-        for ((d, &yv), &g) in dr.iter_mut().zip(yr).zip(gr) {
-            *d = yv * (g - dot);
-        }
+    let serial =
+        |y: &[f32], dy: &[f32], dx: &mut [f32]| arch().dispatch(SoftmaxBwdOp { y, dy, cols, dx });
+    match par::rows_per_task(y.len() / cols, cols) {
+        None => serial(y, dy, dx),
+        Some(r) => par::install(|| {
+            dx.par_chunks_mut(r * cols)
+                .zip(y.par_chunks(r * cols))
+                .zip(dy.par_chunks(r * cols))
+                .for_each(|((d, y), g)| serial(y, g, d));
+        }),
     }
 }
 
@@ -42,13 +132,13 @@ pub fn softmax_rows_backward(y: &[f32], dy: &[f32], cols: usize, dx: &mut [f32])
 pub fn logsumexp_rows(x: &[f32], cols: usize, out: &mut [f32]) {
     assert!(cols > 0 && x.len() % cols == 0, "logsumexp_rows: cols");
     assert_eq!(x.len() / cols, out.len(), "logsumexp_rows: output length");
-    for (xr, o) in x.chunks_exact(cols).zip(out.iter_mut()) {
-        let max = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        if max == f32::NEG_INFINITY {
-            *o = f32::NEG_INFINITY;
-            continue;
-        }
-        let sum: f32 = xr.iter().map(|&v| (v - max).exp()).sum();
-        *o = max + sum.ln();
+    let serial = |x: &[f32], out: &mut [f32]| arch().dispatch(LseOp { x, cols, out });
+    match par::rows_per_task(out.len(), cols) {
+        None => serial(x, out),
+        Some(r) => par::install(|| {
+            x.par_chunks(r * cols)
+                .zip(out.par_chunks_mut(r))
+                .for_each(|(x, o)| serial(x, o));
+        }),
     }
 }
