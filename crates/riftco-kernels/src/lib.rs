@@ -7,6 +7,7 @@
 //! against it.
 
 pub mod adam;
+pub mod attention;
 pub mod elementwise;
 pub mod embedding;
 pub mod layout;
