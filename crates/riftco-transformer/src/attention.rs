@@ -1,0 +1,151 @@
+//! Causal self-attention, materialized or as FlashAttention-2.
+//!
+//! FlashAttention-2 is one differentiable primitive (Dao 2023, "FlashAttention-2", Algorithms 1
+//! and 2). The forward keeps only the output and the per-row logsumexp (`[batch, heads, seq_q]`),
+//! so retained memory is O(seq) per head instead of the O(seq²) probabilities of materialized
+//! attention; the backward rematerializes scores and probabilities tile by tile from Q, K and the
+//! logsumexp.
+
+use crate::error::Result;
+use crate::flash::{flash_attention_backward, flash_attention_forward, AttentionDims};
+use crate::policy::FullSequenceAttentionKind;
+use riftco_autograd::{ops, Variable};
+use riftco_tensor::{MemoryCategory, Shape, Tensor, TensorError};
+
+fn buf(n: usize) -> Vec<f32> {
+    vec![0.0; n]
+}
+
+fn activation(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
+    Tensor::from_vec_unchecked(data, shape.into(), MemoryCategory::Activation)
+}
+
+fn gradient(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
+    Tensor::from_vec_unchecked(data, shape.into(), MemoryCategory::Gradient)
+}
+
+/// `softmax(scale · Q·Kᵀ [+ causal mask]) · V` for `q [batch, heads, seq_q, d_head]` and
+/// `k, v [batch, heads, seq_k, d_head]`. With `causal`, query `i` sees keys
+/// `j <= i + (seq_k − seq_q)`.
+///
+/// # Errors
+/// Shape mismatch between `q`, `k`, `v`; `causal` with `seq_q > seq_k`.
+pub fn flash_attention(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    scale: f32,
+    causal: bool,
+) -> Result<Variable> {
+    let (qd, kd) = (q.dims().to_vec(), k.dims().to_vec());
+    if qd.len() != 4
+        || kd.len() != 4
+        || qd[0] != kd[0]
+        || qd[1] != kd[1]
+        || qd[3] != kd[3]
+        || v.dims() != kd.as_slice()
+    {
+        return Err(TensorError::ShapeMismatch {
+            op: "flash_attention (q [b,h,sq,d], k and v [b,h,sk,d])",
+            expected: qd,
+            got: if v.dims() != kd.as_slice() {
+                v.dims().to_vec()
+            } else {
+                kd
+            },
+        }
+        .into());
+    }
+    let dims = AttentionDims {
+        batch: qd[0],
+        n_heads: qd[1],
+        seq_q: qd[2],
+        seq_k: kd[2],
+        d_head: qd[3],
+    };
+    if causal && dims.seq_q > dims.seq_k {
+        return Err(TensorError::InvalidArgument {
+            op: "flash_attention",
+            message: format!(
+                "causal attention with seq_q {} > seq_k {}",
+                dims.seq_q, dims.seq_k
+            ),
+        }
+        .into());
+    }
+    let mut out = buf(q.value().numel());
+    let mut lse = buf(dims.batch * dims.n_heads * dims.seq_q);
+    flash_attention_forward(
+        &q.value().read(),
+        &k.value().read(),
+        &v.value().read(),
+        dims,
+        scale,
+        causal,
+        &mut out,
+        &mut lse,
+    );
+    let lse = Tensor::from_vec_unchecked(
+        lse,
+        [dims.batch, dims.n_heads, dims.seq_q].into(),
+        MemoryCategory::Activation,
+    );
+    let value = activation(out, qd);
+    Ok(Variable::from_op(
+        "flash_attention",
+        value,
+        vec![q.clone(), k.clone(), v.clone()],
+        move |p, out, g| {
+            let (mut dq, mut dk, mut dv) = (
+                buf(p[0].value().numel()),
+                buf(p[1].value().numel()),
+                buf(p[2].value().numel()),
+            );
+            flash_attention_backward(
+                &p[0].value().read(),
+                &p[1].value().read(),
+                &p[2].value().read(),
+                &out.read(),
+                &lse.read(),
+                &g.read(),
+                dims,
+                scale,
+                causal,
+                &mut dq,
+                &mut dk,
+                &mut dv,
+            );
+            Ok(vec![
+                p[0].requires_grad()
+                    .then(|| gradient(dq, p[0].value().shape().clone())),
+                p[1].requires_grad()
+                    .then(|| gradient(dk, p[1].value().shape().clone())),
+                p[2].requires_grad()
+                    .then(|| gradient(dv, p[2].value().shape().clone())),
+            ])
+        },
+    ))
+}
+
+/// Causal self-attention of `q, k, v [batch, heads, seq, d_head]` with softmax scale
+/// `1/√d_head` (Vaswani et al. 2017, eq. 1).
+///
+/// # Errors
+/// Shape errors from the ops.
+pub fn causal_attention(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    kind: FullSequenceAttentionKind,
+) -> Result<Variable> {
+    let d_head = q.dims()[3];
+    let scale = 1.0 / (d_head as f32).sqrt();
+    match kind {
+        FullSequenceAttentionKind::Materialized => {
+            let scores = ops::bmm(q, k, true)?;
+            let probs = ops::causal_softmax(&scores, scale, true)?;
+            Ok(ops::bmm(&probs, v, false)?)
+        }
+        FullSequenceAttentionKind::Flash => flash_attention(q, k, v, scale, true),
+    }
+}

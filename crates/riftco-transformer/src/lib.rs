@@ -1,0 +1,29 @@
+//! A LLaMA-style decoder-only transformer with activation checkpointing (seed 000).
+//!
+//! - [`DecoderOnlyTransformer`]: materialized or flash attention
+//!   ([`FullSequenceAttentionKind`]), activation-checkpointing policy
+//!   ([`ActivationCheckpointingKind`]), LoRA adapters, training loss on `[batch, seq + 1]`
+//!   token blocks.
+//! - [`Adam`]: Adam/AdamW with bias correction (PyTorch defaults).
+//! - [`DecodeSession`]: incremental `decode_token()` with a per-layer K/V cache; never
+//!   checkpointed, builds no graph.
+//! - [`state`]: model state and LoRA adapters as safetensors (Hugging Face Llama / PEFT names).
+
+pub mod attention;
+pub mod block;
+pub mod config;
+pub mod decode;
+pub mod error;
+pub mod flash;
+pub mod linear;
+pub mod model;
+pub mod optim;
+pub mod policy;
+
+pub use config::TransformerConfig;
+pub use decode::DecodeSession;
+pub use error::{Result, TransformerError};
+pub use linear::{LoraConfig, LoraTargets};
+pub use model::{DecoderOnlyTransformer, Weights};
+pub use optim::Adam;
+pub use policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};

@@ -1,0 +1,175 @@
+//! Bias-free linear layers with optional LoRA adapters (Hu et al. 2021, "LoRA", eq. 3):
+//! `y = x·Wᵀ + (alpha/r) · (x·Aᵀ)·Bᵀ`, `A [r, in]`, `B [out, r]`.
+
+use crate::error::{Result, TransformerError};
+use riftco_autograd::{ops, Variable};
+use riftco_tensor::{MemoryCategory, Rng, Tensor};
+
+/// A LoRA adapter of one linear layer.
+#[derive(Clone, Debug)]
+pub struct LoraAdapter {
+    /// Down projection `A [r, in]`, initialised like PEFT (Kaiming-uniform with a = √5, i.e.
+    /// `U(−1/√in, 1/√in)`).
+    pub a: Variable,
+    /// Up projection `B [out, r]`, initialised to zero so the adapter starts as the identity
+    /// change.
+    pub b: Variable,
+    /// `alpha / r`.
+    pub scale: f32,
+}
+
+impl LoraAdapter {
+    /// A fresh adapter for a `[out, in]` weight named `name`.
+    pub fn new(
+        name: &str,
+        out_f: usize,
+        in_f: usize,
+        rank: usize,
+        alpha: f32,
+        rng: &mut Rng,
+    ) -> Self {
+        let bound = 1.0 / (in_f as f32).sqrt();
+        let a =
+            Tensor::rand_uniform_with([rank, in_f], -bound, bound, rng, MemoryCategory::Parameter);
+        let b = Tensor::zeros([out_f, rank], MemoryCategory::Parameter);
+        let base = name.trim_end_matches(".weight");
+        Self {
+            a: Variable::named_leaf(a, true, format!("{base}.lora_A.weight")),
+            b: Variable::named_leaf(b, true, format!("{base}.lora_B.weight")),
+            scale: alpha / rank as f32,
+        }
+    }
+}
+
+/// A linear layer: weight `[out, in]` (Hugging Face layout) and an optional adapter.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    /// The base weight leaf (frozen while an adapter is active).
+    pub weight: Variable,
+    /// The adapter, when LoRA is enabled for this layer.
+    pub lora: Option<LoraAdapter>,
+    /// Whether the adapter takes part in the forward pass.
+    pub lora_active: bool,
+}
+
+impl Linear {
+    /// A plain linear layer around a weight leaf.
+    pub fn new(weight: Variable) -> Self {
+        Self {
+            weight,
+            lora: None,
+            lora_active: false,
+        }
+    }
+
+    /// `(out, in)`.
+    pub fn dims(&self) -> (usize, usize) {
+        let d = self.weight.dims();
+        (d[0], d[1])
+    }
+
+    /// `x [..., in] → [..., out]`.
+    ///
+    /// # Errors
+    /// Shape mismatch on `x`'s last axis.
+    pub fn forward(&self, x: &Variable) -> Result<Variable> {
+        let y = ops::linear(x, &self.weight)?;
+        match (&self.lora, self.lora_active) {
+            (Some(l), true) => {
+                let down = ops::linear(x, &l.a)?;
+                let up = ops::linear(&down, &l.b)?;
+                Ok(ops::add(&y, &ops::scale(&up, l.scale)?)?)
+            }
+            _ => Ok(y),
+        }
+    }
+
+    /// The leaves this layer reads in the forward pass (base weight, plus A and B when active).
+    pub fn forward_leaves(&self) -> Vec<Variable> {
+        let mut v = vec![self.weight.clone()];
+        if let (Some(l), true) = (&self.lora, self.lora_active) {
+            v.push(l.a.clone());
+            v.push(l.b.clone());
+        }
+        v
+    }
+
+    /// The effective weight `W + scale·B·A` as a new tensor (used to merge and by decoding).
+    ///
+    /// # Errors
+    /// Never in practice; shapes are consistent by construction.
+    pub fn effective_weight(&self) -> Result<Tensor> {
+        let w = self.weight.value().deep_clone(MemoryCategory::Parameter);
+        if let (Some(l), true) = (&self.lora, self.lora_active) {
+            let (out_f, in_f) = self.dims();
+            let r = l.a.dims()[0];
+            let mut delta = vec![0.0f32; out_f * in_f];
+            riftco_kernels::matmul(
+                riftco_kernels::MatmulSpec::new(out_f, r, in_f),
+                &l.b.value().read(),
+                &l.a.value().read(),
+                &mut delta,
+            );
+            riftco_kernels::elementwise::axpy(l.scale, &delta, &mut w.write());
+        }
+        Ok(w)
+    }
+}
+
+/// Which linear layers get adapters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoraTargets {
+    /// q, k, v, o projections (default true).
+    pub attention: bool,
+    /// gate, up, down projections (default false).
+    pub mlp: bool,
+}
+
+impl Default for LoraTargets {
+    fn default() -> Self {
+        Self {
+            attention: true,
+            mlp: false,
+        }
+    }
+}
+
+/// LoRA hyper-parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoraConfig {
+    /// Rank `r` (> 0).
+    pub rank: usize,
+    /// Scaling numerator `alpha` (scale = alpha / r).
+    pub alpha: f32,
+    /// Target layers.
+    pub targets: LoraTargets,
+    /// Seed of the `A` initialisation.
+    pub seed: u64,
+}
+
+impl LoraConfig {
+    /// Validates rank and alpha.
+    ///
+    /// # Errors
+    /// [`TransformerError::Lora`] for rank 0 or a non-finite alpha.
+    pub fn validate(&self, d_model: usize) -> Result<()> {
+        if self.rank == 0 || self.rank > d_model {
+            return Err(TransformerError::Lora(format!(
+                "rank {} must be in 1..={d_model} (d_model)",
+                self.rank
+            )));
+        }
+        if !self.alpha.is_finite() || self.alpha <= 0.0 {
+            return Err(TransformerError::Lora(format!(
+                "alpha {} must be a positive finite number",
+                self.alpha
+            )));
+        }
+        if !self.targets.attention && !self.targets.mlp {
+            return Err(TransformerError::Lora(
+                "no target layers selected (attention and mlp both false)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
