@@ -34,8 +34,9 @@ fn num_threads() -> usize {
 /// Matrix product `a @ b` of two 2-D float32 arrays, computed by the riftco GEMM kernel.
 ///
 /// The GIL is released while the product is computed. C- and Fortran-contiguous inputs are read
-/// in place; other layouts are copied first. Because the inputs are read in place without the GIL, they
-/// must not be written to from another Python thread during the call. Accumulation is in float32; results do not depend on the thread count.
+/// in place (so they must not be written to from another Python thread during the call); other
+/// layouts are copied first. Accumulation is in float32; results do not depend on the thread
+/// count.
 ///
 /// Args:
 ///     a: float32 array of shape `[m, k]`.
