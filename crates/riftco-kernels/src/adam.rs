@@ -96,28 +96,19 @@ crate::simd::simd_op!(AdamOp<'a> {
         (true, false) => (h.weight_decay, 1.0),
         (true, true) => (0.0, 1.0 - h.lr * h.weight_decay),
     };
-    let step = |p: S::f32s, g: S::f32s, mm: S::f32s, vv: S::f32s| {
-        let p = s.mul_f32s(p, s.splat_f32s(decay));
-        let g = s.mul_add_e_f32s(s.splat_f32s(l2), p, g);
-        let mm = s.mul_add_e_f32s(s.splat_f32s(h.beta1), mm, s.mul_f32s(s.splat_f32s(1.0 - h.beta1), g));
-        let vv = s.mul_add_e_f32s(
-            s.splat_f32s(h.beta2),
-            vv,
-            s.mul_f32s(s.mul_f32s(s.splat_f32s(1.0 - h.beta2), g), g),
-        );
-        let denom = s.mul_add_e_f32s(s.sqrt_f32s(vv), s.splat_f32s(c.inv_bc2_sqrt), s.splat_f32s(h.eps));
-        let p = s.sub_f32s(p, s.div_f32s(s.mul_f32s(s.splat_f32s(c.step_size), mm), denom));
-        (p, mm, vv)
-    };
     let (pv, pt) = S::as_mut_simd_f32s(param);
     let (gv, gt) = S::as_simd_f32s(grad);
     let (mv, mt) = S::as_mut_simd_f32s(m);
     let (vv, vt) = S::as_mut_simd_f32s(v);
     for (((p, &g), mm), vq) in pv.iter_mut().zip(gv).zip(mv.iter_mut()).zip(vv.iter_mut()) {
-        (*p, *mm, *vq) = step(*p, g, *mm, *vq);
+        (*p, *mm, *vq) = adam_v(s, c, l2, decay, *p, g, *mm, *vq);
     }
     if !gt.is_empty() {
-        let (p, mm, vq) = step(
+        let (p, mm, vq) = adam_v(
+            s,
+            c,
+            l2,
+            decay,
             s.partial_load_f32s(pt),
             s.partial_load_f32s(gt),
             s.partial_load_f32s(mt),
@@ -128,3 +119,42 @@ crate::simd::simd_op!(AdamOp<'a> {
         s.partial_store_f32s(vt, vq);
     }
 });
+
+/// One Adam step on a vector of parameters (an `inline(always)` function rather than a closure so
+/// that it is compiled with the dispatching function's target features).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn adam_v<S: pulp::Simd>(
+    s: S,
+    c: AdamConsts,
+    l2: f32,
+    decay: f32,
+    p: S::f32s,
+    g: S::f32s,
+    mm: S::f32s,
+    vv: S::f32s,
+) -> (S::f32s, S::f32s, S::f32s) {
+    let h = c.h;
+    let p = s.mul_f32s(p, s.splat_f32s(decay));
+    let g = s.mul_add_e_f32s(s.splat_f32s(l2), p, g);
+    let mm = s.mul_add_e_f32s(
+        s.splat_f32s(h.beta1),
+        mm,
+        s.mul_f32s(s.splat_f32s(1.0 - h.beta1), g),
+    );
+    let vv = s.mul_add_e_f32s(
+        s.splat_f32s(h.beta2),
+        vv,
+        s.mul_f32s(s.mul_f32s(s.splat_f32s(1.0 - h.beta2), g), g),
+    );
+    let denom = s.mul_add_e_f32s(
+        s.sqrt_f32s(vv),
+        s.splat_f32s(c.inv_bc2_sqrt),
+        s.splat_f32s(h.eps),
+    );
+    let p = s.sub_f32s(
+        p,
+        s.div_f32s(s.mul_f32s(s.splat_f32s(c.step_size), mm), denom),
+    );
+    (p, mm, vv)
+}

@@ -74,7 +74,6 @@ fn lincomb<S: Simd>(
 ) {
     let len = out.len();
     let lanes = S::F32_LANES;
-    let load = |i: usize| -> S::f32s { S::as_simd_f32s(&rows[i..i + lanes]).0[0] };
     let mut base = 0;
     while base + 4 * lanes <= len {
         let mut acc = [s.splat_f32s(0.0); 4];
@@ -87,7 +86,7 @@ fn lincomb<S: Simd>(
             let c = s.splat_f32s(coef[t * stride]);
             let r = t * len + base;
             for (k, a) in acc.iter_mut().enumerate() {
-                *a = s.mul_add_e_f32s(c, load(r + k * lanes), *a);
+                *a = s.mul_add_e_f32s(c, crate::simd::load_at::<S>(rows, r + k * lanes), *a);
             }
         }
         for (k, a) in acc.iter().enumerate() {
@@ -480,7 +479,7 @@ simd_op!(MaskedSoftmaxOp<'a> {
             pr.fill(0.0);
             continue;
         }
-        crate::simd::map1(s, sr, pr, |s, x| s.mul_f32s(x, s.splat_f32s(scale)));
+        crate::simd::map1!(S, s, sr, pr, |x| s.mul_f32s(x, s.splat_f32s(scale)));
         let m = crate::simd::max(s, &pr[..n]);
         let sum = exp_row(s, pr, n, m);
         scale_row(s, &mut pr[..n], 1.0 / sum);

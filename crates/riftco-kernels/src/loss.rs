@@ -78,11 +78,24 @@ crate::simd::simd_op!(CeBwdOp<'a> {
     let sc = s.splat_f32s(scale);
     for (r, (zr, dr)) in logits.chunks_exact(vocab).zip(dlogits.chunks_exact_mut(vocab)).enumerate() {
         let l = s.splat_f32s(lse[r]);
-        crate::simd::map1(s, zr, dr, |s, z| {
-            s.mul_f32s(crate::simd::exp_f32s(s, s.sub_f32s(z, l)), sc)
-        });
+        ce_grad_row(s, zr, l, sc, dr);
         let t = targets[r] as usize;
         assert!(t < vocab, "cross_entropy_backward: target out of range");
         dr[t] -= scale;
     }
 });
+
+/// `d = exp(z − l) · scale` for one row (an `inline(always)` function, not a closure, so it is
+/// compiled with the dispatching function's target features).
+#[inline(always)]
+fn ce_grad_row<S: pulp::Simd>(s: S, z: &[f32], l: S::f32s, sc: S::f32s, d: &mut [f32]) {
+    let (zv, zt) = S::as_simd_f32s(z);
+    let (dv, dt) = S::as_mut_simd_f32s(d);
+    for (o, &x) in dv.iter_mut().zip(zv) {
+        *o = s.mul_f32s(crate::simd::exp_f32s(s, s.sub_f32s(x, l)), sc);
+    }
+    if !zt.is_empty() {
+        let e = crate::simd::exp_f32s(s, s.sub_f32s(s.partial_load_f32s(zt), l));
+        s.partial_store_f32s(dt, s.mul_f32s(e, sc));
+    }
+}

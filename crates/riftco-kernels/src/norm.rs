@@ -10,7 +10,7 @@ use pulp::Simd;
 use rayon::prelude::*;
 
 use crate::par;
-use crate::simd::{arch, simd_op, sum_map};
+use crate::simd::{arch, map2, simd_op, sum_map};
 
 /// One block of the weight-gradient pass: `((((dx, x), rstd), dy), partial)`.
 type BwdBlock<'a> = (
@@ -24,11 +24,11 @@ pub const DWEIGHT_BLOCK_ROWS: usize = 32;
 simd_op!(RmsOp<'a> { x: &'a [f32], weight: &'a [f32], eps: f32, y: &'a mut [f32], rstd: &'a mut [f32] } -> () = |s| {
     let cols = weight.len();
     for ((xr, yr), r) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)).zip(rstd.iter_mut()) {
-        let ss = sum_map(s, xr, |s, v| s.mul_f32s(v, v));
+        let ss = sum_map!(S, s, xr, |v| s.mul_f32s(v, v));
         let inv = 1.0 / (ss / cols as f32 + eps).sqrt();
         *r = inv;
         let iv = s.splat_f32s(inv);
-        crate::simd::map2(s, xr, weight, yr, |s, v, w| s.mul_f32s(s.mul_f32s(v, iv), w));
+        map2!(S, s, xr, weight, yr, |v, w| s.mul_f32s(s.mul_f32s(v, iv), w));
     }
 });
 
@@ -74,15 +74,15 @@ fn rms_backward_rows<S: Simd>(
         }
         let coef = s.splat_f32s(d * inv * inv * inv / cols as f32);
         let iv = s.splat_f32s(inv);
-        let step = |a: S::f32s, g: S::f32s, w: S::f32s| {
-            s.sub_f32s(s.mul_f32s(iv, s.mul_f32s(w, g)), s.mul_f32s(a, coef))
-        };
         let (dv, dt) = S::as_mut_simd_f32s(dr);
         for (((o, &a), &g), &w) in dv.iter_mut().zip(xv).zip(gv).zip(wv) {
-            *o = step(a, g, w);
+            *o = rms_dx_v(s, iv, coef, a, g, w);
         }
         if !xt.is_empty() {
-            let v = step(
+            let v = rms_dx_v(
+                s,
+                iv,
+                coef,
                 s.partial_load_f32s(xt),
                 s.partial_load_f32s(gt),
                 s.partial_load_f32s(wt),
@@ -208,4 +208,17 @@ pub fn rms_norm_backward(
     for p in partials.chunks_exact(cols) {
         crate::elementwise::add_assign(dweight, p);
     }
+}
+
+/// `dx = rstd·(w·dy) − x·coef` on one vector.
+#[inline(always)]
+fn rms_dx_v<S: Simd>(
+    s: S,
+    iv: S::f32s,
+    coef: S::f32s,
+    x: S::f32s,
+    g: S::f32s,
+    w: S::f32s,
+) -> S::f32s {
+    s.sub_f32s(s.mul_f32s(iv, s.mul_f32s(w, g)), s.mul_f32s(x, coef))
 }

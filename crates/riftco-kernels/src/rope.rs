@@ -143,9 +143,14 @@ fn rope_tokens<S: pulp::Simd>(
             let (o1, o2) = oh.split_at_mut(h);
             let mut i = 0;
             while i < full {
-                let load = |v: &[f32]| S::as_simd_f32s(&v[i..i + lanes]).0[0];
-                let (ci, si) = (load(c), s.mul_f32s(s.splat_f32s(sign), load(sn)));
-                let (a, b) = (load(x1), load(x2));
+                let (ci, si) = (
+                    crate::simd::load_at::<S>(c, i),
+                    s.mul_f32s(s.splat_f32s(sign), crate::simd::load_at::<S>(sn, i)),
+                );
+                let (a, b) = (
+                    crate::simd::load_at::<S>(x1, i),
+                    crate::simd::load_at::<S>(x2, i),
+                );
                 S::as_mut_simd_f32s(&mut o1[i..i + lanes]).0[0] =
                     s.sub_f32s(s.mul_f32s(a, ci), s.mul_f32s(b, si));
                 S::as_mut_simd_f32s(&mut o2[i..i + lanes]).0[0] =

@@ -7,7 +7,7 @@ use pulp::Simd;
 use rayon::prelude::*;
 
 use crate::par;
-use crate::simd::{arch, dot, exp_f32s, max, simd_op, sum_map};
+use crate::simd::{arch, dot, exp_f32s, map2, max, simd_op, sum_map};
 
 /// Writes `exp(x − shift)` into `out` and returns its sum.
 #[inline(always)]
@@ -52,7 +52,7 @@ pub(crate) fn sum_exp_shifted<S: Simd>(s: S, x: &[f32], shift: f32) -> f32 {
     let (xh, xt) = x.split_at(head);
     let sh = s.splat_f32s(shift);
     // The tail is summed lane by lane: zero padding would add exp(0 − shift).
-    let mut total = sum_map(s, xh, |s, v| exp_f32s(s, s.sub_f32s(v, sh)));
+    let mut total = sum_map!(S, s, xh, |v| exp_f32s(s, s.sub_f32s(v, sh)));
     for &v in xt {
         total += exp_f32s(pulp::Scalar, v - shift);
     }
@@ -70,7 +70,7 @@ simd_op!(SoftmaxOp<'a> { x: &'a [f32], cols: usize, out: &'a mut [f32] } -> () =
 simd_op!(SoftmaxBwdOp<'a> { y: &'a [f32], dy: &'a [f32], cols: usize, dx: &'a mut [f32] } -> () = |s| {
     for ((yr, gr), dr) in y.chunks_exact(cols).zip(dy.chunks_exact(cols)).zip(dx.chunks_exact_mut(cols)) {
         let d = s.splat_f32s(dot(s, yr, gr));
-        crate::simd::map2(s, yr, gr, dr, |s, yv, g| s.mul_f32s(yv, s.sub_f32s(g, d)));
+        map2!(S, s, yr, gr, dr, |yv, g| s.mul_f32s(yv, s.sub_f32s(g, d)));
     }
 });
 
