@@ -15,13 +15,23 @@ pub(crate) fn exp_shifted_sum<S: Simd>(s: S, x: &[f32], shift: f32, out: &mut [f
     let sh = s.splat_f32s(shift);
     let (xv, xt) = S::as_simd_f32s(x);
     let (ov, ot) = S::as_mut_simd_f32s(out);
-    let mut acc = [s.splat_f32s(0.0); 2];
-    for (i, (o, &v)) in ov.iter_mut().zip(xv).enumerate() {
+    let (mut acc0, mut acc1) = (s.splat_f32s(0.0), s.splat_f32s(0.0));
+    let mut pairs_o = ov.chunks_exact_mut(2);
+    let mut pairs_x = xv.chunks_exact(2);
+    for (o, v) in (&mut pairs_o).zip(&mut pairs_x) {
+        let e0 = exp_f32s(s, s.sub_f32s(v[0], sh));
+        let e1 = exp_f32s(s, s.sub_f32s(v[1], sh));
+        o[0] = e0;
+        o[1] = e1;
+        acc0 = s.add_f32s(acc0, e0);
+        acc1 = s.add_f32s(acc1, e1);
+    }
+    for (o, &v) in pairs_o.into_remainder().iter_mut().zip(pairs_x.remainder()) {
         let e = exp_f32s(s, s.sub_f32s(v, sh));
         *o = e;
-        acc[i & 1] = s.add_f32s(acc[i & 1], e);
+        acc0 = s.add_f32s(acc0, e);
     }
-    let mut total = s.reduce_sum_f32s(s.add_f32s(acc[0], acc[1]));
+    let mut total = s.reduce_sum_f32s(s.add_f32s(acc0, acc1));
     if !xt.is_empty() {
         let e = exp_f32s(s, s.sub_f32s(s.partial_load_f32s(xt), sh));
         s.partial_store_f32s(ot, e);
