@@ -19,6 +19,7 @@ pub mod linear;
 pub mod model;
 pub mod optim;
 pub mod policy;
+pub mod state;
 
 pub use config::TransformerConfig;
 pub use decode::DecodeSession;
@@ -27,3 +28,4 @@ pub use linear::{LoraConfig, LoraTargets};
 pub use model::{DecoderOnlyTransformer, Weights};
 pub use optim::Adam;
 pub use policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
+pub use state::{load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model};
