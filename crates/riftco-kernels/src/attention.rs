@@ -19,6 +19,7 @@
 use pulp::Simd;
 use rayon::prelude::*;
 
+use crate::matmul::{matmul_serial, MatmulSpec};
 use crate::simd::{arch, exp_f32s, simd_op};
 
 /// Queries per tile (`B_r` in the paper).
@@ -299,7 +300,10 @@ pub fn flash_attention_forward(
     }
 }
 
-/// Backward for one (batch·head): Algorithm 2, with the whole `dQ` of the pair owned by the task.
+/// Backward for one (batch·head): Algorithm 2, with the whole `dQ`, `dK`, `dV` of the pair owned
+/// by the task. Key tiles are the outer loop, query tiles the inner one, in a fixed order. The
+/// tile products (`QKᵀ`, `PᵀdO`, `dO·Vᵀ`, `dS·K`, `dSᵀQ`) run on `gemm`'s micro-kernels through
+/// [`matmul_serial`]; the element-wise parts (exp, `dS = P ⊙ (dP − D)`) use the SIMD helpers.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn backward_pair<S: Simd>(
@@ -317,74 +321,87 @@ fn backward_pair<S: Simd>(
     dk: &mut [f32],
     dv: &mut [f32],
 ) {
-    let d = dims.d_head;
-    let sq = dims.seq_q;
-    let mut qs = q.to_vec();
-    scale_row(s, &mut qs, scale);
-    // D_i = rowsum(dO ⊙ O) (Algorithm 2, line 4).
-    let delta: Vec<f32> = (0..sq)
-        .map(|r| crate::simd::dot(s, &dout[r * d..(r + 1) * d], &out[r * d..(r + 1) * d]))
-        .collect();
+    let (d, sq, sk) = (dims.d_head, dims.seq_q, dims.seq_k);
     dq.fill(0.0);
     dk.fill(0.0);
     dv.fill(0.0);
-    let mut kt = vec![0.0f32; d * BLOCK_K];
-    let mut vt = vec![0.0f32; d * BLOCK_K];
+    // D_i = rowsum(dO ⊙ O) (Algorithm 2, line 4).
+    let delta: Vec<f32> = out
+        .chunks_exact(d)
+        .zip(dout.chunks_exact(d))
+        .map(|(o, g)| o.iter().zip(g).map(|(a, b)| a * b).sum())
+        .collect();
     let mut p = vec![0.0f32; BLOCK_Q * BLOCK_K];
-    let mut ds = vec![0.0f32; BLOCK_Q * BLOCK_K];
-    let mut j0 = 0;
-    while j0 < dims.seq_k {
-        let bc = BLOCK_K.min(dims.seq_k - j0);
-        let (kj, vj) = (&k[j0 * d..(j0 + bc) * d], &v[j0 * d..(j0 + bc) * d]);
-        let (kt, vt) = (&mut kt[..d * bc], &mut vt[..d * bc]);
-        transpose(kj, bc, d, kt);
-        transpose(vj, bc, d, vt);
-        let (dkj, dvj) = (
-            &mut dk[j0 * d..(j0 + bc) * d],
-            &mut dv[j0 * d..(j0 + bc) * d],
-        );
-        // First query that may see key j0: i + 1 + seq_k − seq_q > j0.
-        let first_q = if causal {
-            (j0 + sq).saturating_sub(dims.seq_k)
+    let mut dp = vec![0.0f32; BLOCK_Q * BLOCK_K];
+    for k0 in (0..sk).step_by(BLOCK_K) {
+        let bk = BLOCK_K.min(sk - k0);
+        let (k_tile, v_tile) = (&k[k0 * d..(k0 + bk) * d], &v[k0 * d..(k0 + bk) * d]);
+        // The first query that may attend key k0, rounded down to its tile.
+        let first = if causal {
+            (k0 + sq).saturating_sub(sk)
         } else {
             0
         };
-        let mut i0 = first_q - first_q % BLOCK_Q;
-        while i0 < sq {
-            let br = BLOCK_Q.min(sq - i0);
-            let (p, ds) = (&mut p[..br * bc], &mut ds[..br * bc]);
-            for r in 0..br {
-                let i = i0 + r;
-                let n = dims.allowed(i, causal).saturating_sub(j0).min(bc);
-                let (pr, dsr) = (&mut p[r * bc..(r + 1) * bc], &mut ds[r * bc..(r + 1) * bc]);
-                if n == 0 {
-                    pr.fill(0.0);
-                    dsr.fill(0.0);
-                    continue;
+        for q0 in (first - first % BLOCK_Q..sq).step_by(BLOCK_Q) {
+            let bq = BLOCK_Q.min(sq - q0);
+            let (q_tile, do_tile) = (&q[q0 * d..(q0 + bq) * d], &dout[q0 * d..(q0 + bq) * d]);
+            let p_tile = &mut p[..bq * bk];
+            matmul_serial(
+                MatmulSpec::new(bq, d, bk).trans_b(true),
+                q_tile,
+                k_tile,
+                p_tile,
+            );
+            // P = exp(scale·S − L) on the allowed keys, 0 on masked ones.
+            for r in 0..bq {
+                let n = dims.allowed(q0 + r, causal).saturating_sub(k0).min(bk);
+                let row = &mut p_tile[r * bk..(r + 1) * bk];
+                if n > 0 {
+                    scale_row(s, &mut row[..n], scale);
+                    exp_row(s, row, n, lse[q0 + r]);
                 }
-                // P_ij = exp(S_ij − L_i) (line 11).
-                lincomb(s, &qs[i * d..(i + 1) * d], 1, d, kt, pr, false);
-                exp_row(s, pr, n, lse[i]);
-                // dP_ij = dO_i V_jᵀ (line 13), dS_ij = P_ij ⊙ (dP_ij − D_i) (line 14).
-                lincomb(s, &dout[i * d..(i + 1) * d], 1, d, vt, dsr, false);
-                ds_row(s, pr, dsr, delta[i]);
+                row[n..].fill(0.0);
             }
-            let (doi, qsi) = (&dout[i0 * d..(i0 + br) * d], &qs[i0 * d..(i0 + br) * d]);
-            for c in 0..bc {
-                // dV_j += P_ijᵀ dO_i (line 12); dK_j += dS_ijᵀ (scale·Q_i) (line 16).
-                lincomb(s, &p[c..], bc, br, doi, &mut dvj[c * d..(c + 1) * d], true);
-                lincomb(s, &ds[c..], bc, br, qsi, &mut dkj[c * d..(c + 1) * d], true);
+            // dV_j += Pᵀ · dO_i
+            matmul_serial(
+                MatmulSpec::new(bk, bq, d).trans_a(true).accumulate(true),
+                p_tile,
+                do_tile,
+                &mut dv[k0 * d..(k0 + bk) * d],
+            );
+            // dP = dO_i · V_jᵀ, then dS = P ⊙ (dP − D_i), pre-multiplied by the softmax scale.
+            let dp_tile = &mut dp[..bq * bk];
+            matmul_serial(
+                MatmulSpec::new(bq, d, bk).trans_b(true),
+                do_tile,
+                v_tile,
+                dp_tile,
+            );
+            for r in 0..bq {
+                let range = r * bk..(r + 1) * bk;
+                ds_row(
+                    s,
+                    &p_tile[range.clone()],
+                    &mut dp_tile[range.clone()],
+                    delta[q0 + r],
+                );
+                scale_row(s, &mut dp_tile[range], scale);
             }
-            for r in 0..br {
-                // dQ_i += dS_ij K_j (line 15; the factor `scale` is applied once at the end).
-                let row = &mut dq[(i0 + r) * d..(i0 + r + 1) * d];
-                lincomb(s, &ds[r * bc..], 1, bc, kj, row, true);
-            }
-            i0 += br;
+            // dQ_i += dS · K_j ;  dK_j += dSᵀ · Q_i
+            matmul_serial(
+                MatmulSpec::new(bq, bk, d).accumulate(true),
+                dp_tile,
+                k_tile,
+                &mut dq[q0 * d..(q0 + bq) * d],
+            );
+            matmul_serial(
+                MatmulSpec::new(bk, bq, d).trans_a(true).accumulate(true),
+                dp_tile,
+                q_tile,
+                &mut dk[k0 * d..(k0 + bk) * d],
+            );
         }
-        j0 += bc;
     }
-    scale_row(s, dq, scale);
 }
 
 /// One (batch·head)'s `((dq, dk), dv)` output slices.

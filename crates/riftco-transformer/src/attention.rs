@@ -7,9 +7,9 @@
 //! logsumexp.
 
 use crate::error::Result;
-use crate::flash::{flash_attention_backward, flash_attention_forward, AttentionDims};
 use crate::policy::FullSequenceAttentionKind;
 use riftco_autograd::{ops, Variable};
+use riftco_kernels::attention::{flash_attention_backward, flash_attention_forward, AttentionDims};
 use riftco_tensor::{MemoryCategory, Shape, Tensor, TensorError};
 
 fn buf(n: usize) -> Vec<f32> {

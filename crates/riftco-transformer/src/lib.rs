@@ -14,7 +14,6 @@ pub mod block;
 pub mod config;
 pub mod decode;
 pub mod error;
-pub mod flash;
 pub mod linear;
 pub mod model;
 pub mod optim;

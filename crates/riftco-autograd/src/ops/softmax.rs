@@ -3,6 +3,7 @@
 use super::{activation, buf, gradient};
 use crate::error::Result;
 use crate::variable::Variable;
+use riftco_kernels::attention::{causal_softmax_rows, AttentionDims};
 use riftco_kernels::softmax::{softmax_rows, softmax_rows_backward};
 use riftco_tensor::TensorError;
 
@@ -58,19 +59,16 @@ pub fn causal_softmax(scores: &Variable, scale: f32, causal: bool) -> Result<Var
         }
         .into());
     }
-    let offset = sk - sq.min(sk);
+    let rows = scores.value().numel() / sk;
+    let dims = AttentionDims {
+        batch: rows / sq,
+        n_heads: 1,
+        seq_q: sq,
+        seq_k: sk,
+        d_head: 1,
+    };
     let mut out = buf(scores.value().numel());
-    {
-        let s = scores.value().read();
-        let mut tmp = vec![0.0f32; sk];
-        for (r, (sr, or)) in s.chunks_exact(sk).zip(out.chunks_exact_mut(sk)).enumerate() {
-            let valid = if causal { (r % sq) + offset + 1 } else { sk };
-            for (t, &v) in tmp[..valid].iter_mut().zip(&sr[..valid]) {
-                *t = v * scale;
-            }
-            softmax_rows(&tmp[..valid], valid, &mut or[..valid]);
-        }
-    }
+    causal_softmax_rows(&scores.value().read(), dims, scale, causal, &mut out);
     let value = activation(out, scores.value().shape().clone());
     Ok(Variable::from_op(
         "causal_softmax",

@@ -2,11 +2,26 @@
 //! three gradients), causal and not, with sequences that are not tile multiples and with
 //! seq_q < seq_k.
 
-use riftco_tensor::Rng;
-use riftco_transformer::flash::{flash_attention_backward, flash_attention_forward, AttentionDims};
+use riftco_kernels::attention::{flash_attention_backward, flash_attention_forward, AttentionDims};
+
+/// xorshift64* uniform values in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40;
+        x as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
 
 fn rand_vec(n: usize, rng: &mut Rng) -> Vec<f32> {
-    (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
+    (0..n).map(|_| rng.next()).collect()
 }
 
 struct Reference {

@@ -1,0 +1,131 @@
+//! Training-step benchmark at the reference configuration (vocab 256, d_model 256, n_heads 8,
+//! n_layers 8, d_ff 688, seq 256, batch 8): for each attention kind and checkpointing policy,
+//! step time (forward + backward + Adam), tokens/s, peak activation bytes from memory
+//! accounting, and the recompute overhead ratio block/disabled.
+//!
+//! Environment: `RIFTCO_BENCH_STEPS` (default 5 timed steps after 1 warm-up),
+//! `RIFTCO_BENCH_SMALL=1` for a quick smoke run at a tiny size.
+//! Reference from the issue (not measured here): PyTorch 2.13 CPU on a 2-core machine of this
+//! kind took about 0.9 s/step with SDPA attention, about 1.15x that with per-block checkpointing.
+//! `benches/train_step.py` measures PyTorch in the same run when it is installed.
+
+use riftco_tensor::{memory_stats, reset_peak_memory_stats, MemoryCategory};
+use riftco_transformer::{
+    ActivationCheckpointingKind as Ck, Adam, DecoderOnlyTransformer,
+    FullSequenceAttentionKind as Attn, TransformerConfig,
+};
+use std::time::Instant;
+
+struct Row {
+    attn: Attn,
+    ck: Ck,
+    step_s: f64,
+    tokens_per_s: f64,
+    peak_activation_bytes: usize,
+    retained_activation_bytes: usize,
+}
+
+fn run(
+    config: &TransformerConfig,
+    batch: usize,
+    seq: usize,
+    attn: Attn,
+    ck: Ck,
+    steps: usize,
+) -> Row {
+    let model = DecoderOnlyTransformer::new(config.clone(), attn, ck).unwrap();
+    let mut opt = Adam::new(model.trainable_parameters(), 1e-3).unwrap();
+    let tokens: Vec<u32> = (0..batch * (seq + 1))
+        .map(|i| ((i as u64 * 2654435761) >> 11) as u32 % config.vocab_size as u32)
+        .collect();
+    let mut times = Vec::new();
+    let (mut peak, mut retained) = (0usize, 0usize);
+    for step in 0..=steps {
+        let base = memory_stats().get(MemoryCategory::Activation).current_bytes;
+        reset_peak_memory_stats();
+        let t0 = Instant::now();
+        let loss = model.loss(&tokens, batch, seq + 1).unwrap();
+        let after_forward = memory_stats().get(MemoryCategory::Activation).current_bytes;
+        loss.backward().unwrap();
+        opt.step().unwrap();
+        drop(loss);
+        let dt = t0.elapsed().as_secs_f64();
+        if step > 0 {
+            times.push(dt);
+        }
+        peak = memory_stats().get(MemoryCategory::Activation).peak_bytes - base;
+        retained = after_forward - base;
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let median = times[times.len() / 2];
+    Row {
+        attn,
+        ck,
+        step_s: median,
+        tokens_per_s: (batch * seq) as f64 / median,
+        peak_activation_bytes: peak,
+        retained_activation_bytes: retained,
+    }
+}
+
+fn main() {
+    let small = std::env::var("RIFTCO_BENCH_SMALL").is_ok_and(|v| v == "1");
+    let steps: usize = std::env::var("RIFTCO_BENCH_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if small { 1 } else { 5 });
+    let (config, batch, seq) = if small {
+        (TransformerConfig::new(256, 64, 4, 2, 128, 64), 2, 64)
+    } else {
+        (TransformerConfig::reference(), 8, 256)
+    };
+    println!(
+        "riftco train step: vocab {} d_model {} n_heads {} n_layers {} d_ff {} seq {seq} batch {batch}, {} kernel threads, median of {steps} steps",
+        config.vocab_size, config.d_model, config.n_heads, config.n_layers, config.d_ff,
+        riftco_kernels::num_threads()
+    );
+    println!(
+        "{:<13} {:<9} {:>9} {:>10} {:>20} {:>22}",
+        "attention",
+        "policy",
+        "step_s",
+        "tokens/s",
+        "peak_activation_MiB",
+        "retained_after_fwd_MiB"
+    );
+    let mut rows = Vec::new();
+    for attn in [Attn::Materialized, Attn::Flash] {
+        for ck in [Ck::Disabled, Ck::TransformerBlock] {
+            let r = run(&config, batch, seq, attn, ck, steps);
+            println!(
+                "{:<13} {:<9} {:>9.3} {:>10.0} {:>20.1} {:>22.1}",
+                r.attn.name(),
+                r.ck.name(),
+                r.step_s,
+                r.tokens_per_s,
+                r.peak_activation_bytes as f64 / (1 << 20) as f64,
+                r.retained_activation_bytes as f64 / (1 << 20) as f64
+            );
+            rows.push(r);
+        }
+    }
+    for attn in [Attn::Materialized, Attn::Flash] {
+        let d = rows
+            .iter()
+            .find(|r| r.attn == attn && r.ck == Ck::Disabled)
+            .unwrap();
+        let b = rows
+            .iter()
+            .find(|r| r.attn == attn && r.ck == Ck::TransformerBlock)
+            .unwrap();
+        println!(
+            "{}: recompute overhead block/disabled = {:.3}x step time; retained activations block/disabled = {:.3}; peak activations block/disabled = {:.3}",
+            attn.name(),
+            b.step_s / d.step_s,
+            b.retained_activation_bytes as f64 / d.retained_activation_bytes as f64,
+            b.peak_activation_bytes as f64 / d.peak_activation_bytes as f64,
+        );
+    }
+    let best = rows.iter().map(|r| r.step_s).fold(f64::INFINITY, f64::min);
+    println!("fastest step {best:.3} s; issue reference for PyTorch 2.13 CPU (SDPA, same config, 2 cores): ~0.9 s (ratio {:.2})", best / 0.9);
+}
