@@ -309,6 +309,12 @@ impl DecoderOnlyTransformer {
                 block.len()
             )));
         }
+        let vocab = self.weights.config.vocab_size;
+        if let Some((i, &t)) = block.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
+            return Err(TransformerError::Tokens(format!(
+                "token id {t} at index {i} of the block is outside the vocabulary (vocab_size {vocab})"
+            )));
+        }
         let seq = seq_plus_one - 1;
         let mut inputs = Vec::with_capacity(batch * seq);
         let mut targets = Vec::with_capacity(batch * seq);
