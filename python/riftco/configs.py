@@ -1,0 +1,174 @@
+"""Stage configurations: :class:`PretrainingConfig` and :class:`PostTrainingConfig`.
+
+Both are frozen dataclasses taking keyword arguments only, validated on construction: an invalid
+choice string raises :class:`riftco.ConfigError` listing the valid ones, a non-positive (or
+otherwise out-of-range) number raises it naming the field and the value.
+
+The learning-rate schedule (``lr_schedule``) is a linear warm-up from ``lr / warmup_steps`` to
+``lr`` over the first ``warmup_steps`` steps, then either ``"cosine"`` decay to
+``lr * min_lr_ratio`` at the last step or ``"constant"`` ``lr``. The optimizer is
+:class:`riftco.Adam` when ``weight_decay == 0`` and :class:`riftco.AdamW` (decoupled weight decay,
+Loshchilov & Hutter 2019) otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from riftco._native import ConfigError
+
+ATTENTION_KINDS: tuple[str, ...] = ("flash", "materialized")
+ACTIVATION_CHECKPOINTING_POLICIES: tuple[str, ...] = ("disabled", "block")
+FINE_TUNING_METHODS: tuple[str, ...] = ("lora", "full")
+LR_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
+
+__all__ = [
+    "ACTIVATION_CHECKPOINTING_POLICIES",
+    "ATTENTION_KINDS",
+    "FINE_TUNING_METHODS",
+    "LR_SCHEDULES",
+    "PostTrainingConfig",
+    "PretrainingConfig",
+]
+
+
+def _check_choice(field: str, value: object, valid: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in valid:
+        choices = ", ".join(repr(v) for v in valid)
+        raise ConfigError(f"{field} must be one of {choices}; got {value!r}")
+
+
+def _check_int(field: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{field} must be an integer; got {value!r}")
+    if value < minimum:
+        bound = "positive" if minimum == 1 else f">= {minimum}"
+        raise ConfigError(f"{field} must be {bound}; got {value!r}")
+
+
+def _check_float(
+    field: str, value: object, *, low: float, high: float = math.inf, low_open: bool = True
+) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{field} must be a number; got {value!r}")
+    v = float(value)
+    ok = math.isfinite(v) and (v > low if low_open else v >= low) and v <= high
+    if not ok:
+        if low == 0.0 and high == math.inf:
+            want = "positive and finite" if low_open else "non-negative and finite"
+        else:
+            want = f"in {'(' if low_open else '['}{low}, {high}]"
+        raise ConfigError(f"{field} must be {want}; got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _LoopConfig:
+    """Fields shared by both stages (documented on the subclasses)."""
+
+    activation_checkpointing: str = "disabled"
+    attention: str = "flash"
+    steps: int = 300
+    batch_size: int = 8
+    seq_len: int = 128
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    lr_schedule: str = "cosine"
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    seed: int = 0
+    log_every: int = 10
+    save_every: int = 100
+    eval_batches: int = 4
+    validation_fraction: float = 0.05
+
+    def __post_init__(self) -> None:
+        _check_choice(
+            "activation_checkpointing",
+            self.activation_checkpointing,
+            ACTIVATION_CHECKPOINTING_POLICIES,
+        )
+        _check_choice("attention", self.attention, ATTENTION_KINDS)
+        _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        for name in ("steps", "batch_size", "seq_len", "log_every", "save_every", "eval_batches"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("warmup_steps", self.warmup_steps, 0)
+        _check_int("seed", self.seed, 0)
+        _check_float("lr", self.lr, low=0.0)
+        _check_float("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0, low_open=False)
+        _check_float("weight_decay", self.weight_decay, low=0.0, low_open=False)
+        _check_float("validation_fraction", self.validation_fraction, low=0.0, high=0.5)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (recorded in ``training_metadata.json``)."""
+        return dataclasses.asdict(self)
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for 0-based ``step`` (see the module docstring for the schedule)."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        if self.lr_schedule == "constant":
+            return self.lr
+        decay_steps = self.steps - self.warmup_steps
+        if decay_steps <= 1:
+            return self.lr
+        progress = (step - self.warmup_steps) / (decay_steps - 1)
+        floor = self.lr * self.min_lr_ratio
+        return floor + 0.5 * (self.lr - floor) * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainingConfig(_LoopConfig):
+    """How :func:`riftco.run_pretraining` trains a fresh model on byte-level text.
+
+    Attributes:
+        attention: ``"flash"`` (FlashAttention-2, O(seq) memory) or ``"materialized"``.
+        activation_checkpointing: ``"disabled"`` (keep every activation) or ``"block"``
+            (recompute each transformer block during backward). Recorded as metadata; it does
+            not change the loss or the weights.
+        steps: optimizer steps.
+        batch_size: sequences per step; each is ``seq_len + 1`` tokens (inputs and targets).
+        seq_len: tokens per sequence (at most the model's ``max_seq_len``).
+        lr: peak learning rate; ``warmup_steps``, ``lr_schedule``, ``min_lr_ratio`` shape it.
+        weight_decay: 0 selects Adam, a positive value AdamW with that decay.
+        seed: seeds batch sampling (the model's initial weights use the model config's seed).
+        log_every: steps between log lines / progress-bar updates of the loss.
+        save_every: steps between saves of the model state (and always at the end).
+        eval_batches: held-out batches for the validation loss before and after training.
+        validation_fraction: tail fraction of the corpus held out for validation.
+    """
+
+
+@dataclass(frozen=True, kw_only=True)
+class PostTrainingConfig(_LoopConfig):
+    """How :func:`riftco.run_post_training` fine-tunes a pretrained model.
+
+    Attributes (besides those of :class:`PretrainingConfig`, with smaller defaults):
+        fine_tuning_method: ``"lora"`` (train low-rank adapters on q/k/v/o projections, and the
+            MLP ones with ``lora_mlp``; base weights frozen; Hu et al. 2021) or ``"full"``.
+        lora_rank: adapter rank r.
+        lora_alpha: adapter scale numerator (the update is ``alpha / r · B A x``).
+        lora_mlp: also adapt the gate/up/down projections.
+        lora_seed: seeds the adapters' A initialisation (B starts at zero).
+    """
+
+    fine_tuning_method: str = "lora"
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_mlp: bool = False
+    lora_seed: int = 0
+    steps: int = 100
+    lr: float = 1e-3
+    warmup_steps: int = 10
+    save_every: int = 50
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_choice("fine_tuning_method", self.fine_tuning_method, FINE_TUNING_METHODS)
+        _check_int("lora_rank", self.lora_rank, 1)
+        _check_float("lora_alpha", self.lora_alpha, low=0.0)
+        _check_int("lora_seed", self.lora_seed, 0)
+        if not isinstance(self.lora_mlp, bool):
+            raise ConfigError(f"lora_mlp must be a bool; got {self.lora_mlp!r}")

@@ -1,0 +1,261 @@
+"""Byte-level text data: corpora, held-out split and deterministic batch sampling.
+
+Tokens are the bytes of UTF-8 text (vocabulary 256; token ``i`` is byte ``i``).
+
+The default pretraining corpus (:func:`default_corpus`) is the source of the running
+interpreter's standard library — real text present on every CPython install: the ``*.py`` files
+under ``sysconfig.get_paths()["stdlib"]`` in sorted relative-path order (POSIX separators),
+skipping ``site-packages``, ``test``, ``tests``, ``idlelib``, ``lib2to3``, ``pydoc_data``,
+``__pycache__`` and hidden directories, each preceded by a ``# ==== <relative path> ====`` line,
+and capped at :data:`DEFAULT_CORPUS_MAX_BYTES` (8 MiB; the last file is cut at the cap).
+
+The default post-training corpus (:func:`default_post_training_corpus`) is different text from
+the same install: the Python language reference as plain English text (the ``topics`` of
+``pydoc_data/topics.py``, about 0.45 MiB), which the pretraining corpus excludes.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sysconfig
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from riftco._native import RiftcoError
+
+DEFAULT_CORPUS_MAX_BYTES = 8 * 1024 * 1024
+"""Size cap of :func:`default_corpus` in bytes (8 MiB)."""
+
+LOAD_CORPUS_MAX_BYTES = 256 * 1024 * 1024
+"""Size cap of :func:`load_corpus` in bytes (256 MiB): more is refused, not truncated."""
+
+VOCAB_SIZE = 256
+"""Byte-level vocabulary size."""
+
+TOKEN_DTYPE = np.int64
+"""dtype of the token blocks handed to ``DecoderOnlyTransformer.loss``."""
+
+SKIPPED_STDLIB_DIRS = frozenset(
+    {"site-packages", "test", "tests", "idlelib", "lib2to3", "pydoc_data", "__pycache__"}
+)
+
+__all__ = [
+    "Corpus",
+    "CorpusError",
+    "DEFAULT_CORPUS_MAX_BYTES",
+    "BatchSampler",
+    "decode_bytes",
+    "default_corpus",
+    "default_post_training_corpus",
+    "load_corpus",
+    "stdlib_dir",
+]
+
+
+class CorpusError(RiftcoError, ValueError):  # type: ignore[misc]
+    """A corpus cannot be built: a missing path, an unreadable file, no text, or too little
+    text for the requested sequence length."""
+
+
+@dataclass(frozen=True, eq=False)
+class Corpus:
+    """Byte tokens of a text corpus.
+
+    Attributes:
+        tokens: ``uint8 [n_bytes]``, the concatenated text.
+        description: where the text came from (recorded in training metadata).
+        files: relative or given paths of the files read, in order.
+    """
+
+    tokens: npt.NDArray[np.uint8]
+    description: str
+    files: tuple[str, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def split(self, validation_fraction: float) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
+        """``(train, validation)``: the validation part is the last ``validation_fraction`` of the
+        bytes (a contiguous tail, so no window straddles both parts)."""
+        if not 0.0 < validation_fraction < 1.0:
+            raise CorpusError(
+                f"validation_fraction must be in (0, 1); got {validation_fraction!r}"
+            )
+        n = len(self)
+        n_val = max(1, int(round(n * validation_fraction)))
+        return self.tokens[: n - n_val], self.tokens[n - n_val :]
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready summary (bytes, file count, description)."""
+        return {"description": self.description, "n_bytes": len(self), "n_files": len(self.files)}
+
+
+def stdlib_dir() -> Path:
+    """The running interpreter's standard-library directory."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _stdlib_python_files(root: Path) -> list[str]:
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [
+            d for d in dirnames if d not in SKIPPED_STDLIB_DIRS and not d.startswith(".")
+        ]
+        for name in filenames:
+            if name.endswith(".py"):
+                found.append(Path(dirpath, name).relative_to(root).as_posix())
+    return sorted(found)
+
+
+def _concatenate(parts: Iterable[tuple[str, bytes]], max_bytes: int, truncate: bool) -> tuple[bytes, tuple[str, ...]]:
+    out = bytearray()
+    names: list[str] = []
+    for name, text in parts:
+        chunk = f"# ==== {name} ====\n".encode() + text
+        if not chunk.endswith(b"\n"):
+            chunk += b"\n"
+        if len(out) + len(chunk) > max_bytes:
+            if not truncate:
+                raise CorpusError(
+                    f"corpus exceeds {max_bytes} bytes at {name}; pass fewer or smaller files"
+                )
+            out += chunk[: max_bytes - len(out)]
+            names.append(name)
+            break
+        out += chunk
+        names.append(name)
+    return bytes(out), tuple(names)
+
+
+def _to_corpus(data: bytes, description: str, files: tuple[str, ...]) -> Corpus:
+    if not data.strip():
+        raise CorpusError(f"the corpus is empty: no text in {description}")
+    tokens = np.frombuffer(data, dtype=np.uint8).copy()
+    return Corpus(tokens=tokens, description=description, files=files)
+
+
+def default_corpus(max_bytes: int = DEFAULT_CORPUS_MAX_BYTES) -> Corpus:
+    """The standard-library source corpus described in the module docstring (deterministic for
+    a given interpreter install)."""
+    root = stdlib_dir()
+    if not root.is_dir():
+        raise CorpusError(f"the standard library directory {root} does not exist")
+    files = _stdlib_python_files(root)
+
+    def parts() -> Iterable[tuple[str, bytes]]:
+        for rel in files:
+            yield rel, (root / rel).read_bytes()
+
+    data, used = _concatenate(parts(), max_bytes, truncate=True)
+    return _to_corpus(data, f"Python {sysconfig.get_python_version()} stdlib *.py under {root}", used)
+
+
+def default_post_training_corpus() -> Corpus:
+    """The Python language reference as plain English text: the ``topics`` dict of the running
+    interpreter's ``pydoc_data/topics.py`` (read with ``ast.literal_eval``, never imported),
+    one ``# ==== <topic> ====`` section per topic in sorted order."""
+    path = stdlib_dir() / "pydoc_data" / "topics.py"
+    if not path.is_file():
+        raise CorpusError(f"{path} does not exist on this install; pass text files with --data")
+    topics: dict[str, str] = {}
+    try:
+        for node in ast.parse(path.read_bytes()).body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "topics" for t in node.targets
+            ):
+                topics = ast.literal_eval(node.value)
+    except (OSError, SyntaxError, ValueError) as e:
+        raise CorpusError(f"cannot read the topics of {path}: {e}") from e
+    parts = ((name, topics[name].encode("utf-8")) for name in sorted(topics))
+    data, used = _concatenate(parts, LOAD_CORPUS_MAX_BYTES, truncate=False)
+    return _to_corpus(data, f"Python language reference (topics of {path})", used)
+
+
+def _expand(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        out: list[Path] = []
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+            out.extend(Path(dirpath, f) for f in filenames if not f.startswith("."))
+        return sorted(out, key=lambda p: p.relative_to(path).as_posix())
+    if not path.exists():
+        raise CorpusError(f"data path {str(path)!r} does not exist")
+    raise CorpusError(f"data path {str(path)!r} is neither a file nor a directory")
+
+
+def load_corpus(paths: Sequence[str | os.PathLike[str]], max_bytes: int = LOAD_CORPUS_MAX_BYTES) -> Corpus:
+    """Text files, and every non-hidden file under given directories (recursively, sorted by
+    relative path), concatenated in the order given. Files containing NUL bytes (binary) are
+    skipped inside directories and refused when named directly.
+
+    Raises:
+        CorpusError: no paths, a missing path, an unreadable or binary file, an empty corpus,
+            or more than ``max_bytes`` bytes.
+    """
+    if not paths:
+        raise CorpusError("no data paths given")
+    resolved = [Path(p) for p in paths]
+    for p in resolved:
+        if not p.exists():
+            raise CorpusError(f"data path {str(p)!r} does not exist")
+
+    def parts() -> Iterable[tuple[str, bytes]]:
+        for given in resolved:
+            for f in _expand(given):
+                try:
+                    text = f.read_bytes()
+                except OSError as e:
+                    raise CorpusError(f"cannot read {str(f)!r}: {e.strerror or e}") from e
+                if b"\0" in text:
+                    if f == given:
+                        raise CorpusError(f"{str(f)!r} is not a text file (it contains NUL bytes)")
+                    continue
+                yield str(f), text
+
+    data, used = _concatenate(parts(), max_bytes, truncate=False)
+    shown = ", ".join(str(p) for p in resolved)
+    return _to_corpus(data, shown, used)
+
+
+class BatchSampler:
+    """Deterministic ``[batch_size, seq_len + 1]`` windows of a token array.
+
+    Window starts are drawn uniformly from ``numpy.random.default_rng(seed)``; the same
+    ``(tokens, batch_size, seq_len, seed)`` gives the same sequence of batches on every machine.
+    """
+
+    def __init__(self, tokens: npt.NDArray[np.uint8], batch_size: int, seq_len: int, seed: int) -> None:
+        if batch_size < 1 or seq_len < 1:
+            raise CorpusError(f"batch_size and seq_len must be positive; got {batch_size}, {seq_len}")
+        if tokens.shape[0] < seq_len + 1:
+            raise CorpusError(
+                f"the text has {tokens.shape[0]} bytes; seq_len {seq_len} needs at least {seq_len + 1}"
+            )
+        self._tokens = tokens
+        self._batch_size = batch_size
+        self._seq_len = seq_len
+        self._rng = np.random.default_rng(seed)
+        self._offsets = np.arange(seq_len + 1, dtype=np.int64)
+
+    def next_batch(self) -> npt.NDArray[np.int64]:
+        """The next ``int64 [batch_size, seq_len + 1]`` block."""
+        high = self._tokens.shape[0] - self._seq_len  # exclusive bound of a start
+        starts = self._rng.integers(0, high, size=self._batch_size, dtype=np.int64)
+        block = self._tokens[starts[:, None] + self._offsets[None, :]]
+        return block.astype(TOKEN_DTYPE)
+
+    def batches(self, n: int) -> list[npt.NDArray[np.int64]]:
+        """The next ``n`` blocks."""
+        return [self.next_batch() for _ in range(n)]
+
+
+def decode_bytes(data: bytes) -> str:
+    """UTF-8 text of generated bytes (invalid sequences become U+FFFD)."""
+    return data.decode("utf-8", errors="replace")

@@ -1,0 +1,447 @@
+"""Stage pipelines: :func:`run_pretraining` and :func:`run_post_training`.
+
+Each stage trains with Adam (AdamW when ``weight_decay > 0``) on byte-level batches sampled from
+a corpus, and writes into ``out_dir``:
+
+- ``model.safetensors`` + ``config.json`` (the model state, Hugging Face Llama layout) — for
+  pretraining and full fine-tuning; ``adapter/`` (PEFT layout) for LoRA post-training;
+- ``training_metadata.json``: stage, configs, activation-checkpointing policy, attention kind,
+  optimizer, corpus summary, per-step losses, learning rates and step times, tokens/s, peak
+  memory by category (``riftco.memory_stats()``; the peak is reset at the start of every step and
+  the maximum over steps is recorded), validation loss before and after, wall time.
+
+Saves happen every ``save_every`` steps and at the end, each file written atomically (temporary
+file, fsync, rename) with Ctrl-C deferred until the save is complete, so interrupting training
+leaves the last completed save intact: the stage then raises :class:`TrainingInterrupted`
+(a ``KeyboardInterrupt``) carrying the step of that save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import math
+import os
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+
+from riftco._native import (
+    Adam,
+    AdamW,
+    ConfigError,
+    DecoderOnlyTransformer,
+    ModelStateError,
+    RiftcoError,
+    TransformerConfig,
+    __version__,
+    memory_stats,
+    num_threads,
+    reset_peak_memory_stats,
+)
+from riftco.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
+from riftco.data import VOCAB_SIZE, BatchSampler, Corpus
+
+MODEL_STATE_FILE = "model.safetensors"
+METADATA_FILE = "training_metadata.json"
+ADAPTER_DIR = "adapter"
+UNIFORM_BASELINE_LOSS = math.log(VOCAB_SIZE)
+
+__all__ = [
+    "ADAPTER_DIR",
+    "METADATA_FILE",
+    "MODEL_STATE_FILE",
+    "OutputDirError",
+    "TrainingInterrupted",
+    "prepare_out_dir",
+    "run_post_training",
+    "run_pretraining",
+]
+
+Log = Callable[[str], None]
+
+
+class OutputDirError(RiftcoError, OSError):  # type: ignore[misc]
+    """The output folder cannot be created or written."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training was interrupted (Ctrl-C). ``saved_step`` is the step of the last completed save
+    in ``out_dir`` (``None`` when nothing was saved yet); those files are intact."""
+
+    def __init__(self, out_dir: Path, saved_step: int | None) -> None:
+        super().__init__(f"interrupted; last save in {out_dir} at step {saved_step}")
+        self.out_dir = out_dir
+        self.saved_step = saved_step
+
+
+def prepare_out_dir(out_dir: str | os.PathLike[str]) -> Path:
+    """Creates ``out_dir`` (and parents) and checks a file can be written in it.
+
+    Raises:
+        OutputDirError: naming the folder and the reason.
+    """
+    path = Path(out_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
+            pass
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise OutputDirError(f"cannot write to output folder {str(path)!r}: {reason}") from None
+    return path
+
+
+def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    data = json.dumps(payload, indent=2, sort_keys=True).encode() + b"\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Holds SIGINT until the block finishes, then raises ``KeyboardInterrupt`` if one came."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
+def _make_optimizer(params: list[Any], cfg: _LoopConfig) -> tuple[Adam | AdamW, str]:
+    if cfg.weight_decay > 0.0:
+        return AdamW(params, lr=cfg.lr_at(0), weight_decay=cfg.weight_decay), "AdamW"
+    return Adam(params, lr=cfg.lr_at(0)), "Adam"
+
+
+def _validation_loss(model: DecoderOnlyTransformer, batches: list[np.ndarray[Any, Any]]) -> float:
+    return float(np.mean([model.loss(b).item() for b in batches]))
+
+
+def _peak_bytes() -> dict[str, int]:
+    return {k: int(v["peak_bytes"]) for k, v in memory_stats().items()}
+
+
+class _Progress:
+    """A tqdm bar (when ``enabled`` and tqdm is installed) or log lines every ``log_every``."""
+
+    def __init__(self, total: int, desc: str, enabled: bool, log: Log | None, log_every: int):
+        self._bar: Any = None
+        self._log = log
+        self._log_every = log_every
+        if enabled:
+            try:
+                tqdm = importlib.import_module("tqdm").tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                self._bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
+
+    def update(self, step: int, total: int, loss: float, tokens_per_s: float, act_bytes: int) -> None:
+        mib = act_bytes / 2**20
+        if self._bar is not None:
+            self._bar.set_postfix_str(
+                f"loss={loss:.3f} tok/s={tokens_per_s:,.0f} act_peak={mib:.1f}MiB", refresh=False
+            )
+            self._bar.update(1)
+        elif self._log is not None and (step % self._log_every == 0 or step == total):
+            self._log(
+                f"step {step}/{total} loss {loss:.4f} tokens/s {tokens_per_s:,.0f} "
+                f"activation peak {mib:.1f} MiB"
+            )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _train(
+    *,
+    stage: str,
+    model: DecoderOnlyTransformer,
+    params: list[Any],
+    cfg: _LoopConfig,
+    corpus: Corpus,
+    out_dir: Path,
+    save_state: Callable[[], None],
+    metadata: dict[str, Any],
+    progress: bool,
+    log: Log | None,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    train_tokens, val_tokens = corpus.split(cfg.validation_fraction)
+    sampler = BatchSampler(train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed)
+    val_seq = min(cfg.seq_len, val_tokens.shape[0] - 1)
+    val_batches = BatchSampler(val_tokens, cfg.batch_size, val_seq, cfg.seed + 1).batches(
+        cfg.eval_batches
+    )
+    optimizer, optimizer_name = _make_optimizer(params, cfg)
+
+    losses: list[float] = []
+    lrs: list[float] = []
+    step_times_s: list[float] = []
+    peaks: dict[str, int] = {}
+    metadata.update(
+        stage=stage,
+        riftco_version=__version__,
+        activation_checkpointing=cfg.activation_checkpointing,
+        attention=cfg.attention,
+        optimizer=optimizer_name,
+        lr_schedule=cfg.lr_schedule,
+        training_config=cfg.to_dict(),
+        corpus=dict(
+            corpus.to_dict(),
+            train_bytes=int(train_tokens.shape[0]),
+            validation_bytes=int(val_tokens.shape[0]),
+        ),
+        num_threads=num_threads(),
+        uniform_baseline_loss=UNIFORM_BASELINE_LOSS,
+        validation_loss_before=_validation_loss(model, val_batches),
+        validation_loss_after=None,
+        losses=losses,
+        lrs=lrs,
+        step_times_s=step_times_s,
+        peak_memory_bytes=peaks,
+        steps_completed=0,
+        saved_step=None,
+        complete=False,
+    )
+    if log is not None:
+        log(f"validation loss before {stage}: {metadata['validation_loss_before']:.4f}")
+
+    def save(step: int) -> None:
+        train_time_s = sum(step_times_s)
+        metadata.update(
+            steps_completed=step,
+            saved_step=step,
+            final_loss=losses[-1] if losses else None,
+            tokens_per_s=(step * cfg.batch_size * cfg.seq_len / train_time_s) if train_time_s else None,
+            train_time_s=train_time_s,
+            wall_time_s=time.perf_counter() - started,
+        )
+        with _sigint_deferred():
+            save_state()
+            _write_json_atomic(out_dir / METADATA_FILE, metadata)
+
+    bar = _Progress(cfg.steps, stage, progress, log, cfg.log_every)
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    try:
+        for step in range(cfg.steps):
+            batch = sampler.next_batch()
+            lr = cfg.lr_at(step)
+            optimizer.lr = lr
+            reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            loss = model.loss(batch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            dt = time.perf_counter() - t0
+            value = float(loss.item())
+            del loss
+            for k, v in _peak_bytes().items():
+                peaks[k] = max(peaks.get(k, 0), v)
+            losses.append(value)
+            lrs.append(lr)
+            step_times_s.append(dt)
+            bar.update(step + 1, cfg.steps, value, tokens_per_step / dt, peaks.get("activation", 0))
+            if not math.isfinite(value):
+                raise RiftcoError(f"the loss became {value} at step {step + 1}; try a smaller lr")
+            last = step + 1 == cfg.steps
+            if last:
+                metadata["validation_loss_after"] = _validation_loss(model, val_batches)
+                metadata["complete"] = True
+            if last or (step + 1) % cfg.save_every == 0:
+                save(step + 1)
+    except KeyboardInterrupt:
+        bar.close()
+        raise TrainingInterrupted(out_dir, metadata["saved_step"]) from None
+    bar.close()
+    if log is not None:
+        log(
+            f"{stage} done: final loss {metadata['final_loss']:.4f}, validation loss "
+            f"{metadata['validation_loss_before']:.4f} -> {metadata['validation_loss_after']:.4f}, "
+            f"{metadata['tokens_per_s']:,.0f} tokens/s, {metadata['wall_time_s']:.1f} s"
+        )
+    return metadata
+
+
+def _check_fits(model_config: TransformerConfig, cfg: _LoopConfig) -> None:
+    if model_config.vocab_size < VOCAB_SIZE:
+        raise ConfigError(
+            f"vocab_size must be >= {VOCAB_SIZE} for byte-level tokens; got {model_config.vocab_size}"
+        )
+    if cfg.seq_len > model_config.max_seq_len:
+        raise ConfigError(
+            f"seq_len {cfg.seq_len} exceeds the model's max_seq_len {model_config.max_seq_len}"
+        )
+
+
+def run_pretraining(
+    model_config: TransformerConfig,
+    pretraining_config: PretrainingConfig,
+    corpus: Corpus,
+    out_dir: str | os.PathLike[str],
+    progress: bool = True,
+    log: Log | None = None,
+) -> dict[str, Any]:
+    """Trains a fresh ``DecoderOnlyTransformer(model_config, ...)`` on ``corpus``.
+
+    Writes ``model.safetensors``, ``config.json`` and ``training_metadata.json`` into
+    ``out_dir`` (see the module docstring) and returns the metadata dict. ``progress`` shows a
+    tqdm bar; otherwise ``log`` (when given) receives a line every ``log_every`` steps.
+
+    Raises:
+        ConfigError: ``seq_len`` above ``max_seq_len`` or ``vocab_size < 256``.
+        OutputDirError: ``out_dir`` cannot be written.
+        CorpusError: the corpus is too small for ``seq_len``.
+        TrainingInterrupted: on Ctrl-C, after the last completed save (left intact).
+    """
+    cfg = pretraining_config
+    _check_fits(model_config, cfg)
+    out = prepare_out_dir(out_dir)
+    model = DecoderOnlyTransformer(
+        model_config, attention=cfg.attention, activation_checkpointing=cfg.activation_checkpointing
+    )
+    metadata: dict[str, Any] = {"model_config": model_config.to_dict(), "files": [MODEL_STATE_FILE, "config.json", METADATA_FILE]}
+    return _train(
+        stage="pretraining",
+        model=model,
+        params=list(model.parameters()),
+        cfg=cfg,
+        corpus=corpus,
+        out_dir=out,
+        save_state=lambda: model.save(str(out / MODEL_STATE_FILE)),
+        metadata=metadata,
+        progress=progress,
+        log=log,
+    )
+
+
+def resolve_model_state(model_path: str | os.PathLike[str]) -> Path:
+    """``model_path`` itself when a file, ``model_path/model.safetensors`` when a folder.
+
+    Raises:
+        ModelStateError: when neither exists.
+    """
+    path = Path(model_path)
+    if path.is_dir():
+        path = path / MODEL_STATE_FILE
+    if not path.is_file():
+        raise ModelStateError(f"no model state at {str(path)!r}; pass a pretraining output folder")
+    return path
+
+
+def load_model(
+    model_path: str | os.PathLike[str],
+    attention: str = "flash",
+    activation_checkpointing: str = "disabled",
+) -> DecoderOnlyTransformer:
+    """Loads ``model.safetensors`` from a stage output folder (or a given file)."""
+    return DecoderOnlyTransformer.load(
+        str(resolve_model_state(model_path)),
+        attention=attention,
+        activation_checkpointing=activation_checkpointing,
+    )
+
+
+def run_post_training(
+    model_or_path: DecoderOnlyTransformer | str | os.PathLike[str],
+    post_training_config: PostTrainingConfig,
+    corpus: Corpus,
+    out_dir: str | os.PathLike[str],
+    progress: bool = True,
+    log: Log | None = None,
+    base_model: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Fine-tunes a pretrained model on ``corpus``.
+
+    ``model_or_path`` is a model (its policy is set to the config's, and with LoRA it gains
+    adapters: the object is modified) or a pretraining output folder / ``model.safetensors``
+    path (loaded with the config's attention and policy). ``base_model`` names where a given
+    model object came from, for the metadata.
+
+    With ``fine_tuning_method="lora"`` adapters are enabled and only they are trained (base
+    weights frozen and unchanged); ``adapter/`` is written in PEFT layout. With ``"full"`` every
+    parameter is trained and ``model.safetensors`` + ``config.json`` are written. Both write
+    ``training_metadata.json``; returns the metadata dict.
+
+    Raises:
+        ModelStateError: no or invalid model state at the path.
+        ConfigError, OutputDirError, CorpusError, TrainingInterrupted: as :func:`run_pretraining`.
+    """
+    cfg = post_training_config
+    base_path = None if base_model is None else str(base_model)
+    if isinstance(model_or_path, DecoderOnlyTransformer):
+        model = model_or_path
+        model.set_activation_checkpointing(cfg.activation_checkpointing)
+    else:
+        base_path = str(resolve_model_state(model_or_path))
+        model = load_model(base_path, cfg.attention, cfg.activation_checkpointing)
+    _check_fits(model.config, cfg)
+    out = prepare_out_dir(out_dir)
+    metadata: dict[str, Any] = {
+        "model_config": model.config.to_dict(),
+        "base_model": base_path,
+        "fine_tuning_method": cfg.fine_tuning_method,
+    }
+    save_state: Callable[[], None]
+    if cfg.fine_tuning_method == "lora":
+        model.enable_lora(rank=cfg.lora_rank, alpha=cfg.lora_alpha, mlp=cfg.lora_mlp, seed=cfg.lora_seed)
+        metadata["lora"] = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "mlp": cfg.lora_mlp}
+        metadata["files"] = [ADAPTER_DIR, METADATA_FILE]
+
+        def save_state() -> None:
+            model.save_lora(str(out / ADAPTER_DIR))
+
+    else:
+        metadata["files"] = [MODEL_STATE_FILE, "config.json", METADATA_FILE]
+
+        def save_state() -> None:
+            model.save(str(out / MODEL_STATE_FILE))
+
+    return _train(
+        stage=f"post_training_{cfg.fine_tuning_method}",
+        model=model,
+        params=list(model.parameters()),
+        cfg=cfg,
+        corpus=corpus,
+        out_dir=out,
+        save_state=save_state,
+        metadata=metadata,
+        progress=progress,
+        log=log,
+    )

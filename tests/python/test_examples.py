@@ -1,0 +1,162 @@
+"""The command-line examples and the Python bench, run as subprocesses with tiny settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import riftco
+
+ROOT = Path(__file__).resolve().parents[2]
+PRETRAIN = ROOT / "examples" / "pretrain.py"
+POST_TRAIN = ROOT / "examples" / "post_train.py"
+BENCH = ROOT / "benches" / "train_step.py"
+TINY_MODEL = ["--d-model", "32", "--n-heads", "2", "--n-layers", "2", "--d-ff", "64",
+              "--max-seq-len", "32"]
+TINY_TRAIN = ["--steps", "3", "--batch-size", "2", "--seq-len", "16", "--warmup-steps", "1",
+              "--no-progress"]
+
+
+def run(script: Path, *args: str | Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
+    )
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "text.txt"
+    path.write_bytes(bytes(riftco.default_corpus().tokens[:30_000]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pretrain")
+    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--out", out, "--activation-checkpointing", "block")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_pretrain_default_corpus(pretrained: Path) -> None:
+    meta = json.loads((pretrained / "training_metadata.json").read_text())
+    assert meta["activation_checkpointing"] == "block" and meta["complete"]
+    assert "stdlib" in meta["corpus"]["description"]
+    assert (pretrained / "model.safetensors").is_file() and (pretrained / "config.json").is_file()
+
+
+def test_pretrain_on_given_data_prints_sample(tmp_path: Path, text_file: Path) -> None:
+    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--data", text_file, "--out", tmp_path,
+            "--attention", "materialized")
+    assert r.returncode == 0, r.stderr
+    assert "final loss" in r.stdout and "--- sample" in r.stdout
+    meta = json.loads((tmp_path / "training_metadata.json").read_text())
+    assert meta["attention"] == "materialized" and str(text_file) in meta["corpus"]["description"]
+
+
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_post_train(pretrained: Path, tmp_path: Path, text_file: Path, method: str) -> None:
+    r = run(POST_TRAIN, "--model", pretrained, "--fine-tuning-method", method, "--steps", "2",
+            "--batch-size", "2", "--seq-len", "16", "--lora-rank", "2", "--no-progress",
+            "--sample-tokens", "8", "--out", tmp_path, "--activation-checkpointing", "block")
+    assert r.returncode == 0, r.stderr
+    assert "sample before" in r.stdout and "sample after" in r.stdout
+    saved = tmp_path / ("adapter/adapter_model.safetensors" if method == "lora" else "model.safetensors")
+    assert saved.is_file()
+    meta = json.loads((tmp_path / "training_metadata.json").read_text())
+    assert meta["fine_tuning_method"] == method and meta["activation_checkpointing"] == "block"
+    assert "topics.py" in meta["corpus"]["description"]
+
+
+def _assert_clean_failure(r: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_pretrain_missing_data_path(tmp_path: Path) -> None:
+    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--data", tmp_path / "nope.txt", "--out", tmp_path / "o")
+    _assert_clean_failure(r, "nope.txt", "does not exist")
+
+
+def test_pretrain_empty_corpus(tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_text("")
+    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--data", tmp_path / "empty.txt", "--out", tmp_path / "o")
+    _assert_clean_failure(r, "empty")
+
+
+def test_pretrain_seq_len_above_max(tmp_path: Path) -> None:
+    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--seq-len", "64", "--out", tmp_path)
+    _assert_clean_failure(r, "--seq-len 64", "--max-seq-len 32")
+
+
+def test_pretrain_unwritable_output(tmp_path: Path, text_file: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--data", text_file, "--out", blocker / "out")
+    _assert_clean_failure(r, "cannot write to output folder")
+
+
+def test_pretrain_bad_number(tmp_path: Path) -> None:
+    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--lr", "-1", "--out", tmp_path)
+    _assert_clean_failure(r, "lr", "-1")
+
+
+def test_post_train_missing_model(tmp_path: Path) -> None:
+    r = run(POST_TRAIN, "--model", tmp_path / "nothing", "--out", tmp_path / "o")
+    _assert_clean_failure(r, "no model state")
+
+
+def test_post_train_seq_len_above_max(pretrained: Path, tmp_path: Path) -> None:
+    r = run(POST_TRAIN, "--model", pretrained, "--seq-len", "64", "--out", tmp_path)
+    _assert_clean_failure(r, "--seq-len 64", "max_seq_len 32")
+
+
+def test_ctrl_c_leaves_last_save_intact(tmp_path: Path, text_file: Path) -> None:
+    args = [sys.executable, str(PRETRAIN), *TINY_MODEL, "--steps", "1000000", "--batch-size", "2",
+            "--seq-len", "16", "--save-every", "2", "--no-progress", "--data", str(text_file),
+            "--out", str(tmp_path)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    meta_path = tmp_path / "training_metadata.json"
+    deadline = time.monotonic() + 120
+    try:
+        while not meta_path.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no save within 120 s"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    meta = json.loads(meta_path.read_text())
+    assert meta["saved_step"] >= 2 and not meta["complete"]
+    assert f"step {meta['saved_step']}" in err
+    model = riftco.DecoderOnlyTransformer.load(str(tmp_path / "model.safetensors"))
+    assert model.config.d_model == 32
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_bench_quick_smoke() -> None:
+    r = run(BENCH, "--quick", "--steps", "1")
+    assert r.returncode == 0, r.stderr
+    for kind in ("flash", "materialized"):
+        assert kind in r.stdout
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert "PyTorch not installed" in r.stdout
