@@ -24,8 +24,11 @@ use crate::simd::{arch, exp_f32s, simd_op};
 
 /// Queries per tile (`B_r` in the paper).
 pub const BLOCK_Q: usize = 64;
-/// Keys per tile (`B_c` in the paper).
+/// Keys per tile (`B_c` in the paper) in the backward pass.
 pub const BLOCK_K: usize = 64;
+/// Keys per tile in the forward pass: larger tiles mean fewer online-softmax rescalings, and a
+/// `BLOCK_Q × FORWARD_BLOCK_K` score tile (64 KiB) still fits in L2.
+pub const FORWARD_BLOCK_K: usize = 256;
 
 /// Sizes of one attention call. Layout `[batch, n_heads, seq, d_head]`, contiguous.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,69 +59,6 @@ impl AttentionDims {
         (i + 1 + self.seq_k)
             .saturating_sub(self.seq_q)
             .min(self.seq_k)
-    }
-}
-
-/// `out[0..len] (+)= Σ_t coef[t·stride] · rows[t·len .. (t+1)·len]` for `t in 0..terms`.
-///
-/// The inner loop of every tile product here: accumulators stay in registers across the `terms`
-/// loop (four vectors at a time), the coefficient is broadcast.
-#[inline(always)]
-fn lincomb<S: Simd>(
-    s: S,
-    coef: &[f32],
-    stride: usize,
-    terms: usize,
-    rows: &[f32],
-    out: &mut [f32],
-    accumulate: bool,
-) {
-    let len = out.len();
-    let lanes = S::F32_LANES;
-    let mut base = 0;
-    while base + 4 * lanes <= len {
-        let mut acc = [s.splat_f32s(0.0); 4];
-        if accumulate {
-            for (k, a) in acc.iter_mut().enumerate() {
-                *a = S::as_simd_f32s(&out[base + k * lanes..base + (k + 1) * lanes]).0[0];
-            }
-        }
-        for t in 0..terms {
-            let c = s.splat_f32s(coef[t * stride]);
-            let r = t * len + base;
-            for (k, a) in acc.iter_mut().enumerate() {
-                *a = s.mul_add_e_f32s(c, crate::simd::load_at::<S>(rows, r + k * lanes), *a);
-            }
-        }
-        for (k, a) in acc.iter().enumerate() {
-            S::as_mut_simd_f32s(&mut out[base + k * lanes..base + (k + 1) * lanes]).0[0] = *a;
-        }
-        base += 4 * lanes;
-    }
-    while base < len {
-        let w = lanes.min(len - base);
-        let o = &mut out[base..base + w];
-        let mut acc = if accumulate {
-            s.partial_load_f32s(o)
-        } else {
-            s.splat_f32s(0.0)
-        };
-        for t in 0..terms {
-            let c = s.splat_f32s(coef[t * stride]);
-            let r = t * len + base;
-            acc = s.mul_add_e_f32s(c, s.partial_load_f32s(&rows[r..r + w]), acc);
-        }
-        s.partial_store_f32s(o, acc);
-        base += w;
-    }
-}
-
-/// `dst[d, c] = src[c, d]` for a `[rows, cols]` source.
-fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
-    for r in 0..rows {
-        for c in 0..cols {
-            dst[c * rows + r] = src[r * cols + c];
-        }
     }
 }
 
@@ -179,39 +119,47 @@ fn forward_tile<S: Simd>(
 ) {
     let d = dims.d_head;
     let br = lse.len();
-    let mut qs = q.to_vec();
-    scale_row(s, &mut qs, scale);
-    let mut kt = vec![0.0f32; d * BLOCK_K];
-    let mut sc = vec![0.0f32; BLOCK_K];
+    let mut sc = vec![0.0f32; br * FORWARD_BLOCK_K];
     let mut m = vec![f32::NEG_INFINITY; br];
     let mut l = vec![0.0f32; br];
     out.fill(0.0);
     let last_allowed = dims.allowed(q0 + br - 1, causal);
     let mut j0 = 0;
     while j0 < last_allowed {
-        let bc = BLOCK_K.min(dims.seq_k - j0);
-        let kt = &mut kt[..d * bc];
-        transpose(&k[j0 * d..(j0 + bc) * d], bc, d, kt);
-        let vj = &v[j0 * d..(j0 + bc) * d];
+        let bc = FORWARD_BLOCK_K.min(last_allowed - j0);
+        let sc = &mut sc[..br * bc];
+        // S = Q_i K_jᵀ for the whole tile on gemm's micro-kernels.
+        matmul_serial(
+            MatmulSpec::new(br, d, bc).trans_b(true),
+            q,
+            &k[j0 * d..(j0 + bc) * d],
+            sc,
+        );
         for r in 0..br {
+            let row = &mut sc[r * bc..(r + 1) * bc];
             let n = dims.allowed(q0 + r, causal).saturating_sub(j0).min(bc);
             if n == 0 {
+                row.fill(0.0);
                 continue;
             }
-            let sc = &mut sc[..bc];
-            // S_ij row = (scale·q_r) Kᵀ_j.
-            lincomb(s, &qs[r * d..(r + 1) * d], 1, d, kt, sc, false);
-            let row_max = crate::simd::max(s, &sc[..n]);
+            scale_row(s, &mut row[..n], scale);
+            let row_max = crate::simd::max(s, &row[..n]);
             let m_new = m[r].max(row_max);
             let alpha = exp_f32s(pulp::Scalar, m[r] - m_new);
-            let sum = exp_row(s, sc, n, m_new);
+            let sum = exp_row(s, row, n, m_new);
             l[r] = l[r] * alpha + sum;
             m[r] = m_new;
-            let o = &mut out[r * d..(r + 1) * d];
-            scale_row(s, o, alpha);
-            // O_r += P_r V_j.
-            lincomb(s, sc, 1, n, vj, o, true);
+            if alpha != 1.0 {
+                scale_row(s, &mut out[r * d..(r + 1) * d], alpha);
+            }
         }
+        // O_i += P_ij V_j (masked entries of P are 0).
+        matmul_serial(
+            MatmulSpec::new(br, bc, d).accumulate(true),
+            sc,
+            &v[j0 * d..(j0 + bc) * d],
+            out,
+        );
         j0 += bc;
     }
     for r in 0..br {
