@@ -16,10 +16,25 @@ use riftco_transformer::{
 };
 use std::time::Instant;
 
+/// User + system CPU seconds of this process from `/proc/self/stat` (Linux; 0 elsewhere). On a
+/// shared machine, CPU time per step is steadier than wall time: it is what a quiet machine with
+/// enough cores would need, summed over threads.
+fn process_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 struct Row {
     attn: Attn,
     ck: Ck,
     step_s: f64,
+    cpu_s: f64,
     tokens_per_s: f64,
     peak_activation_bytes: usize,
     retained_activation_bytes: usize,
@@ -39,11 +54,13 @@ fn run(
         .map(|i| ((i as u64 * 2654435761) >> 11) as u32 % config.vocab_size as u32)
         .collect();
     let mut times = Vec::new();
+    let mut cpu_total = 0.0;
     let (mut peak, mut retained) = (0usize, 0usize);
     for step in 0..=steps {
         let base = memory_stats().get(MemoryCategory::Activation).current_bytes;
         reset_peak_memory_stats();
         let t0 = Instant::now();
+        let c0 = process_cpu_s();
         let loss = model.loss(&tokens, batch, seq + 1).unwrap();
         let after_forward = memory_stats().get(MemoryCategory::Activation).current_bytes;
         loss.backward().unwrap();
@@ -52,6 +69,7 @@ fn run(
         let dt = t0.elapsed().as_secs_f64();
         if step > 0 {
             times.push(dt);
+            cpu_total += process_cpu_s() - c0;
         }
         peak = memory_stats().get(MemoryCategory::Activation).peak_bytes - base;
         retained = after_forward - base;
@@ -62,6 +80,7 @@ fn run(
         attn,
         ck,
         step_s: median,
+        cpu_s: cpu_total / steps as f64,
         tokens_per_s: (batch * seq) as f64 / median,
         peak_activation_bytes: peak,
         retained_activation_bytes: retained,
@@ -85,10 +104,11 @@ fn main() {
         riftco_kernels::num_threads()
     );
     println!(
-        "{:<13} {:<9} {:>9} {:>10} {:>20} {:>22}",
+        "{:<13} {:<9} {:>9} {:>9} {:>10} {:>20} {:>22}",
         "attention",
         "policy",
         "step_s",
+        "cpu_s",
         "tokens/s",
         "peak_activation_MiB",
         "retained_after_fwd_MiB"
@@ -98,10 +118,11 @@ fn main() {
         for ck in [Ck::Disabled, Ck::TransformerBlock] {
             let r = run(&config, batch, seq, attn, ck, steps);
             println!(
-                "{:<13} {:<9} {:>9.3} {:>10.0} {:>20.1} {:>22.1}",
+                "{:<13} {:<9} {:>9.3} {:>9.3} {:>10.0} {:>20.1} {:>22.1}",
                 r.attn.name(),
                 r.ck.name(),
                 r.step_s,
+                r.cpu_s,
                 r.tokens_per_s,
                 r.peak_activation_bytes as f64 / (1 << 20) as f64,
                 r.retained_activation_bytes as f64 / (1 << 20) as f64
@@ -119,9 +140,10 @@ fn main() {
             .find(|r| r.attn == attn && r.ck == Ck::TransformerBlock)
             .unwrap();
         println!(
-            "{}: recompute overhead block/disabled = {:.3}x step time; retained activations block/disabled = {:.3}; peak activations block/disabled = {:.3}",
+            "{}: recompute overhead block/disabled = {:.3}x step time ({:.3}x CPU time); retained activations block/disabled = {:.3}; peak activations block/disabled = {:.3}",
             attn.name(),
             b.step_s / d.step_s,
+            b.cpu_s / d.cpu_s,
             b.retained_activation_bytes as f64 / d.retained_activation_bytes as f64,
             b.peak_activation_bytes as f64 / d.peak_activation_bytes as f64,
         );
