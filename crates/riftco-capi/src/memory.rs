@@ -1,0 +1,72 @@
+//! Process-wide tensor memory statistics by category.
+
+use crate::error::{guard, out_ptr, rt_status};
+use riftco_tensor::{memory_stats, reset_peak_memory_stats, CategoryStats, MemoryCategory};
+
+/// Current and peak bytes of one memory category.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct rt_memory_category_stats {
+    /// Bytes allocated now.
+    pub current_bytes: u64,
+    /// Highest current_bytes since the last rt_reset_peak_memory_stats.
+    pub peak_bytes: u64,
+}
+
+impl From<CategoryStats> for rt_memory_category_stats {
+    fn from(s: CategoryStats) -> Self {
+        Self {
+            current_bytes: s.current_bytes as u64,
+            peak_bytes: s.peak_bytes as u64,
+        }
+    }
+}
+
+/// Tensor memory of the whole process (every model), by category.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct rt_memory_stats {
+    /// Model weights (trainable or frozen).
+    pub parameter: rt_memory_category_stats,
+    /// Gradients.
+    pub gradient: rt_memory_category_stats,
+    /// Optimizer state (Adam moments).
+    pub optimizer_state: rt_memory_category_stats,
+    /// Forward values retained by graphs or produced during forwards.
+    pub activation: rt_memory_category_stats,
+    /// Temporaries (kernel scratch, inputs built from user data).
+    pub workspace: rt_memory_category_stats,
+    /// All categories together (the peak of the sum, not the sum of peaks).
+    pub total: rt_memory_category_stats,
+}
+
+/// Writes the current memory statistics.
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_get_memory_stats(out: *mut rt_memory_stats) -> rt_status {
+    guard("rt_get_memory_stats", || {
+        let out = out_ptr(out, "out")?;
+        let s = memory_stats();
+        *out = rt_memory_stats {
+            parameter: s.get(MemoryCategory::Parameter).into(),
+            gradient: s.get(MemoryCategory::Gradient).into(),
+            optimizer_state: s.get(MemoryCategory::OptimizerState).into(),
+            activation: s.get(MemoryCategory::Activation).into(),
+            workspace: s.get(MemoryCategory::Workspace).into(),
+            total: s.total.into(),
+        };
+        Ok(())
+    })
+}
+
+/// Sets every peak to its current value.
+///
+/// Errors: none (always RT_OK).
+#[no_mangle]
+pub extern "C" fn rt_reset_peak_memory_stats() -> rt_status {
+    guard("rt_reset_peak_memory_stats", || {
+        reset_peak_memory_stats();
+        Ok(())
+    })
+}

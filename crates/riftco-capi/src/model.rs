@@ -1,0 +1,332 @@
+//! The model handle: creation from a config, policy and attention kind, LoRA.
+
+use crate::error::{err, guard, guard_void, in_ptr, out_ptr, rt_status, Result};
+use riftco_autograd::GraphStatistics;
+use riftco_transformer::{
+    ActivationCheckpointingKind, DecoderOnlyTransformer, FullSequenceAttentionKind, LoraConfig,
+    LoraTargets, TransformerConfig,
+};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Sizes and numerics of a model. It does not carry the activation-checkpointing policy (seed
+/// 000): pass that to `rt_model_create` and change it with
+/// `rt_model_set_activation_checkpointing`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct rt_transformer_config {
+    /// Vocabulary size (byte-level: 256).
+    pub vocab_size: usize,
+    /// Residual stream width; divisible by `n_heads`, with `d_model / n_heads` even.
+    pub d_model: usize,
+    /// Attention heads.
+    pub n_heads: usize,
+    /// Transformer blocks.
+    pub n_layers: usize,
+    /// Hidden width of the SwiGLU MLP.
+    pub d_ff: usize,
+    /// Longest sequence (RoPE table size, decode K/V cache capacity).
+    pub max_seq_len: usize,
+    /// RMSNorm epsilon (> 0, default 1e-5).
+    pub rms_norm_eps: f32,
+    /// RoPE base theta (> 0, default 10000).
+    pub rope_theta: f64,
+    /// Seed of the weight initialisation.
+    pub seed: u64,
+}
+
+impl From<&TransformerConfig> for rt_transformer_config {
+    fn from(c: &TransformerConfig) -> Self {
+        Self {
+            vocab_size: c.vocab_size,
+            d_model: c.d_model,
+            n_heads: c.n_heads,
+            n_layers: c.n_layers,
+            d_ff: c.d_ff,
+            max_seq_len: c.max_seq_len,
+            rms_norm_eps: c.rms_norm_eps,
+            rope_theta: c.rope_theta,
+            seed: c.seed,
+        }
+    }
+}
+
+impl From<&rt_transformer_config> for TransformerConfig {
+    fn from(c: &rt_transformer_config) -> Self {
+        TransformerConfig {
+            vocab_size: c.vocab_size,
+            d_model: c.d_model,
+            n_heads: c.n_heads,
+            n_layers: c.n_layers,
+            d_ff: c.d_ff,
+            max_seq_len: c.max_seq_len,
+            rms_norm_eps: c.rms_norm_eps,
+            rope_theta: c.rope_theta,
+            seed: c.seed,
+        }
+    }
+}
+
+/// LoRA hyper-parameters for `rt_model_enable_lora`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct rt_lora_config {
+    /// Rank r, in 1..=d_model.
+    pub rank: usize,
+    /// Scaling numerator (scale = alpha / rank), positive and finite.
+    pub alpha: f32,
+    /// OR of rt_lora_target bits (RT_LORA_TARGET_ATTENTION, RT_LORA_TARGET_MLP), not 0.
+    pub targets: u32,
+    /// Seed of the A initialisation.
+    pub seed: u64,
+}
+
+pub(crate) struct ModelState {
+    pub(crate) model: DecoderOnlyTransformer,
+    /// Graph statistics of the last loss computed through this handle family.
+    pub(crate) last_graph: Option<GraphStatistics>,
+}
+
+/// An opaque, reference-counted model. Created by `rt_model_create`, `rt_model_load` or
+/// `rt_model_retain`; released with `rt_model_free`. Graphs, optimizers and decode sessions
+/// created from it share its weights and stay valid after it is freed.
+pub struct rt_model {
+    pub(crate) inner: Arc<Mutex<ModelState>>,
+}
+
+impl rt_model {
+    pub(crate) fn new(model: DecoderOnlyTransformer) -> *mut rt_model {
+        Box::into_raw(Box::new(rt_model {
+            inner: Arc::new(Mutex::new(ModelState {
+                model,
+                last_graph: None,
+            })),
+        }))
+    }
+
+    /// Locks the model; a previous panic while locked does not make it unusable (every export
+    /// leaves the model consistent before it can panic).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ModelState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub(crate) fn attention_kind(v: u32) -> Result<FullSequenceAttentionKind> {
+    FullSequenceAttentionKind::from_int(v).map_err(|_| {
+        err(
+            rt_status::RT_ERROR_INVALID_ENUM,
+            format!(
+                "attention kind {v} is unknown; expected RT_ATTENTION_MATERIALIZED (0) or \
+                 RT_ATTENTION_FLASH (1)"
+            ),
+        )
+    })
+}
+
+pub(crate) fn checkpointing_kind(v: u32) -> Result<ActivationCheckpointingKind> {
+    ActivationCheckpointingKind::from_int(v).map_err(|_| {
+        err(
+            rt_status::RT_ERROR_INVALID_ENUM,
+            format!(
+                "activation checkpointing policy {v} is unknown; expected \
+                 RT_ACTIVATION_CHECKPOINTING_DISABLED (0) or \
+                 RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK (1)"
+            ),
+        )
+    })
+}
+
+/// Writes the default configuration (vocab 256, d_model 256, 8 heads, 8 layers, d_ff 688,
+/// max_seq_len 256, rms_norm_eps 1e-5, rope_theta 10000, seed 0) into `*out`.
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_transformer_config_default(
+    out: *mut rt_transformer_config,
+) -> rt_status {
+    guard("rt_transformer_config_default", || {
+        *out_ptr(out, "out")? = (&TransformerConfig::reference()).into();
+        Ok(())
+    })
+}
+
+/// Creates a model with freshly initialised weights (seeded by `config->seed`).
+///
+/// `attention` is an rt_attention_kind, `activation_checkpointing` an
+/// rt_activation_checkpointing. On success `*out` receives a new handle owned by the caller
+/// (release it with rt_model_free); on failure `*out` is set to NULL.
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM, RT_ERROR_INVALID_ARGUMENT (a config
+/// field, named in the message).
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_create(
+    config: *const rt_transformer_config,
+    attention: u32,
+    activation_checkpointing: u32,
+    out: *mut *mut rt_model,
+) -> rt_status {
+    guard("rt_model_create", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let config = in_ptr(config, "config")?;
+        let attention = attention_kind(attention)?;
+        let policy = checkpointing_kind(activation_checkpointing)?;
+        let model = DecoderOnlyTransformer::new(config.into(), attention, policy)?;
+        *out = rt_model::new(model);
+        Ok(())
+    })
+}
+
+/// Creates a second handle to the same model (reference count + 1). Both must be freed.
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_retain(
+    model: *const rt_model,
+    out: *mut *mut rt_model,
+) -> rt_status {
+    guard("rt_model_retain", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let model = in_ptr(model, "model")?;
+        *out = Box::into_raw(Box::new(rt_model {
+            inner: model.inner.clone(),
+        }));
+        Ok(())
+    })
+}
+
+/// Releases a model handle. NULL is accepted and ignored. Graphs, optimizers and decode
+/// sessions created from the model stay valid.
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_free(model: *mut rt_model) {
+    guard_void(|| {
+        if !model.is_null() {
+            // SAFETY: a handle from this library, freed once (caller contract).
+            drop(unsafe { Box::from_raw(model) });
+        }
+    })
+}
+
+/// Writes the model's configuration into `*out`.
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_config(
+    model: *const rt_model,
+    out: *mut rt_transformer_config,
+) -> rt_status {
+    guard("rt_model_config", || {
+        let out = out_ptr(out, "out")?;
+        let model = in_ptr(model, "model")?;
+        *out = model.lock().model.config().into();
+        Ok(())
+    })
+}
+
+/// Sets the activation-checkpointing policy (an rt_activation_checkpointing) of later training
+/// forwards. Graphs recorded before and live decode sessions are unaffected.
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM (the policy is left unchanged).
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_set_activation_checkpointing(
+    model: *mut rt_model,
+    activation_checkpointing: u32,
+) -> rt_status {
+    guard("rt_model_set_activation_checkpointing", || {
+        let model = in_ptr(model, "model")?;
+        let policy = checkpointing_kind(activation_checkpointing)?;
+        model.lock().model.set_activation_checkpointing_kind(policy);
+        Ok(())
+    })
+}
+
+/// Writes the current activation-checkpointing policy (an rt_activation_checkpointing value).
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_activation_checkpointing(
+    model: *const rt_model,
+    out: *mut u32,
+) -> rt_status {
+    guard("rt_model_activation_checkpointing", || {
+        let out = out_ptr(out, "out")?;
+        let model = in_ptr(model, "model")?;
+        *out = model.lock().model.activation_checkpointing_kind().to_int();
+        Ok(())
+    })
+}
+
+/// Sets the attention kind (an rt_attention_kind) of later training forwards.
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM.
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_set_attention(model: *mut rt_model, attention: u32) -> rt_status {
+    guard("rt_model_set_attention", || {
+        let model = in_ptr(model, "model")?;
+        let kind = attention_kind(attention)?;
+        model.lock().model.set_attention_kind(kind);
+        Ok(())
+    })
+}
+
+/// Writes the attention kind (an rt_attention_kind value).
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_attention(model: *const rt_model, out: *mut u32) -> rt_status {
+    guard("rt_model_attention", || {
+        let out = out_ptr(out, "out")?;
+        let model = in_ptr(model, "model")?;
+        *out = model.lock().model.attention_kind().to_int();
+        Ok(())
+    })
+}
+
+/// Adds LoRA adapters to the target layers, activates them and freezes the base weights.
+/// Optimizers created before keep updating the old (now frozen) parameter set: create the
+/// rt_adam after this call.
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM (unknown target bits),
+/// RT_ERROR_INVALID_ARGUMENT (rank, alpha, no targets), RT_ERROR_INVALID_STATE (adapters
+/// already exist).
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_enable_lora(
+    model: *mut rt_model,
+    config: *const rt_lora_config,
+) -> rt_status {
+    guard("rt_model_enable_lora", || {
+        let model = in_ptr(model, "model")?;
+        let config = in_ptr(config, "config")?;
+        let known = crate::rt_lora_target::RT_LORA_TARGET_ATTENTION as u32
+            | crate::rt_lora_target::RT_LORA_TARGET_MLP as u32;
+        if config.targets & !known != 0 {
+            return Err(err(
+                rt_status::RT_ERROR_INVALID_ENUM,
+                format!(
+                    "LoRA targets {:#x} has unknown bits; expected an OR of \
+                     RT_LORA_TARGET_ATTENTION (1) and RT_LORA_TARGET_MLP (2)",
+                    config.targets
+                ),
+            ));
+        }
+        let lora = LoraConfig {
+            rank: config.rank,
+            alpha: config.alpha,
+            targets: LoraTargets {
+                attention: config.targets & crate::rt_lora_target::RT_LORA_TARGET_ATTENTION as u32
+                    != 0,
+                mlp: config.targets & crate::rt_lora_target::RT_LORA_TARGET_MLP as u32 != 0,
+            },
+            seed: config.seed,
+        };
+        let mut state = model.lock();
+        if state.model.has_lora() {
+            return Err(err(
+                rt_status::RT_ERROR_INVALID_STATE,
+                "the model already has LoRA adapters",
+            ));
+        }
+        state.model.enable_lora(&lora)?;
+        Ok(())
+    })
+}

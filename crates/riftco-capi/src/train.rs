@@ -1,0 +1,285 @@
+//! Training: loss graphs, the one-call training step, graph statistics, Adam.
+
+use crate::error::{err, guard, guard_void, in_ptr, in_slice, out_ptr, rt_status, Result};
+use crate::model::rt_model;
+use riftco_autograd::{GraphStatistics, Variable};
+use riftco_transformer::{Adam, DecoderOnlyTransformer};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Structural statistics of a training graph (`Variable::graph_statistics`): reachable nodes and
+/// the tensor elements (values and gradients) they own. Not a process-memory profile: backend
+/// workspaces and tensors captured by backward closures are excluded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct rt_graph_statistics {
+    /// Graph nodes reachable from the loss, itself included.
+    pub node_count: u64,
+    /// Elements of the values and gradients owned by those nodes.
+    pub element_count: u64,
+}
+
+impl From<GraphStatistics> for rt_graph_statistics {
+    fn from(s: GraphStatistics) -> Self {
+        Self {
+            node_count: s.node_count as u64,
+            element_count: s.element_count as u64,
+        }
+    }
+}
+
+/// An opaque, reference-counted training graph: a scalar loss and everything it needs for
+/// backward. It shares the model's weights, so it stays valid after rt_model_free. Created by
+/// rt_model_loss, released with rt_graph_free.
+pub struct rt_graph {
+    inner: Arc<Variable>,
+}
+
+/// An opaque, reference-counted Adam optimizer over the parameters that were trainable when it
+/// was created. Created by rt_adam_create, released with rt_adam_free.
+pub struct rt_adam {
+    inner: Arc<Mutex<Adam>>,
+}
+
+/// Validates a `[batch, seq + 1]` token block and records its loss graph.
+fn loss(
+    model: &DecoderOnlyTransformer,
+    tokens: &[u32],
+    batch: usize,
+    seq_plus_one: usize,
+) -> Result<Variable> {
+    if batch == 0 || seq_plus_one < 2 {
+        return Err(err(
+            rt_status::RT_ERROR_SHAPE,
+            format!("a token block [batch {batch}, seq + 1 = {seq_plus_one}] needs batch >= 1 and seq + 1 >= 2"),
+        ));
+    }
+    let expected = batch.checked_mul(seq_plus_one).ok_or_else(|| {
+        err(
+            rt_status::RT_ERROR_SHAPE,
+            format!("batch {batch} * (seq + 1) {seq_plus_one} overflows"),
+        )
+    })?;
+    if tokens.len() != expected {
+        return Err(err(
+            rt_status::RT_ERROR_SHAPE,
+            format!(
+                "tokens_len {} does not match [batch {batch}, seq + 1 = {seq_plus_one}] \
+                 ({expected} tokens expected)",
+                tokens.len()
+            ),
+        ));
+    }
+    let max = model.config().max_seq_len;
+    if seq_plus_one - 1 > max {
+        return Err(err(
+            rt_status::RT_ERROR_SHAPE,
+            format!("seq = {} exceeds max_seq_len {max}", seq_plus_one - 1),
+        ));
+    }
+    Ok(model.loss(tokens, batch, seq_plus_one)?)
+}
+
+fn item(loss: &Variable) -> Result<f32> {
+    loss.value()
+        .item()
+        .map_err(|e| err(rt_status::RT_ERROR_INTERNAL, e.to_string()))
+}
+
+/// One training step's gradient computation: the mean next-token cross-entropy of the token
+/// block `tokens` `[batch, seq_plus_one]` (row-major, `tokens_len == batch * seq_plus_one`;
+/// inputs are the first `seq` columns, targets the last `seq`), then backward, which replaces the
+/// gradients of every trainable parameter. Writes the loss to `*loss_out`; the graph's
+/// statistics become rt_model_last_graph_statistics. Apply the update with rt_adam_step.
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_SHAPE (lengths, `seq > max_seq_len`),
+/// RT_ERROR_INVALID_ARGUMENT (a token id >= vocab_size, named with its index).
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_train_step(
+    model: *mut rt_model,
+    tokens: *const u32,
+    tokens_len: usize,
+    batch: usize,
+    seq_plus_one: usize,
+    loss_out: *mut f32,
+) -> rt_status {
+    guard("rt_model_train_step", || {
+        let loss_out = out_ptr(loss_out, "loss_out")?;
+        let model = in_ptr(model, "model")?;
+        let tokens = in_slice(tokens, tokens_len, "tokens")?;
+        let mut state = model.lock();
+        let l = loss(&state.model, tokens, batch, seq_plus_one)?;
+        state.last_graph = Some(l.graph_statistics());
+        drop(state);
+        l.backward()?;
+        *loss_out = item(&l)?;
+        Ok(())
+    })
+}
+
+/// Statistics of the graph of the last loss computed with rt_model_train_step or rt_model_loss
+/// on this model (measured after the forward, before backward).
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STATE (no loss computed yet).
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_last_graph_statistics(
+    model: *const rt_model,
+    out: *mut rt_graph_statistics,
+) -> rt_status {
+    guard("rt_model_last_graph_statistics", || {
+        let out = out_ptr(out, "out")?;
+        let model = in_ptr(model, "model")?;
+        let stats = model.lock().last_graph.ok_or_else(|| {
+            err(
+                rt_status::RT_ERROR_INVALID_STATE,
+                "no loss has been computed on this model yet",
+            )
+        })?;
+        *out = stats.into();
+        Ok(())
+    })
+}
+
+/// Records the loss graph of a token block (see rt_model_train_step for the layout) without
+/// running backward. `*out` receives a new graph handle owned by the caller (NULL on failure).
+///
+/// Errors: as rt_model_train_step.
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_loss(
+    model: *mut rt_model,
+    tokens: *const u32,
+    tokens_len: usize,
+    batch: usize,
+    seq_plus_one: usize,
+    out: *mut *mut rt_graph,
+) -> rt_status {
+    guard("rt_model_loss", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let model = in_ptr(model, "model")?;
+        let tokens = in_slice(tokens, tokens_len, "tokens")?;
+        let mut state = model.lock();
+        let l = loss(&state.model, tokens, batch, seq_plus_one)?;
+        state.last_graph = Some(l.graph_statistics());
+        *out = Box::into_raw(Box::new(rt_graph { inner: Arc::new(l) }));
+        Ok(())
+    })
+}
+
+/// Writes the graph's loss value.
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_graph_loss(graph: *const rt_graph, out: *mut f32) -> rt_status {
+    guard("rt_graph_loss", || {
+        let out = out_ptr(out, "out")?;
+        *out = item(&in_ptr(graph, "graph")?.inner)?;
+        Ok(())
+    })
+}
+
+/// Backpropagates from the graph's loss, replacing the gradients of the parameters it reached.
+/// May be called again (same gradients) until a value it read changes.
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_STALE_GRAPH (a parameter changed since the forward,
+/// e.g. by rt_adam_step; gradients are left unchanged).
+#[no_mangle]
+pub unsafe extern "C" fn rt_graph_backward(graph: *const rt_graph) -> rt_status {
+    guard("rt_graph_backward", || {
+        in_ptr(graph, "graph")?.inner.backward()?;
+        Ok(())
+    })
+}
+
+/// Writes the graph's structural statistics (they include gradients once backward has run).
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_graph_get_statistics(
+    graph: *const rt_graph,
+    out: *mut rt_graph_statistics,
+) -> rt_status {
+    guard("rt_graph_get_statistics", || {
+        let out = out_ptr(out, "out")?;
+        *out = in_ptr(graph, "graph")?.inner.graph_statistics().into();
+        Ok(())
+    })
+}
+
+/// Releases a graph handle. NULL is accepted and ignored.
+#[no_mangle]
+pub unsafe extern "C" fn rt_graph_free(graph: *mut rt_graph) {
+    guard_void(|| {
+        if !graph.is_null() {
+            // SAFETY: a handle from this library, freed once (caller contract).
+            drop(unsafe { Box::from_raw(graph) });
+        }
+    })
+}
+
+/// Creates an Adam optimizer (beta1 0.9, beta2 0.999, eps 1e-8, no weight decay) over the
+/// model's currently trainable parameters (the LoRA adapters when LoRA is enabled, otherwise
+/// every weight). `*out` receives a new handle owned by the caller (NULL on failure).
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ARGUMENT (`lr` not positive and finite).
+#[no_mangle]
+pub unsafe extern "C" fn rt_adam_create(
+    model: *const rt_model,
+    lr: f32,
+    out: *mut *mut rt_adam,
+) -> rt_status {
+    guard("rt_adam_create", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let model = in_ptr(model, "model")?;
+        let params = model.lock().model.trainable_parameters();
+        let adam = Adam::new(params, lr)?;
+        *out = Box::into_raw(Box::new(rt_adam {
+            inner: Arc::new(Mutex::new(adam)),
+        }));
+        Ok(())
+    })
+}
+
+/// One Adam update of every parameter that has a gradient. Graphs recorded before the step
+/// become stale (rt_graph_backward returns RT_ERROR_STALE_GRAPH).
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_adam_step(adam: *mut rt_adam) -> rt_status {
+    guard("rt_adam_step", || {
+        let adam = in_ptr(adam, "adam")?;
+        adam.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .step()?;
+        Ok(())
+    })
+}
+
+/// Writes the number of steps taken.
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_adam_steps(adam: *const rt_adam, out: *mut u64) -> rt_status {
+    guard("rt_adam_steps", || {
+        let out = out_ptr(out, "out")?;
+        let adam = in_ptr(adam, "adam")?;
+        *out = adam
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .steps();
+        Ok(())
+    })
+}
+
+/// Releases an optimizer handle. NULL is accepted and ignored.
+#[no_mangle]
+pub unsafe extern "C" fn rt_adam_free(adam: *mut rt_adam) {
+    guard_void(|| {
+        if !adam.is_null() {
+            // SAFETY: a handle from this library, freed once (caller contract).
+            drop(unsafe { Box::from_raw(adam) });
+        }
+    })
+}

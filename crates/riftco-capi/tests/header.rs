@@ -1,0 +1,67 @@
+//! The checked-in header `include/riftco.h` must be exactly what the pinned cbindgen (0.29.4,
+//! see Cargo.toml) generates from this crate with `cbindgen.toml`.
+//!
+//! Regenerate after changing the ABI with
+//! `RIFTCO_BLESS_HEADER=1 cargo test -p riftco-capi --test header`.
+
+use std::path::Path;
+
+fn generate() -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = cbindgen::Config::from_file(dir.join("cbindgen.toml")).expect("cbindgen.toml");
+    let bindings = cbindgen::Builder::new()
+        .with_config(config)
+        .with_src(dir.join("src/lib.rs"))
+        .generate()
+        .expect("cbindgen failed to generate the header");
+    let mut out = Vec::new();
+    bindings.write(&mut out);
+    String::from_utf8(out).expect("the header is UTF-8")
+}
+
+#[test]
+fn checked_in_header_matches_cbindgen_output() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/riftco.h");
+    let generated = generate();
+    if std::env::var_os("RIFTCO_BLESS_HEADER").is_some() {
+        std::fs::write(&path, &generated).expect("write include/riftco.h");
+        return;
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    if checked_in != generated {
+        let first = checked_in
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| checked_in.lines().count().min(generated.lines().count()));
+        panic!(
+            "{} differs from the cbindgen output (first difference at line {}); regenerate with \
+             RIFTCO_BLESS_HEADER=1 cargo test -p riftco-capi --test header",
+            path.display(),
+            first + 1
+        );
+    }
+}
+
+#[test]
+fn header_declares_the_seed_names_and_version() {
+    let h = generate();
+    for name in [
+        "#define RT_ABI_VERSION_MAJOR 2",
+        "#define RT_ABI_VERSION_MINOR 0",
+        "RT_ACTIVATION_CHECKPOINTING_DISABLED = 0",
+        "RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK = 1",
+        "rt_model_set_activation_checkpointing(",
+        "rt_model_activation_checkpointing(",
+        "rt_abi_version(",
+        "typedef struct rt_transformer_config {",
+    ] {
+        assert!(h.contains(name), "the header lacks {name:?}");
+    }
+    let config = &h[h.find("typedef struct rt_transformer_config {").unwrap()..];
+    let config = &config[..config.find('}').unwrap()];
+    assert!(
+        !config.contains("checkpoint"),
+        "rt_transformer_config must not carry the checkpointing policy"
+    );
+}

@@ -1,0 +1,235 @@
+/*
+ * riftco C ABI example: train a small byte-level model on a text file, switching the
+ * activation-checkpointing policy to transformer-block checkpointing and back, save it, reload
+ * it and decode a few tokens greedily.
+ *
+ *   train [TEXT_FILE [MODEL_PATH]]
+ *
+ * TEXT_FILE defaults to this source file, MODEL_PATH to riftco_train_c.safetensors. The
+ * "step", "eval" and "decode" lines are compared by tests/c/run.sh with the output of the Rust
+ * program crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule).
+ *
+ * Data: step s, row b uses bytes [start, start + SEQ_PLUS_ONE) with
+ * start = ((s * BATCH + b) * STRIDE) % (n - SEQ_PLUS_ONE + 1).
+ */
+#include "riftco.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { BATCH = 2, SEQ_PLUS_ONE = 17, STEPS = 6, STRIDE = 37, PROMPT = 8, GENERATE = 8 };
+static const float LR = 1e-2f;
+static const uint64_t SEED = 1234;
+
+static void report(const char *call, rt_status status) {
+    char message[512];
+    size_t needed = 0;
+    rt_status s = rt_last_error_message(message, sizeof message, &needed);
+    fprintf(stderr, "%s failed: %s: %s%s\n", call, rt_status_name(status), message,
+            s == RT_ERROR_BUFFER_TOO_SMALL ? " [truncated]" : "");
+}
+
+#define CHECK(call)                        \
+    do {                                   \
+        rt_status check_status_ = (call);  \
+        if (check_status_ != RT_OK) {      \
+            report(#call, check_status_);  \
+            goto done;                     \
+        }                                  \
+    } while (0)
+
+static uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static const char *policy_name(uint32_t policy) {
+    return policy == RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK ? "block" : "disabled";
+}
+
+static unsigned char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *data = NULL;
+    size_t cap = 0, n = 0;
+    if (f == NULL) {
+        perror(path);
+        return NULL;
+    }
+    for (;;) {
+        if (n == cap) {
+            size_t new_cap = cap == 0 ? 4096 : cap * 2;
+            unsigned char *grown = realloc(data, new_cap);
+            if (grown == NULL) {
+                free(data);
+                fclose(f);
+                return NULL;
+            }
+            data = grown;
+            cap = new_cap;
+        }
+        size_t got = fread(data + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            break;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return data;
+}
+
+static void fill_block(const unsigned char *data, size_t n, size_t index, uint32_t *block) {
+    for (size_t b = 0; b < BATCH; b++) {
+        size_t start = ((index * BATCH + b) * STRIDE) % (n - SEQ_PLUS_ONE + 1);
+        for (size_t t = 0; t < SEQ_PLUS_ONE; t++) {
+            block[b * SEQ_PLUS_ONE + t] = data[start + t];
+        }
+    }
+}
+
+static size_t argmax(const float *x, size_t n) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (x[i] > x[best]) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    const char *text_path = argc > 1 ? argv[1] : __FILE__;
+    const char *model_path = argc > 2 ? argv[2] : "riftco_train_c.safetensors";
+    int ok = 0;
+    size_t n = 0;
+    unsigned char *data = NULL;
+    rt_model *model = NULL, *reloaded = NULL;
+    rt_adam *adam = NULL;
+    rt_graph *eval = NULL, *eval_reloaded = NULL;
+    rt_decode_session *session = NULL;
+    float *logits = NULL;
+    uint32_t block[BATCH * SEQ_PLUS_ONE];
+
+    uint32_t major = 0, minor = 0;
+    CHECK(rt_abi_version(&major, &minor));
+    printf("riftco C ABI %" PRIu32 ".%" PRIu32 " (header %d.%d)\n", major, minor,
+           RT_ABI_VERSION_MAJOR, RT_ABI_VERSION_MINOR);
+    if (major != RT_ABI_VERSION_MAJOR) {
+        fprintf(stderr, "ABI major version mismatch\n");
+        goto done;
+    }
+
+    data = read_file(text_path, &n);
+    if (data == NULL) {
+        goto done;
+    }
+    if (n < SEQ_PLUS_ONE) {
+        fprintf(stderr, "%s: %zu bytes, need at least %d\n", text_path, n, SEQ_PLUS_ONE);
+        goto done;
+    }
+    printf("data: %s (%zu bytes)\n", text_path, n);
+
+    rt_transformer_config config;
+    CHECK(rt_transformer_config_default(&config));
+    config.vocab_size = 256;
+    config.d_model = 32;
+    config.n_heads = 4;
+    config.n_layers = 2;
+    config.d_ff = 64;
+    config.max_seq_len = 32;
+    config.seed = SEED;
+    CHECK(rt_model_create(&config, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED,
+                          &model));
+    CHECK(rt_adam_create(model, LR, &adam));
+
+    for (size_t step = 0; step < STEPS; step++) {
+        /* Steps 2 and 3 run with block checkpointing, the others without. */
+        uint32_t policy = (step == 2 || step == 3) ? RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK
+                                                   : RT_ACTIVATION_CHECKPOINTING_DISABLED;
+        CHECK(rt_model_set_activation_checkpointing(model, policy));
+        uint32_t current = 99;
+        CHECK(rt_model_activation_checkpointing(model, &current));
+        if (current != policy) {
+            fprintf(stderr, "policy read back as %" PRIu32 ", set %" PRIu32 "\n", current, policy);
+            goto done;
+        }
+        fill_block(data, n, step, block);
+        float loss = 0.0f;
+        CHECK(rt_model_train_step(model, block, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE, &loss));
+        rt_graph_statistics graph;
+        CHECK(rt_model_last_graph_statistics(model, &graph));
+        CHECK(rt_adam_step(adam));
+        printf("step %zu policy %s loss %.6f bits 0x%08" PRIx32 "\n", step, policy_name(policy),
+               (double)loss, float_bits(loss));
+        printf("  graph nodes %" PRIu64 " elements %" PRIu64 "\n", graph.node_count,
+               graph.element_count);
+    }
+
+    rt_memory_stats memory;
+    CHECK(rt_get_memory_stats(&memory));
+    printf("memory bytes (current/peak): parameter %" PRIu64 "/%" PRIu64 " gradient %" PRIu64
+           "/%" PRIu64 " optimizer_state %" PRIu64 "/%" PRIu64 " activation %" PRIu64 "/%" PRIu64
+           " total %" PRIu64 "/%" PRIu64 "\n",
+           memory.parameter.current_bytes, memory.parameter.peak_bytes,
+           memory.gradient.current_bytes, memory.gradient.peak_bytes,
+           memory.optimizer_state.current_bytes, memory.optimizer_state.peak_bytes,
+           memory.activation.current_bytes, memory.activation.peak_bytes,
+           memory.total.current_bytes, memory.total.peak_bytes);
+
+    /* Save, reload, and check that the reloaded model computes the same loss. */
+    CHECK(rt_model_save(model, model_path));
+    CHECK(rt_model_load(model_path, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED,
+                        &reloaded));
+    fill_block(data, n, STEPS, block);
+    float eval_loss = 0.0f, eval_loss_reloaded = 0.0f;
+    CHECK(rt_model_loss(model, block, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE, &eval));
+    CHECK(rt_graph_loss(eval, &eval_loss));
+    CHECK(rt_model_loss(reloaded, block, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE,
+                        &eval_reloaded));
+    CHECK(rt_graph_loss(eval_reloaded, &eval_loss_reloaded));
+    printf("saved %s and reloaded it\n", model_path);
+    printf("eval loss %.6f bits 0x%08" PRIx32 "\n", (double)eval_loss, float_bits(eval_loss));
+    printf("eval reloaded loss %.6f bits 0x%08" PRIx32 "\n", (double)eval_loss_reloaded,
+           float_bits(eval_loss_reloaded));
+    if (float_bits(eval_loss) != float_bits(eval_loss_reloaded)) {
+        fprintf(stderr, "the reloaded model computes another loss\n");
+        goto done;
+    }
+
+    /* Greedy decoding from the reloaded model; the trained model's handle is released first. */
+    rt_model_free(model);
+    model = NULL;
+    rt_transformer_config loaded_config;
+    CHECK(rt_model_config(reloaded, &loaded_config));
+    logits = malloc(loaded_config.vocab_size * sizeof *logits);
+    if (logits == NULL) {
+        goto done;
+    }
+    CHECK(rt_decode_session_create(reloaded, &session));
+    printf("decode");
+    uint32_t token = 0;
+    for (size_t i = 0; i < PROMPT + GENERATE; i++) {
+        token = i < PROMPT ? data[i] : token;
+        CHECK(rt_decode_session_decode_token(session, token, logits, loaded_config.vocab_size));
+        token = (uint32_t)argmax(logits, loaded_config.vocab_size);
+        if (i >= PROMPT - 1) {
+            printf(" %" PRIu32, token);
+        }
+    }
+    printf("\n");
+    ok = 1;
+
+done:
+    free(logits);
+    rt_decode_session_free(session);
+    rt_graph_free(eval);
+    rt_graph_free(eval_reloaded);
+    rt_adam_free(adam);
+    rt_model_free(model);
+    rt_model_free(reloaded);
+    free(data);
+    return ok ? EXIT_SUCCESS : EXIT_FAILURE;
+}

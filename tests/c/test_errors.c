@@ -1,0 +1,362 @@
+/*
+ * Error paths of the riftco C ABI: NULL pointers, invalid enums, wrong lengths, stale graphs,
+ * buffers too small, handles used after the model handle was released, free(NULL).
+ *
+ *   test_errors SCRATCH_DIR
+ *
+ * Run by tests/c/run.sh under valgrind. Exits non-zero on the first failed expectation.
+ */
+#include "riftco.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int checks = 0;
+static int failures = 0;
+
+static const char *last_error(void) {
+    static char message[1024];
+    size_t needed = 0;
+    if (rt_last_error_message(message, sizeof message, &needed) != RT_OK) {
+        return "<rt_last_error_message failed>";
+    }
+    return message;
+}
+
+static void expect_status(const char *what, rt_status got, rt_status want, int line) {
+    checks++;
+    if (got != want) {
+        failures++;
+        fprintf(stderr, "line %d: %s returned %s, expected %s (last error: %s)\n", line, what,
+                rt_status_name(got), rt_status_name(want), last_error());
+    }
+}
+
+static void expect_true(const char *what, int cond, int line) {
+    checks++;
+    if (!cond) {
+        failures++;
+        fprintf(stderr, "line %d: expected %s\n", line, what);
+    }
+}
+
+#define EXPECT(call, status) expect_status(#call, (call), (status), __LINE__)
+#define EXPECT_OK(call) expect_status(#call, (call), RT_OK, __LINE__)
+#define EXPECT_TRUE(cond) expect_true(#cond, (cond) ? 1 : 0, __LINE__)
+#define EXPECT_MESSAGE_HAS(text) \
+    expect_true("last error contains \"" text "\"", strstr(last_error(), (text)) != NULL, __LINE__)
+
+enum { VOCAB = 256, BATCH = 2, SEQ_PLUS_ONE = 9, MAX_SEQ = 16 };
+
+static rt_transformer_config small_config(void) {
+    rt_transformer_config c;
+    rt_transformer_config_default(&c);
+    c.vocab_size = VOCAB;
+    c.d_model = 16;
+    c.n_heads = 2;
+    c.n_layers = 1;
+    c.d_ff = 32;
+    c.max_seq_len = MAX_SEQ;
+    c.seed = 7;
+    return c;
+}
+
+static void fill_tokens(uint32_t *tokens, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        tokens[i] = (uint32_t)((i * 31 + 5) % VOCAB);
+    }
+}
+
+static void test_version_and_messages(void) {
+    uint32_t major = 0, minor = 0;
+    EXPECT_OK(rt_abi_version(&major, &minor));
+    EXPECT_TRUE(major == RT_ABI_VERSION_MAJOR && minor == RT_ABI_VERSION_MINOR);
+    EXPECT(rt_abi_version(NULL, &minor), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_abi_version(&major, NULL), RT_ERROR_NULL_POINTER);
+    EXPECT_MESSAGE_HAS("rt_abi_version: minor is NULL");
+
+    /* Size query, too-small buffer (truncated, NUL-terminated), NULL buffer with a length. */
+    size_t needed = 0;
+    EXPECT(rt_last_error_message(NULL, 0, &needed), RT_ERROR_BUFFER_TOO_SMALL);
+    EXPECT_TRUE(needed == strlen("rt_abi_version: minor is NULL") + 1);
+    char small[8];
+    memset(small, 'x', sizeof small);
+    EXPECT(rt_last_error_message(small, sizeof small, &needed), RT_ERROR_BUFFER_TOO_SMALL);
+    EXPECT_TRUE(strcmp(small, "rt_abi_") == 0);
+    EXPECT(rt_last_error_message(NULL, 5, NULL), RT_ERROR_NULL_POINTER);
+    char big[128];
+    EXPECT_OK(rt_last_error_message(big, sizeof big, NULL));
+    EXPECT_TRUE(strcmp(big, "rt_abi_version: minor is NULL") == 0);
+
+    EXPECT_TRUE(strcmp(rt_status_name(RT_ERROR_SHAPE), "RT_ERROR_SHAPE") == 0);
+    EXPECT_TRUE(strcmp(rt_status_name(9999), "RT_UNKNOWN_STATUS") == 0);
+    EXPECT_TRUE(RT_OK == 0 && RT_ERROR_NULL_POINTER == 1 && RT_ERROR_INVALID_ENUM == 3 &&
+                RT_ERROR_STALE_GRAPH == 7 && RT_ERROR_PANIC == 9 &&
+                RT_ERROR_BUFFER_TOO_SMALL == 10);
+}
+
+static void test_free_null(void) {
+    rt_model_free(NULL);
+    rt_graph_free(NULL);
+    rt_adam_free(NULL);
+    rt_decode_session_free(NULL);
+    EXPECT_TRUE(1);
+}
+
+static void test_create(void) {
+    rt_transformer_config c = small_config();
+    rt_model *model = (rt_model *)&c; /* must be overwritten with NULL on failure */
+    EXPECT(rt_model_create(NULL, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model),
+           RT_ERROR_NULL_POINTER);
+    EXPECT_TRUE(model == NULL);
+    EXPECT(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, NULL),
+           RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_create(&c, 7, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model),
+           RT_ERROR_INVALID_ENUM);
+    EXPECT_MESSAGE_HAS("attention kind 7");
+    EXPECT(rt_model_create(&c, RT_ATTENTION_FLASH, 2, &model), RT_ERROR_INVALID_ENUM);
+    EXPECT_MESSAGE_HAS("policy 2");
+    EXPECT(rt_model_create(&c, RT_ATTENTION_FLASH, UINT32_MAX, &model), RT_ERROR_INVALID_ENUM);
+    c.n_heads = 3;
+    EXPECT(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("n_heads");
+    c = small_config();
+    c.rms_norm_eps = -1.0f;
+    EXPECT(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("rms_norm_eps");
+    EXPECT_TRUE(model == NULL);
+    EXPECT(rt_transformer_config_default(NULL), RT_ERROR_NULL_POINTER);
+}
+
+static void test_policy_and_training(const char *scratch) {
+    rt_transformer_config c = small_config();
+    rt_model *model = NULL;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_MATERIALIZED,
+                              RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK, &model));
+    if (model == NULL) {
+        return;
+    }
+    uint32_t policy = 99, attention = 99;
+    EXPECT_OK(rt_model_activation_checkpointing(model, &policy));
+    EXPECT_TRUE(policy == RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK);
+    EXPECT(rt_model_set_activation_checkpointing(model, 5), RT_ERROR_INVALID_ENUM);
+    EXPECT_OK(rt_model_activation_checkpointing(model, &policy));
+    EXPECT_TRUE(policy == RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK); /* unchanged */
+    EXPECT(rt_model_set_activation_checkpointing(NULL, 0), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_activation_checkpointing(NULL, &policy), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_activation_checkpointing(model, NULL), RT_ERROR_NULL_POINTER);
+    EXPECT_OK(rt_model_set_activation_checkpointing(model, RT_ACTIVATION_CHECKPOINTING_DISABLED));
+    EXPECT_OK(rt_model_attention(model, &attention));
+    EXPECT_TRUE(attention == RT_ATTENTION_MATERIALIZED);
+    EXPECT(rt_model_set_attention(model, 2), RT_ERROR_INVALID_ENUM);
+    EXPECT(rt_model_config(model, NULL), RT_ERROR_NULL_POINTER);
+
+    rt_graph_statistics stats;
+    EXPECT(rt_model_last_graph_statistics(model, &stats), RT_ERROR_INVALID_STATE);
+
+    uint32_t tokens[BATCH * SEQ_PLUS_ONE];
+    fill_tokens(tokens, BATCH * SEQ_PLUS_ONE);
+    float loss = 0.0f;
+    const size_t n = BATCH * SEQ_PLUS_ONE;
+    EXPECT(rt_model_train_step(NULL, tokens, n, BATCH, SEQ_PLUS_ONE, &loss),
+           RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_train_step(model, NULL, n, BATCH, SEQ_PLUS_ONE, &loss),
+           RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_train_step(model, tokens, n, BATCH, SEQ_PLUS_ONE, NULL),
+           RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_train_step(model, tokens, n - 1, BATCH, SEQ_PLUS_ONE, &loss), RT_ERROR_SHAPE);
+    EXPECT_MESSAGE_HAS("tokens_len 17");
+    EXPECT(rt_model_train_step(model, tokens, n, 0, SEQ_PLUS_ONE, &loss), RT_ERROR_SHAPE);
+    EXPECT(rt_model_train_step(model, tokens, n, n, 1, &loss), RT_ERROR_SHAPE);
+    EXPECT(rt_model_train_step(model, NULL, 0, 0, 0, &loss), RT_ERROR_SHAPE);
+    EXPECT(rt_model_train_step(model, tokens, n, SIZE_MAX, 2, &loss), RT_ERROR_SHAPE);
+    {
+        uint32_t long_block[MAX_SEQ + 2];
+        fill_tokens(long_block, MAX_SEQ + 2);
+        EXPECT(rt_model_train_step(model, long_block, MAX_SEQ + 2, 1, MAX_SEQ + 2, &loss),
+               RT_ERROR_SHAPE);
+        EXPECT_MESSAGE_HAS("max_seq_len");
+    }
+    tokens[3] = VOCAB + 44;
+    EXPECT(rt_model_train_step(model, tokens, n, BATCH, SEQ_PLUS_ONE, &loss),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("300");
+    tokens[3] = 1;
+
+    rt_adam *adam = (rt_adam *)&c;
+    EXPECT(rt_adam_create(model, -1.0f, &adam), RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(adam == NULL);
+    EXPECT(rt_adam_create(model, (float)NAN, &adam), RT_ERROR_INVALID_ARGUMENT);
+    EXPECT(rt_adam_create(NULL, 1e-3f, &adam), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_adam_create(model, 1e-3f, NULL), RT_ERROR_NULL_POINTER);
+    EXPECT_OK(rt_adam_create(model, 1e-3f, &adam));
+    EXPECT(rt_adam_step(NULL), RT_ERROR_NULL_POINTER);
+
+    /* A graph recorded before an Adam step is stale. */
+    rt_graph *graph = NULL;
+    EXPECT(rt_model_loss(model, tokens, n, BATCH, SEQ_PLUS_ONE, NULL), RT_ERROR_NULL_POINTER);
+    EXPECT_OK(rt_model_loss(model, tokens, n, BATCH, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_model_last_graph_statistics(model, &stats));
+    EXPECT_TRUE(stats.node_count > 0 && stats.element_count > 0);
+    EXPECT_OK(rt_model_train_step(model, tokens, n, BATCH, SEQ_PLUS_ONE, &loss));
+    EXPECT_TRUE(loss > 0.0f && isfinite(loss));
+    EXPECT_OK(rt_adam_step(adam));
+    uint64_t steps = 0;
+    EXPECT_OK(rt_adam_steps(adam, &steps));
+    EXPECT_TRUE(steps == 1);
+    EXPECT(rt_graph_backward(graph), RT_ERROR_STALE_GRAPH);
+    EXPECT_MESSAGE_HAS("stale graph");
+    EXPECT(rt_graph_backward(NULL), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_graph_loss(graph, NULL), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_graph_get_statistics(graph, NULL), RT_ERROR_NULL_POINTER);
+    rt_graph_free(graph);
+
+    /* A graph stays valid after its model handle is released. */
+    graph = NULL;
+    EXPECT_OK(rt_model_loss(model, tokens, n, BATCH, SEQ_PLUS_ONE, &graph));
+    rt_model *retained = NULL;
+    EXPECT(rt_model_retain(NULL, &retained), RT_ERROR_NULL_POINTER);
+    EXPECT_OK(rt_model_retain(model, &retained));
+    rt_model_free(model);
+    model = NULL;
+    EXPECT_OK(rt_graph_backward(graph));
+    float graph_loss = 0.0f;
+    EXPECT_OK(rt_graph_loss(graph, &graph_loss));
+    EXPECT_TRUE(graph_loss > 0.0f);
+    EXPECT_OK(rt_graph_get_statistics(graph, &stats));
+    EXPECT_TRUE(stats.node_count > 0);
+    /* ... and the optimizer too; the retained handle is the same model. */
+    EXPECT_OK(rt_adam_step(adam));
+    EXPECT_OK(rt_model_activation_checkpointing(retained, &policy));
+    EXPECT_TRUE(policy == RT_ACTIVATION_CHECKPOINTING_DISABLED);
+    rt_graph_free(graph);
+    rt_adam_free(adam);
+
+    /* LoRA. */
+    rt_lora_config lora = {4, 8.0f, RT_LORA_TARGET_ATTENTION, 3};
+    lora.targets = 4;
+    EXPECT(rt_model_enable_lora(retained, &lora), RT_ERROR_INVALID_ENUM);
+    lora.targets = 0;
+    EXPECT(rt_model_enable_lora(retained, &lora), RT_ERROR_INVALID_ARGUMENT);
+    lora.targets = RT_LORA_TARGET_ATTENTION | RT_LORA_TARGET_MLP;
+    lora.rank = 0;
+    EXPECT(rt_model_enable_lora(retained, &lora), RT_ERROR_INVALID_ARGUMENT);
+    lora.rank = 4;
+    EXPECT(rt_model_enable_lora(retained, NULL), RT_ERROR_NULL_POINTER);
+    EXPECT_OK(rt_model_enable_lora(retained, &lora));
+    EXPECT(rt_model_enable_lora(retained, &lora), RT_ERROR_INVALID_STATE);
+    EXPECT_OK(rt_adam_create(retained, 1e-3f, &adam));
+    EXPECT_OK(rt_model_train_step(retained, tokens, n, BATCH, SEQ_PLUS_ONE, &loss));
+    EXPECT_OK(rt_adam_step(adam));
+    rt_adam_free(adam);
+
+    /* Save and load. */
+    char path[1024];
+    EXPECT(rt_model_save(retained, NULL), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_save(NULL, "x.safetensors"), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_save(retained, ""), RT_ERROR_INVALID_STRING);
+    snprintf(path, sizeof path, "%s/missing-folder/model.safetensors", scratch);
+    EXPECT(rt_model_save(retained, path), RT_ERROR_IO);
+    snprintf(path, sizeof path, "%s/model.safetensors", scratch);
+    EXPECT_OK(rt_model_save(retained, path));
+    rt_model *loaded = (rt_model *)&c;
+    EXPECT(rt_model_load(path, 9, RT_ACTIVATION_CHECKPOINTING_DISABLED, &loaded),
+           RT_ERROR_INVALID_ENUM);
+    EXPECT_TRUE(loaded == NULL);
+    EXPECT(rt_model_load(path, RT_ATTENTION_FLASH, 9, &loaded), RT_ERROR_INVALID_ENUM);
+    EXPECT(rt_model_load(NULL, RT_ATTENTION_FLASH, 0, &loaded), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_load(path, RT_ATTENTION_FLASH, 0, NULL), RT_ERROR_NULL_POINTER);
+    EXPECT_OK(rt_model_load(path, RT_ATTENTION_FLASH,
+                            RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK, &loaded));
+    EXPECT_OK(rt_model_activation_checkpointing(loaded, &policy));
+    EXPECT_TRUE(policy == RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK);
+    rt_model_free(loaded);
+    loaded = NULL;
+    snprintf(path, sizeof path, "%s/no-such-file.safetensors", scratch);
+    EXPECT(rt_model_load(path, RT_ATTENTION_FLASH, 0, &loaded), RT_ERROR_IO);
+    snprintf(path, sizeof path, "%s/garbage.safetensors", scratch);
+    FILE *f = fopen(path, "wb");
+    if (f != NULL) {
+        fputs("this is not a safetensors file at all", f);
+        fclose(f);
+    }
+    EXPECT(rt_model_load(path, RT_ATTENTION_FLASH, 0, &loaded), RT_ERROR_FORMAT);
+    EXPECT_TRUE(loaded == NULL);
+    rt_model_free(retained);
+}
+
+static void test_decode(void) {
+    rt_transformer_config c = small_config();
+    rt_model *model = NULL;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model));
+    rt_decode_session *session = NULL;
+    EXPECT(rt_decode_session_create(NULL, &session), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_decode_session_create(model, NULL), RT_ERROR_NULL_POINTER);
+    EXPECT_OK(rt_decode_session_create(model, &session));
+
+    float logits[VOCAB];
+    size_t position = 99;
+    EXPECT(rt_decode_session_decode_token(NULL, 1, logits, VOCAB), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_decode_session_decode_token(session, 1, NULL, VOCAB), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_decode_session_decode_token(session, 1, logits, VOCAB - 1),
+           RT_ERROR_BUFFER_TOO_SMALL);
+    EXPECT_MESSAGE_HAS("logits_len 255");
+    EXPECT(rt_decode_session_decode_token(session, VOCAB, logits, VOCAB),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_OK(rt_decode_session_position(session, &position));
+    EXPECT_TRUE(position == 0); /* failed calls leave the session unchanged */
+    EXPECT(rt_decode_session_position(session, NULL), RT_ERROR_NULL_POINTER);
+
+    /* The model handle is released while the session lives: the session keeps working. */
+    EXPECT_OK(rt_model_set_activation_checkpointing(model,
+                                                    RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK));
+    rt_model_free(model);
+    for (size_t i = 0; i < MAX_SEQ; i++) {
+        EXPECT_OK(rt_decode_session_decode_token(session, (uint32_t)(i * 7 % VOCAB), logits,
+                                                 VOCAB));
+    }
+    EXPECT_TRUE(isfinite(logits[0]) && isfinite(logits[VOCAB - 1]));
+    EXPECT(rt_decode_session_decode_token(session, 1, logits, VOCAB), RT_ERROR_INVALID_STATE);
+    EXPECT_MESSAGE_HAS("full");
+    EXPECT_OK(rt_decode_session_reset(session));
+    EXPECT(rt_decode_session_reset(NULL), RT_ERROR_NULL_POINTER);
+    EXPECT_OK(rt_decode_session_decode_token(session, 1, logits, VOCAB));
+    EXPECT_OK(rt_decode_session_position(session, &position));
+    EXPECT_TRUE(position == 1);
+    rt_decode_session_free(session);
+}
+
+static void test_memory(void) {
+    rt_memory_stats stats;
+    EXPECT(rt_get_memory_stats(NULL), RT_ERROR_NULL_POINTER);
+    rt_transformer_config c = small_config();
+    rt_model *model = NULL;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model));
+    EXPECT_OK(rt_reset_peak_memory_stats());
+    EXPECT_OK(rt_get_memory_stats(&stats));
+    EXPECT_TRUE(stats.parameter.current_bytes > 0);
+    EXPECT_TRUE(stats.parameter.peak_bytes >= stats.parameter.current_bytes);
+    EXPECT_TRUE(stats.total.current_bytes >= stats.parameter.current_bytes);
+    rt_model_free(model);
+}
+
+int main(int argc, char **argv) {
+    const char *scratch = argc > 1 ? argv[1] : ".";
+    test_version_and_messages();
+    test_free_null();
+    test_create();
+    test_policy_and_training(scratch);
+    test_decode();
+    test_memory();
+    if (failures != 0) {
+        fprintf(stderr, "test_errors: %d of %d checks failed\n", failures, checks);
+        return EXIT_FAILURE;
+    }
+    printf("test_errors: %d checks passed\n", checks);
+    return EXIT_SUCCESS;
+}
