@@ -4,7 +4,8 @@
 //! accounting, and the recompute overhead ratio block/disabled.
 //!
 //! Environment: `RIFTCO_BENCH_STEPS` (default 5 timed steps after 1 warm-up),
-//! `RIFTCO_BENCH_SMALL=1` for a quick smoke run at a tiny size.
+//! `RIFTCO_BENCH_SMALL=1` for a quick smoke run at a tiny size, `RIFTCO_BENCH_ATTENTION=flash|materialized`
+//! and `RIFTCO_BENCH_POLICY=disabled|block` to run one configuration.
 //! Reference from the issue (not measured here): PyTorch 2.13 CPU on a 2-core machine of this
 //! kind took about 0.9 s/step with SDPA attention, about 1.15x that with per-block checkpointing.
 //! `benches/train_step.py` measures PyTorch in the same run when it is installed.
@@ -113,9 +114,16 @@ fn main() {
         "peak_activation_MiB",
         "retained_after_fwd_MiB"
     );
+    let only_attn = std::env::var("RIFTCO_BENCH_ATTENTION").ok();
+    let only_policy = std::env::var("RIFTCO_BENCH_POLICY").ok();
     let mut rows = Vec::new();
     for attn in [Attn::Materialized, Attn::Flash] {
         for ck in [Ck::Disabled, Ck::TransformerBlock] {
+            if only_attn.as_deref().is_some_and(|a| a != attn.name())
+                || only_policy.as_deref().is_some_and(|p| p != ck.name())
+            {
+                continue;
+            }
             let r = run(&config, batch, seq, attn, ck, steps);
             println!(
                 "{:<13} {:<9} {:>9.3} {:>9.3} {:>10.0} {:>20.1} {:>22.1}",
