@@ -116,6 +116,8 @@ def _concatenate(parts: Iterable[tuple[str, bytes]], max_bytes: int, truncate: b
     out = bytearray()
     names: list[str] = []
     for name, text in parts:
+        if not text.strip():
+            continue  # an empty or whitespace-only file adds nothing, not even its header
         chunk = f"# ==== {name} ====\n".encode() + text
         if not chunk.endswith(b"\n"):
             chunk += b"\n"
@@ -133,7 +135,7 @@ def _concatenate(parts: Iterable[tuple[str, bytes]], max_bytes: int, truncate: b
 
 
 def _to_corpus(data: bytes, description: str, files: tuple[str, ...]) -> Corpus:
-    if not data.strip():
+    if not files:
         raise CorpusError(f"the corpus is empty: no text in {description}")
     tokens = np.frombuffer(data, dtype=np.uint8).copy()
     return Corpus(tokens=tokens, description=description, files=files)

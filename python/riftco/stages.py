@@ -61,7 +61,10 @@ __all__ = [
     "MODEL_STATE_FILE",
     "OutputDirError",
     "TrainingInterrupted",
+    "UNIFORM_BASELINE_LOSS",
+    "load_model",
     "prepare_out_dir",
+    "resolve_model_state",
     "run_post_training",
     "run_pretraining",
 ]

@@ -299,10 +299,13 @@ def test_lora_post_training_keeps_base_weights(pretrained: Path, small_corpus: C
         np.testing.assert_array_equal(before[name], after[name], err_msg=name)
     assert model.has_lora
     assert hashlib.sha256((pretrained / MODEL_STATE_FILE).read_bytes()).hexdigest() == state_hash
-    # the adapter loads back onto a fresh copy of the base
+    # the adapter loads back onto a fresh copy of the base and reproduces the trained model
     fresh = load_model(pretrained)
-    fresh.enable_lora(rank=4, alpha=16.0)
     fresh.load_lora(str(tmp_path / ADAPTER_DIR))
+    tokens = np.arange(16, dtype=np.int64).reshape(1, 16) + 97
+    np.testing.assert_allclose(fresh.logits(tokens).numpy(), model.logits(tokens).numpy(), rtol=1e-5, atol=1e-6)
+    base_logits = load_model(pretrained).logits(tokens).numpy()
+    assert not np.allclose(base_logits, model.logits(tokens).numpy())
 
 
 def test_full_post_training_from_path(pretrained: Path, small_corpus: Corpus, tmp_path: Path) -> None:
