@@ -1,8 +1,76 @@
 """riftco: train and study LLaMA-style decoder-only transformers with activation checkpointing.
 
-The compute runs in a Rust core (``riftco._native``); this package is its Python front.
+The compute runs in a Rust core (``riftco._native``, released GIL during every compute call);
+this package is its Python front:
+
+- autograd: ``Variable`` (``tensor``), ``functional`` ops, ``checkpoint(fn, x, dependencies)``;
+- the model: ``TransformerConfig``, ``DecoderOnlyTransformer``, ``DecodeSession``,
+  ``Adam``/``AdamW``;
+- memory accounting: ``memory_stats()``, ``reset_peak_memory_stats()``;
+- training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
+  ``run_post_training``, and ``generate``;
+- exceptions rooted at ``RiftcoError`` (input errors also subclass ``ValueError``, state and
+  device errors ``RuntimeError``).
 """
 
-from riftco._native import __version__, matmul, num_threads
+from riftco._native import (
+    Adam,
+    AdamW,
+    CheckpointError,
+    ConfigError,
+    DecodeError,
+    DecoderOnlyTransformer,
+    DecodeSession,
+    DeviceUnavailableError,
+    LoraError,
+    ModelStateError,
+    RiftcoError,
+    ShapeError,
+    StaleGraphError,
+    TokenError,
+    TransformerConfig,
+    Variable,
+    __version__,
+    checkpoint,
+    functional,
+    matmul,
+    memory_stats,
+    num_threads,
+    reset_peak_memory_stats,
+    tensor,
+)
+from riftco.configs import PostTrainingConfig, PretrainingConfig
+from riftco.generation import generate
+from riftco.stages import run_post_training, run_pretraining
 
-__all__ = ["__version__", "matmul", "num_threads"]
+__all__ = [
+    "Adam",
+    "AdamW",
+    "CheckpointError",
+    "ConfigError",
+    "DecodeError",
+    "DecodeSession",
+    "DecoderOnlyTransformer",
+    "DeviceUnavailableError",
+    "LoraError",
+    "ModelStateError",
+    "PostTrainingConfig",
+    "PretrainingConfig",
+    "RiftcoError",
+    "ShapeError",
+    "StaleGraphError",
+    "TokenError",
+    "TransformerConfig",
+    "Variable",
+    "__version__",
+    "checkpoint",
+    "functional",
+    "generate",
+    "matmul",
+    "memory_stats",
+    "num_threads",
+    "reset_peak_memory_stats",
+    "run_post_training",
+    "run_pretraining",
+    "tensor",
+]

@@ -1,16 +1,38 @@
 //! `riftco._native`: the PyO3 extension module behind the `riftco` Python package.
 //!
 //! One file per API area; this file only registers them. The pure-Python layer in
-//! `python/riftco/` re-exports what is public, and `python/riftco/_native.pyi` types it.
+//! `python/riftco/` re-exports what is public, and `python/riftco/_native/*.pyi` types it.
+//!
+//! - `errors`: the exception hierarchy, error mapping, GIL release and panic guard.
+//! - `variable`: `Variable` and NumPy conversions; `functional`: differentiable ops;
+//!   `checkpoint`: `checkpoint()` with a Python callable.
+//! - `config`, `model`: `TransformerConfig`, `DecoderOnlyTransformer`, `DecodeSession`.
+//! - `optim`: `Adam`, `AdamW`; `memory`: `memory_stats()`; `kernels`: raw kernels on NumPy.
 
 use pyo3::prelude::*;
 
+mod checkpoint;
+mod config;
+mod errors;
+mod functional;
 mod kernels;
+mod memory;
+mod model;
+mod optim;
+mod tokens;
+mod variable;
 
 /// The native half of `riftco`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
     kernels::register(m)?;
+    variable::register(m)?;
+    functional::register(m)?;
+    checkpoint::register(m)?;
+    model::register(m)?;
+    optim::register(m)?;
+    memory::register(m)?;
     Ok(())
 }

@@ -1,0 +1,50 @@
+//! Memory accounting by category (`riftco_tensor::memory_stats`).
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use riftco_tensor::{CategoryStats, MemoryCategory};
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_peak_memory_stats, m)?)?;
+    Ok(())
+}
+
+fn entry<'py>(py: Python<'py>, s: CategoryStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("current_bytes", s.current_bytes)?;
+    d.set_item("peak_bytes", s.peak_bytes)?;
+    Ok(d)
+}
+
+/// Current and peak bytes of every tensor allocation, by category.
+///
+/// Every tensor riftco allocates is counted: ``parameter`` (weights, LoRA adapters),
+/// ``gradient`` (committed gradients and those alive during backward), ``optimizer_state``
+/// (Adam moments), ``activation`` (forward values retained by graphs), ``workspace`` (inputs
+/// built from user data, temporaries). ``total`` is the peak of the sum, not the sum of peaks.
+///
+/// Returns:
+///     dict[str, dict[str, int]]: keys ``parameter``, ``gradient``, ``optimizer_state``,
+///     ``activation``, ``workspace``, ``total``; each ``{"current_bytes", "peak_bytes"}``.
+///
+/// Example:
+///     >>> import riftco
+///     >>> sorted(riftco.memory_stats()["total"])
+///     ['current_bytes', 'peak_bytes']
+#[pyfunction]
+fn memory_stats(py: Python<'_>) -> PyResult<Py<PyDict>> {
+    let stats = riftco_tensor::memory_stats();
+    let d = PyDict::new(py);
+    for c in MemoryCategory::ALL {
+        d.set_item(c.name(), entry(py, stats.get(c))?)?;
+    }
+    d.set_item("total", entry(py, stats.total)?)?;
+    Ok(d.unbind())
+}
+
+/// Sets every peak counter of ``memory_stats()`` to its current value.
+#[pyfunction]
+fn reset_peak_memory_stats() {
+    riftco_tensor::reset_peak_memory_stats();
+}

@@ -1,0 +1,471 @@
+//! `DecoderOnlyTransformer` and `DecodeSession`.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::prelude::*;
+use riftco_tensor::Device;
+use riftco_transformer::{
+    load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model,
+    ActivationCheckpointingKind, DecodeSession, DecoderOnlyTransformer, FullSequenceAttentionKind,
+    LoraConfig, LoraTargets, TransformerError,
+};
+
+use crate::config::PyTransformerConfig;
+use crate::errors::{compute, tensor_err, transformer_err, Kind};
+use crate::tokens::token_ids;
+use crate::variable::PyVariable;
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyTransformerConfig>()?;
+    m.add_class::<PyModel>()?;
+    m.add_class::<PyDecodeSession>()?;
+    Ok(())
+}
+
+fn attention_kind(s: &str) -> PyResult<FullSequenceAttentionKind> {
+    s.parse().map_err(transformer_err)
+}
+
+fn checkpointing_kind(s: &str) -> PyResult<ActivationCheckpointingKind> {
+    s.parse().map_err(transformer_err)
+}
+
+/// A LLaMA-style decoder-only transformer: token embedding, ``n_layers`` pre-norm blocks
+/// (RMSNorm, causal multi-head attention with RoPE, RMSNorm, SwiGLU MLP), final RMSNorm and an
+/// untied LM head. Weights are initialised like Hugging Face Llama from ``config.seed``.
+///
+/// Thread-safe: forwards from several Python threads run concurrently (the GIL is released
+/// during every compute call); policy and LoRA changes wait for running forwards.
+///
+/// Args:
+///     config: the TransformerConfig.
+///     attention: ``"flash"`` (FlashAttention-2, O(seq) retained memory per head) or
+///         ``"materialized"`` (scores and probabilities kept for backward).
+///     activation_checkpointing: ``"disabled"`` (every activation retained) or ``"block"``
+///         (each transformer block checkpointed: only block boundaries are retained and each
+///         block runs again during backward).
+///
+/// Raises:
+///     ConfigError: for an unknown ``attention`` or ``activation_checkpointing`` string (the
+///         message lists the valid ones).
+///
+/// Example:
+///     >>> import riftco
+///     >>> config = riftco.TransformerConfig(256, 32, 4, 2, 64, 16)
+///     >>> model = riftco.DecoderOnlyTransformer(config, activation_checkpointing="block").to("cpu")
+///     >>> model.activation_checkpointing
+///     'block'
+#[pyclass(name = "DecoderOnlyTransformer", module = "riftco._native", frozen)]
+pub struct PyModel {
+    inner: RwLock<DecoderOnlyTransformer>,
+}
+
+impl PyModel {
+    fn read(&self) -> RwLockReadGuard<'_, DecoderOnlyTransformer> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn write(&self) -> RwLockWriteGuard<'_, DecoderOnlyTransformer> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+    fn wrap(model: DecoderOnlyTransformer) -> Self {
+        Self {
+            inner: RwLock::new(model),
+        }
+    }
+}
+
+#[pymethods]
+impl PyModel {
+    #[new]
+    #[pyo3(signature = (config, attention = "flash", activation_checkpointing = "disabled"))]
+    fn new(
+        py: Python<'_>,
+        config: PyRef<'_, PyTransformerConfig>,
+        attention: &str,
+        activation_checkpointing: &str,
+    ) -> PyResult<Self> {
+        let attention = attention_kind(attention)?;
+        let checkpointing = checkpointing_kind(activation_checkpointing)?;
+        let config = config.0.clone();
+        compute(py, move || {
+            DecoderOnlyTransformer::new(config, attention, checkpointing)
+        })
+        .map(Self::wrap)
+    }
+
+    /// Places the model on a device and returns it (for chaining).
+    ///
+    /// Args:
+    ///     device: ``"cpu"`` or ``"metal"`` (case-insensitive).
+    ///
+    /// Returns:
+    ///     DecoderOnlyTransformer: this model.
+    ///
+    /// Raises:
+    ///     DeviceUnavailableError: for ``"metal"`` on builds without the Metal backend (every
+    ///         non-macOS build); also a RuntimeError.
+    ///     ConfigError: for any other name (the message lists the valid ones).
+    fn to(slf: Py<Self>, device: &str) -> PyResult<Py<Self>> {
+        let d = Device::parse(device).map_err(tensor_err)?;
+        d.check_available().map_err(tensor_err)?;
+        Ok(slf)
+    }
+
+    /// The device the weights live on (``"cpu"``).
+    #[getter]
+    fn device(&self) -> &'static str {
+        Device::Cpu.name()
+    }
+
+    /// The activation-checkpointing policy of later training forwards: ``"disabled"`` or
+    /// ``"block"``.
+    #[getter]
+    fn activation_checkpointing(&self) -> &'static str {
+        self.read().activation_checkpointing_kind().name()
+    }
+
+    /// Changes the activation-checkpointing policy of later training forwards (graphs recorded
+    /// before keep their structure; decoding never checkpoints).
+    ///
+    /// Args:
+    ///     kind: ``"disabled"`` or ``"block"``.
+    ///
+    /// Raises:
+    ///     ConfigError: for another string (the message lists the valid ones).
+    fn set_activation_checkpointing(&self, py: Python<'_>, kind: &str) -> PyResult<()> {
+        let kind = checkpointing_kind(kind)?;
+        compute(py, || {
+            self.write().set_activation_checkpointing_kind(kind);
+            Ok::<_, TransformerError>(())
+        })
+    }
+
+    /// The full-sequence attention kind: ``"flash"`` or ``"materialized"``.
+    #[getter]
+    fn attention(&self) -> &'static str {
+        self.read().attention_kind().name()
+    }
+
+    /// Changes the attention kind of later forwards.
+    ///
+    /// Args:
+    ///     kind: ``"flash"`` or ``"materialized"``.
+    ///
+    /// Raises:
+    ///     ConfigError: for another string (the message lists the valid ones).
+    fn set_attention(&self, py: Python<'_>, kind: &str) -> PyResult<()> {
+        let kind = attention_kind(kind)?;
+        compute(py, || {
+            self.write().set_attention_kind(kind);
+            Ok::<_, TransformerError>(())
+        })
+    }
+
+    /// The model's TransformerConfig.
+    #[getter]
+    fn config(&self) -> PyTransformerConfig {
+        PyTransformerConfig(self.read().config().clone())
+    }
+
+    /// The parameters an optimizer should update: every base parameter, or only the LoRA
+    /// ``A``/``B`` matrices while adapters exist (base weights are frozen then).
+    ///
+    /// Returns:
+    ///     list[Variable]: leaves with ``requires_grad=True``.
+    fn parameters(&self) -> Vec<PyVariable> {
+        self.read()
+            .trainable_parameters()
+            .into_iter()
+            .map(PyVariable)
+            .collect()
+    }
+
+    /// Every base parameter with its Hugging Face Llama name (``model.embed_tokens.weight``,
+    /// ``model.layers.0.self_attn.q_proj.weight``, ..., ``lm_head.weight``), in state-dict order.
+    ///
+    /// Returns:
+    ///     list[tuple[str, Variable]]: linear weights are ``[out, in]``.
+    fn named_parameters(&self) -> Vec<(String, PyVariable)> {
+        self.read()
+            .named_parameters()
+            .into_iter()
+            .map(|(n, v)| (n, PyVariable(v)))
+            .collect()
+    }
+
+    /// Every LoRA parameter with its PEFT name
+    /// (``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``); empty without
+    /// adapters.
+    ///
+    /// Returns:
+    ///     list[tuple[str, Variable]]: ``A`` is ``[rank, in]``, ``B`` is ``[out, rank]``.
+    fn named_lora_parameters(&self) -> Vec<(String, PyVariable)> {
+        self.read()
+            .weights()
+            .named_lora_parameters()
+            .into_iter()
+            .map(|(n, v)| (n, PyVariable(v)))
+            .collect()
+    }
+
+    /// Mean next-token cross-entropy of a token block, recording a training graph under the
+    /// current attention kind and checkpointing policy. The GIL is released meanwhile.
+    ///
+    /// Inputs are ``tokens[:, :-1]``, targets ``tokens[:, 1:]``.
+    ///
+    /// Args:
+    ///     tokens: integer array-like ``[batch, seq + 1]`` (any integer dtype or nested lists),
+    ///         ids in ``[0, vocab_size)``, ``seq <= max_seq_len``.
+    ///
+    /// Returns:
+    ///     Variable: a one-element scalar; call ``.backward()`` on it.
+    ///
+    /// Raises:
+    ///     TokenError: for a non-2-D or non-integer array, an id outside the vocabulary (the
+    ///         message names the value and its index), ``seq + 1 < 2``, or
+    ///         ``seq > max_seq_len``.
+    fn loss(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<PyVariable> {
+        let vocab = self.read().config().vocab_size;
+        let (ids, shape) = token_ids(tokens, 2, vocab, "tokens")?;
+        compute(py, || self.read().loss(&ids, shape[0], shape[1])).map(PyVariable)
+    }
+
+    /// Logits of a token batch, recording a training graph under the current policy. The GIL
+    /// is released meanwhile.
+    ///
+    /// Args:
+    ///     tokens: integer array-like ``[batch, seq]``, ``seq <= max_seq_len``.
+    ///
+    /// Returns:
+    ///     Variable: ``[batch * seq, vocab_size]`` (row ``b * seq + s`` predicts the token after
+    ///     ``tokens[b, s]``).
+    ///
+    /// Raises:
+    ///     TokenError: as ``loss()``.
+    fn logits(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<PyVariable> {
+        let vocab = self.read().config().vocab_size;
+        let (ids, shape) = token_ids(tokens, 2, vocab, "tokens")?;
+        compute(py, || self.read().logits(&ids, shape[0], shape[1])).map(PyVariable)
+    }
+
+    /// Adds LoRA adapters (Hu et al. 2021) to the attention projections (and the MLP with
+    /// ``mlp=True``), activates them and freezes every base parameter. ``parameters()`` then
+    /// returns the adapter matrices only; earlier Variables from ``parameters()`` are stale.
+    ///
+    /// Args:
+    ///     rank: adapter rank ``r`` in ``1..=d_model``.
+    ///     alpha: scale numerator (the update is ``alpha / r * B @ A``).
+    ///     mlp: also adapt ``gate_proj``, ``up_proj``, ``down_proj``.
+    ///     seed: seed of the ``A`` initialisation (``B`` starts at zero).
+    ///     attention: adapt ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``.
+    ///
+    /// Raises:
+    ///     LoraError: for a bad rank or alpha, no target, or when adapters already exist.
+    #[pyo3(signature = (rank = 8, alpha = 16.0, mlp = false, seed = 0, attention = true))]
+    fn enable_lora(
+        &self,
+        py: Python<'_>,
+        rank: i64,
+        alpha: f32,
+        mlp: bool,
+        seed: u64,
+        attention: bool,
+    ) -> PyResult<()> {
+        let rank = usize::try_from(rank)
+            .map_err(|_| Kind::Lora.err(format!("LoRA: rank {rank} must be positive")))?;
+        let lora = LoraConfig {
+            rank,
+            alpha,
+            targets: LoraTargets { attention, mlp },
+            seed,
+        };
+        compute(py, || self.write().enable_lora(&lora))
+    }
+
+    /// Activates or deactivates existing adapters (base weights stay frozen while adapters
+    /// exist).
+    ///
+    /// Raises:
+    ///     LoraError: when the model has no adapters.
+    fn set_lora_active(&self, py: Python<'_>, active: bool) -> PyResult<()> {
+        compute(py, || self.write().set_lora_active(active))
+    }
+
+    /// Merges active adapters into the base weights (``W += alpha / r * B @ A``), removes them
+    /// and makes every base parameter trainable again.
+    ///
+    /// Raises:
+    ///     LoraError: when the model has no adapters.
+    fn merge_lora(&self, py: Python<'_>) -> PyResult<()> {
+        compute(py, || self.write().merge_lora())
+    }
+
+    /// Whether LoRA adapters exist.
+    #[getter]
+    fn has_lora(&self) -> bool {
+        self.read().has_lora()
+    }
+
+    /// Whether LoRA adapters exist and are active.
+    #[getter]
+    fn lora_active(&self) -> bool {
+        self.read().lora_active()
+    }
+
+    /// Saves the base weights as a safetensors file (Hugging Face Llama names, ``[out, in]``
+    /// linear weights, the config in the metadata) and a Hugging Face ``config.json`` beside it.
+    /// Writes are atomic. The checkpointing policy is not saved.
+    ///
+    /// Args:
+    ///     path: the ``.safetensors`` file to write (not named ``config.json``).
+    ///
+    /// Raises:
+    ///     ModelStateError: for an unusable path name.
+    ///     OSError: when the file cannot be written (the path is in the message).
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        compute(py, || save_model(&self.read(), &path))
+    }
+
+    /// Loads a model saved by ``save()``.
+    ///
+    /// Args:
+    ///     path: the ``.safetensors`` file.
+    ///     attention: ``"flash"`` or ``"materialized"``.
+    ///     activation_checkpointing: ``"disabled"`` or ``"block"``.
+    ///
+    /// Returns:
+    ///     DecoderOnlyTransformer: a new model with the saved config and weights.
+    ///
+    /// Raises:
+    ///     ModelStateError: for a truncated, corrupt or mismatching file (names, shapes, dtypes).
+    ///     OSError: when the file cannot be read.
+    ///     ConfigError: for an unknown option string.
+    #[staticmethod]
+    #[pyo3(signature = (path, attention = "flash", activation_checkpointing = "disabled"))]
+    fn load(
+        py: Python<'_>,
+        path: PathBuf,
+        attention: &str,
+        activation_checkpointing: &str,
+    ) -> PyResult<Self> {
+        let attention = attention_kind(attention)?;
+        let checkpointing = checkpointing_kind(activation_checkpointing)?;
+        compute(py, move || load_model(&path, attention, checkpointing)).map(Self::wrap)
+    }
+
+    /// Overwrites the base weights in place from a file saved by ``save()`` with the same
+    /// architecture. Graphs recorded before become stale.
+    ///
+    /// Raises:
+    ///     ModelStateError: for a bad file or another architecture.
+    ///     OSError: when the file cannot be read.
+    fn load_weights(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        compute(py, || load_weights_into(&self.read(), &path))
+    }
+
+    /// Saves the LoRA adapters in PEFT layout (``adapter_model.safetensors`` and
+    /// ``adapter_config.json``) into a directory.
+    ///
+    /// Raises:
+    ///     LoraError: when the model has no adapters.
+    ///     OSError: when the directory cannot be written.
+    fn save_lora(&self, py: Python<'_>, dir: PathBuf) -> PyResult<()> {
+        compute(py, || save_lora_adapter(&self.read(), &dir))
+    }
+
+    /// Loads PEFT LoRA adapters saved by ``save_lora()`` (replacing any present) and activates
+    /// them; the base weights are frozen.
+    ///
+    /// Raises:
+    ///     ModelStateError: for a malformed or mismatching adapter.
+    ///     OSError: when the files cannot be read.
+    fn load_lora(&self, py: Python<'_>, dir: PathBuf) -> PyResult<()> {
+        compute(py, || load_lora_adapter(&mut self.write(), &dir))
+    }
+
+    /// A new incremental decoding session sharing this model's current weights (with a per-layer
+    /// K/V cache of ``max_seq_len`` positions). It builds no graph and never checkpoints.
+    fn decode_session(&self) -> PyDecodeSession {
+        PyDecodeSession {
+            inner: Mutex::new(self.read().decode_session()),
+        }
+    }
+
+    /// How many block forwards ran so far (original forwards plus checkpoint replays).
+    #[getter]
+    fn block_forward_count(&self) -> usize {
+        self.read().block_forward_count()
+    }
+
+    fn __repr__(&self) -> String {
+        let m = self.read();
+        format!(
+            "DecoderOnlyTransformer({}, attention={:?}, activation_checkpointing={:?}, \
+             device=\"cpu\", has_lora={})",
+            PyTransformerConfig(m.config().clone()).__repr__(),
+            m.attention_kind().name(),
+            m.activation_checkpointing_kind().name(),
+            if m.has_lora() { "True" } else { "False" },
+        )
+    }
+}
+
+/// Incremental decoding with a per-layer K/V cache (no graph, GIL released per token).
+///
+/// Example:
+///     >>> import riftco
+///     >>> model = riftco.DecoderOnlyTransformer(riftco.TransformerConfig(256, 32, 4, 2, 64, 16))
+///     >>> session = model.decode_session()
+///     >>> session.decode_token(65).shape
+///     (256,)
+#[pyclass(name = "DecodeSession", module = "riftco._native", frozen)]
+pub struct PyDecodeSession {
+    inner: Mutex<DecodeSession>,
+}
+
+impl PyDecodeSession {
+    fn lock(&self) -> MutexGuard<'_, DecodeSession> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl PyDecodeSession {
+    /// Feeds ``token`` at the next position and returns the next-token logits.
+    ///
+    /// Args:
+    ///     token: id in ``[0, vocab_size)``.
+    ///
+    /// Returns:
+    ///     numpy.ndarray: float32 ``[vocab_size]``.
+    ///
+    /// Raises:
+    ///     TokenError: for an id outside the vocabulary.
+    ///     DecodeError: when the cache already holds ``max_seq_len`` positions.
+    fn decode_token<'py>(
+        &self,
+        py: Python<'py>,
+        token: i64,
+    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        let token = u32::try_from(token).map_err(|_| {
+            Kind::Token.err(format!(
+                "invalid tokens: token id {token} is outside the vocabulary"
+            ))
+        })?;
+        let logits = compute(py, || self.lock().decode_token(token))?;
+        Ok(logits.into_pyarray(py))
+    }
+
+    /// Tokens decoded so far (the position of the next token).
+    #[getter]
+    fn position(&self) -> usize {
+        self.lock().position()
+    }
+
+    /// Empties the cache (position 0).
+    fn reset(&self) {
+        self.lock().reset();
+    }
+}

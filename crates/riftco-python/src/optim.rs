@@ -1,0 +1,197 @@
+//! `Adam` and `AdamW` over lists of Variables.
+
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::prelude::*;
+use riftco_kernels::AdamHyper;
+use riftco_transformer::{Adam, TransformerError};
+
+use crate::errors::{compute, transformer_err};
+use crate::variable::{variables, PyVariable};
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyAdam>()?;
+    m.add_class::<PyAdamW>()?;
+    Ok(())
+}
+
+/// Shared state of `Adam` and `AdamW`.
+struct Optimizer {
+    inner: Mutex<Adam>,
+}
+
+impl Optimizer {
+    fn new(py: Python<'_>, params: Vec<Bound<'_, PyVariable>>, hyper: AdamHyper) -> PyResult<Self> {
+        let params = variables(&params);
+        let adam = compute(py, move || Adam::with_hyper(params, hyper))?;
+        Ok(Self {
+            inner: Mutex::new(adam),
+        })
+    }
+    fn lock(&self) -> MutexGuard<'_, Adam> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn step(&self, py: Python<'_>) -> PyResult<()> {
+        compute(py, || self.lock().step())
+    }
+    fn zero_grad(&self, py: Python<'_>) -> PyResult<()> {
+        compute(py, || {
+            self.lock().zero_grad();
+            Ok::<_, TransformerError>(())
+        })
+    }
+    fn set_lr(&self, lr: f32) -> PyResult<()> {
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(transformer_err(TransformerError::Config {
+                field: "lr",
+                value: lr.to_string(),
+                reason: "must be a positive finite number".into(),
+            }));
+        }
+        self.lock().hyper.lr = lr;
+        Ok(())
+    }
+    fn params(&self) -> Vec<PyVariable> {
+        self.lock()
+            .params()
+            .iter()
+            .cloned()
+            .map(PyVariable)
+            .collect()
+    }
+}
+
+fn hyper(lr: f32, betas: (f32, f32), eps: f32, weight_decay: f32, decoupled: bool) -> AdamHyper {
+    AdamHyper {
+        lr,
+        beta1: betas.0,
+        beta2: betas.1,
+        eps,
+        weight_decay,
+        decoupled,
+    }
+}
+
+/// Adam (Kingma & Ba 2015) with bias correction and PyTorch's defaults; ``weight_decay`` adds
+/// ``weight_decay * param`` to the gradient (L2, as ``torch.optim.Adam``).
+///
+/// First and second moments are counted as ``optimizer_state`` memory. Each ``step()`` writes
+/// the parameters in place, so a graph recorded before it is rejected as stale by
+/// ``backward()``.
+///
+/// Args:
+///     params: the leaves to update (for example ``model.parameters()``).
+///     lr: learning rate (positive).
+///     betas: moment decays, each in ``[0, 1)``.
+///     eps: denominator epsilon (non-negative).
+///     weight_decay: L2 coefficient (non-negative).
+///
+/// Raises:
+///     ConfigError: naming an invalid hyper-parameter.
+#[pyclass(name = "Adam", module = "riftco._native", frozen)]
+pub struct PyAdam(Optimizer);
+
+/// AdamW (Loshchilov & Hutter 2019): Adam with decoupled weight decay
+/// (``param -= lr * weight_decay * param`` each step), PyTorch's defaults.
+///
+/// Args:
+///     params: the leaves to update.
+///     lr: learning rate (positive).
+///     betas: moment decays, each in ``[0, 1)``.
+///     eps: denominator epsilon (non-negative).
+///     weight_decay: decoupled decay coefficient (non-negative; default 0.01).
+///
+/// Raises:
+///     ConfigError: naming an invalid hyper-parameter.
+#[pyclass(name = "AdamW", module = "riftco._native", frozen)]
+pub struct PyAdamW(Optimizer);
+
+macro_rules! optimizer_methods {
+    ($ty:ident, $decay:expr, $decoupled:expr, $sig:literal) => {
+        #[pymethods]
+        impl $ty {
+            #[new]
+            #[pyo3(signature = (params, lr = 1e-3, betas = (0.9, 0.999), eps = 1e-8,
+                                                weight_decay = $decay), text_signature = $sig)]
+            fn new(
+                py: Python<'_>,
+                params: Vec<Bound<'_, PyVariable>>,
+                lr: f32,
+                betas: (f32, f32),
+                eps: f32,
+                weight_decay: f32,
+            ) -> PyResult<Self> {
+                Optimizer::new(py, params, hyper(lr, betas, eps, weight_decay, $decoupled))
+                    .map(Self)
+            }
+
+            /// One update of every parameter that has a gradient (the others are skipped).
+            /// The GIL is released meanwhile.
+            ///
+            /// Raises:
+            ///     ConfigError: when a gradient's shape differs from its parameter's.
+            fn step(&self, py: Python<'_>) -> PyResult<()> {
+                self.0.step(py)
+            }
+
+            /// Clears every parameter's gradient.
+            fn zero_grad(&self, py: Python<'_>) -> PyResult<()> {
+                self.0.zero_grad(py)
+            }
+
+            /// The learning rate (writable between steps, for schedules).
+            ///
+            /// Raises:
+            ///     ConfigError: when set to a non-positive or non-finite value.
+            #[getter]
+            fn get_lr(&self) -> f32 {
+                self.0.lock().hyper.lr
+            }
+
+            #[setter]
+            fn set_lr(&self, lr: f32) -> PyResult<()> {
+                self.0.set_lr(lr)
+            }
+
+            /// Steps taken so far.
+            #[getter]
+            fn steps(&self) -> u64 {
+                self.0.lock().steps()
+            }
+
+            /// The parameters this optimizer updates.
+            fn parameters(&self) -> Vec<PyVariable> {
+                self.0.params()
+            }
+
+            fn __repr__(&self) -> String {
+                let a = self.0.lock();
+                let h = a.hyper;
+                format!(
+                    "{}(n_params={}, lr={}, betas=({}, {}), eps={}, weight_decay={}, steps={})",
+                    stringify!($ty).trim_start_matches("Py"),
+                    a.params().len(),
+                    h.lr,
+                    h.beta1,
+                    h.beta2,
+                    h.eps,
+                    h.weight_decay,
+                    a.steps()
+                )
+            }
+        }
+    };
+}
+
+optimizer_methods!(
+    PyAdam,
+    0.0,
+    false,
+    "(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0)"
+);
+optimizer_methods!(
+    PyAdamW,
+    0.01,
+    true,
+    "(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01)"
+);

@@ -1,0 +1,303 @@
+//! `Variable`: a graph node of `riftco_autograd` with NumPy conversions.
+
+use numpy::ndarray::{ArrayD, IxDyn};
+use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use riftco_autograd::Variable;
+use riftco_tensor::{MemoryCategory, Shape, Tensor};
+
+use crate::errors::{compute, tensor_err, Error, Kind};
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyVariable>()?;
+    m.add_function(wrap_pyfunction!(tensor, m)?)?;
+    Ok(())
+}
+
+/// A node of the computation graph: a float32 value, and for results of ops the record needed
+/// to differentiate them.
+///
+/// Leaves are created from array-likes (``Variable(array, requires_grad=True)``); every op of
+/// ``riftco.functional`` and every model forward returns a new node. The graph keeps alive
+/// everything ``backward()`` needs, so deleting a model or inputs after a forward pass does not
+/// break the backward pass.
+///
+/// Args:
+///     array: any array-like of numbers (converted to a C-contiguous float32 copy).
+///     requires_grad: whether gradients flow into this leaf (a trainable parameter).
+///     name: optional name used in error messages (for example stale-graph errors).
+///
+/// Raises:
+///     TypeError: when ``array`` cannot be converted to float32.
+///
+/// Example:
+///     >>> import numpy as np, riftco
+///     >>> w = riftco.Variable(np.ones((2, 3)), requires_grad=True)
+///     >>> w.shape
+///     (2, 3)
+#[pyclass(name = "Variable", module = "riftco._native", frozen)]
+#[derive(Clone)]
+pub struct PyVariable(pub(crate) Variable);
+
+impl PyVariable {
+    pub(crate) fn inner(&self) -> &Variable {
+        &self.0
+    }
+}
+
+/// The float32 values and the shape of any array-like (NumPy array, nested list, scalar).
+pub(crate) fn float32_data(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<f32>, Vec<usize>)> {
+    let py = obj.py();
+    let np = py.import("numpy")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", np.getattr("float32")?)?;
+    // `numpy.array(..., order="C")` keeps 0-d inputs 0-d (`ascontiguousarray` makes them 1-D).
+    kwargs.set_item("order", "C")?;
+    let arr = np
+        .getattr("array")?
+        .call((obj,), Some(&kwargs))
+        .map_err(|e| {
+            PyTypeError::new_err(format!(
+                "cannot convert {} to a float32 array: {}",
+                obj.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
+                e.value(py)
+            ))
+        })?;
+    let arr = arr.cast_into::<PyArrayDyn<f32>>()?;
+    let ro = arr.readonly();
+    let shape = ro.shape().to_vec();
+    let data = match ro.as_slice() {
+        Ok(s) => s.to_vec(),
+        Err(_) => ro.as_array().iter().copied().collect(),
+    };
+    Ok((data, shape))
+}
+
+/// A float32 NumPy copy of a tensor.
+pub(crate) fn tensor_to_numpy<'py>(
+    py: Python<'py>,
+    t: &Tensor,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let dims = t.dims().to_vec();
+    let data = t.to_vec();
+    let arr = ArrayD::from_shape_vec(IxDyn(&dims), data)
+        .map_err(|e| Kind::Shape.err(format!("tensor of shape {dims:?}: {e}")))?;
+    Ok(arr.into_pyarray(py))
+}
+
+#[pymethods]
+impl PyVariable {
+    #[new]
+    #[pyo3(signature = (array, requires_grad = false, name = None))]
+    fn new(array: &Bound<'_, PyAny>, requires_grad: bool, name: Option<String>) -> PyResult<Self> {
+        if let Ok(v) = array.cast::<PyVariable>() {
+            let t = v.get().0.value().deep_clone(MemoryCategory::Workspace);
+            return Ok(Self(make_leaf(t, requires_grad, name)));
+        }
+        let (data, shape) = float32_data(array)?;
+        let category = if requires_grad {
+            MemoryCategory::Parameter
+        } else {
+            MemoryCategory::Workspace
+        };
+        let t = Tensor::from_vec(data, Shape::new(shape), category).map_err(tensor_err)?;
+        Ok(Self(make_leaf(t, requires_grad, name)))
+    }
+
+    /// The shape of the value.
+    ///
+    /// Returns:
+    ///     tuple[int, ...]: for example ``(batch * seq, vocab)`` for logits.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.0.dims())
+    }
+
+    /// Number of dimensions (``len(shape)``).
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.0.dims().len()
+    }
+
+    /// A float32 NumPy copy of the value.
+    ///
+    /// Returns:
+    ///     numpy.ndarray: float32, of shape ``self.shape``.
+    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        tensor_to_numpy(py, self.0.value())
+    }
+
+    /// ``numpy.asarray(variable)`` support (a float32 copy).
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__<'py>(
+        &self,
+        py: Python<'py>,
+        dtype: Option<Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = copy;
+        let arr = tensor_to_numpy(py, self.0.value())?.into_any();
+        match dtype {
+            Some(d) if !d.is_none() => arr.call_method1("astype", (d,)),
+            _ => Ok(arr),
+        }
+    }
+
+    /// The value of a one-element variable as a Python float.
+    ///
+    /// Raises:
+    ///     ShapeError: when the variable has more than one element.
+    fn item(&self) -> PyResult<f32> {
+        self.0.value().item().map_err(tensor_err)
+    }
+
+    /// The gradient committed by the last successful backward pass, or ``None``.
+    ///
+    /// Returns:
+    ///     numpy.ndarray | None: a float32 copy of shape ``self.shape``.
+    #[getter]
+    fn grad<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
+        self.0.grad().map(|g| tensor_to_numpy(py, &g)).transpose()
+    }
+
+    /// Whether gradients flow to this node.
+    #[getter]
+    fn requires_grad(&self) -> bool {
+        self.0.requires_grad()
+    }
+
+    /// Whether this is a leaf (created from data, not by an op).
+    #[getter]
+    fn is_leaf(&self) -> bool {
+        self.0.is_leaf()
+    }
+
+    /// The name used in messages, or ``None``.
+    #[getter]
+    fn name(&self) -> Option<String> {
+        self.0.name()
+    }
+
+    /// The op that produced this node (``"leaf"`` for leaves).
+    #[getter]
+    fn op(&self) -> &'static str {
+        self.0.op_name()
+    }
+
+    /// Backpropagates from this one-element output in a fresh, isolated pass and *replaces* the
+    /// gradient of every trainable leaf reached. The GIL is released meanwhile (checkpoint
+    /// callables written in Python re-acquire it during replay).
+    ///
+    /// Raises:
+    ///     ShapeError: when the output has more than one element.
+    ///     StaleGraphError: when a value the graph read changed since the forward pass (an
+    ///         optimizer step, ``load_weights``, ``merge_lora``); nothing is committed.
+    ///     CheckpointError: a checkpoint replay violated its contract; nothing is committed.
+    ///     Exception: an exception raised by a Python checkpoint callable during replay,
+    ///         unchanged; nothing is committed.
+    fn backward(&self, py: Python<'_>) -> PyResult<()> {
+        let v = self.0.clone();
+        compute(py, move || v.backward())
+    }
+
+    /// Like ``backward()`` but *adds* the gradients to the committed ones (gradient
+    /// accumulation across micro-batches). Start an accumulation with ``zero_grad()`` or a plain
+    /// ``backward()``.
+    ///
+    /// Raises:
+    ///     As ``backward()``.
+    fn backward_accumulate(&self, py: Python<'_>) -> PyResult<()> {
+        let v = self.0.clone();
+        compute(py, move || v.backward_accumulate())
+    }
+
+    /// Clears this node's committed gradient.
+    fn zero_grad(&self) {
+        self.0.zero_grad();
+    }
+
+    /// A new leaf sharing this value, detached from the graph (never requires grad).
+    fn detach(&self) -> Self {
+        Self(self.0.detach())
+    }
+
+    /// Size of the graph reachable from this node (memory diagnostics).
+    ///
+    /// Returns:
+    ///     dict[str, int]: ``node_count`` (reachable nodes) and ``element_count`` (float32
+    ///     elements owned by their values and gradients).
+    fn graph_statistics(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        let v = self.0.clone();
+        let s = compute(py, move || Ok::<_, Error>(v.graph_statistics()))?;
+        let d = PyDict::new(py);
+        d.set_item("node_count", s.node_count)?;
+        d.set_item("element_count", s.element_count)?;
+        Ok(d.unbind())
+    }
+
+    fn __repr__(&self) -> String {
+        let name = match self.0.name() {
+            Some(n) => format!(", name={n:?}"),
+            None => String::new(),
+        };
+        format!(
+            "Variable(shape={:?}, op={}, requires_grad={}{name})",
+            self.0.dims(),
+            self.0.op_name(),
+            if self.0.requires_grad() {
+                "True"
+            } else {
+                "False"
+            },
+        )
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.0
+            .dims()
+            .first()
+            .copied()
+            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d Variable"))
+    }
+}
+
+fn make_leaf(t: Tensor, requires_grad: bool, name: Option<String>) -> Variable {
+    match name {
+        Some(n) => Variable::named_leaf(t, requires_grad, n),
+        None => Variable::leaf(t, requires_grad),
+    }
+}
+
+/// A leaf ``Variable`` from an array-like (alias of the ``Variable`` constructor).
+///
+/// Args:
+///     array: any array-like of numbers (converted to a C-contiguous float32 copy).
+///     requires_grad: whether gradients flow into this leaf.
+///     name: optional name used in error messages.
+///
+/// Returns:
+///     Variable: a new leaf.
+///
+/// Example:
+///     >>> import riftco
+///     >>> riftco.tensor([[1.0, 2.0]]).shape
+///     (1, 2)
+#[pyfunction]
+#[pyo3(signature = (array, requires_grad = false, name = None))]
+fn tensor(
+    array: &Bound<'_, PyAny>,
+    requires_grad: bool,
+    name: Option<String>,
+) -> PyResult<PyVariable> {
+    PyVariable::new(array, requires_grad, name)
+}
+
+/// Reads a list of Variables.
+pub(crate) fn variables(list: &[Bound<'_, PyVariable>]) -> Vec<Variable> {
+    list.iter().map(|v| v.get().0.clone()).collect()
+}

@@ -1,0 +1,353 @@
+"""Type stubs for the PyO3 extension module ``riftco._native`` (hand-written; checked by
+``python -m mypy.stubtest riftco._native``)."""
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, final
+
+import numpy as np
+import numpy.typing as npt
+
+from . import functional as functional
+
+__all__ = [
+    "__version__",
+    "RiftcoError",
+    "ShapeError",
+    "ConfigError",
+    "TokenError",
+    "DeviceUnavailableError",
+    "StaleGraphError",
+    "CheckpointError",
+    "ModelStateError",
+    "LoraError",
+    "DecodeError",
+    "num_threads",
+    "matmul",
+    "Variable",
+    "tensor",
+    "functional",
+    "checkpoint",
+    "TransformerConfig",
+    "DecoderOnlyTransformer",
+    "DecodeSession",
+    "Adam",
+    "AdamW",
+    "memory_stats",
+    "reset_peak_memory_stats",
+]
+
+__version__: str
+
+# ---------------------------------------------------------------------------------------------
+# Exceptions: RiftcoError is the root; input problems are also ValueError, state and device
+# problems RuntimeError. Messages name the offending value.
+# ---------------------------------------------------------------------------------------------
+
+class RiftcoError(Exception):
+    """Root of every riftco error (also raised for caught Rust panics)."""
+
+class ShapeError(RiftcoError, ValueError):
+    """Tensor shapes or element counts do not fit the operation."""
+
+class ConfigError(RiftcoError, ValueError):
+    """An invalid configuration value or an unknown option string."""
+
+class TokenError(RiftcoError, ValueError):
+    """Token ids outside the vocabulary, or a bad token block layout."""
+
+class DeviceUnavailableError(RiftcoError, RuntimeError):
+    """The requested device does not exist in this build."""
+
+class StaleGraphError(RiftcoError, RuntimeError):
+    """A value read by a recorded graph changed before backward (run the forward again)."""
+
+class CheckpointError(RiftcoError, RuntimeError):
+    """A checkpoint() contract violation (boundary, dependencies, replay)."""
+
+class ModelStateError(RiftcoError, ValueError):
+    """A model-state or adapter file is malformed or does not match."""
+
+class LoraError(RiftcoError, ValueError):
+    """LoRA misuse: no adapters, adapters already present, bad rank or alpha."""
+
+class DecodeError(RiftcoError, RuntimeError):
+    """Decode-session misuse (for example a full K/V cache)."""
+
+# ---------------------------------------------------------------------------------------------
+# Kernels on NumPy arrays
+# ---------------------------------------------------------------------------------------------
+
+def num_threads() -> int:
+    """Number of worker threads the CPU kernels run on (``RIFTCO_NUM_THREADS`` or the number of
+    physical cores; at least 1)."""
+
+def matmul(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``a @ b`` for float32 arrays of shapes ``[m, k]`` and ``[k, n]``; returns ``[m, n]``.
+
+    Raises ``ValueError`` when the inner dimensions differ and ``TypeError`` when an argument is
+    not a 2-D float32 array.
+    """
+
+def memory_stats() -> dict[str, dict[str, int]]:
+    """Current and peak bytes by category: keys ``parameter``, ``gradient``,
+    ``optimizer_state``, ``activation``, ``workspace``, ``total`` (the peak of the sum), each
+    ``{"current_bytes": int, "peak_bytes": int}``."""
+
+def reset_peak_memory_stats() -> None:
+    """Sets every peak counter of ``memory_stats()`` to its current value."""
+
+# ---------------------------------------------------------------------------------------------
+# Autograd
+# ---------------------------------------------------------------------------------------------
+
+@final
+class Variable:
+    """A graph node: a float32 value and, for op results, what backward needs.
+
+    ``Variable(array, requires_grad=False, name=None)`` makes a leaf from any array-like
+    (a C-contiguous float32 copy). Raises ``TypeError`` when ``array`` is not numeric.
+    """
+
+    def __new__(
+        cls, array: npt.ArrayLike | Variable, requires_grad: bool = False, name: str | None = None
+    ) -> Variable: ...
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the value."""
+    @property
+    def ndim(self) -> int:
+        """``len(shape)``."""
+    def numpy(self) -> npt.NDArray[np.float32]:
+        """A float32 NumPy copy of the value, of shape ``self.shape``."""
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
+        """``numpy.asarray(variable)`` support (a copy)."""
+    def item(self) -> float:
+        """The value of a one-element variable; ``ShapeError`` otherwise."""
+    @property
+    def grad(self) -> npt.NDArray[np.float32] | None:
+        """The committed gradient (float32 copy of shape ``self.shape``) or ``None``."""
+    @property
+    def requires_grad(self) -> bool:
+        """Whether gradients flow to this node."""
+    @property
+    def is_leaf(self) -> bool:
+        """Whether this node was created from data rather than by an op."""
+    @property
+    def name(self) -> str | None:
+        """The name used in messages."""
+    @property
+    def op(self) -> str:
+        """The op that produced this node (``"leaf"`` for leaves)."""
+    def backward(self) -> None:
+        """Backpropagates from this one-element output, replacing the gradients of the trainable
+        leaves reached (GIL released). Raises ``ShapeError`` (not one element),
+        ``StaleGraphError``, ``CheckpointError``, or the exception of a Python checkpoint
+        callable, unchanged; on error no gradient changes."""
+    def backward_accumulate(self) -> None:
+        """Like ``backward()`` but adds to the committed gradients (micro-batch accumulation)."""
+    def zero_grad(self) -> None:
+        """Clears this node's committed gradient."""
+    def detach(self) -> Variable:
+        """A new leaf sharing this value, detached from the graph."""
+    def graph_statistics(self) -> dict[str, int]:
+        """``{"node_count": reachable nodes, "element_count": float32 elements they own}``."""
+    def __len__(self) -> int: ...
+
+def tensor(
+    array: npt.ArrayLike | Variable, requires_grad: bool = False, name: str | None = None
+) -> Variable:
+    """A leaf ``Variable`` from an array-like (alias of the ``Variable`` constructor)."""
+
+def checkpoint(
+    fn: Callable[[Variable], Variable], x: Variable, dependencies: Sequence[Variable] = ...
+) -> Variable:
+    """Activation checkpointing (Chen et al. 2016): ``fn(x)`` now, keeping only its output value,
+    and once more during backward. ``dependencies`` lists every pre-existing leaf ``fn`` reads.
+
+    An exception raised by ``fn`` (now or at replay) propagates unchanged and leaves every
+    public gradient untouched. Contract violations raise ``CheckpointError``.
+    """
+
+# ---------------------------------------------------------------------------------------------
+# The transformer
+# ---------------------------------------------------------------------------------------------
+
+@final
+class TransformerConfig:
+    """Sizes and numerics of a LLaMA-style decoder-only transformer (immutable, validated on
+    construction: ``ConfigError`` names the first invalid field)."""
+
+    def __new__(
+        cls,
+        vocab_size: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int,
+        max_seq_len: int,
+        rms_norm_eps: float = 1e-5,
+        rope_theta: float = 10000.0,
+        seed: int = 0,
+    ) -> TransformerConfig: ...
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> TransformerConfig:
+        """A config from the constructor's keyword names (e.g. ``to_dict()`` output)."""
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def d_ff(self) -> int: ...
+    @property
+    def max_seq_len(self) -> int: ...
+    @property
+    def rms_norm_eps(self) -> float: ...
+    @property
+    def rope_theta(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def d_head(self) -> int:
+        """``d_model // n_heads``."""
+    def to_dict(self) -> dict[str, Any]:
+        """The constructor arguments as a JSON-serialisable dict."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]: ...
+
+@final
+class DecodeSession:
+    """Incremental decoding with a per-layer K/V cache (no graph; GIL released per token)."""
+
+    def decode_token(self, token: int) -> npt.NDArray[np.float32]:
+        """Feeds ``token`` and returns the next-token logits, float32 ``[vocab_size]``.
+        Raises ``TokenError`` (id outside the vocabulary) or ``DecodeError`` (cache full)."""
+    @property
+    def position(self) -> int:
+        """Tokens decoded so far."""
+    def reset(self) -> None:
+        """Empties the cache."""
+
+_TokenArray = npt.ArrayLike
+
+@final
+class DecoderOnlyTransformer:
+    """A LLaMA-style decoder-only transformer.
+
+    ``attention``: ``"flash"`` | ``"materialized"``; ``activation_checkpointing``:
+    ``"disabled"`` | ``"block"``. Unknown strings raise ``ConfigError`` listing the valid ones.
+    """
+
+    def __new__(
+        cls,
+        config: TransformerConfig,
+        attention: str = "flash",
+        activation_checkpointing: str = "disabled",
+    ) -> DecoderOnlyTransformer: ...
+    def to(self, device: str) -> DecoderOnlyTransformer:
+        """``"cpu"`` returns the model; ``"metal"`` raises ``DeviceUnavailableError`` on
+        non-macOS builds; other names raise ``ConfigError``."""
+    @property
+    def device(self) -> str: ...
+    @property
+    def activation_checkpointing(self) -> str: ...
+    def set_activation_checkpointing(self, kind: str) -> None: ...
+    @property
+    def attention(self) -> str: ...
+    def set_attention(self, kind: str) -> None: ...
+    @property
+    def config(self) -> TransformerConfig: ...
+    def parameters(self) -> list[Variable]:
+        """Trainable leaves: every base parameter, or the LoRA ``A``/``B`` while adapters exist."""
+    def named_parameters(self) -> list[tuple[str, Variable]]:
+        """Base parameters with Hugging Face Llama names, in state-dict order."""
+    def named_lora_parameters(self) -> list[tuple[str, Variable]]:
+        """LoRA parameters with PEFT names (empty without adapters)."""
+    def loss(self, tokens: _TokenArray) -> Variable:
+        """Mean next-token cross-entropy of an integer block ``[batch, seq + 1]`` (a scalar).
+        Raises ``TokenError`` for bad ids (named), layouts, or ``seq > max_seq_len``."""
+    def logits(self, tokens: _TokenArray) -> Variable:
+        """Logits ``[batch * seq, vocab_size]`` of integer tokens ``[batch, seq]``."""
+    def enable_lora(
+        self,
+        rank: int = 8,
+        alpha: float = 16.0,
+        mlp: bool = False,
+        seed: int = 0,
+        attention: bool = True,
+    ) -> None:
+        """Adds and activates LoRA adapters; freezes the base. ``LoraError`` on misuse."""
+    def set_lora_active(self, active: bool) -> None: ...
+    def merge_lora(self) -> None: ...
+    @property
+    def has_lora(self) -> bool: ...
+    @property
+    def lora_active(self) -> bool: ...
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Safetensors model state (HF Llama names) plus ``config.json`` beside it (atomic)."""
+    @staticmethod
+    def load(
+        path: str | os.PathLike[str],
+        attention: str = "flash",
+        activation_checkpointing: str = "disabled",
+    ) -> DecoderOnlyTransformer:
+        """A model from a file written by ``save()``; ``ModelStateError`` / ``OSError``."""
+    def load_weights(self, path: str | os.PathLike[str]) -> None: ...
+    def save_lora(self, dir: str | os.PathLike[str]) -> None: ...
+    def load_lora(self, dir: str | os.PathLike[str]) -> None: ...
+    def decode_session(self) -> DecodeSession: ...
+    @property
+    def block_forward_count(self) -> int:
+        """Block forwards so far (original forwards plus checkpoint replays)."""
+
+# ---------------------------------------------------------------------------------------------
+# Optimizers
+# ---------------------------------------------------------------------------------------------
+
+@final
+class Adam:
+    """Adam with bias correction and PyTorch's defaults (L2 ``weight_decay``)."""
+
+    def __new__(
+        cls,
+        params: Sequence[Variable],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> Adam: ...
+    def step(self) -> None: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def lr(self) -> float: ...
+    @lr.setter
+    def lr(self, value: float) -> None: ...
+    @property
+    def steps(self) -> int: ...
+    def parameters(self) -> list[Variable]: ...
+
+@final
+class AdamW:
+    """AdamW: Adam with decoupled weight decay (default 0.01), PyTorch's defaults."""
+
+    def __new__(
+        cls,
+        params: Sequence[Variable],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+    ) -> AdamW: ...
+    def step(self) -> None: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def lr(self) -> float: ...
+    @lr.setter
+    def lr(self, value: float) -> None: ...
+    @property
+    def steps(self) -> int: ...
+    def parameters(self) -> list[Variable]: ...

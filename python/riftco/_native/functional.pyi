@@ -1,0 +1,60 @@
+"""Differentiable ops on riftco Variables (thin wrappers over ``riftco_autograd::ops``). Every
+function releases the GIL while computing; shape problems raise ``riftco.ShapeError``."""
+
+from collections.abc import Sequence
+
+import numpy.typing as npt
+
+from . import Variable
+
+__all__ = [
+    "add",
+    "mul",
+    "scale",
+    "matmul",
+    "linear",
+    "silu",
+    "swiglu",
+    "softmax",
+    "rms_norm",
+    "sum",
+    "reshape",
+    "cross_entropy",
+]
+
+def add(a: Variable, b: Variable) -> Variable:
+    """``a + b`` (same shapes)."""
+
+def mul(a: Variable, b: Variable) -> Variable:
+    """``a * b`` elementwise (same shapes)."""
+
+def scale(x: Variable, alpha: float) -> Variable:
+    """``alpha * x``."""
+
+def matmul(a: Variable, b: Variable) -> Variable:
+    """``[m, k] @ [k, n] -> [m, n]``."""
+
+def linear(x: Variable, w: Variable) -> Variable:
+    """``x [..., in] @ w.T`` with ``w [out, in]`` -> ``[..., out]``."""
+
+def silu(x: Variable) -> Variable:
+    """``x * sigmoid(x)``."""
+
+def swiglu(gate: Variable, up: Variable) -> Variable:
+    """``silu(gate) * up`` (same shapes)."""
+
+def softmax(x: Variable) -> Variable:
+    """Softmax over the last axis."""
+
+def rms_norm(x: Variable, weight: Variable, eps: float = 1e-5) -> Variable:
+    """``x / sqrt(mean(x**2, -1) + eps) * weight`` with ``x [..., d]``, ``weight [d]``."""
+
+def sum(x: Variable) -> Variable:
+    """Sum of all elements, a one-element scalar."""
+
+def reshape(x: Variable, shape: Sequence[int]) -> Variable:
+    """The same elements with another shape of equal element count."""
+
+def cross_entropy(logits: Variable, targets: npt.ArrayLike) -> Variable:
+    """Mean softmax cross-entropy of ``logits [rows, vocab]`` and integer ``targets [rows]``
+    (``TokenError`` for a target outside ``[0, vocab)``)."""
