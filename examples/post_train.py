@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--lora-alpha", type=float, default=16.0)
     p.add_argument("--lora-mlp", action="store_true", help="also adapt the MLP projections")
-    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=None, help="default: the model's max_seq_len")
     p.add_argument("--lr", type=float, default=None,
@@ -91,7 +91,7 @@ def main() -> None:
     )
     out = riftco.prepare_out_dir(args.out)
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
-    log(f"corpus: {len(corpus):,} bytes from {len(corpus.files)} files ({corpus.description})")
+    log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
 
     prompt = args.prompt.encode()
     n_new = args.sample_tokens

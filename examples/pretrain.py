@@ -38,11 +38,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        default="disabled", help="checkpointing policy (default: %(default)s)")
     train.add_argument("--attention", choices=riftco.ATTENTION_KINDS, default="flash",
                        help="full-sequence attention kind (default: %(default)s)")
-    train.add_argument("--steps", type=int, default=300)
-    train.add_argument("--batch-size", type=int, default=8)
+    train.add_argument("--steps", type=int, default=600)
+    train.add_argument("--batch-size", type=int, default=16)
     train.add_argument("--seq-len", type=int, default=128)
     train.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    train.add_argument("--warmup-steps", type=int, default=30)
+    train.add_argument("--warmup-steps", type=int, default=50)
     train.add_argument("--lr-schedule", choices=riftco.LR_SCHEDULES, default="cosine")
     train.add_argument("--weight-decay", type=float, default=0.0, help="> 0 selects AdamW")
     train.add_argument("--seed", type=int, default=0, help="seeds weights and batch sampling")
@@ -98,7 +98,7 @@ def main() -> None:
         fail(f"--seq-len {args.seq_len} exceeds --max-seq-len {args.max_seq_len}")
     out = riftco.prepare_out_dir(args.out)
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
-    log(f"corpus: {len(corpus):,} bytes from {len(corpus.files)} files ({corpus.description})")
+    log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
     log(
         f"model: d_model {args.d_model}, {args.n_heads} heads, {args.n_layers} layers, d_ff "
         f"{args.d_ff}; attention {args.attention}, activation checkpointing "

@@ -37,9 +37,6 @@ LOAD_CORPUS_MAX_BYTES = 256 * 1024 * 1024
 VOCAB_SIZE = 256
 """Byte-level vocabulary size."""
 
-TOKEN_DTYPE = np.int64
-"""dtype of the token blocks handed to ``DecoderOnlyTransformer.loss``."""
-
 SKIPPED_STDLIB_DIRS = frozenset(
     {"site-packages", "test", "tests", "idlelib", "lib2to3", "pydoc_data", "__pycache__"}
 )
@@ -57,7 +54,7 @@ __all__ = [
 ]
 
 
-class CorpusError(RiftcoError, ValueError):  # type: ignore[misc]
+class CorpusError(RiftcoError, ValueError):
     """A corpus cannot be built: a missing path, an unreadable file, no text, or too little
     text for the requested sequence length."""
 
@@ -251,7 +248,7 @@ class BatchSampler:
         high = self._tokens.shape[0] - self._seq_len  # exclusive bound of a start
         starts = self._rng.integers(0, high, size=self._batch_size, dtype=np.int64)
         block = self._tokens[starts[:, None] + self._offsets[None, :]]
-        return block.astype(TOKEN_DTYPE)
+        return np.asarray(block, dtype=np.int64)
 
     def batches(self, n: int) -> list[npt.NDArray[np.int64]]:
         """The next ``n`` blocks."""

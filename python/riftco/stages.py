@@ -72,7 +72,7 @@ __all__ = [
 Log = Callable[[str], None]
 
 
-class OutputDirError(RiftcoError, OSError):  # type: ignore[misc]
+class OutputDirError(RiftcoError, OSError):
     """The output folder cannot be created or written."""
 
 

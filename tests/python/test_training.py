@@ -99,7 +99,7 @@ def test_seed_snippet_configs() -> None:
 )
 def test_invalid_choice_lists_valid_values(field: str, value: str, valid: str) -> None:
     with pytest.raises(riftco.ConfigError, match=valid) as e:
-        PretrainingConfig(**{field: value})
+        PretrainingConfig(**dict[str, Any]({field: value}))
     assert repr(value) in str(e.value) and field in str(e.value)
     assert isinstance(e.value, ValueError) and isinstance(e.value, riftco.RiftcoError)
 
@@ -117,14 +117,14 @@ def test_invalid_fine_tuning_method() -> None:
 )
 def test_bad_numbers_name_field_and_value(field: str, value: object) -> None:
     with pytest.raises(riftco.ConfigError) as e:
-        PretrainingConfig(**{field: value})
+        PretrainingConfig(**dict[str, Any]({field: value}))
     assert field in str(e.value) and repr(value) in str(e.value)
 
 
 @pytest.mark.parametrize(("field", "value"), [("lora_rank", 0), ("lora_alpha", -1.0), ("lora_mlp", 1)])
 def test_bad_lora_fields(field: str, value: object) -> None:
     with pytest.raises(riftco.ConfigError, match=field):
-        PostTrainingConfig(**{field: value})
+        PostTrainingConfig(**dict[str, Any]({field: value}))
 
 
 def test_lr_schedule_warmup_then_cosine() -> None:
