@@ -39,9 +39,12 @@ from riftco._native import (
     reset_peak_memory_stats,
     tensor,
 )
-from riftco.configs import PostTrainingConfig, PretrainingConfig
-from riftco.generation import generate
-from riftco.stages import run_post_training, run_pretraining
+from riftco import configs, data, generation, stages
+from riftco.configs import *  # noqa: F403
+from riftco.data import *  # noqa: F403
+from riftco.generation import *  # noqa: F403
+from riftco.stages import *  # noqa: F403
+from riftco.stages import load_model
 
 __all__ = [
     "Adam",
@@ -54,8 +57,6 @@ __all__ = [
     "DeviceUnavailableError",
     "LoraError",
     "ModelStateError",
-    "PostTrainingConfig",
-    "PretrainingConfig",
     "RiftcoError",
     "ShapeError",
     "StaleGraphError",
@@ -65,12 +66,14 @@ __all__ = [
     "__version__",
     "checkpoint",
     "functional",
-    "generate",
     "matmul",
     "memory_stats",
     "num_threads",
     "reset_peak_memory_stats",
-    "run_post_training",
-    "run_pretraining",
     "tensor",
+    "load_model",
 ]
+__all__ += configs.__all__
+__all__ += data.__all__
+__all__ += generation.__all__
+__all__ += stages.__all__

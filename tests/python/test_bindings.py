@@ -262,16 +262,19 @@ shapes = st.tuples(st.integers(1, 6), st.integers(1, 9))
 
 
 def np_silu(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    return x / (1.0 + np.exp(-x))
+    out: npt.NDArray[Any] = x / (1.0 + np.exp(-x))
+    return out
 
 
 def np_softmax(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    out: npt.NDArray[Any] = e / e.sum(axis=-1, keepdims=True)
+    return out
 
 
 def np_rms_norm(x: npt.NDArray[Any], w: npt.NDArray[Any], eps: float) -> npt.NDArray[Any]:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+    out: npt.NDArray[Any] = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+    return out
 
 
 @settings(max_examples=40, deadline=None)
@@ -283,23 +286,25 @@ def test_functional_ops_match_numpy(shape: tuple[int, int], k: int, seed: int) -
     w = rng.standard_normal((k, shape[1])).astype(np.float32)
     g = rng.standard_normal(shape[1]).astype(np.float32)
     va, vb, vw, vg = (riftco.Variable(t) for t in (a, b, w, g))
-    tol = dict(rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(F.add(va, vb).numpy(), a + b, **tol)
-    np.testing.assert_allclose(F.mul(va, vb).numpy(), a * b, **tol)
-    np.testing.assert_allclose(F.scale(va, -1.5).numpy(), -1.5 * a, **tol)
-    np.testing.assert_allclose(F.matmul(va, riftco.Variable(w.T.copy())).numpy(), a @ w.T, **tol)
-    np.testing.assert_allclose(F.linear(va, vw).numpy(), a @ w.T, **tol)
-    np.testing.assert_allclose(F.silu(va).numpy(), np_silu(a), **tol)
-    np.testing.assert_allclose(F.swiglu(va, vb).numpy(), np_silu(a) * b, **tol)
-    np.testing.assert_allclose(F.softmax(va).numpy(), np_softmax(a), **tol)
-    np.testing.assert_allclose(F.rms_norm(va, vg, eps=1e-5).numpy(), np_rms_norm(a, g, 1e-5), **tol)
-    np.testing.assert_allclose(F.sum(va).item(), float(a.astype(np.float64).sum()), **tol)
+    def close(got: Any, want: Any) -> None:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+    close(F.add(va, vb).numpy(), a + b)
+    close(F.mul(va, vb).numpy(), a * b)
+    close(F.scale(va, -1.5).numpy(), -1.5 * a)
+    close(F.matmul(va, riftco.Variable(w.T.copy())).numpy(), a @ w.T)
+    close(F.linear(va, vw).numpy(), a @ w.T)
+    close(F.silu(va).numpy(), np_silu(a))
+    close(F.swiglu(va, vb).numpy(), np_silu(a) * b)
+    close(F.softmax(va).numpy(), np_softmax(a))
+    close(F.rms_norm(va, vg, eps=1e-5).numpy(), np_rms_norm(a, g, 1e-5))
+    close(F.sum(va).item(), float(a.astype(np.float64).sum()))
     assert F.reshape(va, [shape[1], shape[0]]).shape == (shape[1], shape[0])
     np.testing.assert_array_equal(F.reshape(va, [a.size]).numpy(), a.reshape(-1))
     targets = rng.integers(0, shape[1], size=shape[0])
     logp = np.log(np_softmax(a.astype(np.float64)))
     want = -np.mean(logp[np.arange(shape[0]), targets])
-    np.testing.assert_allclose(F.cross_entropy(va, targets).item(), want, **tol)
+    close(F.cross_entropy(va, targets).item(), want)
 
 
 def test_functional_gradients_match_finite_differences_in_float64() -> None:
@@ -393,7 +398,7 @@ def test_variable_from_lists_views_and_variables() -> None:
     with pytest.raises(TypeError):
         riftco.Variable("not a number")
     with pytest.raises(TypeError):
-        riftco.Variable({"a": 1})
+        riftco.Variable({"a": 1})  # type: ignore[arg-type]
     assert "shape=[4, 6]" in repr(riftco.Variable(base, name="b"))
 
 
@@ -746,7 +751,7 @@ def test_concurrent_losses_from_two_threads() -> None:
 
 def test_ops_match_pytorch() -> None:
     try:
-        import torch
+        import torch  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         pytest.skip("torch not installed: the PyTorch comparison of functional ops is skipped")
     rng = np.random.default_rng(0)
@@ -764,5 +769,5 @@ def test_ops_match_pytorch() -> None:
     tl.backward()
     np.testing.assert_allclose(loss.item(), tl.item(), rtol=1e-5)
     for v, tv in ((vx, tx), (vw, tw), (vg, tg)):
-        assert tv.grad is not None
+        assert tv.grad is not None and v.grad is not None
         np.testing.assert_allclose(v.grad, tv.grad.numpy(), rtol=1e-4, atol=1e-6)
