@@ -91,42 +91,42 @@ impl PyTransformerConfig {
         Ok(cls.call((), Some(d))?.cast_into::<Self>()?.get().clone())
     }
 
-    /// Vocabulary size.
+    /// Vocabulary size (256 for byte-level tokens).
     #[getter]
     fn vocab_size(&self) -> usize {
         self.0.vocab_size
     }
-    /// Residual stream width.
+    /// Residual stream width (``d_model``).
     #[getter]
     fn d_model(&self) -> usize {
         self.0.d_model
     }
-    /// Attention heads.
+    /// Number of attention heads.
     #[getter]
     fn n_heads(&self) -> usize {
         self.0.n_heads
     }
-    /// Transformer blocks.
+    /// Number of transformer blocks.
     #[getter]
     fn n_layers(&self) -> usize {
         self.0.n_layers
     }
-    /// SwiGLU hidden width.
+    /// Hidden width of the SwiGLU MLP.
     #[getter]
     fn d_ff(&self) -> usize {
         self.0.d_ff
     }
-    /// Longest sequence.
+    /// Longest sequence (RoPE table size, K/V cache capacity).
     #[getter]
     fn max_seq_len(&self) -> usize {
         self.0.max_seq_len
     }
-    /// RMSNorm epsilon.
+    /// RMSNorm epsilon (default 1e-5).
     #[getter]
     fn rms_norm_eps(&self) -> f64 {
         f32_as_python_float(self.0.rms_norm_eps)
     }
-    /// RoPE base.
+    /// RoPE base theta (default 10000).
     #[getter]
     fn rope_theta(&self) -> f64 {
         self.0.rope_theta
