@@ -89,8 +89,8 @@ def main() -> None:
         save_every=args.save_every,
         log_every=args.log_every,
     )
-    out = riftco.prepare_out_dir(args.out)
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
+    out = riftco.prepare_out_dir(args.out)
     log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
 
     prompt = args.prompt.encode()

@@ -96,8 +96,8 @@ def main() -> None:
     )
     if args.seq_len > args.max_seq_len:
         fail(f"--seq-len {args.seq_len} exceeds --max-seq-len {args.max_seq_len}")
-    out = riftco.prepare_out_dir(args.out)
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
+    out = riftco.prepare_out_dir(args.out)
     log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
     log(
         f"model: d_model {args.d_model}, {args.n_heads} heads, {args.n_layers} layers, d_ff "

@@ -392,9 +392,9 @@ def run_post_training(
 ) -> dict[str, Any]:
     """Fine-tunes a pretrained model on ``corpus``.
 
-    ``model_or_path`` is a model (its policy is set to the config's, and with LoRA it gains
-    adapters: the object is modified) or a pretraining output folder / ``model.safetensors``
-    path (loaded with the config's attention and policy). ``base_model`` names where a given
+    ``model_or_path`` is a model (its attention kind and policy are set to the config's, and
+    with LoRA it gains adapters: the object is modified) or a pretraining output folder /
+    ``model.safetensors`` path (loaded with the config's attention and policy). ``base_model`` names where a given
     model object came from, for the metadata.
 
     With ``fine_tuning_method="lora"`` adapters are enabled and only they are trained (base
@@ -410,6 +410,7 @@ def run_post_training(
     base_path = None if base_model is None else str(base_model)
     if isinstance(model_or_path, DecoderOnlyTransformer):
         model = model_or_path
+        model.set_attention(cfg.attention)
         model.set_activation_checkpointing(cfg.activation_checkpointing)
     else:
         base_path = str(resolve_model_state(model_or_path))
