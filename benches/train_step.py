@@ -38,7 +38,12 @@ def batch_tokens(batch: int, seq: int, vocab: int, seed: int = 0) -> np.ndarray[
 
 
 def bench_riftco(
-    cfg: dict[str, int], attention: str, policy: str, tokens: np.ndarray[Any, Any], warmup: int, steps: int
+    cfg: dict[str, int],
+    attention: str,
+    policy: str,
+    tokens: np.ndarray[Any, Any],
+    warmup: int,
+    steps: int,
 ) -> dict[str, Any]:
     model = riftco.DecoderOnlyTransformer(
         riftco.TransformerConfig(**cfg), attention=attention, activation_checkpointing=policy
@@ -61,8 +66,12 @@ def bench_riftco(
         if i >= warmup:
             times.append(dt)
             peaks.append(int(riftco.memory_stats()["activation"]["peak_bytes"]))
-    return {"step_s": statistics.median(times), "act_peak": max(peaks), "first_loss": first_loss,
-            "initial_weights": initial}
+    return {
+        "step_s": statistics.median(times),
+        "act_peak": max(peaks),
+        "first_loss": first_loss,
+        "initial_weights": initial,
+    }
 
 
 def torch_llama(cfg: dict[str, int], policy: str, weights: dict[str, np.ndarray[Any, Any]]) -> Any:
@@ -95,8 +104,13 @@ def torch_llama(cfg: dict[str, int], policy: str, weights: dict[str, np.ndarray[
 
         def forward(self, x: Any, cos: Any, sin: Any) -> Any:
             b, s, _ = x.shape
-            q, k, v = (p(x).view(b, s, h, dh).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
-            y = F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True)
+            q, k, v = (
+                p(x).view(b, s, h, dh).transpose(1, 2)
+                for p in (self.q_proj, self.k_proj, self.v_proj)
+            )
+            y = F.scaled_dot_product_attention(
+                rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True
+            )
             return self.o_proj(y.transpose(1, 2).reshape(b, s, d))
 
     class Mlp(nn.Module):
@@ -157,8 +171,12 @@ def torch_llama(cfg: dict[str, int], policy: str, weights: dict[str, np.ndarray[
 
 
 def bench_torch(
-    cfg: dict[str, int], policy: str, weights: dict[str, np.ndarray[Any, Any]],
-    tokens: np.ndarray[Any, Any], warmup: int, steps: int,
+    cfg: dict[str, int],
+    policy: str,
+    weights: dict[str, np.ndarray[Any, Any]],
+    tokens: np.ndarray[Any, Any],
+    warmup: int,
+    steps: int,
 ) -> dict[str, Any]:
     import torch
 
@@ -182,9 +200,13 @@ def bench_torch(
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--steps", type=int, default=5, help="timed steps (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default: %(default)s)")
+    p.add_argument(
+        "--warmup", type=int, default=1, help="untimed steps first (default: %(default)s)"
+    )
     p.add_argument("--quick", action="store_true", help="tiny configuration (CI smoke)")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--seq-len", type=int, default=None)
@@ -193,8 +215,10 @@ def main() -> None:
     batch = args.batch_size or (2 if args.quick else 8)
     seq = args.seq_len or cfg["max_seq_len"]
     tokens = batch_tokens(batch, seq, cfg["vocab_size"])
-    print(f"riftco {riftco.__version__}, {riftco.num_threads()} kernel threads; config {cfg}, "
-          f"batch {batch}, seq {seq}; median of {args.steps} steps after {args.warmup} warm-up")
+    print(
+        f"riftco {riftco.__version__}, {riftco.num_threads()} kernel threads; config {cfg}, "
+        f"batch {batch}, seq {seq}; median of {args.steps} steps after {args.warmup} warm-up"
+    )
     try:
         import torch
     except ImportError:
@@ -210,20 +234,28 @@ def main() -> None:
     for attention in ("flash", "materialized"):
         for policy in ("disabled", "block"):
             r = bench_riftco(cfg, attention, policy, tokens, args.warmup, args.steps)
-            line = (f"{attention:<13}{policy:<10}{r['step_s'] * 1e3:>10.1f}"
-                    f"{batch * seq / r['step_s']:>11,.0f}{r['act_peak'] / 2**20:>14.1f}")
+            line = (
+                f"{attention:<13}{policy:<10}{r['step_s'] * 1e3:>10.1f}"
+                f"{batch * seq / r['step_s']:>11,.0f}{r['act_peak'] / 2**20:>14.1f}"
+            )
             if torch is not None:
                 if policy not in torch_cache:
-                    torch_cache[policy] = bench_torch(cfg, policy, r["initial_weights"], tokens, args.warmup, args.steps)
+                    torch_cache[policy] = bench_torch(
+                        cfg, policy, r["initial_weights"], tokens, args.warmup, args.steps
+                    )
                 tr = torch_cache[policy]
-                line += (f"{tr['step_s'] * 1e3:>10.1f}{r['step_s'] / tr['step_s']:>12.2f}"
-                         f"{abs(r['first_loss'] - tr['first_loss']):>11.1e}")
+                line += (
+                    f"{tr['step_s'] * 1e3:>10.1f}{r['step_s'] / tr['step_s']:>12.2f}"
+                    f"{abs(r['first_loss'] - tr['first_loss']):>11.1e}"
+                )
             print(line, flush=True)
     if torch is None:
         print(TORCH_SKIP)
     else:
-        print("PyTorch uses SDPA (its fused CPU attention) for both of our attention kinds; "
-              "ours/torch < 1 means riftco is faster.")
+        print(
+            "PyTorch uses SDPA (its fused CPU attention) for both of our attention kinds; "
+            "ours/torch < 1 means riftco is faster."
+        )
 
 
 if __name__ == "__main__":

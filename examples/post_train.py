@@ -29,15 +29,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--model", default="runs/pretrain", metavar="DIR",
-                   help="pretraining output folder or model.safetensors (default: %(default)s)")
-    p.add_argument("--data", nargs="+", metavar="PATH",
-                   help="text files or folders (default: the stdlib's pydoc_data/topics.py)")
-    p.add_argument("--out", default="runs/post_train", metavar="DIR",
-                   help="output folder (default: %(default)s)")
+    p.add_argument(
+        "--model",
+        default="runs/pretrain",
+        metavar="DIR",
+        help="pretraining output folder or model.safetensors (default: %(default)s)",
+    )
+    p.add_argument(
+        "--data",
+        nargs="+",
+        metavar="PATH",
+        help="text files or folders (default: the stdlib's pydoc_data/topics.py)",
+    )
+    p.add_argument(
+        "--out",
+        default="runs/post_train",
+        metavar="DIR",
+        help="output folder (default: %(default)s)",
+    )
     p.add_argument("--fine-tuning-method", choices=riftco.FINE_TUNING_METHODS, default="lora")
-    p.add_argument("--activation-checkpointing", choices=riftco.ACTIVATION_CHECKPOINTING_POLICIES,
-                   default="disabled")
+    p.add_argument(
+        "--activation-checkpointing",
+        choices=riftco.ACTIVATION_CHECKPOINTING_POLICIES,
+        default="disabled",
+    )
     p.add_argument("--attention", choices=riftco.ATTENTION_KINDS, default="flash")
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--lora-alpha", type=float, default=16.0)
@@ -45,8 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=None, help="default: the model's max_seq_len")
-    p.add_argument("--lr", type=float, default=None,
-                   help="peak learning rate (default: 3e-3 for lora, 5e-4 for full)")
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="peak learning rate (default: 3e-3 for lora, 5e-4 for full)",
+    )
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-every", type=int, default=50, metavar="STEPS")
@@ -107,7 +126,12 @@ def main() -> None:
 
     sample("before")
     metadata = riftco.run_post_training(
-        model, config, corpus, out, progress=not args.no_progress, log=log,
+        model,
+        config,
+        corpus,
+        out,
+        progress=not args.no_progress,
+        log=log,
         base_model=riftco.stages.resolve_model_state(args.model),
     )
     print(
@@ -116,7 +140,9 @@ def main() -> None:
         f"{metadata['validation_loss_after']:.4f}; {metadata['tokens_per_s']:,.0f} tokens/s; "
         f"{metadata['wall_time_s']:.1f} s"
     )
-    saved = out / (riftco.ADAPTER_DIR if args.fine_tuning_method == "lora" else riftco.MODEL_STATE_FILE)
+    saved = out / (
+        riftco.ADAPTER_DIR if args.fine_tuning_method == "lora" else riftco.MODEL_STATE_FILE
+    )
     print(f"saved {saved} and {out / riftco.METADATA_FILE}")
     sample("after")
 

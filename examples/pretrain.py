@@ -29,15 +29,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     data = p.add_argument_group("data and output")
-    data.add_argument("--data", nargs="+", metavar="PATH",
-                      help="text files or folders (default: the embedded stdlib-source corpus)")
-    data.add_argument("--out", default="runs/pretrain", metavar="DIR",
-                      help="output folder (default: %(default)s)")
+    data.add_argument(
+        "--data",
+        nargs="+",
+        metavar="PATH",
+        help="text files or folders (default: the embedded stdlib-source corpus)",
+    )
+    data.add_argument(
+        "--out", default="runs/pretrain", metavar="DIR", help="output folder (default: %(default)s)"
+    )
     train = p.add_argument_group("training")
-    train.add_argument("--activation-checkpointing", choices=riftco.ACTIVATION_CHECKPOINTING_POLICIES,
-                       default="disabled", help="checkpointing policy (default: %(default)s)")
-    train.add_argument("--attention", choices=riftco.ATTENTION_KINDS, default="flash",
-                       help="full-sequence attention kind (default: %(default)s)")
+    train.add_argument(
+        "--activation-checkpointing",
+        choices=riftco.ACTIVATION_CHECKPOINTING_POLICIES,
+        default="disabled",
+        help="checkpointing policy (default: %(default)s)",
+    )
+    train.add_argument(
+        "--attention",
+        choices=riftco.ATTENTION_KINDS,
+        default="flash",
+        help="full-sequence attention kind (default: %(default)s)",
+    )
     train.add_argument("--steps", type=int, default=600)
     train.add_argument("--batch-size", type=int, default=16)
     train.add_argument("--seq-len", type=int, default=128)
@@ -48,8 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--seed", type=int, default=0, help="seeds weights and batch sampling")
     train.add_argument("--save-every", type=int, default=100, metavar="STEPS")
     train.add_argument("--log-every", type=int, default=10, metavar="STEPS")
-    train.add_argument("--no-progress", action="store_true",
-                       help="log lines instead of a progress bar")
+    train.add_argument(
+        "--no-progress", action="store_true", help="log lines instead of a progress bar"
+    )
     model = p.add_argument_group("model size")
     model.add_argument("--d-model", type=int, default=128)
     model.add_argument("--n-heads", type=int, default=4)
@@ -58,8 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--max-seq-len", type=int, default=128)
     sample = p.add_argument_group("sample")
     sample.add_argument("--prompt", default="def ", help="prompt of the printed sample")
-    sample.add_argument("--sample-tokens", type=int, default=None,
-                        help="bytes to generate (default: fill max_seq_len)")
+    sample.add_argument(
+        "--sample-tokens",
+        type=int,
+        default=None,
+        help="bytes to generate (default: fill max_seq_len)",
+    )
     sample.add_argument("--temperature", type=float, default=0.8)
     sample.add_argument("--top-k", type=int, default=40)
     return p.parse_args(argv)

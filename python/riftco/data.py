@@ -76,13 +76,13 @@ class Corpus:
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
-    def split(self, validation_fraction: float) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
+    def split(
+        self, validation_fraction: float
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
         """``(train, validation)``: the validation part is the last ``validation_fraction`` of the
         bytes (a contiguous tail, so no window straddles both parts)."""
         if not 0.0 < validation_fraction < 1.0:
-            raise CorpusError(
-                f"validation_fraction must be in (0, 1); got {validation_fraction!r}"
-            )
+            raise CorpusError(f"validation_fraction must be in (0, 1); got {validation_fraction!r}")
         n = len(self)
         n_val = max(1, int(round(n * validation_fraction)))
         return self.tokens[: n - n_val], self.tokens[n - n_val :]
@@ -109,7 +109,9 @@ def _stdlib_python_files(root: Path) -> list[str]:
     return sorted(found)
 
 
-def _concatenate(parts: Iterable[tuple[str, bytes]], max_bytes: int, truncate: bool) -> tuple[bytes, tuple[str, ...]]:
+def _concatenate(
+    parts: Iterable[tuple[str, bytes]], max_bytes: int, truncate: bool
+) -> tuple[bytes, tuple[str, ...]]:
     out = bytearray()
     names: list[str] = []
     for name, text in parts:
@@ -151,7 +153,9 @@ def default_corpus(max_bytes: int = DEFAULT_CORPUS_MAX_BYTES) -> Corpus:
             yield rel, (root / rel).read_bytes()
 
     data, used = _concatenate(parts(), max_bytes, truncate=True)
-    return _to_corpus(data, f"Python {sysconfig.get_python_version()} stdlib *.py under {root}", used)
+    return _to_corpus(
+        data, f"Python {sysconfig.get_python_version()} stdlib *.py under {root}", used
+    )
 
 
 def default_post_training_corpus() -> Corpus:
@@ -189,7 +193,9 @@ def _expand(path: Path) -> list[Path]:
     raise CorpusError(f"data path {str(path)!r} is neither a file nor a directory")
 
 
-def load_corpus(paths: Sequence[str | os.PathLike[str]], max_bytes: int = LOAD_CORPUS_MAX_BYTES) -> Corpus:
+def load_corpus(
+    paths: Sequence[str | os.PathLike[str]], max_bytes: int = LOAD_CORPUS_MAX_BYTES
+) -> Corpus:
     """Text files, and every non-hidden file under given directories (recursively, sorted by
     relative path), concatenated in the order given. Files containing NUL bytes (binary) are
     skipped inside directories and refused when named directly.
@@ -230,12 +236,17 @@ class BatchSampler:
     ``(tokens, batch_size, seq_len, seed)`` gives the same sequence of batches on every machine.
     """
 
-    def __init__(self, tokens: npt.NDArray[np.uint8], batch_size: int, seq_len: int, seed: int) -> None:
+    def __init__(
+        self, tokens: npt.NDArray[np.uint8], batch_size: int, seq_len: int, seed: int
+    ) -> None:
         if batch_size < 1 or seq_len < 1:
-            raise CorpusError(f"batch_size and seq_len must be positive; got {batch_size}, {seq_len}")
+            raise CorpusError(
+                f"batch_size and seq_len must be positive; got {batch_size}, {seq_len}"
+            )
         if tokens.shape[0] < seq_len + 1:
             raise CorpusError(
-                f"the text has {tokens.shape[0]} bytes; seq_len {seq_len} needs at least {seq_len + 1}"
+                f"the text has {tokens.shape[0]} bytes; seq_len {seq_len} needs at least "
+                f"{seq_len + 1}"
             )
         self._tokens = tokens
         self._batch_size = batch_size

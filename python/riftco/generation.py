@@ -62,7 +62,11 @@ def generate(
     data = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
     if not data:
         raise TokenError("prompt must contain at least one byte")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 0
+    ):
         raise TokenError(f"max_new_tokens must be a non-negative integer; got {max_new_tokens!r}")
     if not math.isfinite(temperature) or temperature < 0.0:
         raise TokenError(f"temperature must be finite and >= 0; got {temperature!r}")

@@ -171,9 +171,13 @@ class _Progress:
             except ImportError:
                 tqdm = None
             if tqdm is not None:
-                self._bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
+                self._bar = tqdm(
+                    total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=0.5
+                )
 
-    def update(self, step: int, total: int, loss: float, tokens_per_s: float, act_bytes: int) -> None:
+    def update(
+        self, step: int, total: int, loss: float, tokens_per_s: float, act_bytes: int
+    ) -> None:
         mib = act_bytes / 2**20
         if self._bar is not None:
             self._bar.set_postfix_str(
@@ -251,7 +255,9 @@ def _train(
             steps_completed=step,
             saved_step=step,
             final_loss=losses[-1] if losses else None,
-            tokens_per_s=(step * cfg.batch_size * cfg.seq_len / train_time_s) if train_time_s else None,
+            tokens_per_s=(
+                (step * cfg.batch_size * cfg.seq_len / train_time_s) if train_time_s else None
+            ),
             train_time_s=train_time_s,
             wall_time_s=time.perf_counter() - started,
         )
@@ -305,7 +311,8 @@ def _train(
 def _check_fits(model_config: TransformerConfig, cfg: _LoopConfig) -> None:
     if model_config.vocab_size < VOCAB_SIZE:
         raise ConfigError(
-            f"vocab_size must be >= {VOCAB_SIZE} for byte-level tokens; got {model_config.vocab_size}"
+            f"vocab_size must be >= {VOCAB_SIZE} for byte-level tokens; "
+            f"got {model_config.vocab_size}"
         )
     if cfg.seq_len > model_config.max_seq_len:
         raise ConfigError(
@@ -339,7 +346,10 @@ def run_pretraining(
     model = DecoderOnlyTransformer(
         model_config, attention=cfg.attention, activation_checkpointing=cfg.activation_checkpointing
     )
-    metadata: dict[str, Any] = {"model_config": model_config.to_dict(), "files": [MODEL_STATE_FILE, "config.json", METADATA_FILE]}
+    metadata: dict[str, Any] = {
+        "model_config": model_config.to_dict(),
+        "files": [MODEL_STATE_FILE, "config.json", METADATA_FILE],
+    }
     return _train(
         stage="pretraining",
         model=model,
@@ -394,8 +404,8 @@ def run_post_training(
 
     ``model_or_path`` is a model (its attention kind and policy are set to the config's, and
     with LoRA it gains adapters: the object is modified) or a pretraining output folder /
-    ``model.safetensors`` path (loaded with the config's attention and policy). ``base_model`` names where a given
-    model object came from, for the metadata.
+    ``model.safetensors`` path (loaded with the config's attention and policy). ``base_model``
+    names where a given model object came from, for the metadata.
 
     With ``fine_tuning_method="lora"`` adapters are enabled and only they are trained (base
     weights frozen and unchanged); ``adapter/`` is written in PEFT layout. With ``"full"`` every
@@ -424,7 +434,9 @@ def run_post_training(
     }
     save_state: Callable[[], None]
     if cfg.fine_tuning_method == "lora":
-        model.enable_lora(rank=cfg.lora_rank, alpha=cfg.lora_alpha, mlp=cfg.lora_mlp, seed=cfg.lora_seed)
+        model.enable_lora(
+            rank=cfg.lora_rank, alpha=cfg.lora_alpha, mlp=cfg.lora_mlp, seed=cfg.lora_seed
+        )
         metadata["lora"] = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "mlp": cfg.lora_mlp}
         metadata["files"] = [ADAPTER_DIR, METADATA_FILE]
 

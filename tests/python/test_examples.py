@@ -19,16 +19,40 @@ ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN = ROOT / "examples" / "pretrain.py"
 POST_TRAIN = ROOT / "examples" / "post_train.py"
 BENCH = ROOT / "benches" / "train_step.py"
-TINY_MODEL = ["--d-model", "32", "--n-heads", "2", "--n-layers", "2", "--d-ff", "64",
-              "--max-seq-len", "32"]
-TINY_TRAIN = ["--steps", "3", "--batch-size", "2", "--seq-len", "16", "--warmup-steps", "1",
-              "--no-progress"]
+TINY_MODEL = [
+    "--d-model",
+    "32",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "2",
+    "--d-ff",
+    "64",
+    "--max-seq-len",
+    "32",
+]
+TINY_TRAIN = [
+    "--steps",
+    "3",
+    "--batch-size",
+    "2",
+    "--seq-len",
+    "16",
+    "--warmup-steps",
+    "1",
+    "--no-progress",
+]
 
 
-def run(script: Path, *args: str | Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+def run(
+    script: Path, *args: str | Path, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(script), *map(str, args)],
-        capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=ROOT,
     )
 
 
@@ -55,8 +79,17 @@ def test_pretrain_default_corpus(pretrained: Path) -> None:
 
 
 def test_pretrain_on_given_data_prints_sample(tmp_path: Path, text_file: Path) -> None:
-    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--data", text_file, "--out", tmp_path,
-            "--attention", "materialized")
+    r = run(
+        PRETRAIN,
+        *TINY_MODEL,
+        *TINY_TRAIN,
+        "--data",
+        text_file,
+        "--out",
+        tmp_path,
+        "--attention",
+        "materialized",
+    )
     assert r.returncode == 0, r.stderr
     assert "final loss" in r.stdout and "--- sample" in r.stdout
     meta = json.loads((tmp_path / "training_metadata.json").read_text())
@@ -65,12 +98,33 @@ def test_pretrain_on_given_data_prints_sample(tmp_path: Path, text_file: Path) -
 
 @pytest.mark.parametrize("method", ["lora", "full"])
 def test_post_train(pretrained: Path, tmp_path: Path, text_file: Path, method: str) -> None:
-    r = run(POST_TRAIN, "--model", pretrained, "--fine-tuning-method", method, "--steps", "2",
-            "--batch-size", "2", "--seq-len", "16", "--lora-rank", "2", "--no-progress",
-            "--sample-tokens", "8", "--out", tmp_path, "--activation-checkpointing", "block")
+    r = run(
+        POST_TRAIN,
+        "--model",
+        pretrained,
+        "--fine-tuning-method",
+        method,
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--lora-rank",
+        "2",
+        "--no-progress",
+        "--sample-tokens",
+        "8",
+        "--out",
+        tmp_path,
+        "--activation-checkpointing",
+        "block",
+    )
     assert r.returncode == 0, r.stderr
     assert "sample before" in r.stdout and "sample after" in r.stdout
-    saved = tmp_path / ("adapter/adapter_model.safetensors" if method == "lora" else "model.safetensors")
+    saved = tmp_path / (
+        "adapter/adapter_model.safetensors" if method == "lora" else "model.safetensors"
+    )
     assert saved.is_file()
     meta = json.loads((tmp_path / "training_metadata.json").read_text())
     assert meta["fine_tuning_method"] == method and meta["activation_checkpointing"] == "block"
@@ -87,13 +141,23 @@ def _assert_clean_failure(r: subprocess.CompletedProcess[str], *needles: str) ->
 
 
 def test_pretrain_missing_data_path(tmp_path: Path) -> None:
-    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--data", tmp_path / "nope.txt", "--out", tmp_path / "o")
+    r = run(
+        PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--data", tmp_path / "nope.txt", "--out", tmp_path / "o"
+    )
     _assert_clean_failure(r, "nope.txt", "does not exist")
 
 
 def test_pretrain_empty_corpus(tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("")
-    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--data", tmp_path / "empty.txt", "--out", tmp_path / "o")
+    r = run(
+        PRETRAIN,
+        *TINY_MODEL,
+        *TINY_TRAIN,
+        "--data",
+        tmp_path / "empty.txt",
+        "--out",
+        tmp_path / "o",
+    )
     _assert_clean_failure(r, "empty")
 
 
@@ -125,10 +189,27 @@ def test_post_train_seq_len_above_max(pretrained: Path, tmp_path: Path) -> None:
 
 
 def test_ctrl_c_leaves_last_save_intact(tmp_path: Path, text_file: Path) -> None:
-    args = [sys.executable, str(PRETRAIN), *TINY_MODEL, "--steps", "1000000", "--batch-size", "2",
-            "--seq-len", "16", "--save-every", "2", "--no-progress", "--data", str(text_file),
-            "--out", str(tmp_path)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    args = [
+        sys.executable,
+        str(PRETRAIN),
+        *TINY_MODEL,
+        "--steps",
+        "1000000",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--save-every",
+        "2",
+        "--no-progress",
+        "--data",
+        str(text_file),
+        "--out",
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
     meta_path = tmp_path / "training_metadata.json"
     deadline = time.monotonic() + 120
     try:

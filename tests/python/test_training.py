@@ -46,7 +46,13 @@ def tiny_config() -> riftco.TransformerConfig:
 
 def tiny_pretraining(**overrides: Any) -> PretrainingConfig:
     fields: dict[str, Any] = dict(
-        steps=3, batch_size=2, seq_len=16, lr=3e-3, warmup_steps=1, seed=5, save_every=2,
+        steps=3,
+        batch_size=2,
+        seq_len=16,
+        lr=3e-3,
+        warmup_steps=1,
+        seed=5,
+        save_every=2,
         eval_batches=2,
     )
     fields.update(overrides)
@@ -56,7 +62,9 @@ def tiny_pretraining(**overrides: Any) -> PretrainingConfig:
 @pytest.fixture(scope="module")
 def small_corpus() -> Corpus:
     full = default_corpus()
-    return Corpus(tokens=full.tokens[:40_000].copy(), description="stdlib head", files=full.files[:3])
+    return Corpus(
+        tokens=full.tokens[:40_000].copy(), description="stdlib head", files=full.files[:3]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +79,15 @@ def pretrained(tmp_path_factory: pytest.TempPathFactory, small_corpus: Corpus) -
 
 def test_exported_from_package() -> None:
     for name in (
-        "PretrainingConfig", "PostTrainingConfig", "run_pretraining", "run_post_training",
-        "generate", "default_corpus", "load_corpus", "BatchSampler", "CorpusError",
+        "PretrainingConfig",
+        "PostTrainingConfig",
+        "run_pretraining",
+        "run_post_training",
+        "generate",
+        "default_corpus",
+        "load_corpus",
+        "BatchSampler",
+        "CorpusError",
         "TrainingInterrupted",
     ):
         assert hasattr(riftco, name), name
@@ -111,9 +126,20 @@ def test_invalid_fine_tuning_method() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("steps", 0), ("batch_size", -2), ("seq_len", 0), ("lr", 0.0), ("lr", -1e-3),
-     ("lr", math.nan), ("warmup_steps", -1), ("save_every", 0), ("weight_decay", -0.1),
-     ("steps", 2.5), ("steps", True), ("validation_fraction", 0.0)],
+    [
+        ("steps", 0),
+        ("batch_size", -2),
+        ("seq_len", 0),
+        ("lr", 0.0),
+        ("lr", -1e-3),
+        ("lr", math.nan),
+        ("warmup_steps", -1),
+        ("save_every", 0),
+        ("weight_decay", -0.1),
+        ("steps", 2.5),
+        ("steps", True),
+        ("validation_fraction", 0.0),
+    ],
 )
 def test_bad_numbers_name_field_and_value(field: str, value: object) -> None:
     with pytest.raises(riftco.ConfigError) as e:
@@ -121,7 +147,9 @@ def test_bad_numbers_name_field_and_value(field: str, value: object) -> None:
     assert field in str(e.value) and repr(value) in str(e.value)
 
 
-@pytest.mark.parametrize(("field", "value"), [("lora_rank", 0), ("lora_alpha", -1.0), ("lora_mlp", 1)])
+@pytest.mark.parametrize(
+    ("field", "value"), [("lora_rank", 0), ("lora_alpha", -1.0), ("lora_mlp", 1)]
+)
 def test_bad_lora_fields(field: str, value: object) -> None:
     with pytest.raises(riftco.ConfigError, match=field):
         PostTrainingConfig(**dict[str, Any]({field: value}))
@@ -199,7 +227,12 @@ def test_sampler_is_deterministic_and_windows_are_contiguous() -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(2, 200), seq=st.integers(1, 50), batch=st.integers(1, 5), seed=st.integers(0, 2**32))
+@given(
+    n=st.integers(2, 200),
+    seq=st.integers(1, 50),
+    batch=st.integers(1, 5),
+    seed=st.integers(0, 2**32),
+)
 def test_sampler_windows_stay_in_bounds(n: int, seq: int, batch: int, seed: int) -> None:
     data = np.random.default_rng(0).integers(0, 256, size=n, dtype=np.uint8)
     if n < seq + 1:
@@ -217,9 +250,14 @@ def test_sampler_windows_stay_in_bounds(n: int, seq: int, batch: int, seed: int)
 
 
 @pytest.mark.parametrize("policy", ["disabled", "block"])
-def test_pretraining_writes_state_and_metadata(tmp_path: Path, small_corpus: Corpus, policy: str) -> None:
+def test_pretraining_writes_state_and_metadata(
+    tmp_path: Path, small_corpus: Corpus, policy: str
+) -> None:
     meta = run_pretraining(
-        tiny_config(), tiny_pretraining(activation_checkpointing=policy), small_corpus, tmp_path,
+        tiny_config(),
+        tiny_pretraining(activation_checkpointing=policy),
+        small_corpus,
+        tmp_path,
         progress=False,
     )
     for name in (MODEL_STATE_FILE, "config.json", METADATA_FILE):
@@ -230,8 +268,15 @@ def test_pretraining_writes_state_and_metadata(tmp_path: Path, small_corpus: Cor
     assert len(saved["losses"]) == 3 and all(math.isfinite(x) for x in saved["losses"])
     assert saved["tokens_per_s"] > 0 and saved["wall_time_s"] > 0
     assert saved["peak_memory_bytes"]["activation"] > 0
-    assert set(saved["peak_memory_bytes"]) >= {"parameter", "gradient", "optimizer_state", "activation"}
-    assert math.isfinite(saved["validation_loss_before"]) and math.isfinite(saved["validation_loss_after"])
+    assert set(saved["peak_memory_bytes"]) >= {
+        "parameter",
+        "gradient",
+        "optimizer_state",
+        "activation",
+    }
+    assert math.isfinite(saved["validation_loss_before"]) and math.isfinite(
+        saved["validation_loss_after"]
+    )
     assert saved["model_config"]["d_model"] == 32 and saved["training_config"]["steps"] == 3
     model = load_model(tmp_path)
     assert model.config.d_model == 32
@@ -240,8 +285,11 @@ def test_pretraining_writes_state_and_metadata(tmp_path: Path, small_corpus: Cor
 def test_policies_give_equal_losses(tmp_path: Path, small_corpus: Corpus) -> None:
     runs = {
         policy: run_pretraining(
-            tiny_config(), tiny_pretraining(activation_checkpointing=policy, steps=4),
-            small_corpus, tmp_path / policy, progress=False,
+            tiny_config(),
+            tiny_pretraining(activation_checkpointing=policy, steps=4),
+            small_corpus,
+            tmp_path / policy,
+            progress=False,
         )
         for policy in ("disabled", "block")
     }
@@ -251,8 +299,11 @@ def test_policies_give_equal_losses(tmp_path: Path, small_corpus: Corpus) -> Non
 
 def test_pretraining_learns(tmp_path: Path, small_corpus: Corpus) -> None:
     meta = run_pretraining(
-        tiny_config(), tiny_pretraining(steps=40, batch_size=4, warmup_steps=5, save_every=40),
-        small_corpus, tmp_path, progress=False,
+        tiny_config(),
+        tiny_pretraining(steps=40, batch_size=4, warmup_steps=5, save_every=40),
+        small_corpus,
+        tmp_path,
+        progress=False,
     )
     assert meta["losses"][0] > 5.0
     assert np.mean(meta["losses"][-5:]) < meta["losses"][0] - 1.0
@@ -261,31 +312,48 @@ def test_pretraining_learns(tmp_path: Path, small_corpus: Corpus) -> None:
 
 def test_pretraining_input_errors(tmp_path: Path, small_corpus: Corpus) -> None:
     with pytest.raises(riftco.ConfigError, match="seq_len 64 exceeds the model's max_seq_len 32"):
-        run_pretraining(tiny_config(), tiny_pretraining(seq_len=64), small_corpus, tmp_path, progress=False)
+        run_pretraining(
+            tiny_config(), tiny_pretraining(seq_len=64), small_corpus, tmp_path, progress=False
+        )
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(OutputDirError, match="cannot write to output folder"):
-        run_pretraining(tiny_config(), tiny_pretraining(), small_corpus, blocker / "out", progress=False)
+        run_pretraining(
+            tiny_config(), tiny_pretraining(), small_corpus, blocker / "out", progress=False
+        )
     with pytest.raises(OutputDirError):
         prepare_out_dir(blocker)
     tiny_text = Corpus(tokens=np.frombuffer(b"short text", dtype=np.uint8).copy(), description="x")
     with pytest.raises(CorpusError, match="needs at least"):
-        run_pretraining(tiny_config(), tiny_pretraining(), tiny_text, tmp_path / "o", progress=False)
+        run_pretraining(
+            tiny_config(), tiny_pretraining(), tiny_text, tmp_path / "o", progress=False
+        )
 
 
 def _named(model: riftco.DecoderOnlyTransformer) -> dict[str, np.ndarray[Any, Any]]:
     return {n: np.array(p.numpy(), copy=True) for n, p in model.named_parameters()}
 
 
-def test_lora_post_training_keeps_base_weights(pretrained: Path, small_corpus: Corpus, tmp_path: Path) -> None:
+def test_lora_post_training_keeps_base_weights(
+    pretrained: Path, small_corpus: Corpus, tmp_path: Path
+) -> None:
     state_hash = hashlib.sha256((pretrained / MODEL_STATE_FILE).read_bytes()).hexdigest()
     model = load_model(pretrained)
     before = _named(model)
     cfg = PostTrainingConfig(
-        fine_tuning_method="lora", activation_checkpointing="block", lora_rank=4, steps=3,
-        batch_size=2, seq_len=16, lr=1e-2, warmup_steps=0, eval_batches=1,
+        fine_tuning_method="lora",
+        activation_checkpointing="block",
+        lora_rank=4,
+        steps=3,
+        batch_size=2,
+        seq_len=16,
+        lr=1e-2,
+        warmup_steps=0,
+        eval_batches=1,
     )
-    meta = run_post_training(model, cfg, small_corpus, tmp_path, progress=False, base_model=pretrained)
+    meta = run_post_training(
+        model, cfg, small_corpus, tmp_path, progress=False, base_model=pretrained
+    )
     assert (tmp_path / ADAPTER_DIR / "adapter_model.safetensors").is_file()
     assert (tmp_path / ADAPTER_DIR / "adapter_config.json").is_file()
     assert not (tmp_path / MODEL_STATE_FILE).exists()
@@ -303,24 +371,34 @@ def test_lora_post_training_keeps_base_weights(pretrained: Path, small_corpus: C
     fresh = load_model(pretrained)
     fresh.load_lora(str(tmp_path / ADAPTER_DIR))
     tokens = np.arange(16, dtype=np.int64).reshape(1, 16) + 97
-    np.testing.assert_allclose(fresh.logits(tokens).numpy(), model.logits(tokens).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        fresh.logits(tokens).numpy(), model.logits(tokens).numpy(), rtol=1e-5, atol=1e-6
+    )
     base_logits = load_model(pretrained).logits(tokens).numpy()
     assert not np.allclose(base_logits, model.logits(tokens).numpy())
 
 
-def test_full_post_training_from_path(pretrained: Path, small_corpus: Corpus, tmp_path: Path) -> None:
-    cfg = PostTrainingConfig(fine_tuning_method="full", steps=2, batch_size=2, seq_len=16, eval_batches=1)
+def test_full_post_training_from_path(
+    pretrained: Path, small_corpus: Corpus, tmp_path: Path
+) -> None:
+    cfg = PostTrainingConfig(
+        fine_tuning_method="full", steps=2, batch_size=2, seq_len=16, eval_batches=1
+    )
     meta = run_post_training(pretrained, cfg, small_corpus, tmp_path, progress=False)
     assert (tmp_path / MODEL_STATE_FILE).is_file() and (tmp_path / "config.json").is_file()
     assert meta["base_model"] == str(pretrained / MODEL_STATE_FILE)
     changed = load_model(tmp_path)
     base = load_model(pretrained)
-    assert any(not np.array_equal(a, b) for a, b in zip(_named(changed).values(), _named(base).values()))
+    assert any(
+        not np.array_equal(a, b) for a, b in zip(_named(changed).values(), _named(base).values())
+    )
 
 
 def test_post_training_missing_model(tmp_path: Path, small_corpus: Corpus) -> None:
     with pytest.raises(riftco.ModelStateError, match="no model state"):
-        run_post_training(tmp_path / "nope", PostTrainingConfig(), small_corpus, tmp_path / "o", progress=False)
+        run_post_training(
+            tmp_path / "nope", PostTrainingConfig(), small_corpus, tmp_path / "o", progress=False
+        )
 
 
 # ----------------------------------------------------------------------------- generation
