@@ -2,38 +2,10 @@
 //! the five rejections, graph statistics and retained activation bytes.
 
 mod common;
-use common::rand;
+use common::{block, params, rand, run_chain};
 use riftco_autograd::{checkpoint, ops, AutogradError, CheckpointError, Result, Variable};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// A small residual MLP block: `x + W2·SiLU(W1·rmsnorm(x, g))`.
-fn block(x: &Variable, p: &[Variable]) -> Result<Variable> {
-    let h = ops::rms_norm(x, &p[0], 1e-5)?;
-    let h = ops::silu(&ops::linear(&h, &p[1])?)?;
-    ops::add(x, &ops::linear(&h, &p[2])?)
-}
-
-fn params(seed: u64, d: usize, trainable: bool) -> Vec<Variable> {
-    vec![
-        Variable::leaf(rand(&[d], seed), trainable),
-        Variable::leaf(rand(&[3 * d, d], seed + 1), trainable),
-        Variable::leaf(rand(&[d, 3 * d], seed + 2), trainable),
-    ]
-}
-
-fn run_chain(x: &Variable, layers: &[Vec<Variable>], ckpt: bool) -> Variable {
-    let mut h = x.clone();
-    for p in layers {
-        h = if ckpt {
-            let p2 = p.clone();
-            checkpoint(&h, p, move |x| block(x, &p2)).unwrap()
-        } else {
-            block(&h, p).unwrap()
-        };
-    }
-    ops::sum(&ops::mul(&h, &h).unwrap()).unwrap()
-}
 
 fn grads(vars: &[Variable]) -> Vec<Vec<f32>> {
     vars.iter().map(|v| v.grad().unwrap().to_vec()).collect()

@@ -64,9 +64,29 @@ impl MatmulSpec {
 /// `c.len() != m*n`). Callers (the tensor layer) validate shapes and return errors first.
 pub fn matmul(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
     let MatmulSpec { m, k, n, .. } = spec;
-    assert_eq!(a.len(), m * k, "matmul: lhs length");
-    assert_eq!(b.len(), k * n, "matmul: rhs length");
-    assert_eq!(c.len(), m * n, "matmul: dst length");
+    let threads = crate::threading::num_threads();
+    // Small products are faster on one thread: rayon's fork/join costs more than they do.
+    let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    crate::threading::thread_pool().install(|| gemm_checked("matmul", spec, a, b, c, parallelism));
+}
+
+/// Validates lengths, handles empty products, and runs one `gemm` call with `parallelism`.
+fn gemm_checked(
+    op: &'static str,
+    spec: MatmulSpec,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    parallelism: Parallelism,
+) {
+    let MatmulSpec { m, k, n, .. } = spec;
+    assert_eq!(a.len(), m * k, "{op}: lhs length");
+    assert_eq!(b.len(), k * n, "{op}: rhs length");
+    assert_eq!(c.len(), m * n, "{op}: dst length");
     if m == 0 || n == 0 {
         return;
     }
@@ -76,13 +96,6 @@ pub fn matmul(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
         }
         return;
     }
-    let threads = crate::threading::num_threads();
-    // Small products are faster on one thread: rayon's fork/join costs more than they do.
-    let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
-        Parallelism::Rayon(threads)
-    } else {
-        Parallelism::None
-    };
     // Row-major A[m,k]: column stride 1, row stride k. Transposed (stored [k,m]): cs = m, rs = 1.
     let (a_cs, a_rs) = if spec.trans_a {
         (m as isize, 1)
@@ -94,34 +107,31 @@ pub fn matmul(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
     } else {
         (1, n as isize)
     };
-    let pool = crate::threading::thread_pool();
-    pool.install(|| {
-        // SAFETY: the asserts above guarantee every strided access stays inside its slice:
-        // A spans m*k elements, B k*n and C m*n, with the strides derived from those shapes.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.as_mut_ptr(),
-                1,
-                n as isize,
-                spec.accumulate,
-                a.as_ptr(),
-                a_cs,
-                a_rs,
-                b.as_ptr(),
-                b_cs,
-                b_rs,
-                if spec.accumulate { 1.0 } else { 0.0 },
-                1.0,
-                false,
-                false,
-                false,
-                parallelism,
-            );
-        }
-    });
+    // SAFETY: the asserts above guarantee every strided access stays inside its slice:
+    // A spans m*k elements, B k*n and C m*n, with the strides derived from those shapes.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            spec.accumulate,
+            a.as_ptr(),
+            a_cs,
+            a_rs,
+            b.as_ptr(),
+            b_cs,
+            b_rs,
+            if spec.accumulate { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
 }
 
 /// `batch` independent products on contiguous stacks: `a` holds `batch` matrices of `m*k`
@@ -157,52 +167,5 @@ pub fn batched_matmul(batch: usize, spec: MatmulSpec, a: &[f32], b: &[f32], c: &
 /// # Panics
 /// When a slice length disagrees with the spec.
 pub fn matmul_serial(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
-    let MatmulSpec { m, k, n, .. } = spec;
-    assert_eq!(a.len(), m * k, "matmul_serial: lhs length");
-    assert_eq!(b.len(), k * n, "matmul_serial: rhs length");
-    assert_eq!(c.len(), m * n, "matmul_serial: dst length");
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !spec.accumulate {
-            c.fill(0.0);
-        }
-        return;
-    }
-    let (a_cs, a_rs) = if spec.trans_a {
-        (m as isize, 1)
-    } else {
-        (1, k as isize)
-    };
-    let (b_cs, b_rs) = if spec.trans_b {
-        (k as isize, 1)
-    } else {
-        (1, n as isize)
-    };
-    // SAFETY: the asserts above guarantee slices of exactly m*k, k*n and m*n elements, and the
-    // strides are derived from those shapes.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            spec.accumulate,
-            a.as_ptr(),
-            a_cs,
-            a_rs,
-            b.as_ptr(),
-            b_cs,
-            b_rs,
-            if spec.accumulate { 1.0 } else { 0.0 },
-            1.0,
-            false,
-            false,
-            false,
-            Parallelism::None,
-        );
-    }
+    gemm_checked("matmul_serial", spec, a, b, c, Parallelism::None);
 }

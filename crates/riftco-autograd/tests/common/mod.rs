@@ -1,7 +1,7 @@
 //! Shared test helpers: central finite differences.
 #![allow(dead_code, clippy::needless_range_loop)]
 
-use riftco_autograd::{no_grad, ops, Result, Variable};
+use riftco_autograd::{checkpoint, no_grad, ops, Result, Variable};
 use riftco_tensor::{MemoryCategory as C, Tensor};
 
 /// A random tensor in `[-1, 1)` (workspace category).
@@ -69,4 +69,34 @@ pub fn gradcheck(
             );
         }
     }
+}
+
+/// A small residual MLP block: `x + W2·SiLU(W1·rmsnorm(x, g))`.
+pub fn block(x: &Variable, p: &[Variable]) -> Result<Variable> {
+    let h = ops::rms_norm(x, &p[0], 1e-5)?;
+    let h = ops::silu(&ops::linear(&h, &p[1])?)?;
+    ops::add(x, &ops::linear(&h, &p[2])?)
+}
+
+/// Parameters of [`block`] for width `d`: RMSNorm gain `[d]`, `W1 [3d, d]`, `W2 [d, 3d]`.
+pub fn params(seed: u64, d: usize, trainable: bool) -> Vec<Variable> {
+    vec![
+        Variable::leaf(rand(&[d], seed), trainable),
+        Variable::leaf(rand(&[3 * d, d], seed + 1), trainable),
+        Variable::leaf(rand(&[d, 3 * d], seed + 2), trainable),
+    ]
+}
+
+/// `Σ h²` of a chain of [`block`]s, each checkpointed or not.
+pub fn run_chain(x: &Variable, layers: &[Vec<Variable>], ckpt: bool) -> Variable {
+    let mut h = x.clone();
+    for p in layers {
+        h = if ckpt {
+            let p2 = p.clone();
+            checkpoint(&h, p, move |x| block(x, &p2)).unwrap()
+        } else {
+            block(&h, p).unwrap()
+        };
+    }
+    ops::sum(&ops::mul(&h, &h).unwrap()).unwrap()
 }
