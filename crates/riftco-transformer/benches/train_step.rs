@@ -5,7 +5,8 @@
 //!
 //! Environment: `RIFTCO_BENCH_STEPS` (default 5 timed steps after 1 warm-up),
 //! `RIFTCO_BENCH_SMALL=1` for a quick smoke run at a tiny size, `RIFTCO_BENCH_ATTENTION=flash|materialized`
-//! and `RIFTCO_BENCH_POLICY=disabled|block` to run one configuration.
+//! and `RIFTCO_BENCH_POLICY=disabled|block` to run one configuration, `RIFTCO_BENCH_PHASES=1` to
+//! print forward and backward times of every step.
 //! Reference from the issue (not measured here): PyTorch 2.13 CPU on a 2-core machine of this
 //! kind took about 0.9 s/step with SDPA attention, about 1.15x that with per-block checkpointing.
 //! `benches/train_step.py` measures PyTorch in the same run when it is installed.
@@ -64,13 +65,25 @@ fn run(
         let c0 = process_cpu_s();
         let loss = model.loss(&tokens, batch, seq + 1).unwrap();
         let after_forward = memory_stats().get(MemoryCategory::Activation).current_bytes;
+        let (fwd_dt, fwd_cpu) = (t0.elapsed().as_secs_f64(), process_cpu_s() - c0);
         loss.backward().unwrap();
+        let (bwd_dt, bwd_cpu) = (
+            t0.elapsed().as_secs_f64() - fwd_dt,
+            process_cpu_s() - c0 - fwd_cpu,
+        );
         opt.step().unwrap();
         drop(loss);
         let dt = t0.elapsed().as_secs_f64();
         if step > 0 {
             times.push(dt);
             cpu_total += process_cpu_s() - c0;
+            if std::env::var("RIFTCO_BENCH_PHASES").is_ok_and(|v| v == "1") {
+                println!(
+                    "  {} {} step {step}: forward {fwd_dt:.3} s ({fwd_cpu:.2} cpu s), backward {bwd_dt:.3} s ({bwd_cpu:.2} cpu s)",
+                    attn.name(),
+                    ck.name()
+                );
+            }
         }
         peak = memory_stats().get(MemoryCategory::Activation).peak_bytes - base;
         retained = after_forward - base;
@@ -139,14 +152,10 @@ fn main() {
         }
     }
     for attn in [Attn::Materialized, Attn::Flash] {
-        let d = rows
-            .iter()
-            .find(|r| r.attn == attn && r.ck == Ck::Disabled)
-            .unwrap();
-        let b = rows
-            .iter()
-            .find(|r| r.attn == attn && r.ck == Ck::TransformerBlock)
-            .unwrap();
+        let find = |ck| rows.iter().find(|r: &&Row| r.attn == attn && r.ck == ck);
+        let (Some(d), Some(b)) = (find(Ck::Disabled), find(Ck::TransformerBlock)) else {
+            continue;
+        };
         println!(
             "{}: recompute overhead block/disabled = {:.3}x step time ({:.3}x CPU time); retained activations block/disabled = {:.3}; peak activations block/disabled = {:.3}",
             attn.name(),
