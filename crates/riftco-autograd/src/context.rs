@@ -78,7 +78,7 @@ impl GradientContext {
     /// `accumulate`. Infallible, so a commit is all-or-nothing.
     pub(crate) fn commit(self, accumulate: bool) {
         for (_, slot) in self.leaves {
-            let grad = if slot.owned {
+            let grad = if slot.owned || slot.grad.is_exclusive() {
                 slot.grad
             } else {
                 slot.grad.deep_clone(MemoryCategory::Gradient)
@@ -219,10 +219,10 @@ fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) {
             );
         }
         Some(slot) => {
-            if !slot.owned {
+            if !slot.owned && !slot.grad.is_exclusive() {
                 slot.grad = slot.grad.deep_clone(MemoryCategory::Gradient);
-                slot.owned = true;
             }
+            slot.owned = true;
             riftco_kernels::elementwise::add_assign(&mut slot.grad.write(), &g.read());
         }
     }

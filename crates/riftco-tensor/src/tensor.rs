@@ -178,6 +178,12 @@ impl Tensor {
         Arc::ptr_eq(&self.storage, &other.storage)
     }
 
+    /// Whether this handle is the only one to its storage (no clone, reshape or other tensor
+    /// shares it), so writing through it cannot be observed elsewhere.
+    pub fn is_exclusive(&self) -> bool {
+        Arc::strong_count(&self.storage) == 1
+    }
+
     /// An identifier of the storage, stable while it lives.
     pub fn storage_id(&self) -> usize {
         Arc::as_ptr(&self.storage) as usize

@@ -94,3 +94,13 @@ fn reshape_and_item() {
     assert!(t.item().is_err());
     assert_eq!(Tensor::scalar(2.5, C::Workspace).item().unwrap(), 2.5);
 }
+
+#[test]
+fn exclusivity_follows_sharing() {
+    let t = Tensor::zeros([4], C::Gradient);
+    assert!(t.is_exclusive());
+    let r = t.reshape([2, 2]).unwrap();
+    assert!(!t.is_exclusive() && !r.is_exclusive());
+    drop(r);
+    assert!(t.is_exclusive());
+}
