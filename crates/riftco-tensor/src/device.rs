@@ -50,9 +50,11 @@ impl Device {
             Device::Metal => Err(crate::TensorError::DeviceUnavailable {
                 device: self,
                 reason: if cfg!(target_os = "macos") {
-                    "this build of riftco was compiled without the Metal backend".into()
+                    "riftco's Metal backend is not implemented yet; use \"cpu\"".into()
                 } else {
-                    "Metal exists only on macOS; this machine runs another OS".into()
+                    "Metal exists only on macOS (and riftco's Metal backend is not implemented \
+                     yet); use \"cpu\""
+                        .into()
                 },
             }),
         }

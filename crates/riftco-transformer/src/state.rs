@@ -464,6 +464,7 @@ fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<
         .open(&tmp)
         .map_err(|source| io_err(path, source))
         .and_then(|_| write(&tmp))
+        .and_then(|()| set_readable(&tmp).map_err(|source| io_err(path, source)))
         .and_then(|()| {
             let file = fs::OpenOptions::new()
                 .write(true)
@@ -477,6 +478,19 @@ fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<
         return result;
     }
     sync_dir(&dir).map_err(|source| io_err(&dir, source))
+}
+
+/// Model files are ordinary user files (`rw-r--r--`), whatever mode the writer created the
+/// temporary file with (the safetensors crate writes through a private 0600 temporary).
+#[cfg(unix)]
+fn set_readable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+}
+
+#[cfg(not(unix))]
+fn set_readable(_path: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 #[cfg(unix)]

@@ -648,3 +648,24 @@ fn lora_adapter_errors_leave_the_model_without_adapters() {
         Err(TransformerError::Lora(_))
     ));
 }
+
+#[cfg(unix)]
+#[test]
+fn saved_files_are_world_readable() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("riftco-state-mode-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let model = DecoderOnlyTransformer::new(
+        TransformerConfig::new(64, 32, 4, 2, 48, 16),
+        Attn::Flash,
+        Ck::Disabled,
+    )
+    .unwrap();
+    let path = dir.join("model.safetensors");
+    save_model(&model, &path).unwrap();
+    for f in [path, dir.join("config.json")] {
+        let mode = fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o644, 0o644, "{} has mode {mode:o}", f.display());
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
