@@ -15,7 +15,7 @@ use crate::error::{AutogradError, CheckpointError, Result};
 use crate::grad_mode::{enable_grad, is_grad_enabled};
 use crate::variable::{peek_next_id, Variable};
 use riftco_tensor::{Device, Tensor};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -145,7 +145,7 @@ where
 }
 
 fn validate_dependencies(name: &str, dependencies: &[Variable]) -> Result<()> {
-    let mut seen: HashMap<u64, ()> = HashMap::new();
+    let mut seen: HashSet<u64> = HashSet::new();
     for d in dependencies {
         if !d.is_leaf() {
             return Err(CheckpointError::DependencyNotLeaf {
@@ -155,7 +155,7 @@ fn validate_dependencies(name: &str, dependencies: &[Variable]) -> Result<()> {
             }
             .into());
         }
-        if seen.insert(d.id(), ()).is_some() {
+        if !seen.insert(d.id()) {
             return Err(CheckpointError::DuplicateDependency {
                 name: name.to_string(),
                 dependency: d.describe(),

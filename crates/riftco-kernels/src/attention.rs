@@ -306,9 +306,10 @@ fn backward_pair<S: Simd>(
                 let row = &mut p_tile[r * bk..(r + 1) * bk];
                 if n > 0 {
                     scale_row(s, &mut row[..n], scale);
-                    exp_row(s, row, n, lse[q0 + r]);
+                    exp_row(s, row, n, lse[q0 + r]); // zero-fills row[n..]
+                } else {
+                    row.fill(0.0);
                 }
-                row[n..].fill(0.0);
             }
             // dV_j += Pᵀ · dO_i
             matmul_serial(

@@ -146,7 +146,7 @@ impl DecodeSession {
             elementwise::add_assign(&mut x, &down);
         }
         let xf = rms(&x, &w.final_norm, c.rms_norm_eps);
-        let (v, _) = (c.vocab_size, ());
+        let v = c.vocab_size;
         let mut logits = vec![0.0f32; v];
         matmul(
             MatmulSpec::new(1, d, v).trans_b(true),
