@@ -6,7 +6,8 @@ this package is its Python front:
 - autograd: ``Variable`` (``tensor``), ``functional`` ops, ``checkpoint(fn, x, dependencies)``;
 - the model: ``TransformerConfig``, ``DecoderOnlyTransformer``, ``DecodeSession``,
   ``Adam``/``AdamW``;
-- memory accounting: ``memory_stats()``, ``reset_peak_memory_stats()``;
+- memory accounting: ``memory_stats()``, ``reset_peak_memory_stats()``, and the buffer pool's
+  ``cached_bytes()`` / ``empty_cache()``;
 - training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
   ``run_post_training``, and ``generate``;
 - exceptions rooted at ``RiftcoError`` (input errors also subclass ``ValueError``, state and
@@ -31,7 +32,9 @@ from riftco._native import (
     TransformerConfig,
     Variable,
     __version__,
+    cached_bytes,
     checkpoint,
+    empty_cache,
     functional,
     matmul,
     memory_stats,
@@ -64,7 +67,9 @@ __all__ = [
     "TransformerConfig",
     "Variable",
     "__version__",
+    "cached_bytes",
     "checkpoint",
+    "empty_cache",
     "functional",
     "matmul",
     "memory_stats",

@@ -437,6 +437,22 @@ def test_memory_stats_keys() -> None:
     assert after["total"]["peak_bytes"] == after["total"]["current_bytes"] or after["total"]["peak_bytes"] >= 0
 
 
+def test_buffer_pool_caches_freed_activations_outside_every_category() -> None:
+    riftco.empty_cache()
+    assert riftco.cached_bytes() == 0
+    model = riftco.DecoderOnlyTransformer(tiny_config(n_layers=2, max_seq_len=64))
+    before = riftco.memory_stats()["activation"]["current_bytes"]
+    loss = model.loss(token_block(8, 65))
+    del loss
+    gc.collect()
+    # The graph's buffers are freed: no activation bytes remain, the large ones are cached.
+    assert riftco.memory_stats()["activation"]["current_bytes"] == before
+    cached = riftco.cached_bytes()
+    assert cached > 0
+    assert riftco.empty_cache() == cached
+    assert riftco.cached_bytes() == 0
+
+
 def retained_activation_bytes(policy: str) -> tuple[int, int, int]:
     model = riftco.DecoderOnlyTransformer(
         tiny_config(n_layers=4, max_seq_len=32), activation_checkpointing=policy

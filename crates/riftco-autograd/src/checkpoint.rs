@@ -51,14 +51,41 @@ pub fn checkpoint_with_name<F>(
 where
     F: Fn(&Variable) -> Result<Variable> + Send + Sync + 'static,
 {
+    checkpoint_with_pass(name, input, dependencies, move |x, _| recompute(x))
+}
+
+/// Which run of a checkpoint callable this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointPass {
+    /// The forward run: the returned value becomes the checkpoint's output.
+    Forward,
+    /// The replay during backward: only the recorded graph is differentiated (seeded with the
+    /// output gradient); the returned Variable's value is never read. A callable may record its
+    /// final ops with the graph-only variants of [`crate::ops`] (for example
+    /// [`crate::ops::linear_graph_only`]) to skip kernels whose results nothing reads.
+    Replay,
+}
+
+/// [`checkpoint_with_name`] whose callable is told which run it is ([`CheckpointPass`]). Both
+/// runs must record the same computation; the replay may leave the *values* of ops that feed
+/// only the returned output unevaluated. Same validation and errors as [`checkpoint`].
+pub fn checkpoint_with_pass<F>(
+    name: &str,
+    input: &Variable,
+    dependencies: &[Variable],
+    recompute: F,
+) -> Result<Variable>
+where
+    F: Fn(&Variable, CheckpointPass) -> Result<Variable> + Send + Sync + 'static,
+{
     let name = name.to_string();
     validate_dependencies(&name, dependencies)?;
     if !is_grad_enabled() {
-        return call(&recompute, input);
+        return call(&recompute, input, CheckpointPass::Forward);
     }
     let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
     let start = peek_next_id();
-    let out = enable_grad(|| call(&recompute, &x0))?;
+    let out = enable_grad(|| call(&recompute, &x0, CheckpointPass::Forward))?;
     validate_boundary(&name, &out, &x0, dependencies, start)?;
     let value = out.value().clone();
     let (forward_shape, forward_device) = (value.dims().to_vec(), value.device());
@@ -83,11 +110,11 @@ where
     Ok(Variable::from_op("checkpoint", value, parents, vjp))
 }
 
-fn call<F>(f: &F, x: &Variable) -> Result<Variable>
+fn call<F>(f: &F, x: &Variable, pass: CheckpointPass) -> Result<Variable>
 where
-    F: Fn(&Variable) -> Result<Variable>,
+    F: Fn(&Variable, CheckpointPass) -> Result<Variable>,
 {
-    catch_unwind(AssertUnwindSafe(|| f(x))).map_err(|payload| AutogradError::Panic {
+    catch_unwind(AssertUnwindSafe(|| f(x, pass))).map_err(|payload| AutogradError::Panic {
         during: "checkpoint callable",
         message: panic_message(payload),
     })?
@@ -102,7 +129,7 @@ fn replay_vjp<F>(
     forward_device: Device,
 ) -> Result<Vec<Option<Tensor>>>
 where
-    F: Fn(&Variable) -> Result<Variable>,
+    F: Fn(&Variable, CheckpointPass) -> Result<Variable>,
 {
     let (input, dependencies) = parents
         .split_first()
@@ -111,7 +138,7 @@ where
     let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
     let start = peek_next_id();
     // 2. evaluate the same block again, recording a local graph
-    let out = enable_grad(|| call(recompute, &x0))?;
+    let out = enable_grad(|| call(recompute, &x0, CheckpointPass::Replay))?;
     if out.dims() != forward_shape {
         return Err(CheckpointError::ReplayShapeChanged {
             name: name.to_string(),

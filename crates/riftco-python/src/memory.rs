@@ -7,6 +7,8 @@ use riftco_tensor::{CategoryStats, MemoryCategory};
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(reset_peak_memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(cached_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     Ok(())
 }
 
@@ -47,4 +49,26 @@ fn memory_stats(py: Python<'_>) -> PyResult<Py<PyDict>> {
 #[pyfunction]
 fn reset_peak_memory_stats() {
     riftco_tensor::reset_peak_memory_stats();
+}
+
+/// Bytes of freed tensor buffers riftco's buffer pool keeps for reuse.
+///
+/// These belong to no tensor and to no ``memory_stats()`` category (like PyTorch's "reserved"
+/// minus "allocated" CUDA memory). The pool is bounded by ``RIFTCO_BUFFER_POOL_MIB`` (read once
+/// at first use; default 1024, ``0`` disables pooling).
+///
+/// Returns:
+///     int: bytes currently cached.
+#[pyfunction]
+fn cached_bytes() -> usize {
+    riftco_tensor::pool::cached_bytes()
+}
+
+/// Frees every buffer the pool caches (like ``torch.cuda.empty_cache()``).
+///
+/// Returns:
+///     int: the bytes released.
+#[pyfunction]
+fn empty_cache() -> usize {
+    riftco_tensor::pool::release_cached_buffers()
 }

@@ -9,6 +9,7 @@
 pub mod device;
 pub mod error;
 pub mod memory;
+pub mod pool;
 pub mod random;
 pub mod shape;
 pub mod storage;

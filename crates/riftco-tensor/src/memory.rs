@@ -118,6 +118,8 @@ pub struct MemoryStats {
     pub categories: [CategoryStats; 5],
     /// All categories together (the peak of the sum, not the sum of peaks).
     pub total: CategoryStats,
+    /// Bytes of freed buffers the [`crate::pool`] keeps for reuse (in no category).
+    pub cached_bytes: usize,
 }
 
 impl MemoryStats {
@@ -135,6 +137,7 @@ pub fn memory_stats() -> MemoryStats {
     };
     let mut stats = MemoryStats {
         total: read(&TOTAL),
+        cached_bytes: crate::pool::cached_bytes(),
         ..Default::default()
     };
     for (slot, c) in stats.categories.iter_mut().zip(COUNTERS.iter()) {

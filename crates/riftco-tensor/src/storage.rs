@@ -66,5 +66,7 @@ impl Storage {
 impl Drop for Storage {
     fn drop(&mut self) {
         record_free(self.category, self.bytes);
+        let data = std::mem::take(self.data.get_mut().unwrap_or_else(|e| e.into_inner()));
+        crate::pool::give(data);
     }
 }

@@ -12,8 +12,9 @@ use riftco_autograd::{ops, Variable};
 use riftco_kernels::attention::{flash_attention_backward, flash_attention_forward, AttentionDims};
 use riftco_tensor::{MemoryCategory, Shape, Tensor, TensorError};
 
+/// A buffer the kernel overwrites completely (see `riftco_tensor::pool::take`).
 fn buf(n: usize) -> Vec<f32> {
-    vec![0.0; n]
+    riftco_tensor::pool::take(n)
 }
 
 fn activation(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {

@@ -84,6 +84,29 @@ impl Linear {
         }
     }
 
+    /// [`Linear::forward`] recorded for the VJP only, for the tail of a checkpoint replay whose
+    /// output value nothing reads (see `riftco_autograd::ops`, "Graph-only variants"): the base
+    /// product, the adapter's up projection, its scaling and the sum are not evaluated (their
+    /// value is zeros); the adapter's down projection `x·Aᵀ` is, because the VJP of the up
+    /// projection reads it.
+    ///
+    /// # Errors
+    /// Shape mismatch on `x`'s last axis.
+    pub fn forward_graph_only(&self, x: &Variable) -> Result<Variable> {
+        let y = ops::linear_graph_only(x, &self.weight)?;
+        match (&self.lora, self.lora_active) {
+            (Some(l), true) => {
+                let down = ops::linear(x, &l.a)?;
+                let up = ops::linear_graph_only(&down, &l.b)?;
+                Ok(ops::add_graph_only(
+                    &y,
+                    &ops::scale_graph_only(&up, l.scale)?,
+                )?)
+            }
+            _ => Ok(y),
+        }
+    }
+
     /// The leaves this layer reads in the forward pass (base weight, plus A and B when active).
     pub fn forward_leaves(&self) -> Vec<Variable> {
         let mut v = vec![self.weight.clone()];

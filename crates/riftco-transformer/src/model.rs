@@ -2,12 +2,12 @@
 //! L × block → RMSNorm → LM head, with a selectable attention kind and activation-checkpointing
 //! policy.
 
-use crate::block::{block_forward, BlockContext, Layer};
+use crate::block::{block_forward, block_forward_for, BlockContext, Layer};
 use crate::config::TransformerConfig;
 use crate::error::{Result, TransformerError};
 use crate::linear::{Linear, LoraAdapter, LoraConfig};
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
-use riftco_autograd::{checkpoint_with_name, ops, Variable};
+use riftco_autograd::{checkpoint_with_pass, ops, Variable};
 use riftco_kernels::rope::RopeTable;
 use riftco_tensor::{MemoryCategory, Rng, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -280,10 +280,15 @@ impl DecoderOnlyTransformer {
                     let deps = layer.forward_leaves();
                     let (layer, ctx, calls) =
                         (layer.clone(), ctx.clone(), self.block_calls.clone());
-                    checkpoint_with_name(&format!("model.layers.{i}"), &x, &deps, move |x| {
-                        calls.fetch_add(1, Ordering::Relaxed);
-                        block_forward(x, &layer, &ctx).map_err(into_autograd)
-                    })?
+                    checkpoint_with_pass(
+                        &format!("model.layers.{i}"),
+                        &x,
+                        &deps,
+                        move |x, pass| {
+                            calls.fetch_add(1, Ordering::Relaxed);
+                            block_forward_for(x, &layer, &ctx, pass).map_err(into_autograd)
+                        },
+                    )?
                 }
             };
         }

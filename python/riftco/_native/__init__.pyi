@@ -34,6 +34,8 @@ __all__ = [
     "Adam",
     "AdamW",
     "memory_stats",
+    "cached_bytes",
+    "empty_cache",
     "reset_peak_memory_stats",
 ]
 
@@ -96,6 +98,12 @@ def memory_stats() -> dict[str, dict[str, int]]:
 
 def reset_peak_memory_stats() -> None:
     """Sets every peak counter of ``memory_stats()`` to its current value."""
+
+def cached_bytes() -> int:
+    """Bytes of freed tensor buffers the buffer pool keeps for reuse (in no category)."""
+
+def empty_cache() -> int:
+    """Frees every buffer the pool caches; returns the bytes released."""
 
 # ---------------------------------------------------------------------------------------------
 # Autograd

@@ -1,6 +1,6 @@
 //! Element-wise primitives: add, mul, scale, SiLU, SwiGLU, sum.
 
-use super::{activation, buf, gradient};
+use super::{activation, buf, evaluate_value, gradient, zeroed};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_kernels::elementwise as k;
@@ -23,9 +23,27 @@ fn same_shape(op: &'static str, a: &Variable, b: &Variable) -> Result<()> {
 /// # Errors
 /// Shape mismatch.
 pub fn add(a: &Variable, b: &Variable) -> Result<Variable> {
+    add_impl(a, b, true)
+}
+
+/// [`add`] recorded for its VJP only (see the
+/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is zeros, not `a + b`.
+///
+/// # Errors
+/// Shape mismatch.
+pub fn add_graph_only(a: &Variable, b: &Variable) -> Result<Variable> {
+    add_impl(a, b, false)
+}
+
+fn add_impl(a: &Variable, b: &Variable, evaluate: bool) -> Result<Variable> {
     same_shape("add", a, b)?;
-    let mut out = buf(a.value().numel());
-    k::add(&a.value().read(), &b.value().read(), &mut out);
+    let out = if evaluate_value(evaluate) {
+        let mut out = buf(a.value().numel());
+        k::add(&a.value().read(), &b.value().read(), &mut out);
+        out
+    } else {
+        zeroed(a.value().numel())
+    };
     let value = activation(out, a.value().shape().clone());
     Ok(Variable::from_op(
         "add",
@@ -70,8 +88,23 @@ pub fn mul(a: &Variable, b: &Variable) -> Result<Variable> {
 
 /// `alpha · x`. VJP: `dx = alpha · g`.
 pub fn scale(x: &Variable, alpha: f32) -> Result<Variable> {
-    let mut out = buf(x.value().numel());
-    k::scale(&x.value().read(), alpha, &mut out);
+    scale_impl(x, alpha, true)
+}
+
+/// [`scale`] recorded for its VJP only (see the
+/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is zeros, not `alpha · x`.
+pub fn scale_graph_only(x: &Variable, alpha: f32) -> Result<Variable> {
+    scale_impl(x, alpha, false)
+}
+
+fn scale_impl(x: &Variable, alpha: f32, evaluate: bool) -> Result<Variable> {
+    let out = if evaluate_value(evaluate) {
+        let mut out = buf(x.value().numel());
+        k::scale(&x.value().read(), alpha, &mut out);
+        out
+    } else {
+        zeroed(x.value().numel())
+    };
     let value = activation(out, x.value().shape().clone());
     Ok(Variable::from_op(
         "scale",

@@ -1,6 +1,6 @@
 //! Token embedding lookup.
 
-use super::{activation, buf, gradient};
+use super::{activation, buf, gradient, zeroed};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_kernels::embedding as k;
@@ -41,7 +41,7 @@ pub fn embedding(table: &Variable, ids: &[u32]) -> Result<Variable> {
         value,
         vec![table.clone()],
         move |p, _, g| {
-            let mut dt = buf(vocab * d);
+            let mut dt = zeroed(vocab * d);
             k::embedding_backward(&ids, &g.read(), d, &mut dt);
             Ok(vec![Some(gradient(dt, p[0].value().shape().clone()))])
         },

@@ -1,6 +1,6 @@
 //! Matrix products: `linear` (x·Wᵀ, Hugging Face weight layout), 2-D `matmul`, batched `bmm`.
 
-use super::{activation, buf, gradient};
+use super::{activation, buf, evaluate_value, gradient, zeroed};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_kernels::{batched_matmul, matmul as gemm, MatmulSpec};
@@ -14,6 +14,20 @@ use riftco_tensor::TensorError;
 /// # Errors
 /// Shape errors when `W` is not 2-D or its `in` differs from `x`'s last dimension.
 pub fn linear(x: &Variable, w: &Variable) -> Result<Variable> {
+    linear_impl(x, w, true)
+}
+
+/// [`linear`] recorded for its VJP only (see the
+/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is zeros, not `x · Wᵀ`; the VJP is `linear`'s (it reads `x` and
+/// `W`, never the output).
+///
+/// # Errors
+/// As [`linear`].
+pub fn linear_graph_only(x: &Variable, w: &Variable) -> Result<Variable> {
+    linear_impl(x, w, false)
+}
+
+fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
     let wd = w.dims();
     if wd.len() != 2 {
         return Err(TensorError::RankMismatch {
@@ -34,13 +48,18 @@ pub fn linear(x: &Variable, w: &Variable) -> Result<Variable> {
         .into());
     }
     let m = x.value().numel() / in_f.max(1);
-    let mut out = buf(m * out_f);
-    gemm(
-        MatmulSpec::new(m, in_f, out_f).trans_b(true),
-        &x.value().read(),
-        &w.value().read(),
-        &mut out,
-    );
+    let out = if evaluate_value(evaluate) {
+        let mut out = buf(m * out_f);
+        gemm(
+            MatmulSpec::new(m, in_f, out_f).trans_b(true),
+            &x.value().read(),
+            &w.value().read(),
+            &mut out,
+        );
+        out
+    } else {
+        zeroed(m * out_f)
+    };
     let mut shape = xd.to_vec();
     *shape.last_mut().unwrap() = out_f;
     let value = activation(out, shape);

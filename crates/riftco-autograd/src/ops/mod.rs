@@ -1,5 +1,16 @@
 //! Differentiable ops. Each file holds a family of primitives with its VJP right beside the
 //! forward computation; composite ops (attention, the transformer block) are built from these.
+//!
+//! # Graph-only variants
+//! [`linear_graph_only`], [`add_graph_only`] and [`scale_graph_only`] record the same node and
+//! VJP as their plain op but skip the forward kernel: the node's value is zeros of the right
+//! shape. They exist for the tail of a checkpoint replay
+//! ([`crate::checkpoint::CheckpointPass::Replay`]): there only the recorded graph is
+//! differentiated and the callable's returned value is never read, so ops whose value feeds
+//! nothing but that output, and whose VJPs read only their inputs, need not be evaluated (in a
+//! transformer block, the MLP down projection and the residual add: about a fifth of the
+//! block's forward FLOPs). Use them only where no forward op and no VJP reads the value. When
+//! no graph is recorded (grad mode off), they compute the value like the plain op.
 
 pub mod elementwise;
 pub mod embedding;
@@ -10,9 +21,9 @@ pub mod rope;
 pub mod shape;
 pub mod softmax;
 
-pub use elementwise::{add, mul, scale, silu, sum, swiglu};
+pub use elementwise::{add, add_graph_only, mul, scale, scale_graph_only, silu, sum, swiglu};
 pub use embedding::embedding;
-pub use linalg::{bmm, linear, matmul};
+pub use linalg::{bmm, linear, linear_graph_only, matmul};
 pub use loss::cross_entropy;
 pub use norm::rms_norm;
 pub use rope::rope;
@@ -31,7 +42,20 @@ pub(crate) fn gradient(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
     Tensor::from_vec_unchecked(data, shape.into(), MemoryCategory::Gradient)
 }
 
-/// Zero-filled buffer of `n` elements.
+/// A buffer of `n` elements for a kernel that overwrites every element (contents unspecified
+/// until then; reused from [`riftco_tensor::pool`] when possible).
 pub(crate) fn buf(n: usize) -> Vec<f32> {
-    vec![0.0; n]
+    riftco_tensor::pool::take(n)
+}
+
+/// Whether an op asked to skip its forward kernel (`evaluate == false`) must still compute its
+/// value: it must when grad mode is off, because then no graph is recorded and the value is all
+/// the caller gets.
+pub(crate) fn evaluate_value(evaluate: bool) -> bool {
+    evaluate || !crate::grad_mode::is_grad_enabled()
+}
+
+/// A zero-filled buffer of `n` elements, for kernels that accumulate into their output.
+pub(crate) fn zeroed(n: usize) -> Vec<f32> {
+    riftco_tensor::pool::take_zeroed(n)
 }

@@ -1,6 +1,6 @@
 //! RMSNorm (Zhang & Sennrich 2019, eq. 4).
 
-use super::{activation, buf, gradient};
+use super::{activation, buf, gradient, zeroed};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_kernels::norm as k;
@@ -39,7 +39,7 @@ pub fn rms_norm(x: &Variable, weight: &Variable, eps: f32) -> Result<Variable> {
         vec![x.clone(), weight.clone()],
         move |p, _, g| {
             let mut dx = buf(g.numel());
-            let mut dw = p[1].requires_grad().then(|| buf(d));
+            let mut dw = p[1].requires_grad().then(|| zeroed(d));
             k::rms_norm_backward(
                 &p[0].value().read(),
                 &p[1].value().read(),

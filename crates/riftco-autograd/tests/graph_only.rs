@@ -1,0 +1,119 @@
+//! Graph-only ops and `checkpoint_with_pass`: the replay tail is recorded without its forward
+//! kernels, yet gradients equal the plain graph's bit for bit.
+
+mod common;
+use common::{params, rand};
+use riftco_autograd::{
+    checkpoint_with_pass, no_grad, ops, CheckpointPass, GradientContext, Result, Variable,
+};
+use std::sync::{Arc, Mutex};
+
+/// [`common::block`] with its last projection and residual add graph-only when `tail_graph_only`.
+fn block_tail(x: &Variable, p: &[Variable], tail_graph_only: bool) -> Result<Variable> {
+    let h = ops::rms_norm(x, &p[0], 1e-5)?;
+    let h = ops::silu(&ops::linear(&h, &p[1])?)?;
+    if tail_graph_only {
+        ops::add_graph_only(
+            x,
+            &ops::scale_graph_only(&ops::linear_graph_only(&h, &p[2])?, 0.5)?,
+        )
+    } else {
+        ops::add(x, &ops::scale(&ops::linear(&h, &p[2])?, 0.5)?)
+    }
+}
+
+#[test]
+fn graph_only_values_are_zeros_and_vjps_equal_the_plain_ops() {
+    let x = Variable::leaf(rand(&[6, 8], 1), true);
+    let w = Variable::leaf(rand(&[5, 8], 2), true);
+    let b = Variable::leaf(rand(&[6, 5], 3), true);
+    let plain = ops::add(&ops::scale(&ops::linear(&x, &w).unwrap(), 0.3).unwrap(), &b).unwrap();
+    let lazy = ops::add_graph_only(
+        &ops::scale_graph_only(&ops::linear_graph_only(&x, &w).unwrap(), 0.3).unwrap(),
+        &b,
+    )
+    .unwrap();
+    assert_eq!(lazy.dims(), plain.dims());
+    assert!(lazy.value().to_vec().iter().all(|&v| v == 0.0));
+    assert!(plain.value().to_vec().iter().any(|&v| v != 0.0));
+    let seed = rand(&[6, 5], 4);
+    let mut gp = GradientContext::compute(&plain, seed.clone()).unwrap();
+    let mut gl = GradientContext::compute(&lazy, seed).unwrap();
+    for v in [&x, &w, &b] {
+        assert_eq!(
+            gp.take(v).unwrap().to_vec(),
+            gl.take(v).unwrap().to_vec(),
+            "gradient of {}",
+            v.describe()
+        );
+    }
+}
+
+#[test]
+fn graph_only_ops_compute_their_value_when_no_graph_is_recorded() {
+    let x = Variable::leaf(rand(&[4, 8], 1), true);
+    let w = Variable::leaf(rand(&[3, 8], 2), true);
+    let (plain, lazy) = no_grad(|| {
+        (
+            ops::scale(&ops::linear(&x, &w).unwrap(), 2.0).unwrap(),
+            ops::scale_graph_only(&ops::linear_graph_only(&x, &w).unwrap(), 2.0).unwrap(),
+        )
+    });
+    assert_eq!(plain.value().to_vec(), lazy.value().to_vec());
+    let sum = no_grad(|| ops::add_graph_only(&plain, &lazy).unwrap());
+    let twice: Vec<f32> = plain.value().to_vec().iter().map(|v| v + v).collect();
+    assert_eq!(sum.value().to_vec(), twice);
+}
+
+#[test]
+fn the_callable_is_told_forward_then_replay_and_a_graph_only_tail_keeps_gradients_exact() {
+    let x = Variable::leaf(rand(&[5, 8], 1), true);
+    let layers: Vec<_> = (0..3).map(|i| params(10 * i + 2, 8, true)).collect();
+    let plain = {
+        let mut h = x.clone();
+        for p in &layers {
+            h = block_tail(&h, p, false).unwrap();
+        }
+        ops::sum(&ops::mul(&h, &h).unwrap()).unwrap()
+    };
+    plain.backward().unwrap();
+    let all: Vec<Variable> = layers.iter().flatten().chain([&x]).cloned().collect();
+    let g_plain: Vec<Vec<f32>> = all.iter().map(|v| v.grad().unwrap().to_vec()).collect();
+
+    let passes = Arc::new(Mutex::new(Vec::new()));
+    let mut h = x.clone();
+    for p in &layers {
+        let (p2, log) = (p.clone(), passes.clone());
+        h = checkpoint_with_pass("tail", &h, p, move |x, pass| {
+            log.lock().unwrap().push(pass);
+            block_tail(x, &p2, pass == CheckpointPass::Replay)
+        })
+        .unwrap();
+    }
+    let ck = ops::sum(&ops::mul(&h, &h).unwrap()).unwrap();
+    assert_eq!(ck.value().to_vec(), plain.value().to_vec());
+    assert_eq!(*passes.lock().unwrap(), vec![CheckpointPass::Forward; 3]);
+    ck.backward().unwrap();
+    assert_eq!(
+        passes.lock().unwrap()[3..],
+        [CheckpointPass::Replay; 3],
+        "each block replayed once during backward"
+    );
+    let g_ck: Vec<Vec<f32>> = all.iter().map(|v| v.grad().unwrap().to_vec()).collect();
+    assert_eq!(g_ck, g_plain);
+}
+
+#[test]
+fn a_graph_only_value_read_by_a_forward_op_would_be_wrong_which_is_why_the_forward_pass_evaluates()
+{
+    // The contract test for callers: the Forward pass must evaluate its output, because the
+    // checkpoint keeps it. Running the graph-only tail on Forward yields zeros downstream.
+    let x = Variable::leaf(rand(&[5, 8], 1), true);
+    let p = params(2, 8, true);
+    let p2 = p.clone();
+    let wrong =
+        checkpoint_with_pass("misuse", &x, &p, move |x, _| block_tail(x, &p2, true)).unwrap();
+    assert!(wrong.value().to_vec().iter().all(|&v| v == 0.0));
+    let right = block_tail(&x, &p, false).unwrap();
+    assert!(right.value().to_vec().iter().any(|&v| v != 0.0));
+}
