@@ -68,11 +68,33 @@ fn scale_row<S: Simd>(s: S, v: &mut [f32], alpha: f32) {
     crate::softmax::scale_in_place(s, v, alpha);
 }
 
-/// `p[c] = exp(p[c] − shift)` for `c < n`, 0 beyond; returns `Σ p` (in place).
+/// `n` rounded up to whole SIMD vectors, capped at `len`.
+#[inline(always)]
+fn vector_end<S: Simd>(n: usize, len: usize) -> usize {
+    n.div_ceil(S::F32_LANES)
+        .saturating_mul(S::F32_LANES)
+        .min(len)
+}
+
+/// `max(p[..n])` after setting `p[n..end]` to `-inf`, where `end` is `n` rounded up to whole
+/// vectors: the masked lanes of the last vector then take part harmlessly, and no element is
+/// handled by a scalar tail loop unless the row itself ends mid-vector.
+#[inline(always)]
+fn masked_row_max<S: Simd>(s: S, p: &mut [f32], n: usize) -> f32 {
+    let end = vector_end::<S>(n, p.len());
+    p[n..end].fill(f32::NEG_INFINITY);
+    crate::simd::max(s, &p[..end])
+}
+
+/// `p[c] = exp(p[c] − shift)` for `c < n`, exactly 0 beyond; returns `Σ p` (in place). Masked
+/// entries inside the last vector are set to `-inf`, whose exponential is exactly 0, so whole
+/// vectors run through the SIMD `exp`.
 #[inline(always)]
 fn exp_row<S: Simd>(s: S, p: &mut [f32], n: usize, shift: f32) -> f32 {
-    let (head, tail) = p.split_at_mut(n);
+    let end = vector_end::<S>(n, p.len());
+    let (head, tail) = p.split_at_mut(end);
     tail.fill(0.0);
+    head[n..].fill(f32::NEG_INFINITY);
     let sh = s.splat_f32s(shift);
     let (hv, ht) = S::as_mut_simd_f32s(head);
     let mut acc = s.splat_f32s(0.0);
@@ -86,6 +108,14 @@ fn exp_row<S: Simd>(s: S, p: &mut [f32], n: usize, shift: f32) -> f32 {
         sum += *x;
     }
     sum
+}
+
+/// `dst = alpha · src` (a query tile pre-multiplied by the softmax scale, so score tiles come
+/// out of the matrix product already scaled).
+#[inline(always)]
+fn scaled_copy<S: Simd>(s: S, src: &[f32], alpha: f32, dst: &mut [f32]) {
+    dst.copy_from_slice(src);
+    scale_row(s, dst, alpha);
 }
 
 /// `ds[c] = p[c] · (ds[c] − delta)`, in place on `ds` (Algorithm 2, line 14).
@@ -122,16 +152,18 @@ fn forward_tile<S: Simd>(
     let mut sc = vec![0.0f32; br * FORWARD_BLOCK_K];
     let mut m = vec![f32::NEG_INFINITY; br];
     let mut l = vec![0.0f32; br];
+    let mut qs = vec![0.0f32; q.len()];
+    scaled_copy(s, q, scale, &mut qs);
     out.fill(0.0);
     let last_allowed = dims.allowed(q0 + br - 1, causal);
     let mut j0 = 0;
     while j0 < last_allowed {
         let bc = FORWARD_BLOCK_K.min(last_allowed - j0);
         let sc = &mut sc[..br * bc];
-        // S = Q_i K_jᵀ for the whole tile on gemm's micro-kernels.
+        // S = (scale·Q_i) K_jᵀ for the whole tile on gemm's micro-kernels.
         matmul_serial(
             MatmulSpec::new(br, d, bc).trans_b(true),
-            q,
+            &qs,
             &k[j0 * d..(j0 + bc) * d],
             sc,
         );
@@ -142,8 +174,7 @@ fn forward_tile<S: Simd>(
                 row.fill(0.0);
                 continue;
             }
-            scale_row(s, &mut row[..n], scale);
-            let row_max = crate::simd::max(s, &row[..n]);
+            let row_max = masked_row_max(s, row, n);
             let m_new = m[r].max(row_max);
             let alpha = exp_f32s(pulp::Scalar, m[r] - m_new);
             let sum = exp_row(s, row, n, m_new);
@@ -281,6 +312,10 @@ fn backward_pair<S: Simd>(
         .collect();
     let mut p = vec![0.0f32; BLOCK_Q * BLOCK_K];
     let mut dp = vec![0.0f32; BLOCK_Q * BLOCK_K];
+    // Q pre-multiplied by the scale: P = exp((scale·Q) Kᵀ − L) exactly as the forward pass
+    // computed its scores.
+    let mut qs = vec![0.0f32; q.len()];
+    scaled_copy(s, q, scale, &mut qs);
     for k0 in (0..sk).step_by(BLOCK_K) {
         let bk = BLOCK_K.min(sk - k0);
         let (k_tile, v_tile) = (&k[k0 * d..(k0 + bk) * d], &v[k0 * d..(k0 + bk) * d]);
@@ -296,7 +331,7 @@ fn backward_pair<S: Simd>(
             let p_tile = &mut p[..bq * bk];
             matmul_serial(
                 MatmulSpec::new(bq, d, bk).trans_b(true),
-                q_tile,
+                &qs[q0 * d..(q0 + bq) * d],
                 k_tile,
                 p_tile,
             );
@@ -305,7 +340,6 @@ fn backward_pair<S: Simd>(
                 let n = dims.allowed(q0 + r, causal).saturating_sub(k0).min(bk);
                 let row = &mut p_tile[r * bk..(r + 1) * bk];
                 if n > 0 {
-                    scale_row(s, &mut row[..n], scale);
                     exp_row(s, row, n, lse[q0 + r]); // zero-fills row[n..]
                 } else {
                     row.fill(0.0);
@@ -446,7 +480,7 @@ simd_op!(MaskedSoftmaxOp<'a> {
             continue;
         }
         crate::simd::map1!(S, s, sr, pr, |x| s.mul_f32s(x, s.splat_f32s(scale)));
-        let m = crate::simd::max(s, &pr[..n]);
+        let m = masked_row_max(s, pr, n);
         let sum = exp_row(s, pr, n, m);
         scale_row(s, &mut pr[..n], 1.0 / sum);
     }
