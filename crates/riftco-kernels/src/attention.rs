@@ -19,8 +19,8 @@
 use pulp::Simd;
 use rayon::prelude::*;
 
-use crate::matmul::{matmul_serial, MatmulSpec};
 use crate::simd::{arch, exp_f32s, simd_op};
+use crate::strided::{gemm_into, gemm_into_shared, MatRef, SharedMut};
 
 /// Queries per tile (`B_r` in the paper).
 pub const BLOCK_Q: usize = 64;
@@ -110,14 +110,6 @@ fn exp_row<S: Simd>(s: S, p: &mut [f32], n: usize, shift: f32) -> f32 {
     sum
 }
 
-/// `dst = alpha · src` (a query tile pre-multiplied by the softmax scale, so score tiles come
-/// out of the matrix product already scaled).
-#[inline(always)]
-fn scaled_copy<S: Simd>(s: S, src: &[f32], alpha: f32, dst: &mut [f32]) {
-    dst.copy_from_slice(src);
-    scale_row(s, dst, alpha);
-}
-
 /// `ds[c] = p[c] · (ds[c] − delta)`, in place on `ds` (Algorithm 2, line 14).
 #[inline(always)]
 fn ds_row<S: Simd>(s: S, p: &[f32], ds: &mut [f32], delta: f32) {
@@ -132,41 +124,87 @@ fn ds_row<S: Simd>(s: S, p: &[f32], ds: &mut [f32], delta: f32) {
     }
 }
 
-/// Forward for one (batch·head, query tile): Algorithm 1, lines 4–15.
+/// Memory layout of `q`, `k`, `v`, `out` and their gradients. `lse` is always
+/// `[batch, n_heads, seq_q]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionLayout {
+    /// `[batch, n_heads, seq, d_head]`: each head's rows are contiguous.
+    #[default]
+    BatchHeadSeq,
+    /// `[batch, seq, n_heads, d_head]`: the layout of a `[batch, seq, d_model]` projection after
+    /// a free reshape, so attention needs no transposition before or after.
+    BatchSeqHead,
+}
+
+impl AttentionLayout {
+    /// Offset of row 0 of pair `pair = b·n_heads + h` in a tensor with `seq` rows per head, and
+    /// the distance between consecutive rows of that head.
+    fn head_rows(self, dims: &AttentionDims, pair: usize, seq: usize) -> (usize, usize) {
+        let d = dims.d_head;
+        match self {
+            AttentionLayout::BatchHeadSeq => (pair * seq * d, d),
+            AttentionLayout::BatchSeqHead => {
+                let (b, h) = (pair / dims.n_heads, pair % dims.n_heads);
+                ((b * seq * dims.n_heads + h) * d, dims.n_heads * d)
+            }
+        }
+    }
+}
+
+/// `dst[r] = alpha · src[offset + r·stride ..][..d]` for `rows` rows: one head's query rows
+/// gathered into a contiguous tile, pre-multiplied by the softmax scale.
+#[inline(always)]
+fn gather_scaled<S: Simd>(
+    s: S,
+    src: &[f32],
+    (offset, stride): (usize, usize),
+    d: usize,
+    alpha: f32,
+    dst: &mut [f32],
+) {
+    for (r, row) in dst.chunks_exact_mut(d).enumerate() {
+        let at = offset + r * stride;
+        row.copy_from_slice(&src[at..at + d]);
+        scale_row(s, row, alpha);
+    }
+}
+
+/// Forward for one (batch·head, query tile): Algorithm 1, lines 4–15. The output tile is
+/// accumulated in a contiguous scratch and written to its strided rows at the end.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn forward_tile<S: Simd>(
     s: S,
     dims: AttentionDims,
+    layout: AttentionLayout,
+    pair: usize,
     q0: usize,
     q: &[f32],
     k: &[f32],
     v: &[f32],
     scale: f32,
     causal: bool,
-    out: &mut [f32],
+    out: SharedMut,
     lse: &mut [f32],
 ) {
     let d = dims.d_head;
     let br = lse.len();
+    let (qb, qrs) = layout.head_rows(&dims, pair, dims.seq_q);
+    let (kb, krs) = layout.head_rows(&dims, pair, dims.seq_k);
     let mut sc = vec![0.0f32; br * FORWARD_BLOCK_K];
     let mut m = vec![f32::NEG_INFINITY; br];
     let mut l = vec![0.0f32; br];
-    let mut qs = vec![0.0f32; q.len()];
-    scaled_copy(s, q, scale, &mut qs);
-    out.fill(0.0);
+    let mut qs = vec![0.0f32; br * d];
+    gather_scaled(s, q, (qb + q0 * qrs, qrs), d, scale, &mut qs);
+    let mut o = vec![0.0f32; br * d];
     let last_allowed = dims.allowed(q0 + br - 1, causal);
     let mut j0 = 0;
     while j0 < last_allowed {
         let bc = FORWARD_BLOCK_K.min(last_allowed - j0);
         let sc = &mut sc[..br * bc];
         // S = (scale·Q_i) K_jᵀ for the whole tile on gemm's micro-kernels.
-        matmul_serial(
-            MatmulSpec::new(br, d, bc).trans_b(true),
-            &qs,
-            &k[j0 * d..(j0 + bc) * d],
-            sc,
-        );
+        let k_tile = MatRef::rows(k, kb + j0 * krs, bc, d, krs);
+        gemm_into(sc, false, MatRef::rows(&qs, 0, br, d, d), k_tile.t());
         for r in 0..br {
             let row = &mut sc[r * bc..(r + 1) * bc];
             let n = dims.allowed(q0 + r, causal).saturating_sub(j0).min(bc);
@@ -181,34 +219,37 @@ fn forward_tile<S: Simd>(
             l[r] = l[r] * alpha + sum;
             m[r] = m_new;
             if alpha != 1.0 {
-                scale_row(s, &mut out[r * d..(r + 1) * d], alpha);
+                scale_row(s, &mut o[r * d..(r + 1) * d], alpha);
             }
         }
         // O_i += P_ij V_j (masked entries of P are 0).
-        matmul_serial(
-            MatmulSpec::new(br, bc, d).accumulate(true),
-            sc,
-            &v[j0 * d..(j0 + bc) * d],
-            out,
+        gemm_into(
+            &mut o,
+            true,
+            MatRef::rows(sc, 0, br, bc, bc),
+            MatRef::rows(v, kb + j0 * krs, bc, d, krs),
         );
         j0 += bc;
     }
     for r in 0..br {
-        let o = &mut out[r * d..(r + 1) * d];
+        let row = &mut o[r * d..(r + 1) * d];
         if l[r] > 0.0 {
-            scale_row(s, o, 1.0 / l[r]);
+            scale_row(s, row, 1.0 / l[r]);
             lse[r] = m[r] + l[r].ln();
         } else {
-            o.fill(0.0);
+            row.fill(0.0);
             lse[r] = f32::NEG_INFINITY;
         }
+        // SAFETY: row (pair, q0 + r) of `out` belongs to this task alone: tasks are distinct
+        // (pair, query tile) pairs and rows of different heads or positions never overlap.
+        unsafe { out.write_row(qb + (q0 + r) * qrs, row) };
     }
 }
 
 simd_op!(ForwardOp<'a> {
-    dims: AttentionDims, q0: usize, q: &'a [f32], k: &'a [f32], v: &'a [f32], scale: f32,
-    causal: bool, out: &'a mut [f32], lse: &'a mut [f32]
-} -> () = |s| forward_tile(s, dims, q0, q, k, v, scale, causal, out, lse));
+    dims: AttentionDims, layout: AttentionLayout, pair: usize, q0: usize, q: &'a [f32],
+    k: &'a [f32], v: &'a [f32], scale: f32, causal: bool, out: SharedMut, lse: &'a mut [f32]
+} -> () = |s| forward_tile(s, dims, layout, pair, q0, q, k, v, scale, causal, out, lse));
 
 fn check(name: &str, what: &str, got: usize, want: usize) {
     assert!(
@@ -217,11 +258,8 @@ fn check(name: &str, what: &str, got: usize, want: usize) {
     );
 }
 
-/// FlashAttention-2 forward: `out = softmax(scale · Q Kᵀ + mask) V` and the per-row logsumexp
-/// `lse = log Σ_j exp(scale · q·k_j)` over allowed keys.
-///
-/// `q`, `out`: `[batch, n_heads, seq_q, d_head]`; `k`, `v`: `[batch, n_heads, seq_k, d_head]`;
-/// `lse`: `[batch, n_heads, seq_q]`. Dao 2023, Algorithm 1.
+/// FlashAttention-2 forward in the `[batch, n_heads, seq, d_head]` layout; see
+/// [`flash_attention_forward_with_layout`].
 ///
 /// # Panics
 /// When a slice length disagrees with `dims` (callers validate shapes first).
@@ -231,6 +269,39 @@ pub fn flash_attention_forward(
     k: &[f32],
     v: &[f32],
     dims: AttentionDims,
+    scale: f32,
+    causal: bool,
+    out: &mut [f32],
+    lse: &mut [f32],
+) {
+    flash_attention_forward_with_layout(
+        q,
+        k,
+        v,
+        dims,
+        AttentionLayout::BatchHeadSeq,
+        scale,
+        causal,
+        out,
+        lse,
+    );
+}
+
+/// FlashAttention-2 forward: `out = softmax(scale · Q Kᵀ + mask) V` and the per-row logsumexp
+/// `lse = log Σ_j exp(scale · q·k_j)` over allowed keys. Dao 2023, Algorithm 1.
+///
+/// `q`, `out`: `seq_q` rows per head, `k`, `v`: `seq_k` rows per head, in `layout`;
+/// `lse`: `[batch, n_heads, seq_q]`.
+///
+/// # Panics
+/// When a slice length disagrees with `dims` (callers validate shapes first).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_forward_with_layout(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    dims: AttentionDims,
+    layout: AttentionLayout,
     scale: f32,
     causal: bool,
     out: &mut [f32],
@@ -246,48 +317,48 @@ pub fn flash_attention_forward(
     if p == 0 || dims.seq_q == 0 {
         return;
     }
-    let tiles = dims.seq_q.div_ceil(BLOCK_Q);
-    let (sq, sk) = (dims.seq_q, dims.seq_k);
-    let task = |(t, (o, l)): (usize, (&mut [f32], &mut [f32]))| {
+    let sq = dims.seq_q;
+    let tiles = sq.div_ceil(BLOCK_Q);
+    let out = SharedMut::new(out);
+    let task = |(t, l): (usize, &mut [f32])| {
         let (pair, tile) = (t / tiles, t % tiles);
-        let q0 = tile * BLOCK_Q;
-        let br = BLOCK_Q.min(sq - q0);
-        let qo = (pair * sq + q0) * d;
         arch().dispatch(ForwardOp {
             dims,
-            q0,
-            q: &q[qo..qo + br * d],
-            k: &k[pair * sk * d..(pair + 1) * sk * d],
-            v: &v[pair * sk * d..(pair + 1) * sk * d],
+            layout,
+            pair,
+            q0: tile * BLOCK_Q,
+            q,
+            k,
+            v,
             scale,
             causal,
-            out: o,
+            out,
             lse: l,
         })
     };
-    // Split `out`/`lse` into per-(pair, tile) pieces, in order.
-    let mut pieces: Vec<(&mut [f32], &mut [f32])> = Vec::with_capacity(p * tiles);
-    for (o, l) in out.chunks_mut(sq * d).zip(lse.chunks_mut(sq)) {
-        for (ot, lt) in o.chunks_mut(BLOCK_Q * d).zip(l.chunks_mut(BLOCK_Q)) {
-            pieces.push((ot, lt));
-        }
-    }
-    if p * sq * sk * d.max(1) < 64 * 64 * 16 {
+    // One task per (pair, query tile), each owning its lse piece and its output rows.
+    let pieces: Vec<&mut [f32]> = lse
+        .chunks_mut(sq)
+        .flat_map(|l| l.chunks_mut(BLOCK_Q))
+        .collect();
+    if p * sq * dims.seq_k * d.max(1) < 64 * 64 * 16 {
         pieces.into_iter().enumerate().for_each(task);
     } else {
         crate::par::install(|| pieces.into_par_iter().enumerate().for_each(task));
     }
 }
 
-/// Backward for one (batch·head): Algorithm 2, with the whole `dQ`, `dK`, `dV` of the pair owned
+/// Backward for one (batch·head): Algorithm 2, with the pair's rows of `dQ`, `dK`, `dV` owned
 /// by the task. Key tiles are the outer loop, query tiles the inner one, in a fixed order. The
 /// tile products (`QKᵀ`, `PᵀdO`, `dO·Vᵀ`, `dS·K`, `dSᵀQ`) run on `gemm`'s micro-kernels through
-/// [`matmul_serial`]; the element-wise parts (exp, `dS = P ⊙ (dP − D)`) use the SIMD helpers.
+/// strided views; the element-wise parts (exp, `dS = P ⊙ (dP − D)`) use the SIMD helpers.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn backward_pair<S: Simd>(
     s: S,
     dims: AttentionDims,
+    layout: AttentionLayout,
+    pair: usize,
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -296,29 +367,30 @@ fn backward_pair<S: Simd>(
     dout: &[f32],
     scale: f32,
     causal: bool,
-    dq: &mut [f32],
-    dk: &mut [f32],
-    dv: &mut [f32],
+    grads: [SharedMut; 3],
 ) {
+    let [dq, dk, dv] = grads;
     let (d, sq, sk) = (dims.d_head, dims.seq_q, dims.seq_k);
-    dq.fill(0.0);
-    dk.fill(0.0);
-    dv.fill(0.0);
+    let (qb, qrs) = layout.head_rows(&dims, pair, sq);
+    let (kb, krs) = layout.head_rows(&dims, pair, sk);
     // D_i = rowsum(dO ⊙ O) (Algorithm 2, line 4).
-    let delta: Vec<f32> = out
-        .chunks_exact(d)
-        .zip(dout.chunks_exact(d))
-        .map(|(o, g)| o.iter().zip(g).map(|(a, b)| a * b).sum())
+    let delta: Vec<f32> = (0..sq)
+        .map(|i| {
+            let at = qb + i * qrs;
+            let (o, g) = (&out[at..at + d], &dout[at..at + d]);
+            o.iter().zip(g).map(|(a, b)| a * b).sum()
+        })
         .collect();
-    let mut p = vec![0.0f32; BLOCK_Q * BLOCK_K];
-    let mut dp = vec![0.0f32; BLOCK_Q * BLOCK_K];
     // Q pre-multiplied by the scale: P = exp((scale·Q) Kᵀ − L) exactly as the forward pass
     // computed its scores.
-    let mut qs = vec![0.0f32; q.len()];
-    scaled_copy(s, q, scale, &mut qs);
+    let mut qs = vec![0.0f32; sq * d];
+    gather_scaled(s, q, (qb, qrs), d, scale, &mut qs);
+    let mut p = vec![0.0f32; BLOCK_Q * BLOCK_K];
+    let mut dp = vec![0.0f32; BLOCK_Q * BLOCK_K];
     for k0 in (0..sk).step_by(BLOCK_K) {
         let bk = BLOCK_K.min(sk - k0);
-        let (k_tile, v_tile) = (&k[k0 * d..(k0 + bk) * d], &v[k0 * d..(k0 + bk) * d]);
+        let k_tile = MatRef::rows(k, kb + k0 * krs, bk, d, krs);
+        let v_tile = MatRef::rows(v, kb + k0 * krs, bk, d, krs);
         // The first query that may attend key k0, rounded down to its tile.
         let first = if causal {
             (k0 + sq).saturating_sub(sk)
@@ -327,13 +399,14 @@ fn backward_pair<S: Simd>(
         };
         for q0 in (first - first % BLOCK_Q..sq).step_by(BLOCK_Q) {
             let bq = BLOCK_Q.min(sq - q0);
-            let (q_tile, do_tile) = (&q[q0 * d..(q0 + bq) * d], &dout[q0 * d..(q0 + bq) * d]);
+            let q_tile = MatRef::rows(q, qb + q0 * qrs, bq, d, qrs);
+            let do_tile = MatRef::rows(dout, qb + q0 * qrs, bq, d, qrs);
             let p_tile = &mut p[..bq * bk];
-            matmul_serial(
-                MatmulSpec::new(bq, d, bk).trans_b(true),
-                &qs[q0 * d..(q0 + bq) * d],
-                k_tile,
+            gemm_into(
                 p_tile,
+                false,
+                MatRef::rows(&qs, q0 * d, bq, d, d),
+                k_tile.t(),
             );
             // P = exp(scale·S − L) on the allowed keys, 0 on masked ones.
             for r in 0..bq {
@@ -345,21 +418,16 @@ fn backward_pair<S: Simd>(
                     row.fill(0.0);
                 }
             }
+            let p_view = MatRef::rows(p_tile, 0, bq, bk, bk);
+            // SAFETY (all three accumulations below): the rows of this pair in dQ, dK and dV
+            // belong to this task alone (one task per pair; different pairs are different heads
+            // or batch entries, whose rows never overlap), and the gradient buffers are
+            // distinct from every input.
             // dV_j += Pᵀ · dO_i
-            matmul_serial(
-                MatmulSpec::new(bk, bq, d).trans_a(true).accumulate(true),
-                p_tile,
-                do_tile,
-                &mut dv[k0 * d..(k0 + bk) * d],
-            );
+            unsafe { gemm_into_shared(dv, kb + k0 * krs, krs, true, p_view.t(), do_tile) };
             // dP = dO_i · V_jᵀ, then dS = P ⊙ (dP − D_i), pre-multiplied by the softmax scale.
             let dp_tile = &mut dp[..bq * bk];
-            matmul_serial(
-                MatmulSpec::new(bq, d, bk).trans_b(true),
-                do_tile,
-                v_tile,
-                dp_tile,
-            );
+            gemm_into(dp_tile, false, do_tile, v_tile.t());
             for r in 0..bq {
                 let range = r * bk..(r + 1) * bk;
                 ds_row(
@@ -370,35 +438,22 @@ fn backward_pair<S: Simd>(
                 );
                 scale_row(s, &mut dp_tile[range], scale);
             }
+            let ds_view = MatRef::rows(dp_tile, 0, bq, bk, bk);
             // dQ_i += dS · K_j ;  dK_j += dSᵀ · Q_i
-            matmul_serial(
-                MatmulSpec::new(bq, bk, d).accumulate(true),
-                dp_tile,
-                k_tile,
-                &mut dq[q0 * d..(q0 + bq) * d],
-            );
-            matmul_serial(
-                MatmulSpec::new(bk, bq, d).trans_a(true).accumulate(true),
-                dp_tile,
-                q_tile,
-                &mut dk[k0 * d..(k0 + bk) * d],
-            );
+            unsafe { gemm_into_shared(dq, qb + q0 * qrs, qrs, true, ds_view, k_tile) };
+            unsafe { gemm_into_shared(dk, kb + k0 * krs, krs, true, ds_view.t(), q_tile) };
         }
     }
 }
 
-/// One (batch·head)'s `((dq, dk), dv)` output slices.
-type GradPieces<'a> = ((&'a mut [f32], &'a mut [f32]), &'a mut [f32]);
-
 simd_op!(BackwardOp<'a> {
-    dims: AttentionDims, q: &'a [f32], k: &'a [f32], v: &'a [f32], out: &'a [f32],
-    lse: &'a [f32], dout: &'a [f32], scale: f32, causal: bool, dq: &'a mut [f32],
-    dk: &'a mut [f32], dv: &'a mut [f32]
-} -> () = |s| backward_pair(s, dims, q, k, v, out, lse, dout, scale, causal, dq, dk, dv));
+    dims: AttentionDims, layout: AttentionLayout, pair: usize, q: &'a [f32], k: &'a [f32],
+    v: &'a [f32], out: &'a [f32], lse: &'a [f32], dout: &'a [f32], scale: f32, causal: bool,
+    grads: [SharedMut; 3]
+} -> () = |s| backward_pair(s, dims, layout, pair, q, k, v, out, lse, dout, scale, causal, grads));
 
-/// FlashAttention-2 backward: given the forward's inputs, `out` and `lse`, and the upstream
-/// gradient `dout`, overwrites `dq`, `dk`, `dv` with the gradients of `out` with respect to
-/// `q`, `k`, `v`. Shapes as in [`flash_attention_forward`]. Dao 2023, Algorithm 2.
+/// FlashAttention-2 backward in the `[batch, n_heads, seq, d_head]` layout; see
+/// [`flash_attention_backward_with_layout`].
 ///
 /// # Panics
 /// When a slice length disagrees with `dims` (callers validate shapes first).
@@ -411,6 +466,46 @@ pub fn flash_attention_backward(
     lse: &[f32],
     dout: &[f32],
     dims: AttentionDims,
+    scale: f32,
+    causal: bool,
+    dq: &mut [f32],
+    dk: &mut [f32],
+    dv: &mut [f32],
+) {
+    flash_attention_backward_with_layout(
+        q,
+        k,
+        v,
+        out,
+        lse,
+        dout,
+        dims,
+        AttentionLayout::BatchHeadSeq,
+        scale,
+        causal,
+        dq,
+        dk,
+        dv,
+    );
+}
+
+/// FlashAttention-2 backward: given the forward's inputs, `out` and `lse`, and the upstream
+/// gradient `dout`, overwrites `dq`, `dk`, `dv` with the gradients of `out` with respect to
+/// `q`, `k`, `v`. Shapes and layout as in [`flash_attention_forward_with_layout`]. Dao 2023,
+/// Algorithm 2.
+///
+/// # Panics
+/// When a slice length disagrees with `dims` (callers validate shapes first).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_backward_with_layout(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &[f32],
+    lse: &[f32],
+    dout: &[f32],
+    dims: AttentionDims,
+    layout: AttentionLayout,
     scale: f32,
     causal: bool,
     dq: &mut [f32],
@@ -432,39 +527,30 @@ pub fn flash_attention_backward(
     ] {
         check(name, what, got, want);
     }
-    if p == 0 {
+    dq.fill(0.0);
+    dk.fill(0.0);
+    dv.fill(0.0);
+    if p == 0 || sq == 0 || sk == 0 || d == 0 {
         return;
     }
-    let (nq, nk) = (sq * d, sk * d);
-    let task = |(i, ((dq, dk), dv)): (usize, GradPieces<'_>)| {
+    let grads = [SharedMut::new(dq), SharedMut::new(dk), SharedMut::new(dv)];
+    let task = |pair: usize| {
         arch().dispatch(BackwardOp {
             dims,
-            q: &q[i * nq..(i + 1) * nq],
-            k: &k[i * nk..(i + 1) * nk],
-            v: &v[i * nk..(i + 1) * nk],
-            out: &out[i * nq..(i + 1) * nq],
-            lse: &lse[i * sq..(i + 1) * sq],
-            dout: &dout[i * nq..(i + 1) * nq],
+            layout,
+            pair,
+            q,
+            k,
+            v,
+            out,
+            lse: &lse[pair * sq..(pair + 1) * sq],
+            dout,
             scale,
             causal,
-            dq,
-            dk,
-            dv,
+            grads,
         })
     };
-    if nq == 0 || nk == 0 {
-        dq.fill(0.0);
-        dk.fill(0.0);
-        dv.fill(0.0);
-        return;
-    }
-    crate::par::install(|| {
-        dq.par_chunks_mut(nq)
-            .zip(dk.par_chunks_mut(nk))
-            .zip(dv.par_chunks_mut(nk))
-            .enumerate()
-            .for_each(task)
-    });
+    crate::par::install(|| (0..p).into_par_iter().for_each(task));
 }
 
 simd_op!(MaskedSoftmaxOp<'a> {

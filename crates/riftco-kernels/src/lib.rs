@@ -18,6 +18,7 @@ mod par;
 pub mod rope;
 pub mod simd;
 pub mod softmax;
+mod strided;
 pub mod threading;
 
 pub use adam::{adam_update, AdamHyper};

@@ -14,8 +14,65 @@ mod common;
 use common::{vec_from_seed, U};
 use proptest::prelude::*;
 use riftco_kernels::attention::{
-    causal_softmax_rows, flash_attention_backward, flash_attention_forward, AttentionDims,
+    causal_softmax_rows, flash_attention_backward, flash_attention_backward_with_layout,
+    flash_attention_forward, flash_attention_forward_with_layout, AttentionDims, AttentionLayout,
 };
+
+/// `[batch, heads, seq, d] → [batch, seq, heads, d]` (or back, with `to_bshd == false`).
+fn relayout(x: &[f32], d: AttentionDims, seq: usize, to_bshd: bool) -> Vec<f32> {
+    let (h, dh) = (d.n_heads, d.d_head);
+    let mut y = vec![0.0; x.len()];
+    for b in 0..d.batch {
+        for hh in 0..h {
+            for t in 0..seq {
+                let bhsd = ((b * h + hh) * seq + t) * dh;
+                let bshd = ((b * seq + t) * h + hh) * dh;
+                let (from, to) = if to_bshd { (bhsd, bshd) } else { (bshd, bhsd) };
+                y[to..to + dh].copy_from_slice(&x[from..from + dh]);
+            }
+        }
+    }
+    y
+}
+
+/// Forward and backward in `layout`, with inputs and results in the head-major layout.
+#[allow(clippy::type_complexity)]
+fn run_in_layout(
+    d: AttentionDims,
+    layout: AttentionLayout,
+    causal: bool,
+    [q, k, v, dout]: [&[f32]; 4],
+    scale: f32,
+) -> (Vec<f32>, Vec<f32>, [Vec<f32>; 3]) {
+    let (sq, sk) = (d.seq_q, d.seq_k);
+    let seq_major = layout == AttentionLayout::BatchSeqHead;
+    let to = |x: &[f32], seq| {
+        if seq_major {
+            relayout(x, d, seq, true)
+        } else {
+            x.to_vec()
+        }
+    };
+    let back = |x: &[f32], seq| {
+        if seq_major {
+            relayout(x, d, seq, false)
+        } else {
+            x.to_vec()
+        }
+    };
+    let (q, k, v, dout) = (to(q, sq), to(k, sk), to(v, sk), to(dout, sq));
+    let (mut out, mut lse) = (vec![7.0; q.len()], vec![7.0; d.batch * d.n_heads * sq]);
+    flash_attention_forward_with_layout(&q, &k, &v, d, layout, scale, causal, &mut out, &mut lse);
+    let (mut dq, mut dk, mut dv) = (vec![9.0; q.len()], vec![9.0; k.len()], vec![9.0; k.len()]);
+    flash_attention_backward_with_layout(
+        &q, &k, &v, &out, &lse, &dout, d, layout, scale, causal, &mut dq, &mut dk, &mut dv,
+    );
+    (
+        back(&out, sq),
+        lse,
+        [back(&dq, sq), back(&dk, sk), back(&dv, sk)],
+    )
+}
 
 struct Ref {
     out: Vec<f64>,
@@ -146,28 +203,30 @@ fn check_case(d: AttentionDims, causal: bool, seed: u64) {
     let v = vec_from_seed(nk, seed ^ 2, 1.0);
     let dout = vec_from_seed(nq, seed ^ 3, 1.0);
     let scale = 1.0 / (d.d_head as f32).sqrt();
-    let mut out = vec![0.0; nq];
-    let mut lse = vec![0.0; d.batch * d.n_heads * d.seq_q];
-    flash_attention_forward(&q, &k, &v, d, scale, causal, &mut out, &mut lse);
     let r = reference(&q, &k, &v, d, scale as f64, causal);
+    let g = reference_grads(&q, &k, &v, &dout, d, scale as f64, &r);
     let kc = (3 * d.d_head + d.seq_k + 100) as f64 * U;
     let dh = d.d_head;
-    common::assert_close("flash.out", &out, &r.out, |i| {
-        kc * (1.0 + r.a[i / dh]) * r.out_abs[i] + 1e-30
-    });
-    common::assert_close("flash.lse", &lse, &r.lse, |i| {
-        kc * (1.0 + r.a[i]) + U * r.lse[i].abs()
-    });
-    let (mut dq, mut dk, mut dv) = (vec![9.0; nq], vec![9.0; nk], vec![9.0; nk]);
-    flash_attention_backward(
-        &q, &k, &v, &out, &lse, &dout, d, scale, causal, &mut dq, &mut dk, &mut dv,
-    );
-    let g = reference_grads(&q, &k, &v, &dout, d, scale as f64, &r);
     let amax = r.a.iter().cloned().fold(0.0, f64::max);
-    for (name, got, (want, abs)) in [("dq", &dq, &g[0]), ("dk", &dk, &g[1]), ("dv", &dv, &g[2])] {
-        common::assert_close(name, got, want, |i| {
-            2.0 * kc * (1.0 + amax) * abs[i] + 1e-30
+    // Both memory layouts against the same f64 reference.
+    for layout in [AttentionLayout::BatchHeadSeq, AttentionLayout::BatchSeqHead] {
+        let (out, lse, grads) = run_in_layout(d, layout, causal, [&q, &k, &v, &dout], scale);
+        let tag = |what: &str| format!("{what} ({layout:?})");
+        common::assert_close(&tag("flash.out"), &out, &r.out, |i| {
+            kc * (1.0 + r.a[i / dh]) * r.out_abs[i] + 1e-30
         });
+        common::assert_close(&tag("flash.lse"), &lse, &r.lse, |i| {
+            kc * (1.0 + r.a[i]) + U * r.lse[i].abs()
+        });
+        for (name, got, (want, abs)) in [
+            ("dq", &grads[0], &g[0]),
+            ("dk", &grads[1], &g[1]),
+            ("dv", &grads[2], &g[2]),
+        ] {
+            common::assert_close(&tag(name), got, want, |i| {
+                2.0 * kc * (1.0 + amax) * abs[i] + 1e-30
+            });
+        }
     }
     // The materialised helper on the same scores.
     let rows = d.batch * d.n_heads * d.seq_q;

@@ -9,7 +9,10 @@
 use crate::error::Result;
 use crate::policy::FullSequenceAttentionKind;
 use riftco_autograd::{ops, Variable};
-use riftco_kernels::attention::{flash_attention_backward, flash_attention_forward, AttentionDims};
+pub use riftco_kernels::attention::AttentionLayout;
+use riftco_kernels::attention::{
+    flash_attention_backward_with_layout, flash_attention_forward_with_layout, AttentionDims,
+};
 use riftco_tensor::{MemoryCategory, Shape, Tensor, TensorError};
 
 /// A buffer the kernel overwrites completely (see `riftco_tensor::pool::take`).
@@ -38,16 +41,46 @@ pub fn flash_attention(
     scale: f32,
     causal: bool,
 ) -> Result<Variable> {
+    flash_attention_with_layout(q, k, v, AttentionLayout::BatchHeadSeq, scale, causal)
+}
+
+/// [`flash_attention`] with the tensors in `layout`: for
+/// [`AttentionLayout::BatchSeqHead`], `q [batch, seq_q, heads, d_head]` and
+/// `k, v [batch, seq_k, heads, d_head]`, and the output is `[batch, seq_q, heads, d_head]` — the
+/// layout of a reshaped projection, so no transposition is needed before or after.
+///
+/// # Errors
+/// Shape mismatch between `q`, `k`, `v`; `causal` with `seq_q > seq_k`.
+pub fn flash_attention_with_layout(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    layout: AttentionLayout,
+    scale: f32,
+    causal: bool,
+) -> Result<Variable> {
     let (qd, kd) = (q.dims().to_vec(), k.dims().to_vec());
+    // Axis indices of (batch, heads, seq, d_head) in this layout.
+    let (h_ax, s_ax) = match layout {
+        AttentionLayout::BatchHeadSeq => (1, 2),
+        AttentionLayout::BatchSeqHead => (2, 1),
+    };
     if qd.len() != 4
         || kd.len() != 4
         || qd[0] != kd[0]
-        || qd[1] != kd[1]
+        || qd[h_ax] != kd[h_ax]
         || qd[3] != kd[3]
         || v.dims() != kd.as_slice()
     {
         return Err(TensorError::ShapeMismatch {
-            op: "flash_attention (q [b,h,sq,d], k and v [b,h,sk,d])",
+            op: match layout {
+                AttentionLayout::BatchHeadSeq => {
+                    "flash_attention (q [b,h,sq,d], k and v [b,h,sk,d])"
+                }
+                AttentionLayout::BatchSeqHead => {
+                    "flash_attention (q [b,sq,h,d], k and v [b,sk,h,d])"
+                }
+            },
             expected: qd,
             got: if v.dims() != kd.as_slice() {
                 v.dims().to_vec()
@@ -59,9 +92,9 @@ pub fn flash_attention(
     }
     let dims = AttentionDims {
         batch: qd[0],
-        n_heads: qd[1],
-        seq_q: qd[2],
-        seq_k: kd[2],
+        n_heads: qd[h_ax],
+        seq_q: qd[s_ax],
+        seq_k: kd[s_ax],
         d_head: qd[3],
     };
     if causal && dims.seq_q > dims.seq_k {
@@ -76,11 +109,12 @@ pub fn flash_attention(
     }
     let mut out = buf(q.value().numel());
     let mut lse = buf(dims.batch * dims.n_heads * dims.seq_q);
-    flash_attention_forward(
+    flash_attention_forward_with_layout(
         &q.value().read(),
         &k.value().read(),
         &v.value().read(),
         dims,
+        layout,
         scale,
         causal,
         &mut out,
@@ -102,7 +136,7 @@ pub fn flash_attention(
                 buf(p[1].value().numel()),
                 buf(p[2].value().numel()),
             );
-            flash_attention_backward(
+            flash_attention_backward_with_layout(
                 &p[0].value().read(),
                 &p[1].value().read(),
                 &p[2].value().read(),
@@ -110,6 +144,7 @@ pub fn flash_attention(
                 &lse.read(),
                 &g.read(),
                 dims,
+                layout,
                 scale,
                 causal,
                 &mut dq,

@@ -1,7 +1,7 @@
 //! One LLaMA-style transformer block:
 //! `x + Wo·Attn(RoPE(Wq·n1(x)), RoPE(Wk·n1(x)), Wv·n1(x))`, then `x + W2·(SiLU(W1·n2(x)) ⊙ W3·n2(x))`.
 
-use crate::attention::causal_attention;
+use crate::attention::{causal_attention, flash_attention_with_layout, AttentionLayout};
 use crate::error::Result;
 use crate::linear::Linear;
 use crate::policy::FullSequenceAttentionKind;
@@ -114,20 +114,37 @@ pub fn block_forward_for(
     let (b, t, h, dh) = (ctx.batch, ctx.seq, ctx.n_heads, ctx.d_head);
     let d_model = h * dh;
     let n1 = ops::rms_norm(x, &layer.attn_norm, ctx.eps)?;
+    // Projections reshaped to [batch, seq, heads, d_head] (free), RoPE on q and k.
     let heads = |lin: &Linear, rope: bool| -> Result<Variable> {
         let y = ops::reshape(&lin.forward(&n1)?, [b, t, h, dh])?;
-        let y = if rope {
+        Ok(if rope {
             ops::rope(&y, &ctx.rope, 0)?
         } else {
             y
-        };
-        Ok(ops::swap_axes_1_2(&y)?)
+        })
     };
-    let q = heads(&layer.q, true)?;
-    let k = heads(&layer.k, true)?;
-    let v = heads(&layer.v, false)?;
-    let attn = causal_attention(&q, &k, &v, ctx.attention)?;
-    let attn = ops::reshape(&ops::swap_axes_1_2(&attn)?, [b, t, d_model])?;
+    let (q, k, v) = (
+        heads(&layer.q, true)?,
+        heads(&layer.k, true)?,
+        heads(&layer.v, false)?,
+    );
+    let attn = match ctx.attention {
+        // Flash attention reads and writes [batch, seq, heads, d_head] directly.
+        FullSequenceAttentionKind::Flash => {
+            let scale = 1.0 / (dh as f32).sqrt();
+            flash_attention_with_layout(&q, &k, &v, AttentionLayout::BatchSeqHead, scale, true)?
+        }
+        // Materialized attention multiplies per-head [seq, d_head] matrices.
+        FullSequenceAttentionKind::Materialized => {
+            let (q, k, v) = (
+                ops::swap_axes_1_2(&q)?,
+                ops::swap_axes_1_2(&k)?,
+                ops::swap_axes_1_2(&v)?,
+            );
+            ops::swap_axes_1_2(&causal_attention(&q, &k, &v, ctx.attention)?)?
+        }
+    };
+    let attn = ops::reshape(&attn, [b, t, d_model])?;
     let x1 = ops::add(x, &layer.o.forward(&attn)?)?;
     let n2 = ops::rms_norm(&x1, &layer.mlp_norm, ctx.eps)?;
     let act = ops::swiglu(&layer.gate.forward(&n2)?, &layer.up.forward(&n2)?)?;
