@@ -164,9 +164,31 @@ fn gather_scaled<S: Simd>(
 ) {
     for (r, row) in dst.chunks_exact_mut(d).enumerate() {
         let at = offset + r * stride;
-        row.copy_from_slice(&src[at..at + d]);
-        scale_row(s, row, alpha);
+        crate::simd::map1!(S, s, &src[at..at + d], row, |x| s
+            .mul_f32s(x, s.splat_f32s(alpha)));
     }
+}
+
+/// Per-thread scratch of the forward pass (score tile, scaled queries, output accumulator,
+/// running max and sum), reused across tiles so no task allocates.
+#[derive(Default)]
+struct ForwardScratch {
+    sc: Vec<f32>,
+    qs: Vec<f32>,
+    o: Vec<f32>,
+    m: Vec<f32>,
+    l: Vec<f32>,
+}
+
+thread_local! {
+    static FORWARD_SCRATCH: std::cell::RefCell<ForwardScratch> = Default::default();
+}
+
+/// `v` resized to `n` elements, each set to `value`.
+fn reset(v: &mut Vec<f32>, n: usize, value: f32) -> &mut [f32] {
+    v.clear();
+    v.resize(n, value);
+    v
 }
 
 /// Forward for one (batch·head, query tile): Algorithm 1, lines 4–15. The output tile is
@@ -186,17 +208,22 @@ fn forward_tile<S: Simd>(
     causal: bool,
     out: SharedMut,
     lse: &mut [f32],
+    scratch: &mut ForwardScratch,
 ) {
     let d = dims.d_head;
     let br = lse.len();
     let (qb, qrs) = layout.head_rows(&dims, pair, dims.seq_q);
     let (kb, krs) = layout.head_rows(&dims, pair, dims.seq_k);
-    let mut sc = vec![0.0f32; br * FORWARD_BLOCK_K];
-    let mut m = vec![f32::NEG_INFINITY; br];
-    let mut l = vec![0.0f32; br];
-    let mut qs = vec![0.0f32; br * d];
-    gather_scaled(s, q, (qb + q0 * qrs, qrs), d, scale, &mut qs);
-    let mut o = vec![0.0f32; br * d];
+    // The score tile is overwritten by its product before any read: no need to clear it.
+    if scratch.sc.len() < br * FORWARD_BLOCK_K {
+        scratch.sc.resize(br * FORWARD_BLOCK_K, 0.0);
+    }
+    let sc = &mut scratch.sc[..br * FORWARD_BLOCK_K];
+    let m = reset(&mut scratch.m, br, f32::NEG_INFINITY);
+    let l = reset(&mut scratch.l, br, 0.0);
+    let qs = reset(&mut scratch.qs, br * d, 0.0);
+    gather_scaled(s, q, (qb + q0 * qrs, qrs), d, scale, qs);
+    let o = reset(&mut scratch.o, br * d, 0.0);
     let last_allowed = dims.allowed(q0 + br - 1, causal);
     let mut j0 = 0;
     while j0 < last_allowed {
@@ -204,7 +231,7 @@ fn forward_tile<S: Simd>(
         let sc = &mut sc[..br * bc];
         // S = (scale·Q_i) K_jᵀ for the whole tile on gemm's micro-kernels.
         let k_tile = MatRef::rows(k, kb + j0 * krs, bc, d, krs);
-        gemm_into(sc, false, MatRef::rows(&qs, 0, br, d, d), k_tile.t());
+        gemm_into(sc, false, MatRef::rows(qs, 0, br, d, d), k_tile.t());
         for r in 0..br {
             let row = &mut sc[r * bc..(r + 1) * bc];
             let n = dims.allowed(q0 + r, causal).saturating_sub(j0).min(bc);
@@ -224,7 +251,7 @@ fn forward_tile<S: Simd>(
         }
         // O_i += P_ij V_j (masked entries of P are 0).
         gemm_into(
-            &mut o,
+            o,
             true,
             MatRef::rows(sc, 0, br, bc, bc),
             MatRef::rows(v, kb + j0 * krs, bc, d, krs),
@@ -248,8 +275,9 @@ fn forward_tile<S: Simd>(
 
 simd_op!(ForwardOp<'a> {
     dims: AttentionDims, layout: AttentionLayout, pair: usize, q0: usize, q: &'a [f32],
-    k: &'a [f32], v: &'a [f32], scale: f32, causal: bool, out: SharedMut, lse: &'a mut [f32]
-} -> () = |s| forward_tile(s, dims, layout, pair, q0, q, k, v, scale, causal, out, lse));
+    k: &'a [f32], v: &'a [f32], scale: f32, causal: bool, out: SharedMut, lse: &'a mut [f32],
+    scratch: &'a mut ForwardScratch
+} -> () = |s| forward_tile(s, dims, layout, pair, q0, q, k, v, scale, causal, out, lse, scratch));
 
 fn check(name: &str, what: &str, got: usize, want: usize) {
     assert!(
@@ -322,18 +350,22 @@ pub fn flash_attention_forward_with_layout(
     let out = SharedMut::new(out);
     let task = |(t, l): (usize, &mut [f32])| {
         let (pair, tile) = (t / tiles, t % tiles);
-        arch().dispatch(ForwardOp {
-            dims,
-            layout,
-            pair,
-            q0: tile * BLOCK_Q,
-            q,
-            k,
-            v,
-            scale,
-            causal,
-            out,
-            lse: l,
+        // The scratch is borrowed here, outside the SIMD-dispatched code (see `simd::map1`).
+        FORWARD_SCRATCH.with_borrow_mut(|scratch| {
+            arch().dispatch(ForwardOp {
+                dims,
+                layout,
+                pair,
+                q0: tile * BLOCK_Q,
+                q,
+                k,
+                v,
+                scale,
+                causal,
+                out,
+                lse: l,
+                scratch,
+            })
         })
     };
     // One task per (pair, query tile), each owning its lse piece and its output rows.

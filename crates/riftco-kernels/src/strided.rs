@@ -84,8 +84,12 @@ impl SharedMut {
     /// the call.
     pub unsafe fn write_row(&self, offset: usize, src: &[f32]) {
         assert!(offset + src.len() <= self.len, "write_row out of bounds");
-        // SAFETY: in bounds (asserted); exclusive access to these elements is the caller's promise.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(offset), src.len()) }
+        // SAFETY: in bounds (asserted); exclusive access to these elements is the caller's
+        // promise. An element loop rather than `copy_nonoverlapping`: rows are short (d_head)
+        // and a `memmove` call per row cost more than the copy.
+        for (i, &x) in src.iter().enumerate() {
+            unsafe { self.ptr.add(offset + i).write(x) };
+        }
     }
 }
 

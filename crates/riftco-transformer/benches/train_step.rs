@@ -166,10 +166,15 @@ fn main() {
             .map(|ck| Runner::new(&config, attn, ck))
             .collect();
         for step in 0..=steps {
+            // Alternate which policy goes first, so neither always follows the other.
+            if step % 2 == 1 {
+                runners.reverse();
+            }
             for r in runners.iter_mut() {
                 r.step(&tokens, batch, seq, step > 0, phases);
             }
         }
+        runners.sort_by_key(|r| r.ck != Ck::Disabled);
         for runner in &runners {
             let r = runner.row(batch, seq);
             println!(
