@@ -343,6 +343,15 @@ static void test_memory(void) {
     EXPECT_TRUE(stats.parameter.peak_bytes >= stats.parameter.current_bytes);
     EXPECT_TRUE(stats.total.current_bytes >= stats.parameter.current_bytes);
     rt_model_free(model);
+
+    uint64_t cached = 1, released = 0;
+    EXPECT(rt_get_cached_bytes(NULL), RT_ERROR_NULL_POINTER);
+    EXPECT_OK(rt_get_cached_bytes(&cached));
+    EXPECT_OK(rt_empty_cache(&released));
+    EXPECT_TRUE(released == cached);
+    EXPECT_OK(rt_get_cached_bytes(&cached));
+    EXPECT_TRUE(cached == 0);
+    EXPECT_OK(rt_empty_cache(NULL));
 }
 
 int main(int argc, char **argv) {

@@ -431,6 +431,23 @@ rt_status rt_get_memory_stats(struct rt_memory_stats *out);
 rt_status rt_reset_peak_memory_stats(void);
 
 /**
+ * Writes the bytes of freed tensor buffers that riftco's buffer pool keeps for reuse. They
+ * belong to no category of rt_memory_stats; the pool is bounded by the environment variable
+ * RIFTCO_BUFFER_POOL_MIB (read once; default 1024, 0 disables pooling).
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_get_cached_bytes(uint64_t *out);
+
+/**
+ * Frees every buffer the pool caches and writes the bytes released to `released` (which may
+ * be NULL when the caller does not need the figure).
+ *
+ * Errors: none (always RT_OK).
+ */
+rt_status rt_empty_cache(uint64_t *released);
+
+/**
  * Writes the default configuration (vocab 256, d_model 256, 8 heads, 8 layers, d_ff 688,
  * max_seq_len 256, rms_norm_eps 1e-5, rope_theta 10000, seed 0) into `*out`.
  *

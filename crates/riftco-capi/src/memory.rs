@@ -70,3 +70,32 @@ pub extern "C" fn rt_reset_peak_memory_stats() -> rt_status {
         Ok(())
     })
 }
+
+/// Writes the bytes of freed tensor buffers that riftco's buffer pool keeps for reuse. They
+/// belong to no category of rt_memory_stats; the pool is bounded by the environment variable
+/// RIFTCO_BUFFER_POOL_MIB (read once; default 1024, 0 disables pooling).
+///
+/// Errors: RT_ERROR_NULL_POINTER.
+#[no_mangle]
+pub unsafe extern "C" fn rt_get_cached_bytes(out: *mut u64) -> rt_status {
+    guard("rt_get_cached_bytes", || {
+        *out_ptr(out, "out")? = riftco_tensor::pool::cached_bytes() as u64;
+        Ok(())
+    })
+}
+
+/// Frees every buffer the pool caches and writes the bytes released to `released` (which may
+/// be NULL when the caller does not need the figure).
+///
+/// Errors: none (always RT_OK).
+#[no_mangle]
+pub unsafe extern "C" fn rt_empty_cache(released: *mut u64) -> rt_status {
+    guard("rt_empty_cache", || {
+        let bytes = riftco_tensor::pool::release_cached_buffers() as u64;
+        if !released.is_null() {
+            // SAFETY: non-null, and the caller promises it points to a writable u64.
+            unsafe { *released = bytes };
+        }
+        Ok(())
+    })
+}
