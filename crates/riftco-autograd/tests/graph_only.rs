@@ -117,3 +117,35 @@ fn a_graph_only_value_read_by_a_forward_op_would_be_wrong_which_is_why_the_forwa
     let right = block_tail(&x, &p, false).unwrap();
     assert!(right.value().to_vec().iter().any(|&v| v != 0.0));
 }
+
+#[test]
+fn graph_only_ops_evaluate_when_no_input_requires_grad() {
+    let x = Variable::leaf(rand(&[4, 8], 1), false);
+    let w = Variable::leaf(rand(&[3, 8], 2), false);
+    let plain = ops::linear(&x, &w).unwrap();
+    let lazy = ops::linear_graph_only(&x, &w).unwrap();
+    assert_eq!(plain.value().to_vec(), lazy.value().to_vec());
+    let lazy_sum =
+        ops::add_graph_only(&plain, &ops::scale_graph_only(&plain, 2.0).unwrap()).unwrap();
+    let want: Vec<f32> = plain.value().to_vec().iter().map(|v| v + 2.0 * v).collect();
+    assert_eq!(lazy_sum.value().to_vec(), want);
+}
+
+#[test]
+fn linear_with_zero_input_features_gives_zeros_of_the_right_shape() {
+    let x = Variable::leaf(
+        riftco_tensor::Tensor::zeros([3, 0], riftco_tensor::MemoryCategory::Workspace),
+        true,
+    );
+    let w = Variable::leaf(
+        riftco_tensor::Tensor::zeros([5, 0], riftco_tensor::MemoryCategory::Parameter),
+        true,
+    );
+    for y in [
+        ops::linear(&x, &w).unwrap(),
+        ops::linear_graph_only(&x, &w).unwrap(),
+    ] {
+        assert_eq!(y.dims(), [3, 5]);
+        assert_eq!(y.value().to_vec(), vec![0.0; 15]);
+    }
+}

@@ -9,15 +9,18 @@
 //! are not in any [`crate::MemoryCategory`] (no tensor owns them) and are reported separately by
 //! [`cached_bytes`] and [`crate::MemoryStats::cached_bytes`].
 //!
-//! Limit: `RIFTCO_BUFFER_POOL_MIB` (read once; default 1024, `0` disables pooling), or
-//! [`set_limit_bytes`]. [`release_cached_buffers`] returns everything to the allocator.
+//! Limit: `RIFTCO_BUFFER_POOL_MIB` (read once, a whole number of MiB; default 1024, `0` — or a
+//! value that is not a number — disables pooling), or [`set_limit_bytes`]. When a buffer would
+//! push the pool over its limit, buffers of the least recently used other lengths are freed
+//! first, so a change of shapes (another sequence length, a smaller last batch) does not leave
+//! the pool full of lengths nobody asks for. [`release_cached_buffers`] returns everything to the
+//! allocator.
 //!
-//! In debug builds a reused buffer is filled with NaN before it is handed out by [`take`], so a
-//! kernel that fails to overwrite every element produces NaNs in tests instead of stale values.
+//! In debug builds [`take`] hands out buffers filled with NaN (fresh or reused), so a kernel that
+//! fails to overwrite every element produces NaNs in tests instead of plausible values.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 /// Buffers with fewer elements (64 KiB) go straight back to the allocator: small allocations are
 /// cheap and would only fill the pool with many keys.
@@ -25,55 +28,138 @@ pub const MIN_POOLED_ELEMENTS: usize = 16 * 1024;
 
 const DEFAULT_LIMIT_MIB: usize = 1024;
 
-static FREE: Mutex<BTreeMap<usize, Vec<Vec<f32>>>> = Mutex::new(BTreeMap::new());
-static CACHED: AtomicUsize = AtomicUsize::new(0);
-static LIMIT: OnceLock<AtomicUsize> = OnceLock::new();
+/// Cached buffers of one length, with the time (a counter of pool operations) that length was
+/// last given or taken, for least-recently-used eviction.
+struct Bucket {
+    buffers: Vec<Vec<f32>>,
+    last_use: u64,
+}
 
-fn limit() -> &'static AtomicUsize {
-    LIMIT.get_or_init(|| {
-        let mib = std::env::var("RIFTCO_BUFFER_POOL_MIB")
+struct Pool {
+    buckets: BTreeMap<usize, Bucket>,
+    cached_bytes: usize,
+    /// `None` until first use, when `RIFTCO_BUFFER_POOL_MIB` is read.
+    limit: Option<usize>,
+    clock: u64,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    buckets: BTreeMap::new(),
+    cached_bytes: 0,
+    limit: None,
+    clock: 0,
+});
+
+/// The limit in bytes for a `RIFTCO_BUFFER_POOL_MIB` value: unset means the default, a
+/// non-negative whole number of MiB is taken as is, anything else is `None`.
+fn parse_limit(value: Option<&str>) -> Option<usize> {
+    match value {
+        None => Some(DEFAULT_LIMIT_MIB << 20),
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
             .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(DEFAULT_LIMIT_MIB);
-        AtomicUsize::new(mib.saturating_mul(1 << 20))
+            .map(|mib| mib.saturating_mul(1 << 20)),
+    }
+}
+
+/// The limit from `RIFTCO_BUFFER_POOL_MIB`. A value that is not a whole number of MiB disables
+/// pooling (the safe reading of a typo such as `off`) and says so once on stderr.
+fn limit_from_env() -> usize {
+    let value = std::env::var("RIFTCO_BUFFER_POOL_MIB").ok();
+    parse_limit(value.as_deref()).unwrap_or_else(|| {
+        eprintln!(
+            "riftco: RIFTCO_BUFFER_POOL_MIB={:?} is not a whole number of MiB; the buffer pool is disabled",
+            value.unwrap_or_default()
+        );
+        0
     })
 }
 
-fn free_lists() -> MutexGuard<'static, BTreeMap<usize, Vec<Vec<f32>>>> {
-    // The map stays consistent across a panic (every operation is a single push or pop).
-    FREE.lock().unwrap_or_else(|e| e.into_inner())
+fn pool() -> MutexGuard<'static, Pool> {
+    // Every operation leaves the pool consistent between statements, so a poisoned lock (a
+    // panic elsewhere while holding it cannot happen: no code here panics) is still usable.
+    let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if p.limit.is_none() {
+        p.limit = Some(limit_from_env());
+    }
+    p
 }
 
 fn bytes_of(len: usize) -> usize {
     len * std::mem::size_of::<f32>()
 }
 
+impl Pool {
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(0)
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn pop(&mut self, len: usize) -> Option<Vec<f32>> {
+        let now = self.tick();
+        let bucket = self.buckets.get_mut(&len)?;
+        let v = bucket.buffers.pop()?;
+        bucket.last_use = now;
+        if bucket.buffers.is_empty() {
+            self.buckets.remove(&len);
+        }
+        self.cached_bytes -= bytes_of(len);
+        Some(v)
+    }
+
+    /// Frees buffers, least recently used length first (never `keep`), until `cached + extra`
+    /// fits the limit. Returns whether it fits.
+    fn evict_for(&mut self, extra: usize, keep: Option<usize>) -> bool {
+        while self.cached_bytes + extra > self.limit() {
+            let victim = self
+                .buckets
+                .iter()
+                .filter(|(len, _)| Some(**len) != keep)
+                .min_by_key(|(_, b)| b.last_use)
+                .map(|(len, _)| *len);
+            let Some(len) = victim else {
+                return false;
+            };
+            let bucket = self.buckets.get_mut(&len).expect("victim exists");
+            bucket.buffers.pop();
+            if bucket.buffers.is_empty() {
+                self.buckets.remove(&len);
+            }
+            self.cached_bytes -= bytes_of(len);
+        }
+        true
+    }
+}
+
 fn pop(len: usize) -> Option<Vec<f32>> {
     if len < MIN_POOLED_ELEMENTS {
         return None;
     }
-    let mut free = free_lists();
-    let list = free.get_mut(&len)?;
-    let v = list.pop()?;
-    if list.is_empty() {
-        free.remove(&len);
-    }
-    CACHED.fetch_sub(bytes_of(len), Ordering::Relaxed);
-    Some(v)
+    pool().pop(len)
 }
 
 /// A buffer of exactly `len` elements whose contents are unspecified (finite or not): the caller
 /// must overwrite every element before reading any. Reuses a pooled buffer when one of that
-/// length is cached, else allocates a zeroed one.
+/// length is cached, else allocates. Debug builds fill it with NaN, fresh or reused.
 pub fn take(len: usize) -> Vec<f32> {
+    let fill = if cfg!(debug_assertions) {
+        f32::NAN
+    } else {
+        0.0
+    };
     match pop(len) {
         Some(mut v) => {
             if cfg!(debug_assertions) {
-                v.fill(f32::NAN);
+                v.fill(fill);
             }
             v
         }
-        None => vec![0.0; len],
+        None => vec![fill; len],
     }
 }
 
@@ -88,48 +174,67 @@ pub fn take_zeroed(len: usize) -> Vec<f32> {
     }
 }
 
-/// Returns a buffer to the pool (called when a storage drops). Buffers that are too small, not
-/// exactly sized, or would push the pool over its limit are freed.
+/// Returns a buffer to the pool (called when a storage drops). Buffers that are too small or
+/// not exactly sized are freed; to make room under the limit, buffers of the least recently
+/// used other lengths are freed first, and if that is not enough this one is.
 pub(crate) fn give(v: Vec<f32>) {
     let len = v.len();
     if len < MIN_POOLED_ELEMENTS || v.capacity() != len {
         return;
     }
     let bytes = bytes_of(len);
-    let limit = limit().load(Ordering::Relaxed);
-    let mut free = free_lists();
-    if CACHED.load(Ordering::Relaxed) + bytes > limit {
+    let mut p = pool();
+    if !p.evict_for(bytes, Some(len)) {
         return;
     }
-    CACHED.fetch_add(bytes, Ordering::Relaxed);
-    free.entry(len).or_default().push(v);
+    let now = p.tick();
+    p.cached_bytes += bytes;
+    let bucket = p.buckets.entry(len).or_insert(Bucket {
+        buffers: Vec::new(),
+        last_use: now,
+    });
+    bucket.last_use = now;
+    bucket.buffers.push(v);
 }
 
 /// Bytes held by the pool: freed tensor buffers kept for reuse, owned by no tensor.
 pub fn cached_bytes() -> usize {
-    CACHED.load(Ordering::Relaxed)
+    pool().cached_bytes
 }
 
 /// Frees every cached buffer (like `torch.cuda.empty_cache()`); returns the bytes released.
 pub fn release_cached_buffers() -> usize {
-    let drained = std::mem::take(&mut *free_lists());
-    let bytes: usize = drained
-        .iter()
-        .map(|(len, list)| bytes_of(*len) * list.len())
-        .sum();
-    CACHED.fetch_sub(bytes, Ordering::Relaxed);
+    let mut p = pool();
+    let bytes = p.cached_bytes;
+    p.buckets.clear();
+    p.cached_bytes = 0;
     bytes
 }
 
-/// Sets the most bytes the pool may hold (`0` disables pooling) and releases buffers beyond it.
+/// Sets the most bytes the pool may hold (`0` disables pooling) and frees cached buffers, least
+/// recently used lengths first, until it holds no more than that.
 pub fn set_limit_bytes(bytes: usize) {
-    limit().store(bytes, Ordering::Relaxed);
-    if cached_bytes() > bytes {
-        release_cached_buffers();
-    }
+    let mut p = pool();
+    p.limit = Some(bytes);
+    p.evict_for(0, None);
 }
 
 /// The pool's current limit in bytes.
 pub fn limit_bytes() -> usize {
-    limit().load(Ordering::Relaxed)
+    pool().limit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_values() {
+        assert_eq!(parse_limit(None), Some(1024 << 20));
+        assert_eq!(parse_limit(Some("0")), Some(0));
+        assert_eq!(parse_limit(Some(" 64 ")), Some(64 << 20));
+        for bad in ["off", "-1", "512MiB", "", "1.5"] {
+            assert_eq!(parse_limit(Some(bad)), None, "{bad:?}");
+        }
+    }
 }

@@ -53,7 +53,32 @@ fn freed_buffers_are_reused_counted_apart_bounded_and_released() {
     ));
     assert_eq!(pool::cached_bytes(), 4 * n);
 
-    // The limit bounds the pool; lowering it releases what is beyond it.
+    // Over the limit, the least recently used other length makes room.
+    pool::release_cached_buffers();
+    pool::set_limit_bytes(2 * 4 * n + 64);
+    drop(Tensor::zeros([n], MemoryCategory::Activation));
+    drop(Tensor::zeros([n], MemoryCategory::Activation));
+    assert_eq!(pool::cached_bytes(), 2 * 4 * n);
+    drop(Tensor::zeros([n + 1], MemoryCategory::Activation));
+    assert_eq!(
+        pool::cached_bytes(),
+        4 * n + 4 * (n + 1),
+        "one buffer of the older length was evicted to make room"
+    );
+    // Lowering the limit frees buffers until the pool fits, least recently used first.
+    pool::set_limit_bytes(4 * (n + 1));
+    assert_eq!(
+        pool::cached_bytes(),
+        4 * (n + 1),
+        "the older length went first"
+    );
+    assert_eq!(pool::take(n + 1).len(), n + 1);
+    assert_eq!(pool::cached_bytes(), 0);
+    pool::release_cached_buffers();
+    pool::set_limit_bytes(64 << 20);
+    drop(Tensor::zeros([n], MemoryCategory::Activation));
+
+    // The limit bounds the pool: a buffer that cannot fit even after evicting is freed.
     pool::set_limit_bytes(4 * n + 4 * n / 2);
     drop(Tensor::zeros([n], MemoryCategory::Activation));
     assert_eq!(

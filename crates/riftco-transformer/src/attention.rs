@@ -97,6 +97,13 @@ pub fn flash_attention_with_layout(
         seq_k: kd[s_ax],
         d_head: qd[3],
     };
+    if dims.d_head == 0 {
+        return Err(TensorError::InvalidArgument {
+            op: "flash_attention",
+            message: format!("d_head is 0 (q shape {qd:?}); attention needs d_head >= 1"),
+        }
+        .into());
+    }
     if causal && dims.seq_q > dims.seq_k {
         return Err(TensorError::InvalidArgument {
             op: "flash_attention",

@@ -37,7 +37,7 @@ pub fn add_graph_only(a: &Variable, b: &Variable) -> Result<Variable> {
 
 fn add_impl(a: &Variable, b: &Variable, evaluate: bool) -> Result<Variable> {
     same_shape("add", a, b)?;
-    let out = if evaluate_value(evaluate) {
+    let out = if evaluate_value(evaluate, &[a, b]) {
         let mut out = buf(a.value().numel());
         k::add(&a.value().read(), &b.value().read(), &mut out);
         out
@@ -98,7 +98,7 @@ pub fn scale_graph_only(x: &Variable, alpha: f32) -> Result<Variable> {
 }
 
 fn scale_impl(x: &Variable, alpha: f32, evaluate: bool) -> Result<Variable> {
-    let out = if evaluate_value(evaluate) {
+    let out = if evaluate_value(evaluate, &[x]) {
         let mut out = buf(x.value().numel());
         k::scale(&x.value().read(), alpha, &mut out);
         out

@@ -47,8 +47,9 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
         }
         .into());
     }
-    let m = x.value().numel() / in_f.max(1);
-    let out = if evaluate_value(evaluate) {
+    // Rows: the product of x's leading dimensions (not numel / in, which is 0 when in is 0).
+    let m: usize = xd[..xd.len() - 1].iter().product();
+    let out = if evaluate_value(evaluate, &[x, w]) {
         let mut out = buf(m * out_f);
         gemm(
             MatmulSpec::new(m, in_f, out_f).trans_b(true),

@@ -10,7 +10,8 @@
 //! nothing but that output, and whose VJPs read only their inputs, need not be evaluated (in a
 //! transformer block, the MLP down projection and the residual add: about a fifth of the
 //! block's forward FLOPs). Use them only where no forward op and no VJP reads the value. When
-//! no graph is recorded (grad mode off), they compute the value like the plain op.
+//! no gradient can flow through the node (grad mode off, or no input requires grad), they
+//! compute the value like the plain op.
 
 pub mod elementwise;
 pub mod embedding;
@@ -30,6 +31,7 @@ pub use rope::rope;
 pub use shape::{reshape, swap_axes_1_2};
 pub use softmax::{causal_softmax, softmax};
 
+use crate::variable::Variable;
 use riftco_tensor::{MemoryCategory, Shape, Tensor};
 
 /// A forward result (activation category).
@@ -49,10 +51,10 @@ pub(crate) fn buf(n: usize) -> Vec<f32> {
 }
 
 /// Whether an op asked to skip its forward kernel (`evaluate == false`) must still compute its
-/// value: it must when grad mode is off, because then no graph is recorded and the value is all
-/// the caller gets.
-pub(crate) fn evaluate_value(evaluate: bool) -> bool {
-    evaluate || !crate::grad_mode::is_grad_enabled()
+/// value: it must when no gradient will flow through the node — grad mode off (no graph is
+/// recorded) or no input requiring grad — because then the value is all the caller gets.
+pub(crate) fn evaluate_value(evaluate: bool, inputs: &[&Variable]) -> bool {
+    evaluate || !crate::grad_mode::is_grad_enabled() || !inputs.iter().any(|v| v.requires_grad())
 }
 
 /// A zero-filled buffer of `n` elements, for kernels that accumulate into their output.
