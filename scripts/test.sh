@@ -26,6 +26,9 @@ fi
 step "cargo test --workspace --doc"
 cargo test --workspace --doc
 
+step "cargo doc --workspace --no-deps (warnings are errors: broken intra-doc links)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
 step "cargo bench --workspace --no-run"
 cargo bench --workspace --no-run
 
