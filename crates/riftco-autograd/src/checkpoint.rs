@@ -116,7 +116,7 @@ where
 {
     catch_unwind(AssertUnwindSafe(|| f(x, pass))).map_err(|payload| AutogradError::Panic {
         during: "checkpoint callable",
-        message: panic_message(payload),
+        message: panic_message(&*payload),
     })?
 }
 

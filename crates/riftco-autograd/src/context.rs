@@ -163,7 +163,7 @@ fn run(root: &Variable, seed: Tensor, mut pending: HashMap<u64, usize>) -> Resul
             }))
             .map_err(|payload| AutogradError::Panic {
                 during: op.name,
-                message: panic_message(payload),
+                message: panic_message(&*payload),
             })??,
         };
         if grads.len() != op.parents.len() {
@@ -228,7 +228,9 @@ fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) {
     }
 }
 
-pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+/// The message of a caught panic payload (`&str` or `String`), for turning panics into errors
+/// at every boundary (VJPs, checkpoint callables, the C ABI, the Python module).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -22,7 +22,7 @@ pub mod stats;
 pub mod variable;
 
 pub use checkpoint::{checkpoint, checkpoint_with_name, checkpoint_with_pass, CheckpointPass};
-pub use context::GradientContext;
+pub use context::{panic_message, GradientContext};
 pub use error::{AutogradError, CheckpointError, Result};
 pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
 pub use stats::GraphStatistics;

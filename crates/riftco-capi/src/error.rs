@@ -156,16 +156,6 @@ fn set_last_error(message: String) {
     });
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
-}
-
 /// Runs an export body: errors become their status and the last-error message (prefixed with
 /// the function name); a panic becomes `RT_ERROR_PANIC`.
 pub(crate) fn guard(function: &'static str, body: impl FnOnce() -> Result<()>) -> rt_status {
@@ -176,7 +166,7 @@ pub(crate) fn guard(function: &'static str, body: impl FnOnce() -> Result<()>) -
             e.status
         }
         Err(payload) => {
-            let message = panic_message(payload.as_ref());
+            let message = riftco_autograd::panic_message(payload.as_ref());
             // Dropping the payload can itself panic; keep that inside the boundary too.
             let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
             set_last_error(format!("{function}: panic: {message}"));

@@ -9,7 +9,6 @@
 //! Every compute entry point runs through [`compute`], which releases the GIL and turns a Rust
 //! panic into `RiftcoError` instead of letting it cross into Python.
 
-use std::any::Any;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -302,16 +301,6 @@ pub(crate) fn transformer_err(e: TransformerError) -> PyErr {
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".into()
-    }
-}
-
 /// Runs `f` with the GIL released, turning a panic into `RiftcoError` and a Rust error into its
 /// Python exception (after re-attaching).
 pub(crate) fn compute<T, E>(py: Python<'_>, f: impl FnOnce() -> Result<T, E> + Send) -> PyResult<T>
@@ -323,7 +312,7 @@ where
     match out {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(e.into().into()),
-        Err(payload) => Err(Error::Panic(panic_message(&*payload)).into()),
+        Err(payload) => Err(Error::Panic(riftco_autograd::panic_message(&*payload)).into()),
     }
 }
 
@@ -332,6 +321,6 @@ where
 pub(crate) fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(payload) => Err(Error::Panic(panic_message(&*payload)).into()),
+        Err(payload) => Err(Error::Panic(riftco_autograd::panic_message(&*payload)).into()),
     }
 }

@@ -8,25 +8,13 @@
 
 use crate::error::Result;
 use crate::policy::FullSequenceAttentionKind;
+use riftco_autograd::ops::{activation, buf, gradient};
 use riftco_autograd::{ops, Variable};
 pub use riftco_kernels::attention::AttentionLayout;
 use riftco_kernels::attention::{
     flash_attention_backward_with_layout, flash_attention_forward_with_layout, AttentionDims,
 };
-use riftco_tensor::{MemoryCategory, Shape, Tensor, TensorError};
-
-/// A buffer the kernel overwrites completely (see `riftco_tensor::pool::take`).
-fn buf(n: usize) -> Vec<f32> {
-    riftco_tensor::pool::take(n)
-}
-
-fn activation(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
-    Tensor::from_vec_unchecked(data, shape.into(), MemoryCategory::Activation)
-}
-
-fn gradient(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
-    Tensor::from_vec_unchecked(data, shape.into(), MemoryCategory::Gradient)
-}
+use riftco_tensor::{MemoryCategory, Tensor, TensorError};
 
 /// `softmax(scale · Q·Kᵀ [+ causal mask]) · V` for `q [batch, heads, seq_q, d_head]` and
 /// `k, v [batch, heads, seq_k, d_head]`. With `causal`, query `i` sees keys

@@ -34,19 +34,20 @@ pub use softmax::{causal_softmax, softmax};
 use crate::variable::Variable;
 use riftco_tensor::{MemoryCategory, Shape, Tensor};
 
-/// A forward result (activation category).
-pub(crate) fn activation(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
+/// A forward result (activation category). Public, with [`gradient`] and [`buf`], for ops
+/// defined in other crates (the transformer's flash attention).
+pub fn activation(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
     Tensor::from_vec_unchecked(data, shape.into(), MemoryCategory::Activation)
 }
 
 /// A gradient produced by a VJP (gradient category).
-pub(crate) fn gradient(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
+pub fn gradient(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
     Tensor::from_vec_unchecked(data, shape.into(), MemoryCategory::Gradient)
 }
 
 /// A buffer of `n` elements for a kernel that overwrites every element (contents unspecified
 /// until then; reused from [`riftco_tensor::pool`] when possible).
-pub(crate) fn buf(n: usize) -> Vec<f32> {
+pub fn buf(n: usize) -> Vec<f32> {
     riftco_tensor::pool::take(n)
 }
 
