@@ -219,11 +219,20 @@ fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) {
             );
         }
         Some(slot) => {
-            if !slot.owned && !slot.grad.is_exclusive() {
-                slot.grad = slot.grad.deep_clone(MemoryCategory::Gradient);
+            if slot.owned || slot.grad.is_exclusive() {
+                riftco_kernels::elementwise::add_assign(&mut slot.grad.write(), &g.read());
+            } else {
+                // The first gradient may alias another one: sum out of place (one pass) into a
+                // buffer of the context's own.
+                let mut sum = riftco_tensor::pool::take(g.numel());
+                riftco_kernels::elementwise::add(&slot.grad.read(), &g.read(), &mut sum);
+                slot.grad = Tensor::from_vec_unchecked(
+                    sum,
+                    slot.grad.shape().clone(),
+                    MemoryCategory::Gradient,
+                );
             }
             slot.owned = true;
-            riftco_kernels::elementwise::add_assign(&mut slot.grad.write(), &g.read());
         }
     }
 }

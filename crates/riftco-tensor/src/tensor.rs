@@ -243,7 +243,10 @@ impl Tensor {
 
     /// An independent copy with its own storage (version 0) in `category`.
     pub fn deep_clone(&self, category: MemoryCategory) -> Self {
-        Self::from_vec_unchecked(self.to_vec(), self.shape.clone(), category)
+        // A pooled buffer: a fresh allocation of this size would page-fault on every copy.
+        let mut data = crate::pool::take(self.numel());
+        data.copy_from_slice(&self.read());
+        Self::from_vec_unchecked(data, self.shape.clone(), category)
     }
 
     /// Overwrites the elements with `src` (same element count); bumps the version.

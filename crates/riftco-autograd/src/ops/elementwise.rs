@@ -1,6 +1,6 @@
 //! Element-wise primitives: add, mul, scale, SiLU, SwiGLU, sum.
 
-use super::{activation, buf, evaluate_value, gradient, zeroed};
+use super::{activation, buf, evaluate_value, gradient};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_kernels::elementwise as k;
@@ -27,7 +27,7 @@ pub fn add(a: &Variable, b: &Variable) -> Result<Variable> {
 }
 
 /// [`add`] recorded for its VJP only (see the
-/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is zeros, not `a + b`.
+/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is unspecified (NaN in debug builds), not `a + b`.
 ///
 /// # Errors
 /// Shape mismatch.
@@ -42,7 +42,8 @@ fn add_impl(a: &Variable, b: &Variable, evaluate: bool) -> Result<Variable> {
         k::add(&a.value().read(), &b.value().read(), &mut out);
         out
     } else {
-        zeroed(a.value().numel())
+        // Never read (graph-only): an unfilled pooled buffer, not zeroed.
+        buf(a.value().numel())
     };
     let value = activation(out, a.value().shape().clone());
     Ok(Variable::from_op(
@@ -92,7 +93,7 @@ pub fn scale(x: &Variable, alpha: f32) -> Result<Variable> {
 }
 
 /// [`scale`] recorded for its VJP only (see the
-/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is zeros, not `alpha · x`.
+/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is unspecified (NaN in debug builds), not `alpha · x`.
 pub fn scale_graph_only(x: &Variable, alpha: f32) -> Result<Variable> {
     scale_impl(x, alpha, false)
 }
@@ -103,7 +104,8 @@ fn scale_impl(x: &Variable, alpha: f32, evaluate: bool) -> Result<Variable> {
         k::scale(&x.value().read(), alpha, &mut out);
         out
     } else {
-        zeroed(x.value().numel())
+        // Never read (graph-only): an unfilled pooled buffer, not zeroed.
+        buf(x.value().numel())
     };
     let value = activation(out, x.value().shape().clone());
     Ok(Variable::from_op(

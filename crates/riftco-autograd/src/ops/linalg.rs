@@ -1,6 +1,6 @@
 //! Matrix products: `linear` (x·Wᵀ, Hugging Face weight layout), 2-D `matmul`, batched `bmm`.
 
-use super::{activation, buf, evaluate_value, gradient, zeroed};
+use super::{activation, buf, evaluate_value, gradient};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_kernels::{batched_matmul, matmul as gemm, MatmulSpec};
@@ -18,7 +18,7 @@ pub fn linear(x: &Variable, w: &Variable) -> Result<Variable> {
 }
 
 /// [`linear`] recorded for its VJP only (see the
-/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is zeros, not `x · Wᵀ`; the VJP is `linear`'s (it reads `x` and
+/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is unspecified (NaN in debug builds), not `x · Wᵀ`; the VJP is `linear`'s (it reads `x` and
 /// `W`, never the output).
 ///
 /// # Errors
@@ -59,7 +59,8 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
         );
         out
     } else {
-        zeroed(m * out_f)
+        // Never read (graph-only): an unfilled pooled buffer, not zeroed.
+        buf(m * out_f)
     };
     let mut shape = xd.to_vec();
     *shape.last_mut().unwrap() = out_f;
