@@ -35,6 +35,8 @@ fn process_cpu_s() -> f64 {
 struct Row {
     attn: Attn,
     ck: Ck,
+    /// Step times in run order (paired step by step with the other policy's).
+    times: Vec<f64>,
     step_s: f64,
     min_step_s: f64,
     cpu_s: f64,
@@ -110,6 +112,7 @@ impl Runner {
         Row {
             attn: self.attn,
             ck: self.ck,
+            times: self.times.clone(),
             step_s: median,
             min_step_s: times[0],
             cpu_s: self.cpu.iter().sum::<f64>() / self.cpu.len() as f64,
@@ -118,6 +121,40 @@ impl Runner {
             retained_activation_bytes: self.retained,
         }
     }
+}
+
+/// Median of a non-empty list.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Multiply-adds of one training step by op count: (forward, backward, replay of every block).
+/// Linear layers cost `tokens·in·out` forward and twice that backward (input and weight
+/// gradients). Attention counts the exact causal pairs, `T(T+1)/2` per head, for `QKᵀ` and `PV`;
+/// its backward has 4 such products, 5 for flash attention, which recomputes `QKᵀ`. The block
+/// replay redoes the block's forward except the MLP down projection (recorded graph-only).
+/// Element-wise ops are left out (memory-bound, a few per cent of the FLOPs).
+fn flop_model(cfg: &TransformerConfig, attn: Attn, batch: usize, seq: usize) -> (f64, f64, f64) {
+    let (d, f, v, l) = (
+        cfg.d_model as f64,
+        cfg.d_ff as f64,
+        cfg.vocab_size as f64,
+        cfg.n_layers as f64,
+    );
+    let (n, b, t) = ((batch * seq) as f64, batch as f64, seq as f64);
+    let linear = n * (4.0 * d * d + 3.0 * d * f);
+    let down = n * d * f;
+    let attention = b * d * t * (t + 1.0);
+    let attention_bwd = match attn {
+        Attn::Flash => 2.5 * attention,
+        _ => 2.0 * attention,
+    };
+    let head = n * d * v;
+    let forward = l * (linear + attention) + head;
+    let backward = l * (2.0 * linear + attention_bwd) + 2.0 * head;
+    let replay = l * (linear - down + attention);
+    (forward, backward, replay)
 }
 
 fn main() {
@@ -196,14 +233,34 @@ fn main() {
         let (Some(d), Some(b)) = (find(Ck::Disabled), find(Ck::TransformerBlock)) else {
             continue;
         };
+        let paired = median(b.times.iter().zip(&d.times).map(|(b, d)| b / d).collect());
         println!(
-            "{}: recompute overhead block/disabled = {:.3}x median step time ({:.3}x fastest step, {:.3}x CPU time); retained activations block/disabled = {:.3}; peak activations block/disabled = {:.3}",
+            "{}: recompute overhead block/disabled = {:.3}x median step time ({:.3}x median of step pairs, {:.3}x fastest step, {} CPU time); retained activations block/disabled = {:.3}; peak activations block/disabled = {:.3}",
             attn.name(),
             b.step_s / d.step_s,
+            paired,
             b.min_step_s / d.min_step_s,
-            b.cpu_s / d.cpu_s,
+            if d.cpu_s > 0.0 {
+                format!("{:.3}x", b.cpu_s / d.cpu_s)
+            } else {
+                "no measurable".to_string()
+            },
             b.retained_activation_bytes as f64 / d.retained_activation_bytes as f64,
             b.peak_activation_bytes as f64 / d.peak_activation_bytes as f64,
+        );
+    }
+    for attn in [Attn::Materialized, Attn::Flash] {
+        if !rows.iter().any(|r| r.attn == attn) {
+            continue;
+        }
+        let (f, b, r) = flop_model(&config, attn, batch, seq);
+        println!(
+            "{}: op-count model: forward {:.2} G, backward {:.2} G, block replays {:.2} G multiply-adds; block/disabled = 1 + replay/(forward + backward) = {:.3}x if all three ran at the same rate",
+            attn.name(),
+            f * 1e-9,
+            b * 1e-9,
+            r * 1e-9,
+            1.0 + r / (f + b)
         );
     }
     let best = rows.iter().map(|r| r.step_s).fold(f64::INFINITY, f64::min);
