@@ -27,7 +27,11 @@ fn add_mul_scale() {
     );
     gradcheck(|v| ops::scale(&v[0], -1.7), &[a.clone()], &[true]);
     // A variable used twice: contributions add.
-    gradcheck(|v| ops::mul(&v[0], &v[0]), &[a], &[true]);
+    gradcheck(|v| ops::mul(&v[0], &v[0]), &[a.clone()], &[true]);
+    // `x + x`: add's VJP hands the same gradient tensor to both uses (the two contributions
+    // share storage), and mixed with a third, distinct contribution.
+    gradcheck(|v| ops::add(&v[0], &v[0]), &[a.clone()], &[true]);
+    gradcheck(|v| ops::mul(&ops::add(&v[0], &v[0])?, &v[0]), &[a], &[true]);
 }
 
 #[test]

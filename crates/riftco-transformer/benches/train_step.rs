@@ -131,8 +131,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Multiply-adds of one training step by op count: (forward, backward, replay of every block).
 /// Linear layers cost `tokens·in·out` forward and twice that backward (input and weight
-/// gradients). Attention counts the exact causal pairs, `T(T+1)/2` per head, for `QKᵀ` and `PV`;
-/// its backward has 4 such products, 5 for flash attention, which recomputes `QKᵀ`. The block
+/// gradients). Attention has two products, `QKᵀ` and `PV`: flash attention computes only the
+/// allowed causal pairs, `T(T+1)/2` per head, materialized attention the full `T²`; its backward
+/// has 4 such products, 5 for flash attention, which recomputes `QKᵀ`. The block
 /// replay redoes the block's forward except the MLP down projection (recorded graph-only).
 /// Element-wise ops are left out (memory-bound, a few per cent of the FLOPs).
 fn flop_model(cfg: &TransformerConfig, attn: Attn, batch: usize, seq: usize) -> (f64, f64, f64) {
@@ -145,10 +146,9 @@ fn flop_model(cfg: &TransformerConfig, attn: Attn, batch: usize, seq: usize) -> 
     let (n, b, t) = ((batch * seq) as f64, batch as f64, seq as f64);
     let linear = n * (4.0 * d * d + 3.0 * d * f);
     let down = n * d * f;
-    let attention = b * d * t * (t + 1.0);
-    let attention_bwd = match attn {
-        Attn::Flash => 2.5 * attention,
-        _ => 2.0 * attention,
+    let (attention, attention_bwd) = match attn {
+        Attn::Flash => (b * d * t * (t + 1.0), 2.5 * b * d * t * (t + 1.0)),
+        _ => (2.0 * b * d * t * t, 4.0 * b * d * t * t),
     };
     let head = n * d * v;
     let forward = l * (linear + attention) + head;

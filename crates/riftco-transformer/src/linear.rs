@@ -87,7 +87,7 @@ impl Linear {
     /// [`Linear::forward`] recorded for the VJP only, for the tail of a checkpoint replay whose
     /// output value nothing reads (see `riftco_autograd::ops`, "Graph-only variants"): the base
     /// product, the adapter's up projection, its scaling and the sum are not evaluated (their
-    /// value is zeros); the adapter's down projection `x·Aᵀ` is, because the VJP of the up
+    /// values are unspecified); the adapter's down projection `x·Aᵀ` is, because the VJP of the up
     /// projection reads it.
     ///
     /// # Errors
