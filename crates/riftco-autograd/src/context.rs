@@ -221,22 +221,16 @@ fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) {
         Some(slot) => {
             if slot.owned || slot.grad.is_exclusive() {
                 riftco_kernels::elementwise::add_assign(&mut slot.grad.write(), &g.read());
-            } else if g.same_storage(&slot.grad) {
-                // `x + x`: both gradients are one tensor; read it once (one lock) and double it.
-                let mut sum = riftco_tensor::pool::take(g.numel());
-                riftco_kernels::elementwise::scale(&g.read(), 2.0, &mut sum);
-                slot.grad =
-                    Tensor::from_vec_unchecked(sum, g.shape().clone(), MemoryCategory::Gradient);
             } else {
-                // The first gradient may alias another one: sum out of place (one pass) into a
-                // buffer of the context's own.
+                // The first gradient may alias another tensor: sum out of place (one pass) into a
+                // buffer of the context's own. `x + x` hands over one tensor twice: read it once.
                 let mut sum = riftco_tensor::pool::take(g.numel());
-                riftco_kernels::elementwise::add(&slot.grad.read(), &g.read(), &mut sum);
-                slot.grad = Tensor::from_vec_unchecked(
-                    sum,
-                    slot.grad.shape().clone(),
-                    MemoryCategory::Gradient,
-                );
+                if g.same_storage(&slot.grad) {
+                    riftco_kernels::elementwise::scale(&g.read(), 2.0, &mut sum);
+                } else {
+                    riftco_kernels::elementwise::add(&slot.grad.read(), &g.read(), &mut sum);
+                }
+                slot.grad = crate::ops::gradient(sum, g.shape().clone());
             }
             slot.owned = true;
         }

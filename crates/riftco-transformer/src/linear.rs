@@ -73,15 +73,7 @@ impl Linear {
     /// # Errors
     /// Shape mismatch on `x`'s last axis.
     pub fn forward(&self, x: &Variable) -> Result<Variable> {
-        let y = ops::linear(x, &self.weight)?;
-        match (&self.lora, self.lora_active) {
-            (Some(l), true) => {
-                let down = ops::linear(x, &l.a)?;
-                let up = ops::linear(&down, &l.b)?;
-                Ok(ops::add(&y, &ops::scale(&up, l.scale)?)?)
-            }
-            _ => Ok(y),
-        }
+        self.forward_impl(x, true)
     }
 
     /// [`Linear::forward`] recorded for the VJP only, for the tail of a checkpoint replay whose
@@ -93,15 +85,29 @@ impl Linear {
     /// # Errors
     /// Shape mismatch on `x`'s last axis.
     pub fn forward_graph_only(&self, x: &Variable) -> Result<Variable> {
-        let y = ops::linear_graph_only(x, &self.weight)?;
+        self.forward_impl(x, false)
+    }
+
+    /// `y = x·Wᵀ (+ scale·(x·Aᵀ)·Bᵀ)`, with the plain ops when `evaluate`, else their graph-only
+    /// variants (except `x·Aᵀ`, always evaluated).
+    fn forward_impl(&self, x: &Variable, evaluate: bool) -> Result<Variable> {
+        type Binary = fn(&Variable, &Variable) -> riftco_autograd::Result<Variable>;
+        type Scale = fn(&Variable, f32) -> riftco_autograd::Result<Variable>;
+        let (linear, add, scale): (Binary, Binary, Scale) = if evaluate {
+            (ops::linear, ops::add, ops::scale)
+        } else {
+            (
+                ops::linear_graph_only,
+                ops::add_graph_only,
+                ops::scale_graph_only,
+            )
+        };
+        let y = linear(x, &self.weight)?;
         match (&self.lora, self.lora_active) {
             (Some(l), true) => {
                 let down = ops::linear(x, &l.a)?;
-                let up = ops::linear_graph_only(&down, &l.b)?;
-                Ok(ops::add_graph_only(
-                    &y,
-                    &ops::scale_graph_only(&up, l.scale)?,
-                )?)
+                let up = linear(&down, &l.b)?;
+                Ok(add(&y, &scale(&up, l.scale)?)?)
             }
             _ => Ok(y),
         }

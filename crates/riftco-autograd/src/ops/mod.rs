@@ -4,8 +4,8 @@
 //! # Graph-only variants
 //! [`linear_graph_only`], [`add_graph_only`] and [`scale_graph_only`] record the same node and
 //! VJP as their plain op but skip the forward kernel: the node's value has the right shape but
-//! unspecified contents (a pooled buffer left unfilled; NaN in debug builds). They exist for the tail of a checkpoint replay
-//! ([`crate::checkpoint::CheckpointPass::Replay`]): there only the recorded graph is
+//! unspecified contents (a pooled buffer left unfilled; NaN in debug builds). They exist for the
+//! tail of a checkpoint replay ([`crate::checkpoint::CheckpointPass::Replay`]): there only the recorded graph is
 //! differentiated and the callable's returned value is never read, so ops whose value feeds
 //! nothing but that output, and whose VJPs read only their inputs, need not be evaluated (in a
 //! transformer block, the MLP down projection and the residual add: about a fifth of the
