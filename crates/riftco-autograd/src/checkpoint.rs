@@ -1,5 +1,5 @@
-//! Activation checkpointing: the replay primitive of seed 000 ("The checkpointed graph",
-//! "Replay contract"), after Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost".
+//! Activation checkpointing: the replay primitive (forward keeps only the boundary; backward
+//! replays the callable in a nested gradient context), after Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost".
 //!
 //! Forward: evaluate the callable normally on a fresh leaf holding the input's value, verify its
 //! graph against the declared boundary, keep the output value, discard the internal graph, and

@@ -3,7 +3,7 @@
 use riftco_tensor::TensorError;
 use std::sync::Arc;
 
-/// Why a [`crate::checkpoint()`] call or its replay was rejected (seed 000, "Replay contract").
+/// Why a [`crate::checkpoint()`] call or its replay was rejected (the replay contract).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CheckpointError {
     /// A dependency is listed twice.

@@ -112,8 +112,7 @@ typedef uint32_t rt_status;
 #endif // __cplusplus
 
 /**
- * Activation-checkpointing policy of later training forwards (seed 000, "Public model
- * policy"). Passed as `uint32_t`; not part of `rt_transformer_config` nor of saved state.
+ * Activation-checkpointing policy of later training forwards. Passed as `uint32_t`; not part of `rt_transformer_config` nor of saved state.
  */
 enum rt_activation_checkpointing
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L

@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.0 (seed 000, "C ABI"; DESIGN.md "C ABI").
+//! The riftco C ABI 2.0.
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -53,8 +53,7 @@ pub unsafe extern "C" fn rt_abi_version(major: *mut u32, minor: *mut u32) -> rt_
     })
 }
 
-/// Activation-checkpointing policy of later training forwards (seed 000, "Public model
-/// policy"). Passed as `uint32_t`; not part of `rt_transformer_config` nor of saved state.
+/// Activation-checkpointing policy of later training forwards. Passed as `uint32_t`; not part of `rt_transformer_config` nor of saved state.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum rt_activation_checkpointing {

@@ -1,4 +1,4 @@
-//! `checkpoint(fn, x, dependencies)`: the activation-checkpointing primitive of seed 000 with a
+//! `checkpoint(fn, x, dependencies)`: the activation-checkpointing primitive with a
 //! Python callable.
 
 use pyo3::prelude::*;

@@ -60,8 +60,8 @@ impl Layer {
     }
 
     /// Every leaf the block's forward reads: all base parameters plus every active LoRA
-    /// parameter. These are the checkpoint dependencies (seed 000: "LoRA replay dependencies
-    /// include both all base parameters used by the block and every active adapter parameter").
+    /// parameter. These are the checkpoint dependencies: a replay
+    /// reads all base parameters of the block and every active adapter parameter.
     pub fn forward_leaves(&self) -> Vec<Variable> {
         let mut v = vec![self.attn_norm.clone(), self.mlp_norm.clone()];
         for (_, l) in self.linears() {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 /// Sizes and numerics of a LLaMA-style decoder-only transformer.
 ///
 /// Persisted as JSON beside the model state. The activation-checkpointing policy is deliberately
-/// not part of it (seed 000, "C ABI"): it changes how a training graph retains activations, not
+/// not part of it: it changes how a training graph retains activations, not
 /// the architecture.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TransformerConfig {

@@ -1,7 +1,7 @@
 //! Incremental decoding with a per-layer K/V cache.
 //!
 //! A session computes one token at a time with plain kernels: it builds no graph and is never
-//! checkpointed (it mutates its cache, so it is not replay-safe; seed 000). It shares the
+//! checkpointed (it mutates its cache, so it is not replay-safe). It shares the
 //! model's weights, so it stays valid when the model handle is dropped, and it reads them at each
 //! step, so training between decode steps is visible to later tokens while the cache of earlier
 //! positions is left untouched.

@@ -1,4 +1,4 @@
-//! A LLaMA-style decoder-only transformer with activation checkpointing (seed 000).
+//! A LLaMA-style decoder-only transformer with activation checkpointing.
 //!
 //! - [`DecoderOnlyTransformer`]: materialized or flash attention
 //!   ([`FullSequenceAttentionKind`]), activation-checkpointing policy

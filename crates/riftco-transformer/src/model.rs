@@ -1,4 +1,4 @@
-//! The decoder-only transformer (seed 000, DESIGN.md "Numerics"): token embedding →
+//! The decoder-only transformer (LLaMA layout): token embedding →
 //! L × block → RMSNorm → LM head, with a selectable attention kind and activation-checkpointing
 //! policy.
 
@@ -298,7 +298,7 @@ impl DecoderOnlyTransformer {
     }
 
     /// Mean next-token cross-entropy of a token block `[batch, seq + 1]`: inputs are
-    /// `block[:, :-1]`, targets `block[:, 1:]` (DESIGN.md, "Loss"). A scalar Variable.
+    /// `block[:, :-1]`, targets `block[:, 1:]`. A scalar Variable.
     ///
     /// # Errors
     /// [`TransformerError::Tokens`] for a bad block (`seq_plus_one < 2`, length, ids).

@@ -70,7 +70,7 @@ impl fmt::Display for FullSequenceAttentionKind {
     }
 }
 
-/// Which activations a training forward pass retains (seed 000, "Public model policy").
+/// Which activations a training forward pass retains.
 ///
 /// Not part of the model state: it changes how a future training graph retains activations,
 /// not the architecture or weights. Built to grow (multi-block segments come later).

@@ -1,4 +1,4 @@
-//! Model state and LoRA adapters as safetensors (DESIGN.md, "Persistence").
+//! Model state and LoRA adapters as safetensors.
 //!
 //! - [`save_model`] / [`load_model`] / [`load_weights_into`]: every base parameter under its
 //!   Hugging Face Llama name (`model.layers.{i}.self_attn.q_proj.weight`, ...), f32, Linear
