@@ -194,12 +194,13 @@ fn softmax(py: Python<'_>, x: PyRef<'_, PyVariable>) -> PyResult<PyVariable> {
 /// Args:
 ///     x: Variable ``[..., d]``.
 ///     weight: Variable ``[d]``.
-///     eps: added to the mean square (default 1e-5).
+///     eps: added to the mean square (default 1e-5); as a float32 it must be finite and > 0.
 ///
 /// Returns:
 ///     Variable: ``[..., d]``.
 ///
 /// Raises:
+///     ConfigError: when ``eps`` (as a float32) is NaN, infinite, zero or negative.
 ///     ShapeError: when ``weight`` is not ``[d]``.
 #[pyfunction]
 #[pyo3(signature = (x, weight, eps = 1e-5))]

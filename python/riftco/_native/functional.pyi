@@ -47,7 +47,10 @@ def softmax(x: Variable) -> Variable:
     """Softmax over the last axis."""
 
 def rms_norm(x: Variable, weight: Variable, eps: float = 1e-5) -> Variable:
-    """``x / sqrt(mean(x**2, -1) + eps) * weight`` with ``x [..., d]``, ``weight [d]``."""
+    """``x / sqrt(mean(x**2, -1) + eps) * weight`` with ``x [..., d]``, ``weight [d]``.
+
+    Raises ``ConfigError`` unless ``eps`` (as a float32) is finite and > 0.
+    """
 
 def sum(x: Variable) -> Variable:
     """Sum of all elements, a one-element scalar."""

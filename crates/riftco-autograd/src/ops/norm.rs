@@ -10,8 +10,17 @@ use riftco_tensor::{MemoryCategory, Tensor, TensorError};
 /// The per-row reciprocal RMS is saved for the VJP.
 ///
 /// # Errors
-/// Shape mismatch when `weight` is not `[d]`.
+/// [`TensorError::InvalidArgument`] when `eps` is not finite and `> 0` (a NaN `eps` would make
+/// every output NaN, a negative one can divide by zero); shape mismatch when `weight` is not
+/// `[d]`.
 pub fn rms_norm(x: &Variable, weight: &Variable, eps: f32) -> Result<Variable> {
+    if !(eps.is_finite() && eps > 0.0) {
+        return Err(TensorError::InvalidArgument {
+            op: "rms_norm",
+            message: format!("eps must be finite and > 0; got {eps:?}"),
+        }
+        .into());
+    }
     let d = x.dims().last().copied().unwrap_or(0);
     if weight.dims() != [d] || d == 0 {
         return Err(TensorError::ShapeMismatch {
