@@ -232,27 +232,58 @@ def load_corpus(
 class BatchSampler:
     """Deterministic ``[batch_size, seq_len + 1]`` windows of a token array.
 
-    Window starts are drawn uniformly from ``numpy.random.default_rng(seed)``; the same
+    ``tokens`` is any 1-D integer array-like (a NumPy array of any integer dtype, ``bytes``, a
+    list of ints; read with ``numpy.asarray``, not copied when already an array). Window starts
+    are drawn uniformly from ``numpy.random.default_rng(seed)``; the same
     ``(tokens, batch_size, seq_len, seed)`` gives the same sequence of batches on every machine.
+    Token values are not range-checked here: the model's ``loss`` rejects ids outside its
+    vocabulary.
+
+    Raises:
+        TypeError: ``tokens`` is not an integer array-like (floats, bools, strings, objects), or
+            ``batch_size``, ``seq_len`` or ``seed`` is not an int.
+        CorpusError: ``tokens`` is not 1-D, ``batch_size`` or ``seq_len`` is below 1, ``seed`` is
+            negative, or there are fewer than ``seq_len + 1`` tokens.
     """
 
     def __init__(
-        self, tokens: npt.NDArray[np.uint8], batch_size: int, seq_len: int, seed: int
+        self, tokens: npt.ArrayLike, batch_size: int, seq_len: int, seed: int
     ) -> None:
+        if isinstance(tokens, (bytes, bytearray, memoryview)):
+            array = np.frombuffer(tokens, dtype=np.uint8)
+        else:
+            try:
+                array = np.asarray(tokens)
+            except (TypeError, ValueError) as e:
+                raise TypeError(
+                    f"tokens must be a 1-D integer array-like; got {type(tokens).__name__} ({e})"
+                ) from None
+        if array.dtype.kind not in "iu":
+            raise TypeError(
+                f"tokens must be a 1-D integer array-like; got {type(tokens).__name__} with "
+                f"dtype {array.dtype}"
+            )
+        if array.ndim != 1:
+            raise CorpusError(f"tokens must be 1-D; got shape {array.shape}")
+        for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("seed", seed)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
         if batch_size < 1 or seq_len < 1:
             raise CorpusError(
                 f"batch_size and seq_len must be positive; got {batch_size}, {seq_len}"
             )
-        if tokens.shape[0] < seq_len + 1:
+        if seed < 0:
+            raise CorpusError(f"seed must be a non-negative int; got {seed}")
+        if array.shape[0] < seq_len + 1:
             raise CorpusError(
-                f"the text has {tokens.shape[0]} bytes; seq_len {seq_len} needs at least "
+                f"the text has {array.shape[0]} bytes; seq_len {seq_len} needs at least "
                 f"{seq_len + 1}"
             )
-        self._tokens = tokens
-        self._batch_size = batch_size
-        self._seq_len = seq_len
-        self._rng = np.random.default_rng(seed)
-        self._offsets = np.arange(seq_len + 1, dtype=np.int64)
+        self._tokens = array
+        self._batch_size = int(batch_size)
+        self._seq_len = int(seq_len)
+        self._rng = np.random.default_rng(int(seed))
+        self._offsets = np.arange(self._seq_len + 1, dtype=np.int64)
 
     def next_batch(self) -> npt.NDArray[np.int64]:
         """The next ``int64 [batch_size, seq_len + 1]`` block."""
