@@ -20,13 +20,20 @@ import argparse
 import sys
 
 import riftco
-from riftco.cli import fail, run_cli
+from riftco.cli import (
+    ArgumentParser,
+    check_sample_args,
+    fail,
+    int_range,
+    non_negative_float,
+    run_cli,
+)
 
 PROG = "post_train.py"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
@@ -54,27 +61,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="disabled",
     )
     p.add_argument("--attention", choices=riftco.ATTENTION_KINDS, default="flash")
-    p.add_argument("--lora-rank", type=int, default=8)
+    p.add_argument("--lora-rank", type=int_range(1), default=8)
     p.add_argument("--lora-alpha", type=float, default=16.0)
     p.add_argument("--lora-mlp", action="store_true", help="also adapt the MLP projections")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=None, help="default: the model's max_seq_len")
+    p.add_argument("--steps", type=int_range(1), default=200)
+    p.add_argument("--batch-size", type=int_range(1), default=8)
+    p.add_argument(
+        "--seq-len", type=int_range(1), default=None, help="default: the model's max_seq_len"
+    )
     p.add_argument(
         "--lr",
         type=float,
         default=None,
         help="peak learning rate (default: 3e-3 for lora, 5e-4 for full)",
     )
-    p.add_argument("--warmup-steps", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-every", type=int, default=50, metavar="STEPS")
-    p.add_argument("--log-every", type=int, default=10, metavar="STEPS")
+    p.add_argument("--warmup-steps", type=int_range(0), default=10)
+    p.add_argument("--seed", type=int_range(0), default=0)
+    p.add_argument("--save-every", type=int_range(1), default=50, metavar="STEPS")
+    p.add_argument("--log-every", type=int_range(1), default=10, metavar="STEPS")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--prompt", default="The ", help="prompt of the printed samples")
-    p.add_argument("--sample-tokens", type=int, default=None)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--sample-tokens", type=int_range(0), default=None)
+    p.add_argument("--temperature", type=non_negative_float, default=0.8)
+    p.add_argument("--top-k", type=int_range(1), default=40)
     return p.parse_args(argv)
 
 
@@ -91,6 +100,9 @@ def main() -> None:
     seq_len = max_seq_len if args.seq_len is None else args.seq_len
     if seq_len > max_seq_len:
         fail(f"--seq-len {seq_len} exceeds the model's max_seq_len {max_seq_len}")
+    prompt, n_new = check_sample_args(
+        args.prompt, args.sample_tokens, args.temperature, args.top_k, args.seed, max_seq_len
+    )
     lr = args.lr if args.lr is not None else (3e-3 if args.fine_tuning_method == "lora" else 5e-4)
     config = riftco.PostTrainingConfig(
         fine_tuning_method=args.fine_tuning_method,
@@ -111,11 +123,6 @@ def main() -> None:
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
     out = riftco.prepare_out_dir(args.out)
     log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
-
-    prompt = args.prompt.encode()
-    n_new = args.sample_tokens
-    if n_new is None:
-        n_new = max(max_seq_len - len(prompt) + 1, 0)
 
     def sample(when: str) -> None:
         text = riftco.generate(

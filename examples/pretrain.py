@@ -19,13 +19,20 @@ import argparse
 import sys
 
 import riftco
-from riftco.cli import fail, run_cli
+from riftco.cli import (
+    ArgumentParser,
+    check_sample_args,
+    fail,
+    int_range,
+    non_negative_float,
+    run_cli,
+)
 
 PROG = "pretrain.py"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     data = p.add_argument_group("data and output")
@@ -51,35 +58,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="flash",
         help="full-sequence attention kind (default: %(default)s)",
     )
-    train.add_argument("--steps", type=int, default=600)
-    train.add_argument("--batch-size", type=int, default=16)
-    train.add_argument("--seq-len", type=int, default=128)
+    train.add_argument("--steps", type=int_range(1), default=600)
+    train.add_argument("--batch-size", type=int_range(1), default=16)
+    train.add_argument("--seq-len", type=int_range(1), default=128)
     train.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    train.add_argument("--warmup-steps", type=int, default=50)
+    train.add_argument("--warmup-steps", type=int_range(0), default=50)
     train.add_argument("--lr-schedule", choices=riftco.LR_SCHEDULES, default="cosine")
     train.add_argument("--weight-decay", type=float, default=0.0, help="> 0 selects AdamW")
-    train.add_argument("--seed", type=int, default=0, help="seeds weights and batch sampling")
-    train.add_argument("--save-every", type=int, default=100, metavar="STEPS")
-    train.add_argument("--log-every", type=int, default=10, metavar="STEPS")
+    train.add_argument(
+        "--seed", type=int_range(0), default=0, help="seeds weights and batch sampling"
+    )
+    train.add_argument("--save-every", type=int_range(1), default=100, metavar="STEPS")
+    train.add_argument("--log-every", type=int_range(1), default=10, metavar="STEPS")
     train.add_argument(
         "--no-progress", action="store_true", help="log lines instead of a progress bar"
     )
     model = p.add_argument_group("model size")
-    model.add_argument("--d-model", type=int, default=128)
-    model.add_argument("--n-heads", type=int, default=4)
-    model.add_argument("--n-layers", type=int, default=4)
-    model.add_argument("--d-ff", type=int, default=344)
-    model.add_argument("--max-seq-len", type=int, default=128)
+    model.add_argument("--d-model", type=int_range(1), default=128)
+    model.add_argument("--n-heads", type=int_range(1), default=4)
+    model.add_argument("--n-layers", type=int_range(1), default=4)
+    model.add_argument("--d-ff", type=int_range(1), default=344)
+    model.add_argument("--max-seq-len", type=int_range(1), default=128)
     sample = p.add_argument_group("sample")
     sample.add_argument("--prompt", default="def ", help="prompt of the printed sample")
     sample.add_argument(
         "--sample-tokens",
-        type=int,
+        type=int_range(0),
         default=None,
         help="bytes to generate (default: fill max_seq_len)",
     )
-    sample.add_argument("--temperature", type=float, default=0.8)
-    sample.add_argument("--top-k", type=int, default=40)
+    sample.add_argument("--temperature", type=non_negative_float, default=0.8)
+    sample.add_argument("--top-k", type=int_range(1), default=40)
     return p.parse_args(argv)
 
 
@@ -114,6 +123,9 @@ def main() -> None:
     )
     if args.seq_len > args.max_seq_len:
         fail(f"--seq-len {args.seq_len} exceeds --max-seq-len {args.max_seq_len}")
+    prompt, n_new = check_sample_args(
+        args.prompt, args.sample_tokens, args.temperature, args.top_k, args.seed, args.max_seq_len
+    )
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
     out = riftco.prepare_out_dir(args.out)
     log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
@@ -135,10 +147,6 @@ def main() -> None:
     )
     print(f"saved {out / riftco.MODEL_STATE_FILE} and {out / riftco.METADATA_FILE}")
     model = riftco.load_model(out, attention=args.attention)
-    prompt = args.prompt.encode()
-    n_new = args.sample_tokens
-    if n_new is None:
-        n_new = max(args.max_seq_len - len(prompt) + 1, 0)
     text = riftco.generate(
         model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
     )

@@ -178,6 +178,78 @@ def test_pretrain_bad_number(tmp_path: Path) -> None:
     _assert_clean_failure(r, "lr", "-1")
 
 
+@pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        (["--seed", "-1"], ["argument --seed", "got -1"]),
+        (["--seed", str(2**64)], ["argument --seed", "at most 18446744073709551615"]),
+        (["--temperature", "nan"], ["argument --temperature", "finite and >= 0", "nan"]),
+        (["--temperature", "-1"], ["argument --temperature", "got -1"]),
+        (["--top-k", "0"], ["argument --top-k", "must be >= 1; got 0"]),
+        (["--top-k", "1.5"], ["argument --top-k", "'1.5'"]),
+        (["--prompt="], ["--prompt", "at least one byte"]),
+        (["--sample-tokens", "40"], ["--sample-tokens", "43 positions", "max_seq_len is 32"]),
+        (["--sample-tokens", "-1"], ["argument --sample-tokens", "got -1"]),
+        (["--steps", "abc"], ["argument --steps", "'abc'"]),
+        (["--steps", "0"], ["argument --steps", "got 0"]),
+        (["--d-model", "-3"], ["argument --d-model", "got -3"]),
+        (["--warmup-steps", "-1"], ["argument --warmup-steps", "got -1"]),
+        (["--lr", "nan"], ["lr", "nan"]),
+        (["--weight-decay", "inf"], ["weight_decay", "inf"]),
+    ],
+)
+def test_pretrain_rejects_bad_flags_before_training(
+    tmp_path: Path, text_file: Path, flags: list[str], needles: list[str]
+) -> None:
+    out = tmp_path / "out"
+    r = run(PRETRAIN, *TINY_MODEL, *TINY_TRAIN, "--data", text_file, "--out", out, *flags)
+    _assert_clean_failure(r, *needles)
+    assert not out.exists(), "the output folder was created: work started before validation"
+
+
+@pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        (["--seed", "-1"], ["argument --seed", "got -1"]),
+        (["--temperature", "nan"], ["argument --temperature", "nan"]),
+        (["--top-k", "0"], ["argument --top-k", "got 0"]),
+        (["--prompt="], ["--prompt", "at least one byte"]),
+        (["--sample-tokens", "40"], ["--sample-tokens", "max_seq_len is 32"]),
+        (["--lora-rank", "0"], ["argument --lora-rank", "got 0"]),
+        (["--lora-alpha", "nan"], ["lora_alpha", "nan"]),
+        (["--steps", "abc"], ["argument --steps", "'abc'"]),
+    ],
+)
+def test_post_train_rejects_bad_flags_before_training(
+    pretrained: Path, tmp_path: Path, text_file: Path, flags: list[str], needles: list[str]
+) -> None:
+    out = tmp_path / "out"
+    r = run(POST_TRAIN, "--model", pretrained, "--data", text_file, "--out", out, *flags)
+    _assert_clean_failure(r, *needles)
+    assert not out.exists(), "the output folder was created: work started before validation"
+
+
+def test_prompt_flag_keeps_non_utf8_bytes(tmp_path: Path, text_file: Path) -> None:
+    # A byte that is not UTF-8 on the command line reaches the model as that byte.
+    prompt = os.fsdecode(b"a\xff")
+    r = run(
+        PRETRAIN,
+        *TINY_MODEL,
+        *TINY_TRAIN,
+        "--data",
+        text_file,
+        "--out",
+        tmp_path,
+        "--prompt",
+        prompt,
+        "--sample-tokens",
+        "3",
+    )
+    assert r.returncode == 0, r.stderr
+    sample = r.stdout.split("--- sample", 1)[1].splitlines()[1]
+    assert sample.startswith("a\ufffd"), sample
+
+
 def test_post_train_missing_model(tmp_path: Path) -> None:
     r = run(POST_TRAIN, "--model", tmp_path / "nothing", "--out", tmp_path / "o")
     _assert_clean_failure(r, "no model state")
