@@ -20,13 +20,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn
 
 from riftco._native import RiftcoError, TokenError
 from riftco.generation import check_generation_args
-from riftco.stages import TrainingInterrupted
+from riftco.stages import TrainingInterrupted, _SigintGuard
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -127,20 +129,46 @@ def _one_line(e: BaseException) -> str:
 
 
 def run_cli(main: Callable[[], None], prog: str) -> NoReturn:
-    """Runs ``main`` and exits with 0, 2 (bad input) or 130 (interrupted)."""
+    """Runs ``main`` and exits with 0, 2 (bad input) or 130 (interrupted).
+
+    SIGINT is handled the same whichever way the process inherited it (a shell starts a
+    background job with SIGINT ignored): the first one interrupts ``main`` (exit 130); later
+    ones, and any once ``main`` has ended, are ignored, so a second Ctrl-C can neither cut the
+    exit short nor kill the process by signal.
+    """
+    guard = _SigintGuard()
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    if on_main_thread:
+        signal.signal(signal.SIGINT, guard)
+    try:
+        code = _run_main(main, prog, guard)
+    except KeyboardInterrupt:  # a first Ctrl-C that landed while reporting another outcome
+        code = EXIT_INTERRUPTED
+    finally:
+        if on_main_thread:
+            # Exiting: nothing may interrupt the exit or the interpreter's shutdown.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
+
+
+def _run_main(main: Callable[[], None], prog: str, guard: _SigintGuard) -> int:
     try:
         main()
     except TrainingInterrupted as e:
+        guard.fired = True
         if e.saved_step is None:
             where = "nothing was saved yet"
         else:
             where = f"the state saved at step {e.saved_step} in {e.out_dir} is intact"
         print(f"{prog}: interrupted; {where}", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
+        guard.fired = True
         print(f"{prog}: interrupted", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except (UsageError, RiftcoError, OSError) as e:
+        guard.fired = True
         print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
-    sys.exit(0)
+        return EXIT_USAGE
+    guard.fired = True
+    return 0

@@ -14,6 +14,12 @@ Saves happen every ``save_every`` steps and at the end, each file written atomic
 file, fsync, rename) with Ctrl-C deferred until the save is complete, so interrupting training
 leaves the last completed save intact: the stage then raises :class:`TrainingInterrupted`
 (a ``KeyboardInterrupt``) carrying the step of that save.
+
+SIGINT: for the whole run (main thread) the stage installs its own handler, whatever the
+process inherited — also when SIGINT was ignored, as in a job a shell started in the background
+— and restores the previous handler when the run ends. The first SIGINT interrupts (at once, or
+after the save in progress); any further one while that interruption is handled is ignored.
+``training_metadata.json`` is written with mode ``0644``, like the model files.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ from riftco.data import VOCAB_SIZE, BatchSampler, Corpus
 
 MODEL_STATE_FILE = "model.safetensors"
 METADATA_FILE = "training_metadata.json"
+METADATA_FILE_MODE = 0o644
+"""Permissions of ``training_metadata.json`` (``rw-r--r--``), the same as the model files."""
 ADAPTER_DIR = "adapter"
 UNIFORM_BASELINE_LOSS = math.log(VOCAB_SIZE)
 
@@ -108,6 +116,8 @@ def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchmod"):  # mkstemp creates 0600; the model files are 0644
+                os.fchmod(f.fileno(), METADATA_FILE_MODE)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -124,24 +134,55 @@ def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
             os.close(dir_fd)
 
 
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Holds SIGINT until the block finishes, then raises ``KeyboardInterrupt`` if one came."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
+class _SigintGuard:
+    """A SIGINT handler that interrupts once: the first SIGINT raises ``KeyboardInterrupt`` (or,
+    inside :meth:`deferred`, once the block is done); every later one is counted and ignored, so
+    a second Ctrl-C cannot interrupt the handling of the first (the cleanup, the exit message).
+    """
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
+    def __init__(self) -> None:
+        self.received = 0
+        self.fired = False
+        self._deferring = False
 
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.received += 1
+        if self.fired or self._deferring:
+            return
+        self.fired = True
         raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Holds SIGINT until the block finishes, then raises ``KeyboardInterrupt`` if one came
+        (and none was raised before)."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        if self.received and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigint_guard() -> Iterator[_SigintGuard]:
+    """Installs a :class:`_SigintGuard` as the SIGINT handler for the block, whatever the
+    inherited disposition (a process started in the background by a shell inherits SIGINT
+    ignored), and restores the previous handler afterwards. Off the main thread, where handlers
+    cannot be installed, the guard is returned but not installed (its deferral is a no-op)."""
+    guard = _SigintGuard()
+    if threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+    previous = signal.signal(signal.SIGINT, guard)
+    try:
+        yield guard
+    finally:
+        if guard.fired and isinstance(previous, _SigintGuard):
+            previous.fired = True  # an enclosing guard (run_cli's) must not interrupt again
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
 
 
 def _make_optimizer(params: list[Any], cfg: _LoopConfig) -> tuple[Adam | AdamW, str]:
@@ -208,6 +249,42 @@ def _train(
     progress: bool,
     log: Log | None,
 ) -> dict[str, Any]:
+    """Runs the stage with SIGINT handled by a :class:`_SigintGuard` from start to end (whatever
+    SIGINT disposition the process inherited): Ctrl-C anywhere in the run raises
+    :class:`TrainingInterrupted`, a second one while that is handled is ignored."""
+    with _sigint_guard() as guard:
+        try:
+            return _train_guarded(
+                stage=stage,
+                model=model,
+                params=params,
+                cfg=cfg,
+                corpus=corpus,
+                out_dir=out_dir,
+                save_state=save_state,
+                metadata=metadata,
+                progress=progress,
+                log=log,
+                guard=guard,
+            )
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(out_dir, metadata.get("saved_step")) from None
+
+
+def _train_guarded(
+    *,
+    stage: str,
+    model: DecoderOnlyTransformer,
+    params: list[Any],
+    cfg: _LoopConfig,
+    corpus: Corpus,
+    out_dir: Path,
+    save_state: Callable[[], None],
+    metadata: dict[str, Any],
+    progress: bool,
+    log: Log | None,
+    guard: _SigintGuard,
+) -> dict[str, Any]:
     started = time.perf_counter()
     train_tokens, val_tokens = corpus.split(cfg.validation_fraction)
     sampler = BatchSampler(train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed)
@@ -261,7 +338,7 @@ def _train(
             train_time_s=train_time_s,
             wall_time_s=time.perf_counter() - started,
         )
-        with _sigint_deferred():
+        with guard.deferred():
             save_state()
             _write_json_atomic(out_dir / METADATA_FILE, metadata)
 
@@ -295,10 +372,8 @@ def _train(
                 metadata["complete"] = True
             if last or (step + 1) % cfg.save_every == 0:
                 save(step + 1)
-    except KeyboardInterrupt:
+    finally:
         bar.close()
-        raise TrainingInterrupted(out_dir, metadata["saved_step"]) from None
-    bar.close()
     if log is not None:
         log(
             f"{stage} done: final loss {metadata['final_loss']:.4f}, validation loss "

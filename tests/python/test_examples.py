@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -260,7 +262,26 @@ def test_post_train_seq_len_above_max(pretrained: Path, tmp_path: Path) -> None:
     _assert_clean_failure(r, "--seq-len 64", "max_seq_len 32")
 
 
-def test_ctrl_c_leaves_last_save_intact(tmp_path: Path, text_file: Path) -> None:
+MEMORY_LIMIT_BYTES = 4_000_000_000
+
+
+def _child_setup(sigint: signal.Handlers) -> Callable[[], None]:
+    """``preexec_fn`` for a training child: a memory limit, and SIGINT set to ``sigint``
+    explicitly (a shell that starts the test command in the background, ``nohup ... &``, hands
+    its children SIGINT ignored; the test must not depend on that)."""
+
+    def setup() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+        signal.signal(signal.SIGINT, sigint)
+
+    return setup
+
+
+def _interrupt_training(
+    out: Path, text_file: Path, sigint: signal.Handlers, gaps_s: list[float], delay_s: float
+) -> tuple[int, str]:
+    """Starts a long pretraining run, waits for its first save, then ``delay_s`` more, sends
+    SIGINT, and one more SIGINT after each of ``gaps_s``; returns the exit code and stderr."""
     args = [
         sys.executable,
         str(PRETRAIN),
@@ -277,32 +298,75 @@ def test_ctrl_c_leaves_last_save_intact(tmp_path: Path, text_file: Path) -> None
         "--data",
         str(text_file),
         "--out",
-        str(tmp_path),
+        str(out),
     ]
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=_child_setup(sigint),
     )
-    meta_path = tmp_path / "training_metadata.json"
+    meta_path = out / "training_metadata.json"
     deadline = time.monotonic() + 120
     try:
         while not meta_path.exists():
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no save within 120 s"
-            time.sleep(0.05)
-        time.sleep(0.3)
+            time.sleep(0.02)
+        time.sleep(delay_s)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        for gap in gaps_s:
+            time.sleep(gap)
+            proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            pytest.fail(f"still running 60 s after SIGINT: {err[-500:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
+            proc.wait()
+    return proc.returncode, err
+
+
+def _assert_interrupted_cleanly(out: Path, returncode: int, err: str) -> None:
+    assert returncode == 130, (returncode, err[-2000:])
     assert "Traceback" not in err and "interrupted" in err
-    meta = json.loads(meta_path.read_text())
+    meta = json.loads((out / "training_metadata.json").read_text())
     assert meta["saved_step"] >= 2 and not meta["complete"]
     assert f"step {meta['saved_step']}" in err
-    model = riftco.DecoderOnlyTransformer.load(str(tmp_path / "model.safetensors"))
+    model = riftco.DecoderOnlyTransformer.load(str(out / "model.safetensors"))
     assert model.config.d_model == 32
-    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    assert not [p for p in os.listdir(out) if p.endswith(".tmp") or ".tmp." in p]
+
+
+def test_ctrl_c_leaves_last_save_intact(tmp_path: Path, text_file: Path) -> None:
+    code, err = _interrupt_training(tmp_path, text_file, signal.SIG_DFL, [], 0.3)
+    _assert_interrupted_cleanly(tmp_path, code, err)
+
+
+def test_ctrl_c_when_sigint_was_inherited_ignored(tmp_path: Path, text_file: Path) -> None:
+    # What `nohup bash scripts/test.sh &` does to every child: the run must still stop.
+    code, err = _interrupt_training(tmp_path, text_file, signal.SIG_IGN, [], 0.3)
+    _assert_interrupted_cleanly(tmp_path, code, err)
+
+
+DOUBLE_CTRL_C_RUNS = 16
+
+
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
+def test_double_ctrl_c_exits_130(
+    tmp_path: Path, text_file: Path, inherited: signal.Handlers
+) -> None:
+    # A second Ctrl-C 10 ms after the first, at varied moments of a step or a save.
+    for i in range(DOUBLE_CTRL_C_RUNS // 2):
+        out = tmp_path / f"run{i}"
+        code, err = _interrupt_training(out, text_file, inherited, [0.01], 0.05 + 0.017 * i)
+        _assert_interrupted_cleanly(out, code, err)
 
 
 def test_bench_quick_smoke() -> None:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import signal
+import stat
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -443,3 +448,60 @@ def test_sample_token_top_k() -> None:
     assert draws == {1, 2}
     assert sample_token(logits, 0.0, None, rng) == 1
     assert sample_token(logits, 1.0, 1, rng) == 1
+
+
+# ----------------------------------------------------------------------------- signals and files
+
+
+def test_metadata_file_mode_matches_model_files(pretrained: Path) -> None:
+    modes = {
+        name: stat.S_IMODE((pretrained / name).stat().st_mode)
+        for name in (MODEL_STATE_FILE, "config.json", METADATA_FILE)
+    }
+    assert modes == dict.fromkeys(modes, 0o644), {k: oct(v) for k, v in modes.items()}
+
+
+def _interrupt_after_first_save(out: Path) -> Callable[[str], None]:
+    """A ``log`` callback that sends this process SIGINT once a save exists."""
+
+    def log(line: str) -> None:
+        if (out / METADATA_FILE).exists():
+            os.kill(os.getpid(), signal.SIGINT)
+
+    return log
+
+
+def _ignore_or_custom(kind: str) -> Any:
+    if kind == "ignored":
+        return signal.SIG_IGN
+
+    def custom(signum: int, frame: FrameType | None) -> None:
+        raise AssertionError("the stage's handler should have been in place")
+
+    return custom
+
+
+@pytest.mark.parametrize("inherited", ["ignored", "custom"])
+def test_stage_handles_sigint_whatever_was_inherited(
+    tmp_path: Path, small_corpus: Corpus, inherited: str
+) -> None:
+    # A process started in the background by a shell inherits SIGINT ignored; the stage must
+    # still stop on Ctrl-C, leave the last save intact, and restore the caller's handler.
+    previous = _ignore_or_custom(inherited)
+    saved_handler = signal.signal(signal.SIGINT, previous)
+    try:
+        with pytest.raises(riftco.TrainingInterrupted) as info:
+            run_pretraining(
+                tiny_config(),
+                tiny_pretraining(steps=1000, save_every=2, log_every=1),
+                small_corpus,
+                tmp_path,
+                progress=False,
+                log=_interrupt_after_first_save(tmp_path),
+            )
+        assert signal.getsignal(signal.SIGINT) is previous
+    finally:
+        signal.signal(signal.SIGINT, saved_handler)
+    meta = json.loads((tmp_path / METADATA_FILE).read_text())
+    assert info.value.saved_step == meta["saved_step"] >= 2 and not meta["complete"]
+    assert load_model(tmp_path).config.d_model == TINY["d_model"]
