@@ -167,9 +167,10 @@ def sample_token(
     if k is not None and k < n:
         kth = np.partition(z, n - k)[n - k]
         z = np.where(z >= kth, z, -np.inf)
-    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", under="ignore"):
         # (z - max) is in [-inf, 0] with at least one exact 0, so p[argmax] == 1 and the total
-        # is in [1, n]: no overflow and no 0/0, whatever the temperature.
+        # is in [1, n]: a gap overflowing to -inf under a tiny temperature only gives weight 0,
+        # and no NaN or 0/0 can arise, whatever the temperature.
         p = np.exp((z - np.max(z)) / t)
     cdf = np.cumsum(p)
     u = rng.random() * cdf[-1]
