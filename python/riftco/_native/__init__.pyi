@@ -150,8 +150,9 @@ class Variable:
     def backward(self) -> None:
         """Backpropagates from this one-element output, replacing the gradients of the trainable
         leaves reached (GIL released). Raises ``ShapeError`` (not one element),
-        ``StaleGraphError``, ``CheckpointError``, or the exception of a Python checkpoint
-        callable, unchanged; on error no gradient changes."""
+        ``StaleGraphError``, ``CheckpointError`` (also when called by a checkpoint callable
+        during its replay), or the exception of a Python checkpoint callable, unchanged; on
+        error no gradient changes."""
     def backward_accumulate(self) -> None:
         """Like ``backward()`` but adds to the committed gradients (micro-batch accumulation)."""
     def zero_grad(self) -> None:
@@ -174,7 +175,10 @@ def checkpoint(
     and once more during backward. ``dependencies`` lists every pre-existing leaf ``fn`` reads.
 
     An exception raised by ``fn`` (now or at replay) propagates unchanged and leaves every
-    public gradient untouched. Contract violations raise ``CheckpointError``.
+    public gradient untouched. Contract violations raise ``CheckpointError``. During its replay
+    ``fn`` must not call ``backward()`` (``CheckpointError``, nothing committed) nor change a value
+    the graph read, e.g. an optimizer ``step()`` (``StaleGraphError`` from the outer
+    ``backward()``, nothing committed).
     """
 
 # ---------------------------------------------------------------------------------------------
