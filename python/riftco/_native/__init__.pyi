@@ -237,7 +237,9 @@ class DecodeSession:
 
     def decode_token(self, token: int) -> npt.NDArray[np.float32]:
         """Feeds ``token`` and returns the next-token logits, float32 ``[vocab_size]``.
-        Raises ``TokenError`` (id outside the vocabulary) or ``DecodeError`` (cache full)."""
+        Raises ``TokenError`` (id outside the vocabulary) or ``DecodeError`` (cache full, or the
+        model changed structurally after the session was opened: ``enable_lora``,
+        ``set_lora_active``, ``merge_lora``, ``load_lora``; open a new session)."""
     @property
     def position(self) -> int:
         """Tokens decoded so far."""
@@ -311,7 +313,9 @@ class DecoderOnlyTransformer:
     def load_weights(self, path: str | os.PathLike[str]) -> None: ...
     def save_lora(self, dir: str | os.PathLike[str]) -> None: ...
     def load_lora(self, dir: str | os.PathLike[str]) -> None: ...
-    def decode_session(self) -> DecodeSession: ...
+    def decode_session(self) -> DecodeSession:
+        """A K/V-cache session over the current weights; it follows their values, and raises
+        ``DecodeError`` after a structural change (LoRA enabled, toggled, merged or loaded)."""
     @property
     def block_forward_count(self) -> int:
         """Block forwards so far (original forwards plus checkpoint replays)."""
@@ -322,7 +326,12 @@ class DecoderOnlyTransformer:
 
 @final
 class Adam:
-    """Adam with bias correction and PyTorch's defaults (L2 ``weight_decay``)."""
+    """Adam with bias correction and PyTorch's defaults (L2 ``weight_decay``).
+
+    ``params`` must be distinct leaves, at least one trainable (else ``ConfigError``); frozen
+    leaves are never updated. Step counts are per parameter; a ``step()`` with no gradient at all
+    changes nothing and is not counted in ``steps``.
+    """
 
     def __new__(
         cls,
@@ -344,7 +353,8 @@ class Adam:
 
 @final
 class AdamW:
-    """AdamW: Adam with decoupled weight decay (default 0.01), PyTorch's defaults."""
+    """AdamW: Adam with decoupled weight decay (default 0.01), PyTorch's defaults. Parameters,
+    frozen leaves and step counts as for ``Adam``."""
 
     def __new__(
         cls,
