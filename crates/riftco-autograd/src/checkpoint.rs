@@ -202,7 +202,6 @@ fn check_unchanged(vars: &[&Variable], recorded: &[u64], op: &'static str) -> Re
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn replay_vjp<F>(
     name: &str,
     recompute: &F,
