@@ -196,6 +196,11 @@ static void test_policy_and_training(const char *scratch) {
     EXPECT(rt_adam_create(model, 1e-3f, NULL), RT_ERROR_NULL_POINTER);
     EXPECT_OK(rt_adam_create(model, 1e-3f, &adam));
     EXPECT(rt_adam_step(NULL), RT_ERROR_NULL_POINTER);
+    /* No gradient yet: the step changes nothing and is not counted. */
+    uint64_t steps = 99;
+    EXPECT_OK(rt_adam_step(adam));
+    EXPECT_OK(rt_adam_steps(adam, &steps));
+    EXPECT_TRUE(steps == 0);
 
     /* A graph recorded before an Adam step is stale. */
     rt_graph *graph = NULL;
@@ -206,7 +211,6 @@ static void test_policy_and_training(const char *scratch) {
     EXPECT_OK(rt_model_train_step(model, tokens, n, BATCH, SEQ_PLUS_ONE, &loss));
     EXPECT_TRUE(loss > 0.0f && isfinite(loss));
     EXPECT_OK(rt_adam_step(adam));
-    uint64_t steps = 0;
     EXPECT_OK(rt_adam_steps(adam, &steps));
     EXPECT_TRUE(steps == 1);
     EXPECT(rt_graph_backward(graph), RT_ERROR_STALE_GRAPH);
@@ -329,6 +333,17 @@ static void test_decode(void) {
     EXPECT_OK(rt_decode_session_position(session, &position));
     EXPECT_TRUE(position == 1);
     rt_decode_session_free(session);
+
+    /* A session created before rt_model_enable_lora refuses to decode with the old weights. */
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model));
+    EXPECT_OK(rt_decode_session_create(model, &session));
+    EXPECT_OK(rt_decode_session_decode_token(session, 1, logits, VOCAB));
+    rt_lora_config lora = {4, 8.0f, RT_LORA_TARGET_ATTENTION, 3};
+    EXPECT_OK(rt_model_enable_lora(model, &lora));
+    EXPECT(rt_decode_session_decode_token(session, 2, logits, VOCAB), RT_ERROR_INVALID_STATE);
+    EXPECT_MESSAGE_HAS("enable_lora");
+    rt_decode_session_free(session);
+    rt_model_free(model);
 }
 
 static void test_memory(void) {

@@ -9,15 +9,68 @@
 //! device and boundary, compute the local VJP in a nested [`GradientContext`], hand the input VJP
 //! and each dependency VJP to the outer pass, and release the replay graph. Replay never runs
 //! `backward()` against live parameters, so public gradients are never touched by it.
+//!
+//! What a callable may not do while it is replayed, each rejected with an error and nothing
+//! committed: call `backward()` (or a variant) of any graph
+//! ([`CheckpointError::BackwardInsideReplay`]: a replay commits no gradient of its own, so a
+//! failed outer pass leaves every public gradient as it was); start a functional pass
+//! ([`GradientContext::compute`]) that reaches the checkpoint being replayed
+//! ([`CheckpointError::ReentrantReplay`]); or change a value the graph read, such as an optimizer
+//! step or a weight load ([`AutogradError::StaleGraph`], checked for the input and dependencies
+//! after the forward run and after each replay, and for the whole outer graph after every VJP
+//! ran, before anything is committed).
 
 use crate::context::{panic_message, GradientContext};
 use crate::error::{AutogradError, CheckpointError, Result};
 use crate::grad_mode::{enable_grad, is_grad_enabled};
 use crate::variable::{peek_next_id, Variable};
 use riftco_tensor::{Device, Tensor};
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+thread_local! {
+    /// The checkpoints whose replay is running on this thread, innermost last: a token unique
+    /// to each checkpoint node, and its name.
+    static REPLAYING: RefCell<Vec<(u64, String)>> = const { RefCell::new(Vec::new()) };
+}
+
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+/// The name of the innermost checkpoint whose replay is running on this thread, if any.
+pub(crate) fn replay_in_progress() -> Option<String> {
+    REPLAYING.with(|r| r.borrow().last().map(|(_, name)| name.clone()))
+}
+
+/// Marks a checkpoint's replay as running on this thread until dropped (also on errors and
+/// panics).
+struct ReplayMarker;
+
+impl ReplayMarker {
+    fn enter(token: u64, name: &str) -> Result<Self> {
+        REPLAYING.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.iter().any(|(t, _)| *t == token) {
+                return Err(CheckpointError::ReentrantReplay {
+                    name: name.to_string(),
+                }
+                .into());
+            }
+            r.push((token, name.to_string()));
+            Ok(ReplayMarker)
+        })
+    }
+}
+
+impl Drop for ReplayMarker {
+    fn drop(&mut self) {
+        REPLAYING.with(|r| {
+            r.borrow_mut().pop();
+        });
+    }
+}
 
 /// Checkpoints `recompute` applied to `input`, with the parameters it reads declared in
 /// `dependencies`.
@@ -27,12 +80,19 @@ use std::sync::Arc;
 /// (trainable or frozen); frozen ones receive no gradient but are version-checked and their
 /// input VJP still flows.
 ///
+/// `recompute` must not call `backward()` (or a variant) during its replay, nor change any
+/// value the graph read (no optimizer step, no weight load): see the module documentation.
+///
 /// # Errors
 /// [`CheckpointError`] variants for: duplicate dependencies or non-leaf dependencies; a
 /// pre-existing leaf read but not declared ([`CheckpointError::MissingDependency`]); a captured
 /// graph node from outside the boundary; a new differentiable leaf created inside; an output not
-/// depending on the input or on every dependency; and, at replay, a changed output shape or
-/// device. Errors of `recompute` itself propagate unchanged; a panic in it becomes
+/// depending on the input or on every dependency; at replay, a changed output shape or device,
+/// a `backward()` inside the replay ([`CheckpointError::BackwardInsideReplay`]) or a pass
+/// reaching this checkpoint again ([`CheckpointError::ReentrantReplay`]).
+/// [`AutogradError::StaleGraph`] when the callable changed the input or a dependency (in the
+/// forward run, or in the replay; the whole graph is checked again before backward commits).
+/// Errors of `recompute` itself propagate unchanged; a panic in it becomes
 /// [`AutogradError::Panic`].
 pub fn checkpoint<F>(input: &Variable, dependencies: &[Variable], recompute: F) -> Result<Variable>
 where
@@ -83,9 +143,12 @@ where
     if !is_grad_enabled() {
         return call(&recompute, input, CheckpointPass::Forward);
     }
+    let boundary: Vec<&Variable> = std::iter::once(input).chain(dependencies).collect();
+    let versions: Vec<u64> = boundary.iter().map(|v| v.value().version()).collect();
     let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
     let start = peek_next_id();
     let out = enable_grad(|| call(&recompute, &x0, CheckpointPass::Forward))?;
+    check_unchanged(&boundary, &versions, "checkpoint callable (forward run)")?;
     validate_boundary(&name, &out, &x0, dependencies, start)?;
     let value = out.value().clone();
     let (forward_shape, forward_device) = (value.dims().to_vec(), value.device());
@@ -97,11 +160,14 @@ where
     parents.push(input.clone());
     parents.extend(dependencies.iter().cloned());
     let recompute = Arc::new(recompute);
+    let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
     let vjp = move |parents: &[Variable], _out: &Tensor, grad_out: &Tensor| {
+        let _marker = ReplayMarker::enter(token, &name)?;
         replay_vjp(
             &name,
             &*recompute,
             parents,
+            &versions,
             grad_out,
             &forward_shape,
             forward_device,
@@ -120,10 +186,27 @@ where
     })?
 }
 
+/// Fails with [`AutogradError::StaleGraph`] when a variable's version differs from `recorded`.
+fn check_unchanged(vars: &[&Variable], recorded: &[u64], op: &'static str) -> Result<()> {
+    for (v, &recorded) in vars.iter().zip(recorded) {
+        let current = v.value().version();
+        if current != recorded {
+            return Err(AutogradError::StaleGraph {
+                tensor: v.describe(),
+                op,
+                recorded,
+                current,
+            });
+        }
+    }
+    Ok(())
+}
+
 fn replay_vjp<F>(
     name: &str,
     recompute: &F,
     parents: &[Variable],
+    versions: &[u64],
     grad_out: &Tensor,
     forward_shape: &[usize],
     forward_device: Device,
@@ -139,6 +222,10 @@ where
     let start = peek_next_id();
     // 2. evaluate the same block again, recording a local graph
     let out = enable_grad(|| call(recompute, &x0, CheckpointPass::Replay))?;
+    // An optimizer step or a weight load inside the callable: the replay read other values
+    // than the forward did.
+    let boundary: Vec<&Variable> = parents.iter().collect();
+    check_unchanged(&boundary, versions, "checkpoint replay")?;
     if out.dims() != forward_shape {
         return Err(CheckpointError::ReplayShapeChanged {
             name: name.to_string(),

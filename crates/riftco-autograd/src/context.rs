@@ -34,8 +34,12 @@ impl GradientContext {
     ///
     /// # Errors
     /// [`AutogradError::StaleGraph`] when a value read at forward changed (checked for the whole
-    /// graph before any VJP runs), [`AutogradError::NoGradient`] when `root` does not require
-    /// grad, shape errors for a bad seed, and any error of a VJP or checkpoint replay.
+    /// graph before any VJP runs, and again after the last one, so that a checkpoint replay
+    /// that changed a value is caught before anything is returned or committed),
+    /// [`AutogradError::NoGradient`] when `root` does not require grad, shape errors for a bad
+    /// seed, and any error of a VJP or checkpoint replay (among them
+    /// [`crate::CheckpointError::ReentrantReplay`] when this pass, started inside a replay,
+    /// reaches the checkpoint being replayed).
     pub fn compute(root: &Variable, seed: Tensor) -> Result<Self> {
         if !root.requires_grad() {
             return Err(AutogradError::NoGradient {
@@ -51,7 +55,11 @@ impl GradientContext {
             .into());
         }
         let pending = validate_and_count(root)?;
-        run(root, seed, pending)
+        let ctx = run(root, seed, pending)?;
+        // Checkpoint replays run user code during the pass: a value read by a VJP that already
+        // ran may have changed since.
+        check_versions(root)?;
+        Ok(ctx)
     }
 
     /// The gradient of `leaf` in this pass, if it was reached.
@@ -98,6 +106,23 @@ impl GradientContext {
     }
 }
 
+/// The stale-graph error of the first parent of `v` whose value changed since `v` was recorded.
+fn stale_parent(v: &Variable) -> Option<AutogradError> {
+    let op = v.0.op.as_ref()?;
+    op.parents
+        .iter()
+        .zip(&op.parent_versions)
+        .find_map(|(p, &recorded)| {
+            let current = p.value().version();
+            (current != recorded).then(|| AutogradError::StaleGraph {
+                tensor: p.describe(),
+                op: op.name,
+                recorded,
+                current,
+            })
+        })
+}
+
 /// Checks every recorded parent version in the graph (all nodes, also those that do not require
 /// grad) and counts, for each node that requires grad, how many consumers will send it a
 /// gradient.
@@ -108,21 +133,10 @@ fn validate_and_count(root: &Variable) -> Result<HashMap<u64, usize>> {
         if error.is_some() {
             return;
         }
-        if let Some(op) = v.0.op.as_ref() {
-            for (p, &recorded) in op.parents.iter().zip(&op.parent_versions) {
-                let current = p.value().version();
-                if current != recorded {
-                    error = Some(AutogradError::StaleGraph {
-                        tensor: p.describe(),
-                        op: op.name,
-                        recorded,
-                        current,
-                    });
-                    return;
-                }
-                if v.requires_grad() && p.requires_grad() {
-                    *pending.entry(p.id()).or_insert(0) += 1;
-                }
+        error = stale_parent(v);
+        if error.is_none() && v.requires_grad() {
+            for p in v.parents().iter().filter(|p| p.requires_grad()) {
+                *pending.entry(p.id()).or_insert(0) += 1;
             }
         }
     });
@@ -130,6 +144,17 @@ fn validate_and_count(root: &Variable) -> Result<HashMap<u64, usize>> {
         Some(e) => Err(e),
         None => Ok(pending),
     }
+}
+
+/// Checks every recorded parent version in the graph, as [`validate_and_count`] does.
+fn check_versions(root: &Variable) -> Result<()> {
+    let mut error: Option<AutogradError> = None;
+    root.walk(&|_| false, &mut |v| {
+        if error.is_none() {
+            error = stale_parent(v);
+        }
+    });
+    error.map_or(Ok(()), Err)
 }
 
 fn run(root: &Variable, seed: Tensor, mut pending: HashMap<u64, usize>) -> Result<GradientContext> {
@@ -254,9 +279,15 @@ impl Variable {
     /// pass, then replaces the public gradient of every trainable leaf reached. Calling it again
     /// on the same unchanged graph gives the same gradients (not doubled).
     ///
+    /// Not allowed inside a checkpoint replay: a checkpoint callable that calls it (during the
+    /// outer backward pass) gets [`crate::CheckpointError::BackwardInsideReplay`] and nothing is
+    /// committed, so a failed outer pass still leaves every public gradient as it was. The same
+    /// holds for [`Variable::backward_with_grad`] and [`Variable::backward_accumulate`].
+    ///
     /// # Errors
-    /// [`AutogradError::NotScalar`] for multi-element outputs, plus everything
-    /// [`GradientContext::compute`] returns. On error no public gradient changes.
+    /// [`AutogradError::NotScalar`] for multi-element outputs,
+    /// [`crate::CheckpointError::BackwardInsideReplay`] inside a checkpoint replay, plus
+    /// everything [`GradientContext::compute`] returns. On error no public gradient changes.
     pub fn backward(&self) -> Result<()> {
         self.backward_impl(None, false)
     }
@@ -275,6 +306,9 @@ impl Variable {
     }
 
     fn backward_impl(&self, seed: Option<Tensor>, accumulate: bool) -> Result<()> {
+        if let Some(name) = crate::checkpoint::replay_in_progress() {
+            return Err(crate::CheckpointError::BackwardInsideReplay { name }.into());
+        }
         let seed = match seed {
             Some(s) => s,
             None => {

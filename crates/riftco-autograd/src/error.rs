@@ -44,6 +44,15 @@ pub enum CheckpointError {
         forward: Vec<usize>,
         replay: Vec<usize>,
     },
+    /// `backward()` (or a variant) was called while a checkpoint replay was running on this
+    /// thread: a replay must not commit gradients of its own (and a backward of the graph that
+    /// contains the checkpoint would replay it again without end).
+    #[error("checkpoint {name:?}: backward() was called inside its replay (during an outer backward pass); a checkpoint callable must not run backward(), backward_with_grad() or backward_accumulate(): compute gradients outside the checkpointed function")]
+    BackwardInsideReplay { name: String },
+    /// A backward pass started inside a replay reached the checkpoint being replayed, which
+    /// would replay it again without end.
+    #[error("checkpoint {name:?}: replayed again while its own replay was running (the callable started a backward pass over the graph that contains this checkpoint); a checkpoint callable must not differentiate the graph it belongs to")]
+    ReentrantReplay { name: String },
     /// Replay produced its output on another device than the original forward.
     #[error(
         "checkpoint {name:?}: replay produced its output on {replay}, the forward on {forward}"

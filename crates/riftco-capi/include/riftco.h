@@ -196,8 +196,9 @@ typedef struct rt_adam rt_adam;
 /**
  * An opaque, reference-counted decode session (batch 1, per-layer K/V cache of `max_seq_len`
  * positions). It shares the model's weights: it stays valid after rt_model_free, and training
- * between decode steps is visible to later tokens. It builds no graph and ignores the
- * activation-checkpointing policy. Created by rt_decode_session_create, released with
+ * between decode steps is visible to later tokens. After rt_model_enable_lora on its model it
+ * refuses to decode (RT_ERROR_INVALID_STATE): create a new session. It builds no graph and
+ * ignores the activation-checkpointing policy. Created by rt_decode_session_create, released with
  * rt_decode_session_free.
  */
 typedef struct rt_decode_session rt_decode_session;
@@ -368,7 +369,8 @@ rt_status rt_decode_session_create(const struct rt_model *model, struct rt_decod
  *
  * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_BUFFER_TOO_SMALL (`logits_len < vocab_size`),
  * RT_ERROR_INVALID_ARGUMENT (token >= vocab_size), RT_ERROR_INVALID_STATE (the cache holds
- * max_seq_len positions; rt_decode_session_reset it).
+ * max_seq_len positions: rt_decode_session_reset it; or the model's adapters were enabled after
+ * the session was created: create a new session).
  */
 rt_status rt_decode_session_decode_token(struct rt_decode_session *session,
                                          uint32_t token,
@@ -633,15 +635,18 @@ void rt_graph_free(struct rt_graph *graph);
 rt_status rt_adam_create(const struct rt_model *model, float lr, struct rt_adam **out);
 
 /**
- * One Adam update of every parameter that has a gradient. Graphs recorded before the step
- * become stale (rt_graph_backward returns RT_ERROR_STALE_GRAPH).
+ * One Adam update of every parameter that has a gradient (per-parameter step counts, as in
+ * PyTorch). When no parameter has a gradient (before the first rt_model_train_step, or for an
+ * optimizer created before rt_model_enable_lora) nothing changes and the step is not counted.
+ * Graphs recorded before an update become stale (rt_graph_backward returns
+ * RT_ERROR_STALE_GRAPH).
  *
  * Errors: RT_ERROR_NULL_POINTER.
  */
 rt_status rt_adam_step(struct rt_adam *adam);
 
 /**
- * Writes the number of steps taken.
+ * Writes the number of steps taken: rt_adam_step calls that updated at least one parameter.
  *
  * Errors: RT_ERROR_NULL_POINTER.
  */

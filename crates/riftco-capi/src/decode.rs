@@ -12,8 +12,9 @@ struct SessionState {
 
 /// An opaque, reference-counted decode session (batch 1, per-layer K/V cache of `max_seq_len`
 /// positions). It shares the model's weights: it stays valid after rt_model_free, and training
-/// between decode steps is visible to later tokens. It builds no graph and ignores the
-/// activation-checkpointing policy. Created by rt_decode_session_create, released with
+/// between decode steps is visible to later tokens. After rt_model_enable_lora on its model it
+/// refuses to decode (RT_ERROR_INVALID_STATE): create a new session. It builds no graph and
+/// ignores the activation-checkpointing policy. Created by rt_decode_session_create, released with
 /// rt_decode_session_free.
 pub struct rt_decode_session {
     inner: Arc<Mutex<SessionState>>,
@@ -49,7 +50,8 @@ pub unsafe extern "C" fn rt_decode_session_create(
 ///
 /// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_BUFFER_TOO_SMALL (`logits_len < vocab_size`),
 /// RT_ERROR_INVALID_ARGUMENT (token >= vocab_size), RT_ERROR_INVALID_STATE (the cache holds
-/// max_seq_len positions; rt_decode_session_reset it).
+/// max_seq_len positions: rt_decode_session_reset it; or the model's adapters were enabled after
+/// the session was created: create a new session).
 #[no_mangle]
 pub unsafe extern "C" fn rt_decode_session_decode_token(
     session: *mut rt_decode_session,

@@ -240,8 +240,11 @@ pub unsafe extern "C" fn rt_adam_create(
     })
 }
 
-/// One Adam update of every parameter that has a gradient. Graphs recorded before the step
-/// become stale (rt_graph_backward returns RT_ERROR_STALE_GRAPH).
+/// One Adam update of every parameter that has a gradient (per-parameter step counts, as in
+/// PyTorch). When no parameter has a gradient (before the first rt_model_train_step, or for an
+/// optimizer created before rt_model_enable_lora) nothing changes and the step is not counted.
+/// Graphs recorded before an update become stale (rt_graph_backward returns
+/// RT_ERROR_STALE_GRAPH).
 ///
 /// Errors: RT_ERROR_NULL_POINTER.
 #[no_mangle]
@@ -256,7 +259,7 @@ pub unsafe extern "C" fn rt_adam_step(adam: *mut rt_adam) -> rt_status {
     })
 }
 
-/// Writes the number of steps taken.
+/// Writes the number of steps taken: rt_adam_step calls that updated at least one parameter.
 ///
 /// Errors: RT_ERROR_NULL_POINTER.
 #[no_mangle]

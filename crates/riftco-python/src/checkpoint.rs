@@ -40,6 +40,12 @@ fn call_python(f: &Py<PyAny>, x: &Variable) -> Result<Variable, AutogradError> {
 /// An exception raised by ``fn`` — now or during replay — propagates unchanged (the same
 /// exception object) and, during replay, leaves every public gradient untouched.
 ///
+/// During its replay ``fn`` must not call ``backward()`` or ``backward_accumulate()`` of any
+/// graph: such a call raises ``CheckpointError`` and commits nothing (so the outer pass either
+/// commits all its gradients or, on failure, none). Nor may ``fn`` change a value the graph read
+/// (an optimizer ``step()``, ``load_weights``, ``merge_lora``): the outer ``backward()`` then
+/// raises ``StaleGraphError`` naming the tensor and commits nothing.
+///
 /// Args:
 ///     fn: callable ``fn(Variable) -> Variable``.
 ///     x: the input Variable (its gradient flows through the checkpoint).
@@ -51,7 +57,9 @@ fn call_python(f: &Py<PyAny>, x: &Variable) -> Result<Variable, AutogradError> {
 /// Raises:
 ///     CheckpointError: duplicate or non-leaf dependencies, a leaf read but not declared, a
 ///         captured graph node from outside, a new trainable leaf created inside, an output not
-///         depending on ``x`` or on a dependency, a replay changing the output shape.
+///         depending on ``x`` or on a dependency, a replay changing the output shape; from the
+///         outer ``backward()``, ``fn`` calling ``backward()`` during its replay.
+///     StaleGraphError: ``fn`` changed ``x`` or a dependency during this first run.
 ///     Exception: whatever ``fn`` raises.
 ///
 /// Example:

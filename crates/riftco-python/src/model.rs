@@ -387,6 +387,11 @@ impl PyModel {
 
     /// A new incremental decoding session sharing this model's current weights (with a per-layer
     /// K/V cache of ``max_seq_len`` positions). It builds no graph and never checkpoints.
+    ///
+    /// The session reads the weights' values at each token, so training or ``load_weights``
+    /// between tokens is visible to later ones. A structural change of the model after the
+    /// session was opened (``enable_lora``, ``set_lora_active``, ``merge_lora``, ``load_lora``)
+    /// makes its next ``decode_token`` raise ``DecodeError``: open a new session.
     fn decode_session(&self) -> PyDecodeSession {
         PyDecodeSession {
             inner: Mutex::new(self.read().decode_session()),
@@ -443,7 +448,10 @@ impl PyDecodeSession {
     ///
     /// Raises:
     ///     TokenError: for an id outside the vocabulary.
-    ///     DecodeError: when the cache already holds ``max_seq_len`` positions.
+    ///     DecodeError: when the cache already holds ``max_seq_len`` positions, or when the
+    ///         model changed structurally (``enable_lora``, ``set_lora_active``,
+    ///         ``merge_lora``, ``load_lora``) after this session was opened (``reset()`` does
+    ///         not lift it: open a new session).
     fn decode_token<'py>(
         &self,
         py: Python<'py>,

@@ -77,32 +77,41 @@ fn hyper(lr: f32, betas: (f32, f32), eps: f32, weight_decay: f32, decoupled: boo
 ///
 /// First and second moments are counted as ``optimizer_state`` memory. Each ``step()`` writes
 /// the parameters in place, so a graph recorded before it is rejected as stale by
-/// ``backward()``.
+/// ``backward()``. Step counts are per parameter, as in PyTorch: bias correction uses the number
+/// of steps that updated that parameter.
+///
+/// A frozen leaf (``requires_grad=False``) may be listed beside trainable ones: it never
+/// receives a gradient, so it is never updated (not by weight decay either) and holds no
+/// optimizer state.
 ///
 /// Args:
-///     params: the leaves to update (for example ``model.parameters()``).
+///     params: the distinct leaves to update (for example ``model.parameters()``).
 ///     lr: learning rate (positive).
 ///     betas: moment decays, each in ``[0, 1)``.
 ///     eps: denominator epsilon (non-negative).
 ///     weight_decay: L2 coefficient (non-negative).
 ///
 /// Raises:
-///     ConfigError: naming an invalid hyper-parameter.
+///     ConfigError: naming an invalid hyper-parameter, or ``params`` when it is empty, lists a
+///         Variable twice, holds a non-leaf (the result of an op) or only frozen leaves.
 #[pyclass(name = "Adam", module = "riftco._native", frozen)]
 pub struct PyAdam(Optimizer);
 
 /// AdamW (Loshchilov & Hutter 2019): Adam with decoupled weight decay
 /// (``param -= lr * weight_decay * param`` each step), PyTorch's defaults.
 ///
+/// Parameters, frozen leaves and step counts as for ``Adam``.
+///
 /// Args:
-///     params: the leaves to update.
+///     params: the distinct leaves to update.
 ///     lr: learning rate (positive).
 ///     betas: moment decays, each in ``[0, 1)``.
 ///     eps: denominator epsilon (non-negative).
 ///     weight_decay: decoupled decay coefficient (non-negative; default 0.01).
 ///
 /// Raises:
-///     ConfigError: naming an invalid hyper-parameter.
+///     ConfigError: naming an invalid hyper-parameter, or ``params`` when it is empty, lists a
+///         Variable twice, holds a non-leaf (the result of an op) or only frozen leaves.
 #[pyclass(name = "AdamW", module = "riftco._native", frozen)]
 pub struct PyAdamW(Optimizer);
 
@@ -125,8 +134,10 @@ macro_rules! optimizer_methods {
                     .map(Self)
             }
 
-            /// One update of every parameter that has a gradient (the others are skipped).
-            /// The GIL is released meanwhile.
+            /// One update of every trainable parameter that has a gradient (the others are
+            /// skipped: their moments and step counts stay as they were). When no parameter has
+            /// a gradient nothing changes and the step is not counted. The GIL is released
+            /// meanwhile.
             ///
             /// Raises:
             ///     ConfigError: when a gradient's shape differs from its parameter's.
@@ -153,7 +164,7 @@ macro_rules! optimizer_methods {
                 self.0.set_lr(lr)
             }
 
-            /// Steps taken so far.
+            /// Steps taken so far: ``step()`` calls that updated at least one parameter.
             #[getter]
             fn steps(&self) -> u64 {
                 self.0.lock().steps()

@@ -196,8 +196,10 @@ impl PyVariable {
     /// Raises:
     ///     ShapeError: when the output has more than one element.
     ///     StaleGraphError: when a value the graph read changed since the forward pass (an
-    ///         optimizer step, ``load_weights``, ``merge_lora``); nothing is committed.
-    ///     CheckpointError: a checkpoint replay violated its contract; nothing is committed.
+    ///         optimizer step, ``load_weights``, ``merge_lora``), also when a checkpoint
+    ///         callable changed one during its replay; nothing is committed.
+    ///     CheckpointError: a checkpoint replay violated its contract, or this ``backward()``
+    ///         was called by a checkpoint callable during its replay; nothing is committed.
     ///     Exception: an exception raised by a Python checkpoint callable during replay,
     ///         unchanged; nothing is committed.
     fn backward(&self, py: Python<'_>) -> PyResult<()> {

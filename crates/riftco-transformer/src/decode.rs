@@ -2,13 +2,18 @@
 //!
 //! A session computes one token at a time with plain kernels: it builds no graph and is never
 //! checkpointed (it mutates its cache, so it is not replay-safe). It shares the
-//! model's weights, so it stays valid when the model handle is dropped, and it reads them at each
-//! step, so training between decode steps is visible to later tokens while the cache of earlier
-//! positions is left untouched.
+//! model's weights, so it stays valid when the model handle is dropped, and it reads their values
+//! at each step, so training (and `load_weights`) between decode steps is visible to later tokens
+//! while the cache of earlier positions is left untouched.
+//!
+//! A structural change of the model after the session was opened (`enable_lora`,
+//! `set_lora_active`, `merge_lora`, loading adapters or replacing the weights) gives the model a
+//! weight set the session does not hold: the session's next `decode_token` fails with
+//! [`TransformerError::Decode`] instead of decoding with the old set; open a new session.
 
 use crate::error::{Result, TransformerError};
 use crate::linear::Linear;
-use crate::model::Weights;
+use crate::model::{Revision, Weights};
 use riftco_kernels::{elementwise, matmul, norm, rope, softmax, MatmulSpec};
 use std::sync::Arc;
 
@@ -16,6 +21,9 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct DecodeSession {
     weights: Arc<Weights>,
+    // The model's structural revision and its value when the session was opened (none for a
+    // session built from a weight set alone).
+    revision: Option<(Arc<Revision>, u64)>,
     // Per layer: [n_heads, max_seq_len, d_head]
     k_cache: Vec<Vec<f32>>,
     v_cache: Vec<Vec<f32>>,
@@ -60,7 +68,8 @@ fn rms(x: &[f32], w: &riftco_autograd::Variable, eps: f32) -> Vec<f32> {
 }
 
 impl DecodeSession {
-    /// A session with an empty cache.
+    /// A session with an empty cache over a fixed weight set (structural changes of a model
+    /// are not tracked: use [`crate::DecoderOnlyTransformer::decode_session`] for that).
     pub fn new(weights: Arc<Weights>) -> Self {
         let c = &weights.config;
         let per_layer = c.n_heads * c.max_seq_len * c.d_head();
@@ -69,6 +78,7 @@ impl DecodeSession {
             v_cache: vec![vec![0.0; per_layer]; c.n_layers],
             len: 0,
             weights,
+            revision: None,
         }
     }
 
@@ -86,8 +96,20 @@ impl DecodeSession {
     ///
     /// # Errors
     /// [`TransformerError::Tokens`] for an id outside the vocabulary,
-    /// [`TransformerError::Decode`] when the cache holds `max_seq_len` positions already.
+    /// [`TransformerError::Decode`] when the cache holds `max_seq_len` positions already, or
+    /// when the model changed structurally since the session was opened (see the module
+    /// documentation; [`DecodeSession::reset`] does not lift it).
     pub fn decode_token(&mut self, token: u32) -> Result<Vec<f32>> {
+        if let Some((revision, opened)) = &self.revision {
+            let (now, change) = revision.get();
+            if now != *opened {
+                return Err(TransformerError::Decode(format!(
+                    "the model changed ({change}) after this session was opened, so the \
+                     session's weights and K/V cache no longer match it; open a new session \
+                     with decode_session()"
+                )));
+            }
+        }
         let w = self.weights.clone();
         let c = &w.config;
         if token as usize >= c.vocab_size {
@@ -160,8 +182,15 @@ impl DecodeSession {
 }
 
 impl crate::model::DecoderOnlyTransformer {
-    /// A decode session sharing this model's weights.
+    /// A decode session sharing this model's weights. It follows their values (training between
+    /// tokens is visible) but not structural changes: after [`Self::enable_lora`],
+    /// [`Self::set_lora_active`], [`Self::merge_lora`] or [`Self::replace_weights`] its
+    /// `decode_token` fails with [`TransformerError::Decode`].
     pub fn decode_session(&self) -> DecodeSession {
-        DecodeSession::new(self.weights().clone())
+        let mut session = DecodeSession::new(self.weights().clone());
+        let revision = self.revision().clone();
+        let opened = revision.get().0;
+        session.revision = Some((revision, opened));
+        session
     }
 }

@@ -11,7 +11,7 @@ use riftco_autograd::{checkpoint_with_pass, ops, Variable};
 use riftco_kernels::rope::RopeTable;
 use riftco_tensor::{MemoryCategory, Rng, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// All parameters of a model, shared (`Arc`) by the model, its training graphs and its decode
 /// sessions, so each stays valid when the others are dropped.
@@ -154,6 +154,27 @@ pub struct DecoderOnlyTransformer {
     attention: FullSequenceAttentionKind,
     checkpointing: ActivationCheckpointingKind,
     block_calls: Arc<AtomicUsize>,
+    revision: Arc<Revision>,
+}
+
+/// The structural revision of a model's weight set, shared with its decode sessions. Bumped by
+/// every change that replaces the set ([`DecoderOnlyTransformer::enable_lora`],
+/// [`DecoderOnlyTransformer::set_lora_active`], [`DecoderOnlyTransformer::merge_lora`],
+/// [`DecoderOnlyTransformer::replace_weights`]): a session opened before holds the old set and
+/// must not decode with it.
+#[derive(Debug, Default)]
+pub(crate) struct Revision(Mutex<(u64, &'static str)>);
+
+impl Revision {
+    /// The revision number and the change that last bumped it.
+    pub(crate) fn get(&self) -> (u64, &'static str) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self, change: &'static str) {
+        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *r = (r.0 + 1, change);
+    }
 }
 
 impl DecoderOnlyTransformer {
@@ -185,7 +206,19 @@ impl DecoderOnlyTransformer {
             attention,
             checkpointing,
             block_calls: Arc::new(AtomicUsize::new(0)),
+            revision: Arc::default(),
         }
+    }
+
+    /// Replaces the weight set; decode sessions opened before refuse to decode afterwards.
+    fn set_weights(&mut self, weights: Weights, change: &'static str) {
+        self.weights = Arc::new(weights);
+        self.revision.bump(change);
+    }
+
+    /// The structural revision shared with decode sessions.
+    pub(crate) fn revision(&self) -> &Arc<Revision> {
+        &self.revision
     }
 
     /// The configuration.
@@ -334,7 +367,8 @@ impl DecoderOnlyTransformer {
 
     /// Adds LoRA adapters to the target layers, activates them and freezes every base
     /// parameter (no weight gradient is computed for frozen weights). Graphs recorded before
-    /// keep their own structure.
+    /// keep their own structure; decode sessions opened before refuse to decode afterwards
+    /// ([`TransformerError::Decode`]: open a new one).
     ///
     /// # Errors
     /// [`TransformerError::Lora`] for invalid hyper-parameters or when adapters already exist.
@@ -365,7 +399,7 @@ impl DecoderOnlyTransformer {
                 }
             }
         }
-        self.weights = Arc::new(w);
+        self.set_weights(w, "enable_lora");
         Ok(())
     }
 
@@ -384,13 +418,23 @@ impl DecoderOnlyTransformer {
     }
 
     /// Activates or deactivates existing adapters (base weights stay frozen while adapters
-    /// exist).
+    /// exist). A change makes decode sessions opened before refuse to decode
+    /// ([`TransformerError::Decode`]); setting the state the adapters already have changes
+    /// nothing.
     ///
     /// # Errors
     /// [`TransformerError::Lora`] when there are no adapters.
     pub fn set_lora_active(&mut self, active: bool) -> Result<()> {
         if !self.has_lora() {
             return Err(TransformerError::Lora("the model has no adapters".into()));
+        }
+        let unchanged = self.weights.layers.iter().all(|l| {
+            l.linears()
+                .iter()
+                .all(|(_, lin)| lin.lora.is_none() || lin.lora_active == active)
+        });
+        if unchanged {
+            return Ok(());
         }
         let mut w = (*self.weights).clone();
         for layer in w.layers.iter_mut() {
@@ -400,12 +444,13 @@ impl DecoderOnlyTransformer {
                 }
             }
         }
-        self.weights = Arc::new(w);
+        self.set_weights(w, "set_lora_active");
         Ok(())
     }
 
     /// Merges active adapters into the base weights (`W ← W + (alpha/r)·B·A`), removes them and
-    /// makes every base parameter trainable again.
+    /// makes every base parameter trainable again. Decode sessions opened before refuse to
+    /// decode afterwards ([`TransformerError::Decode`]).
     ///
     /// # Errors
     /// [`TransformerError::Lora`] when there are no adapters.
@@ -426,13 +471,14 @@ impl DecoderOnlyTransformer {
                 }
             }
         }
-        self.weights = Arc::new(w);
+        self.set_weights(w, "merge_lora");
         Ok(())
     }
 
-    /// Replaces the weights (used by loading state and adapters).
+    /// Replaces the weights (used by loading state and adapters). Decode sessions opened before
+    /// refuse to decode afterwards ([`TransformerError::Decode`]).
     pub fn replace_weights(&mut self, weights: Weights) {
-        self.weights = Arc::new(weights);
+        self.set_weights(weights, "replace_weights");
     }
 }
 

@@ -4,18 +4,35 @@ use crate::error::{Result, TransformerError};
 use riftco_autograd::Variable;
 use riftco_kernels::{adam_update, AdamHyper};
 use riftco_tensor::{MemoryCategory, Tensor};
+use std::collections::HashMap;
 
-/// Adam/AdamW over a fixed list of parameter leaves. First and second moments are allocated in
-/// the `optimizer_state` memory category. Each step writes the parameters in place, which bumps
-/// their versions: a graph recorded before the step is rejected as stale by backward.
+/// Adam/AdamW over a fixed list of distinct parameter leaves. First and second moments are
+/// allocated in the `optimizer_state` memory category for every trainable parameter. Each step
+/// writes the parameters in place, which bumps their versions: a graph recorded before the step
+/// is rejected as stale by backward.
+///
+/// A frozen parameter (`requires_grad = false`, like the base weights under LoRA) may be in
+/// the list: it never receives a gradient, so it is never updated (not by weight decay
+/// either) and gets no optimizer state. At least one parameter must be trainable.
+///
+/// Step counts are per parameter, as in PyTorch: a parameter's bias correction uses the number
+/// of steps that updated it, and a step with no gradient at all changes nothing and is not
+/// counted.
 #[derive(Debug)]
 pub struct Adam {
     params: Vec<Variable>,
-    m: Vec<Tensor>,
-    v: Vec<Tensor>,
-    step: u64,
+    /// Per parameter: moments and step count; `None` for frozen parameters.
+    state: Vec<Option<Moments>>,
+    steps: u64,
     /// Hyper-parameters (mutable between steps, e.g. for a learning-rate schedule).
     pub hyper: AdamHyper,
+}
+
+#[derive(Debug)]
+struct Moments {
+    m: Tensor,
+    v: Tensor,
+    steps: u64,
 }
 
 impl Adam {
@@ -53,8 +70,12 @@ impl Adam {
     /// Any hyper-parameters.
     ///
     /// # Errors
-    /// [`TransformerError::Config`] naming an invalid field (lr, betas in [0, 1), eps, decay).
+    /// [`TransformerError::Config`] naming an invalid field (lr, betas in [0, 1), eps, decay),
+    /// or `params` when the list is empty, holds the same variable twice (it would be updated
+    /// twice per step), holds a non-leaf (the result of an op, which no optimizer can update),
+    /// or holds only frozen parameters (no step would ever change anything).
     pub fn with_hyper(params: Vec<Variable>, hyper: AdamHyper) -> Result<Self> {
+        validate_params(&params)?;
         let bad = |field: &'static str, value: f32, reason: &str| {
             Err(TransformerError::Config {
                 field,
@@ -82,18 +103,27 @@ impl Adam {
         }
         let zeros =
             |p: &Variable| Tensor::zeros(p.value().shape().clone(), MemoryCategory::OptimizerState);
+        let state = params
+            .iter()
+            .map(|p| {
+                p.requires_grad().then(|| Moments {
+                    m: zeros(p),
+                    v: zeros(p),
+                    steps: 0,
+                })
+            })
+            .collect();
         Ok(Self {
-            m: params.iter().map(zeros).collect(),
-            v: params.iter().map(zeros).collect(),
+            state,
             params,
-            step: 0,
+            steps: 0,
             hyper,
         })
     }
 
-    /// Steps taken so far.
+    /// Steps taken so far: calls of [`Adam::step`] that updated at least one parameter.
     pub fn steps(&self) -> u64 {
-        self.step
+        self.steps
     }
 
     /// The parameters updated.
@@ -101,33 +131,43 @@ impl Adam {
         &self.params
     }
 
-    /// One update of every parameter that has a gradient (parameters without one are skipped,
-    /// as in PyTorch).
+    /// One update of every trainable parameter that has a gradient (parameters without one are
+    /// skipped, as in PyTorch: their moments and step counts stay as they were). When no
+    /// parameter has a gradient nothing changes and the step is not counted.
     ///
     /// # Errors
     /// Never for consistent shapes; a gradient whose shape differs from its parameter is an
-    /// error naming the parameter.
+    /// error naming the parameter (checked for all before any is updated).
     pub fn step(&mut self) -> Result<()> {
-        for p in &self.params {
-            if let Some(g) = p.grad() {
-                if g.dims() != p.dims() {
-                    return Err(TransformerError::Config {
-                        field: "gradient",
-                        value: format!("{:?}", g.dims()),
-                        reason: format!("does not match parameter {}", p.describe()),
-                    });
-                }
+        let mut updates = Vec::new();
+        for (i, (p, state)) in self.params.iter().zip(&self.state).enumerate() {
+            let (Some(g), Some(_)) = (p.grad(), state) else {
+                continue;
+            };
+            if g.dims() != p.dims() {
+                return Err(TransformerError::Config {
+                    field: "gradient",
+                    value: format!("{:?}", g.dims()),
+                    reason: format!("does not match parameter {}", p.describe()),
+                });
             }
+            updates.push((i, g));
         }
-        self.step += 1;
-        for ((p, m), v) in self.params.iter().zip(&self.m).zip(&self.v) {
-            let Some(g) = p.grad() else { continue };
+        if updates.is_empty() {
+            return Ok(());
+        }
+        self.steps += 1;
+        for (i, g) in updates {
+            let Some(state) = self.state[i].as_mut() else {
+                continue;
+            };
+            state.steps += 1;
             adam_update(
-                &mut p.value().write(),
+                &mut self.params[i].value().write(),
                 &g.read(),
-                &mut m.write(),
-                &mut v.write(),
-                self.step,
+                &mut state.m.write(),
+                &mut state.v.write(),
+                state.steps,
                 self.hyper,
             );
         }
@@ -140,4 +180,52 @@ impl Adam {
             p.zero_grad();
         }
     }
+}
+
+/// The parameter-list rules of [`Adam::with_hyper`].
+fn validate_params(params: &[Variable]) -> Result<()> {
+    let bad = |value: String, reason: String| {
+        Err(TransformerError::Config {
+            field: "params",
+            value,
+            reason,
+        })
+    };
+    if params.is_empty() {
+        return bad(
+            "[]".into(),
+            "the optimizer needs at least one parameter (got an empty list)".into(),
+        );
+    }
+    let mut seen: HashMap<u64, usize> = HashMap::new();
+    for (i, p) in params.iter().enumerate() {
+        if !p.is_leaf() {
+            return bad(
+                p.describe(),
+                format!(
+                    "parameter {i} is not a leaf (it was computed by op {}); pass the leaf \
+                     parameters themselves",
+                    p.op_name()
+                ),
+            );
+        }
+        if let Some(first) = seen.insert(p.id(), i) {
+            return bad(
+                p.describe(),
+                format!(
+                    "parameters {first} and {i} are the same variable; list each parameter \
+                     once (it would be updated twice per step)"
+                ),
+            );
+        }
+    }
+    if !params.iter().any(Variable::requires_grad) {
+        return bad(
+            format!("{} frozen parameters", params.len()),
+            "no parameter requires grad, so no step would ever update one; pass trainable \
+             parameters (for example the model's trainable parameters)"
+                .into(),
+        );
+    }
+    Ok(())
 }

@@ -150,8 +150,9 @@ class Variable:
     def backward(self) -> None:
         """Backpropagates from this one-element output, replacing the gradients of the trainable
         leaves reached (GIL released). Raises ``ShapeError`` (not one element),
-        ``StaleGraphError``, ``CheckpointError``, or the exception of a Python checkpoint
-        callable, unchanged; on error no gradient changes."""
+        ``StaleGraphError``, ``CheckpointError`` (also when called by a checkpoint callable
+        during its replay), or the exception of a Python checkpoint callable, unchanged; on
+        error no gradient changes."""
     def backward_accumulate(self) -> None:
         """Like ``backward()`` but adds to the committed gradients (micro-batch accumulation)."""
     def zero_grad(self) -> None:
@@ -174,7 +175,10 @@ def checkpoint(
     and once more during backward. ``dependencies`` lists every pre-existing leaf ``fn`` reads.
 
     An exception raised by ``fn`` (now or at replay) propagates unchanged and leaves every
-    public gradient untouched. Contract violations raise ``CheckpointError``.
+    public gradient untouched. Contract violations raise ``CheckpointError``. During its replay
+    ``fn`` must not call ``backward()`` (``CheckpointError``, nothing committed) nor change a value
+    the graph read, e.g. an optimizer ``step()`` (``StaleGraphError`` from the outer
+    ``backward()``, nothing committed).
     """
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +237,9 @@ class DecodeSession:
 
     def decode_token(self, token: int) -> npt.NDArray[np.float32]:
         """Feeds ``token`` and returns the next-token logits, float32 ``[vocab_size]``.
-        Raises ``TokenError`` (id outside the vocabulary) or ``DecodeError`` (cache full)."""
+        Raises ``TokenError`` (id outside the vocabulary) or ``DecodeError`` (cache full, or the
+        model changed structurally after the session was opened: ``enable_lora``,
+        ``set_lora_active``, ``merge_lora``, ``load_lora``; open a new session)."""
     @property
     def position(self) -> int:
         """Tokens decoded so far."""
@@ -307,7 +313,9 @@ class DecoderOnlyTransformer:
     def load_weights(self, path: str | os.PathLike[str]) -> None: ...
     def save_lora(self, dir: str | os.PathLike[str]) -> None: ...
     def load_lora(self, dir: str | os.PathLike[str]) -> None: ...
-    def decode_session(self) -> DecodeSession: ...
+    def decode_session(self) -> DecodeSession:
+        """A K/V-cache session over the current weights; it follows their values, and raises
+        ``DecodeError`` after a structural change (LoRA enabled, toggled, merged or loaded)."""
     @property
     def block_forward_count(self) -> int:
         """Block forwards so far (original forwards plus checkpoint replays)."""
@@ -318,7 +326,12 @@ class DecoderOnlyTransformer:
 
 @final
 class Adam:
-    """Adam with bias correction and PyTorch's defaults (L2 ``weight_decay``)."""
+    """Adam with bias correction and PyTorch's defaults (L2 ``weight_decay``).
+
+    ``params`` must be distinct leaves, at least one trainable (else ``ConfigError``); frozen
+    leaves are never updated. Step counts are per parameter; a ``step()`` with no gradient at all
+    changes nothing and is not counted in ``steps``.
+    """
 
     def __new__(
         cls,
@@ -340,7 +353,8 @@ class Adam:
 
 @final
 class AdamW:
-    """AdamW: Adam with decoupled weight decay (default 0.01), PyTorch's defaults."""
+    """AdamW: Adam with decoupled weight decay (default 0.01), PyTorch's defaults. Parameters,
+    frozen leaves and step counts as for ``Adam``."""
 
     def __new__(
         cls,
