@@ -9,7 +9,7 @@
 //! - Before differentiating, every value the graph read is checked against the version recorded
 //!   at forward: a changed value, a device transfer or an optimizer step is a
 //!   [`AutogradError::StaleGraph`].
-//! - [`checkpoint()`]: the replay primitive with its five rejections, after Chen et al. 2016,
+//! - [`checkpoint()`]: the replay primitive with its validation, after Chen et al. 2016,
 //!   "Training Deep Nets with Sublinear Memory Cost".
 //! - [`Variable::graph_statistics`]: reachable node count and elements owned by those nodes.
 
