@@ -10,6 +10,8 @@ use crate::error::{Result, TransformerError};
 use crate::linear::Linear;
 use crate::model::Weights;
 use riftco_kernels::{elementwise, matmul, norm, rope, softmax, MatmulSpec};
+use riftco_tensor::alloc::{try_vec_with_capacity, try_zeroed_vec};
+use riftco_tensor::TensorError;
 use std::sync::Arc;
 
 /// Incremental decoder state for one sequence (batch 1).
@@ -60,16 +62,35 @@ fn rms(x: &[f32], w: &riftco_autograd::Variable, eps: f32) -> Vec<f32> {
 }
 
 impl DecodeSession {
-    /// A session with an empty cache.
-    pub fn new(weights: Arc<Weights>) -> Self {
+    /// A session with an empty cache (`2 · n_layers · max_seq_len · d_model` f32, allocated
+    /// now).
+    ///
+    /// # Errors
+    /// `TensorError::OutOfMemory` when the cache cannot be allocated (its size is bounded by
+    /// the config's validation; this machine may still not hold it).
+    pub fn new(weights: Arc<Weights>) -> Result<Self> {
         let c = &weights.config;
-        let per_layer = c.n_heads * c.max_seq_len * c.d_head();
-        Self {
-            k_cache: vec![vec![0.0; per_layer]; c.n_layers],
-            v_cache: vec![vec![0.0; per_layer]; c.n_layers],
+        let op = "decode K/V cache";
+        let per_layer = c
+            .n_heads
+            .checked_mul(c.max_seq_len)
+            .and_then(|n| n.checked_mul(c.d_head()))
+            .ok_or(TensorError::OutOfMemory {
+                op,
+                bytes: usize::MAX,
+            })?;
+        let mut k_cache = try_vec_with_capacity(op, c.n_layers)?;
+        let mut v_cache = try_vec_with_capacity(op, c.n_layers)?;
+        for _ in 0..c.n_layers {
+            k_cache.push(try_zeroed_vec(op, per_layer)?);
+            v_cache.push(try_zeroed_vec(op, per_layer)?);
+        }
+        Ok(Self {
+            k_cache,
+            v_cache,
             len: 0,
             weights,
-        }
+        })
     }
 
     /// Tokens decoded so far (the position of the next token).
@@ -161,7 +182,10 @@ impl DecodeSession {
 
 impl crate::model::DecoderOnlyTransformer {
     /// A decode session sharing this model's weights.
-    pub fn decode_session(&self) -> DecodeSession {
+    ///
+    /// # Errors
+    /// As [`DecodeSession::new`].
+    pub fn decode_session(&self) -> Result<DecodeSession> {
         DecodeSession::new(self.weights().clone())
     }
 }
