@@ -1,6 +1,7 @@
 /*
  * Error paths of the riftco C ABI: NULL pointers, invalid enums, wrong lengths, stale graphs,
- * buffers too small, handles used after the model handle was released, free(NULL).
+ * buffers too small, handles used after the model handle was released, free(NULL), configs too
+ * large for addressable memory.
  *
  *   test_errors SCRATCH_DIR
  *
@@ -331,6 +332,45 @@ static void test_decode(void) {
     rt_decode_session_free(session);
 }
 
+/* Sizes that cannot fit in addressable memory are rejected before anything is allocated (they
+ * used to abort the process in the allocator, or, for max_seq_len = 2^62, grow without bound). */
+static void test_oversized_configs(void) {
+    struct {
+        const char *field;
+        size_t d_model, n_heads, n_layers, d_ff, max_seq_len;
+    } cases[] = {
+        {"d_model", (size_t)1 << 40, 1, 1, 32, MAX_SEQ},
+        {"d_model", (size_t)1 << 62, 1, 1, 32, MAX_SEQ},
+        {"n_layers", 16, 2, (size_t)1 << 40, 32, MAX_SEQ},
+        {"d_ff", 16, 2, 1, (size_t)1 << 40, MAX_SEQ},
+        {"max_seq_len", 16, 2, 1, 32, (size_t)1 << 40},
+        {"max_seq_len", 16, 2, 1, 32, (size_t)1 << 62},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rt_transformer_config c = small_config();
+        c.d_model = cases[i].d_model;
+        c.n_heads = cases[i].n_heads;
+        c.n_layers = cases[i].n_layers;
+        c.d_ff = cases[i].d_ff;
+        c.max_seq_len = cases[i].max_seq_len;
+        rt_model *model = NULL;
+        EXPECT(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED,
+                               &model),
+               RT_ERROR_INVALID_ARGUMENT);
+        EXPECT_TRUE(model == NULL);
+        char want[64];
+        snprintf(want, sizeof want, "invalid config: %s = ", cases[i].field);
+        checks++;
+        if (strstr(last_error(), want) == NULL || strstr(last_error(), "bytes") == NULL) {
+            failures++;
+            fprintf(stderr, "case %zu: last error does not name %s and the bytes: %s\n", i,
+                    cases[i].field, last_error());
+        }
+    }
+    EXPECT_TRUE(RT_ERROR_OUT_OF_MEMORY == 14);
+    EXPECT_TRUE(strcmp(rt_status_name(RT_ERROR_OUT_OF_MEMORY), "RT_ERROR_OUT_OF_MEMORY") == 0);
+}
+
 static void test_memory(void) {
     rt_memory_stats stats;
     EXPECT(rt_get_memory_stats(NULL), RT_ERROR_NULL_POINTER);
@@ -361,6 +401,7 @@ int main(int argc, char **argv) {
     test_create();
     test_policy_and_training(scratch);
     test_decode();
+    test_oversized_configs();
     test_memory();
     if (failures != 0) {
         fprintf(stderr, "test_errors: %d of %d checks failed\n", failures, checks);

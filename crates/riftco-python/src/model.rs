@@ -387,10 +387,14 @@ impl PyModel {
 
     /// A new incremental decoding session sharing this model's current weights (with a per-layer
     /// K/V cache of ``max_seq_len`` positions). It builds no graph and never checkpoints.
-    fn decode_session(&self) -> PyDecodeSession {
-        PyDecodeSession {
-            inner: Mutex::new(self.read().decode_session()),
-        }
+    ///
+    /// Raises:
+    ///     OutOfMemoryError: when the K/V cache cannot be allocated.
+    fn decode_session(&self, py: Python<'_>) -> PyResult<PyDecodeSession> {
+        let session = compute(py, || self.read().decode_session())?;
+        Ok(PyDecodeSession {
+            inner: Mutex::new(session),
+        })
     }
 
     /// How many block forwards ran so far (original forwards plus checkpoint replays).
