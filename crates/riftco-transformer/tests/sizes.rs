@@ -10,7 +10,6 @@ use riftco_transformer::{
     MemoryFootprint, TransformerConfig, TransformerError, MAX_MODEL_BYTES,
 };
 use std::process::Command;
-use std::time::Instant;
 
 fn small() -> TransformerConfig {
     TransformerConfig::new(256, 64, 4, 2, 128, 64)
@@ -43,21 +42,16 @@ fn each_oversized_size_is_a_config_error_naming_it() {
     for (field, set) in cases {
         let mut c = small();
         set(&mut c);
-        let start = Instant::now();
         let (got, reason) = config_field(&c).unwrap_or_else(|| panic!("{c:?} was accepted"));
         assert_eq!(got, field, "{c:?}: {reason}");
         assert!(
             reason.contains("bytes") && reason.contains("2^47"),
             "{reason}"
         );
-        // Also through the model constructor (which validates before allocating anything).
+        // Also through the model constructor, which validates before allocating anything (the
+        // old max_seq_len = 2^62 filled a wrapped-capacity RoPE table without end).
         let err = DecoderOnlyTransformer::new(c.clone(), Attn::Flash, Ck::Disabled).unwrap_err();
         assert!(matches!(err, TransformerError::Config { field: f, .. } if f == field));
-        // Immediate: no table is built before the check (the old max_seq_len = 2^62 ran forever).
-        assert!(
-            start.elapsed().as_secs() < 30,
-            "validation of {field} took too long"
-        );
     }
 }
 
