@@ -373,7 +373,7 @@ impl DecoderOnlyTransformer {
                     let name = format!("model.layers.{i}.{suffix}.weight");
                     lin.lora = Some(LoraAdapter::new(
                         &name, o, inp, lora.rank, lora.alpha, &mut rng,
-                    ));
+                    )?);
                     lin.lora_active = true;
                 }
             }
