@@ -11,7 +11,7 @@ this package is its Python front:
 - training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
   ``run_post_training``, and ``generate``;
 - exceptions rooted at ``RiftcoError`` (input errors also subclass ``ValueError``, state and
-  device errors ``RuntimeError``).
+  device errors ``RuntimeError``, ``OutOfMemoryError`` the builtin ``MemoryError``).
 """
 
 from riftco._native import (
@@ -25,6 +25,7 @@ from riftco._native import (
     DeviceUnavailableError,
     LoraError,
     ModelStateError,
+    OutOfMemoryError,
     RiftcoError,
     ShapeError,
     StaleGraphError,
@@ -60,6 +61,7 @@ __all__ = [
     "DeviceUnavailableError",
     "LoraError",
     "ModelStateError",
+    "OutOfMemoryError",
     "RiftcoError",
     "ShapeError",
     "StaleGraphError",

@@ -75,7 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .value()
         .item()?;
     println!("eval loss {eval:.6} bits 0x{:08x}", eval.to_bits());
-    let mut session = model.decode_session();
+    let mut session = model.decode_session()?;
     let mut line = String::from("decode");
     let mut token = 0u32;
     for i in 0..PROMPT + GENERATE {

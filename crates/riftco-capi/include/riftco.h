@@ -102,6 +102,11 @@ enum rt_status
      * Any other internal failure (checkpoint contract violations, ...).
      */
     RT_ERROR_INTERNAL = 13,
+    /**
+     * An allocation was refused (memory or an address-space limit ran out); the message names
+     * the operation and the bytes.
+     */
+    RT_ERROR_OUT_OF_MEMORY = 14,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -359,7 +364,7 @@ rt_status rt_abi_version(uint32_t *major, uint32_t *minor);
  * Creates a decode session with an empty cache. `*out` receives a new handle owned by the
  * caller (NULL on failure).
  *
- * Errors: RT_ERROR_NULL_POINTER.
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_OUT_OF_MEMORY (the K/V cache cannot be allocated).
  */
 rt_status rt_decode_session_create(const struct rt_model *model, struct rt_decode_session **out);
 
@@ -464,7 +469,9 @@ rt_status rt_transformer_config_default(struct rt_transformer_config *out);
  * (release it with rt_model_free); on failure `*out` is set to NULL.
  *
  * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM, RT_ERROR_INVALID_ARGUMENT (a config
- * field, named in the message).
+ * field, named in the message; also sizes whose parameters, gradients, Adam state, RoPE table
+ * and decode K/V cache together exceed 2^47 bytes, with the byte count), RT_ERROR_OUT_OF_MEMORY
+ * (the weights passed that check but could not be allocated).
  */
 rt_status rt_model_create(const struct rt_transformer_config *config,
                           uint32_t attention,

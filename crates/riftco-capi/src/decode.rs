@@ -23,7 +23,7 @@ pub struct rt_decode_session {
 /// Creates a decode session with an empty cache. `*out` receives a new handle owned by the
 /// caller (NULL on failure).
 ///
-/// Errors: RT_ERROR_NULL_POINTER.
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_OUT_OF_MEMORY (the K/V cache cannot be allocated).
 #[no_mangle]
 pub unsafe extern "C" fn rt_decode_session_create(
     model: *const rt_model,
@@ -35,7 +35,7 @@ pub unsafe extern "C" fn rt_decode_session_create(
         let model = in_ptr(model, "model")?;
         let state = model.lock();
         let session = SessionState {
-            session: state.model.decode_session(),
+            session: state.model.decode_session()?,
             vocab_size: state.model.config().vocab_size,
         };
         *out = Box::into_raw(Box::new(rt_decode_session {

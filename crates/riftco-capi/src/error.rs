@@ -41,6 +41,9 @@ pub enum rt_status {
     RT_ERROR_INVALID_STRING = 12,
     /// Any other internal failure (checkpoint contract violations, ...).
     RT_ERROR_INTERNAL = 13,
+    /// An allocation was refused (memory or an address-space limit ran out); the message names
+    /// the operation and the bytes.
+    RT_ERROR_OUT_OF_MEMORY = 14,
 }
 
 impl rt_status {
@@ -61,10 +64,11 @@ impl rt_status {
             RT_ERROR_INVALID_STATE => c"RT_ERROR_INVALID_STATE",
             RT_ERROR_INVALID_STRING => c"RT_ERROR_INVALID_STRING",
             RT_ERROR_INTERNAL => c"RT_ERROR_INTERNAL",
+            RT_ERROR_OUT_OF_MEMORY => c"RT_ERROR_OUT_OF_MEMORY",
         }
     }
 
-    const ALL: [rt_status; 14] = {
+    const ALL: [rt_status; 15] = {
         use rt_status::*;
         [
             RT_OK,
@@ -81,6 +85,7 @@ impl rt_status {
             RT_ERROR_INVALID_STATE,
             RT_ERROR_INVALID_STRING,
             RT_ERROR_INTERNAL,
+            RT_ERROR_OUT_OF_MEMORY,
         ]
     };
 }
@@ -134,6 +139,7 @@ fn autograd_status(e: &AutogradError) -> rt_status {
         AutogradError::Tensor(TensorError::DeviceUnavailable { .. }) => RT_ERROR_DEVICE_UNAVAILABLE,
         AutogradError::Tensor(TensorError::InvalidArgument { .. }) => RT_ERROR_INVALID_ARGUMENT,
         AutogradError::Tensor(TensorError::IndexOutOfRange { .. }) => RT_ERROR_INVALID_ARGUMENT,
+        AutogradError::Tensor(TensorError::OutOfMemory { .. }) => RT_ERROR_OUT_OF_MEMORY,
         AutogradError::Tensor(_) => RT_ERROR_SHAPE,
         AutogradError::External(inner) => match inner.downcast_ref::<TransformerError>() {
             Some(TransformerError::Autograd(a)) => autograd_status(a),

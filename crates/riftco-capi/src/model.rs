@@ -156,7 +156,9 @@ pub unsafe extern "C" fn rt_transformer_config_default(
 /// (release it with rt_model_free); on failure `*out` is set to NULL.
 ///
 /// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM, RT_ERROR_INVALID_ARGUMENT (a config
-/// field, named in the message).
+/// field, named in the message; also sizes whose parameters, gradients, Adam state, RoPE table
+/// and decode K/V cache together exceed 2^47 bytes, with the byte count), RT_ERROR_OUT_OF_MEMORY
+/// (the weights passed that check but could not be allocated).
 #[no_mangle]
 pub unsafe extern "C" fn rt_model_create(
     config: *const rt_transformer_config,

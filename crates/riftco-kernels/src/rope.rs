@@ -20,15 +20,37 @@ impl RopeTable {
     /// Builds the table; angles are computed in f64 and rounded once to f32.
     ///
     /// # Panics
-    /// When `d_head` is odd or zero (the model config validates this first).
+    /// When `d_head` is odd or zero (the model config validates this first), or where
+    /// [`RopeTable::try_new`] returns an error.
     pub fn new(max_positions: usize, d_head: usize, theta: f64) -> Self {
+        Self::try_new(max_positions, d_head, theta)
+            .unwrap_or_else(|e| panic!("RopeTable of {max_positions} positions: {e}"))
+    }
+
+    /// [`RopeTable::new`] with both tables (`max_positions · d_head/2` elements each) allocated
+    /// fallibly and in full before any angle is computed.
+    ///
+    /// # Errors
+    /// When `max_positions · d_head/2` overflows (`CapacityOverflow`) or the allocator refuses
+    /// the tables.
+    ///
+    /// # Panics
+    /// When `d_head` is odd or zero.
+    pub fn try_new(
+        max_positions: usize,
+        d_head: usize,
+        theta: f64,
+    ) -> Result<Self, std::collections::TryReserveError> {
         assert!(
             d_head > 0 && d_head % 2 == 0,
             "RopeTable: d_head must be even"
         );
         let half = d_head / 2;
-        let mut cos = Vec::with_capacity(max_positions * half);
-        let mut sin = Vec::with_capacity(max_positions * half);
+        // An overflowing count asks for usize::MAX elements, which try_reserve_exact refuses.
+        let len = max_positions.saturating_mul(half);
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        cos.try_reserve_exact(len)?;
+        sin.try_reserve_exact(len)?;
         for p in 0..max_positions {
             for i in 0..half {
                 let inv_freq = 1.0 / theta.powf((2 * i) as f64 / d_head as f64);
@@ -38,12 +60,12 @@ impl RopeTable {
                 sin.push(angle.sin() as f32);
             }
         }
-        Self {
+        Ok(Self {
             d_head,
             max_positions,
             cos,
             sin,
-        }
+        })
     }
 
     /// `cos(p·θ_i)` for `i in 0..d_head/2`.

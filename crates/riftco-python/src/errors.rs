@@ -3,7 +3,7 @@
 //! `RiftcoError(Exception)` is the root. Input problems also subclass `ValueError`
 //! (`ShapeError`, `ConfigError`, `TokenError`, `ModelStateError`, `LoraError`), state and device
 //! problems `RuntimeError` (`DeviceUnavailableError`, `StaleGraphError`, `CheckpointError`,
-//! `DecodeError`). The classes are created at module import with two bases each (PyO3's
+//! `DecodeError`), and an allocation the allocator refused `MemoryError` (`OutOfMemoryError`). The classes are created at module import with two bases each (PyO3's
 //! `create_exception!` takes one), and live in `riftco._native`.
 //!
 //! Every compute entry point runs through [`compute`], which releases the GIL and turns a Rust
@@ -12,7 +12,7 @@
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyException, PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -33,9 +33,10 @@ pub(crate) enum Kind {
     ModelState,
     Lora,
     Decode,
+    OutOfMemory,
 }
 
-const KINDS: [Kind; 10] = [
+const KINDS: [Kind; 11] = [
     Kind::Riftco,
     Kind::Shape,
     Kind::Config,
@@ -46,9 +47,10 @@ const KINDS: [Kind; 10] = [
     Kind::ModelState,
     Kind::Lora,
     Kind::Decode,
+    Kind::OutOfMemory,
 ];
 
-static TYPES: [PyOnceLock<Py<PyType>>; 10] = [const { PyOnceLock::new() }; 10];
+static TYPES: [PyOnceLock<Py<PyType>>; 11] = [const { PyOnceLock::new() }; 11];
 
 impl Kind {
     fn name(self) -> &'static str {
@@ -63,6 +65,7 @@ impl Kind {
             Kind::ModelState => "ModelStateError",
             Kind::Lora => "LoraError",
             Kind::Decode => "DecodeError",
+            Kind::OutOfMemory => "OutOfMemoryError",
         }
     }
 
@@ -82,6 +85,10 @@ impl Kind {
             Kind::ModelState => "A model-state or adapter file is malformed or does not match.",
             Kind::Lora => "LoRA misuse: no adapters, adapters already present, bad rank or alpha.",
             Kind::Decode => "Decode-session misuse (for example a full K/V cache).",
+            Kind::OutOfMemory => {
+                "A tensor, weight or cache could not be allocated (memory or an address-space \
+                 limit ran out); the message names the operation and the bytes."
+            }
         }
     }
 
@@ -127,6 +134,14 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
                     .bind(py)
                     .clone();
                 PyTuple::new(py, [root, py.get_type::<PyRuntimeError>()])?
+            }
+            Kind::OutOfMemory => {
+                let root = TYPES[0]
+                    .get(py)
+                    .expect("RiftcoError first")
+                    .bind(py)
+                    .clone();
+                PyTuple::new(py, [root, py.get_type::<PyMemoryError>()])?
             }
         };
         let dict = PyDict::new(py);
@@ -224,7 +239,9 @@ pub(crate) fn tensor_err(e: TensorError) -> PyErr {
         TensorError::ShapeMismatch { .. }
         | TensorError::LengthMismatch { .. }
         | TensorError::ZeroSized { .. }
-        | TensorError::RankMismatch { .. } => Kind::Shape,
+        | TensorError::RankMismatch { .. }
+        | TensorError::ShapeOverflow { .. } => Kind::Shape,
+        TensorError::OutOfMemory { .. } => Kind::OutOfMemory,
         TensorError::IndexOutOfRange { what, .. } => {
             if what.contains("token") || what.contains("target") {
                 Kind::Token

@@ -7,6 +7,9 @@ use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use riftco_kernels::MatmulSpec;
+use riftco_tensor::{Shape, TensorError};
+
+use crate::errors::{compute, tensor_err};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
@@ -47,6 +50,9 @@ fn num_threads() -> usize {
 ///
 /// Raises:
 ///     ValueError: when the inner dimensions differ (the message names both shapes).
+///     ShapeError: when the output's element count `m·n` overflows (its bytes would exceed
+///         `isize::MAX`).
+///     OutOfMemoryError: when the output cannot be allocated.
 ///     TypeError: when an argument is not a 2-D float32 array.
 ///
 /// Example:
@@ -67,14 +73,17 @@ fn matmul<'py>(
              a has {k} columns but b has {k_b} rows"
         )));
     }
+    let len = Shape::try_new("matmul", [m, n])
+        .map_err(tensor_err)?
+        .numel();
     let (a, trans_a) = row_major(&a);
     let (b, trans_b) = row_major(&b);
     let spec = MatmulSpec::new(m, k, n).trans_a(trans_a).trans_b(trans_b);
-    let c = py.detach(|| {
-        let mut c = vec![0.0f32; m * n];
+    let c = compute(py, || -> Result<Vec<f32>, TensorError> {
+        let mut c = riftco_tensor::alloc::try_zeroed_vec("matmul", len)?;
         riftco_kernels::matmul(spec, &a, &b, &mut c);
-        c
-    });
+        Ok(c)
+    })?;
     let c = Array2::from_shape_vec((m, n), c)
         .map_err(|e| PyValueError::new_err(format!("matmul: output shape [{m}, {n}]: {e}")))?;
     Ok(c.into_pyarray(py))

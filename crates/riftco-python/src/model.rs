@@ -392,10 +392,14 @@ impl PyModel {
     /// between tokens is visible to later ones. A structural change of the model after the
     /// session was opened (``enable_lora``, ``set_lora_active``, ``merge_lora``, ``load_lora``)
     /// makes its next ``decode_token`` raise ``DecodeError``: open a new session.
-    fn decode_session(&self) -> PyDecodeSession {
-        PyDecodeSession {
-            inner: Mutex::new(self.read().decode_session()),
-        }
+    ///
+    /// Raises:
+    ///     OutOfMemoryError: when the K/V cache cannot be allocated.
+    fn decode_session(&self, py: Python<'_>) -> PyResult<PyDecodeSession> {
+        let session = compute(py, || self.read().decode_session())?;
+        Ok(PyDecodeSession {
+            inner: Mutex::new(session),
+        })
     }
 
     /// How many block forwards ran so far (original forwards plus checkpoint replays).

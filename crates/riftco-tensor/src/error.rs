@@ -49,6 +49,15 @@ pub enum TensorError {
         lhs: Device,
         rhs: Device,
     },
+    /// A shape's element count does not fit in memory arithmetic: the product of its non-zero
+    /// dimensions exceeds [`crate::shape::MAX_ELEMENTS`] (`4 · numel` bytes would exceed
+    /// `isize::MAX`).
+    #[error("{op}: shape {shape:?} has too many elements (the product of its non-zero dimensions must be at most {max}, so that its bytes fit in isize::MAX)", max = crate::shape::MAX_ELEMENTS)]
+    ShapeOverflow { op: &'static str, shape: Vec<usize> },
+    /// The allocator refused a buffer (the size passed every check but memory ran out, or an
+    /// address-space limit was hit).
+    #[error("{op}: out of memory: could not allocate {bytes} bytes")]
+    OutOfMemory { op: &'static str, bytes: usize },
     /// Any other invalid argument, described.
     #[error("{op}: {message}")]
     InvalidArgument { op: &'static str, message: String },

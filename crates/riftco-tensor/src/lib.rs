@@ -6,6 +6,7 @@
 //! allocation is counted by [`MemoryCategory`] (see [`memory`]), exactly: a tensor of `N`
 //! elements moves its category's counter by `4·N` bytes while it lives.
 
+pub mod alloc;
 pub mod device;
 pub mod error;
 pub mod memory;
@@ -21,5 +22,5 @@ pub use memory::{
     memory_stats, reset_peak_memory_stats, CategoryStats, MemoryCategory, MemoryStats,
 };
 pub use random::Rng;
-pub use shape::Shape;
+pub use shape::{Shape, MAX_ELEMENTS};
 pub use tensor::Tensor;

@@ -19,6 +19,7 @@
 //! In debug builds [`take`] hands out buffers filled with NaN (fresh or reused), so a kernel that
 //! fails to overwrite every element produces NaNs in tests instead of plausible values.
 
+use crate::Result;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
@@ -146,32 +147,49 @@ fn pop(len: usize) -> Option<Vec<f32>> {
 /// A buffer of exactly `len` elements whose contents are unspecified (finite or not): the caller
 /// must overwrite every element before reading any. Reuses a pooled buffer when one of that
 /// length is cached, else allocates. Debug builds fill it with NaN, fresh or reused.
-pub fn take(len: usize) -> Vec<f32> {
-    let fill = if cfg!(debug_assertions) {
-        f32::NAN
-    } else {
-        0.0
+///
+/// # Errors
+/// [`crate::TensorError::OutOfMemory`] naming `op` when a fresh allocation fails.
+pub fn try_take(op: &'static str, len: usize) -> Result<Vec<f32>> {
+    let mut v = match pop(len) {
+        Some(v) => v,
+        None => crate::alloc::try_zeroed_vec(op, len)?,
     };
-    match pop(len) {
-        Some(mut v) => {
-            if cfg!(debug_assertions) {
-                v.fill(fill);
-            }
-            v
-        }
-        None => vec![fill; len],
+    if cfg!(debug_assertions) {
+        v.fill(f32::NAN);
     }
+    Ok(v)
 }
 
 /// A zero-filled buffer of exactly `len` elements (pooled when possible).
-pub fn take_zeroed(len: usize) -> Vec<f32> {
+///
+/// # Errors
+/// [`crate::TensorError::OutOfMemory`] naming `op` when a fresh allocation fails.
+pub fn try_take_zeroed(op: &'static str, len: usize) -> Result<Vec<f32>> {
     match pop(len) {
         Some(mut v) => {
             v.fill(0.0);
-            v
+            Ok(v)
         }
-        None => vec![0.0; len],
+        None => crate::alloc::try_zeroed_vec(op, len),
     }
+}
+
+/// [`try_take`] for buffers whose size is bounded by memory that already exists (a copy of a
+/// live tensor).
+///
+/// # Panics
+/// When the allocation fails (a panic, which the Python and C boundaries report, not an abort).
+pub fn take(len: usize) -> Vec<f32> {
+    try_take("buffer pool", len).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`try_take_zeroed`] for buffers whose size is bounded by memory that already exists.
+///
+/// # Panics
+/// When the allocation fails.
+pub fn take_zeroed(len: usize) -> Vec<f32> {
+    try_take_zeroed("buffer pool", len).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Returns a buffer to the pool (called when a storage drops). Buffers that are too small or

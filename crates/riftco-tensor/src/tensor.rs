@@ -22,6 +22,7 @@ impl Tensor {
     /// A tensor owning `data` with the given shape.
     ///
     /// # Errors
+    /// [`TensorError::ShapeOverflow`] for an invalid shape (see [`Shape`]),
     /// [`TensorError::LengthMismatch`] when `data.len()` is not the shape's element count.
     pub fn from_vec(
         data: Vec<f32>,
@@ -29,23 +30,26 @@ impl Tensor {
         category: MemoryCategory,
     ) -> Result<Self> {
         let shape = shape.into();
-        if data.len() != shape.numel() {
+        let numel = shape.check("Tensor::from_vec")?;
+        if data.len() != numel {
             return Err(TensorError::LengthMismatch {
                 op: "Tensor::from_vec",
                 shape: shape.dims().to_vec(),
-                expected: shape.numel(),
+                expected: numel,
                 got: data.len(),
             });
         }
         Ok(Self::from_vec_unchecked(data, shape, category))
     }
 
-    /// Like [`Tensor::from_vec`] for callers that computed `data` for `shape` themselves.
+    /// Like [`Tensor::from_vec`] for callers that computed `data` for a valid `shape`
+    /// themselves (a buffer of `shape.numel()` elements for a shape built with
+    /// [`Shape::try_new`] or taken from another tensor).
     ///
     /// # Panics
     /// In debug builds, when the length disagrees with the shape.
     pub fn from_vec_unchecked(data: Vec<f32>, shape: Shape, category: MemoryCategory) -> Self {
-        debug_assert_eq!(data.len(), shape.numel());
+        debug_assert_eq!(Some(data.len()), shape.checked_numel());
         Self {
             storage: Arc::new(Storage::new(data, category)),
             shape,
@@ -56,7 +60,7 @@ impl Tensor {
     /// A copy of `data` with the given shape.
     ///
     /// # Errors
-    /// [`TensorError::LengthMismatch`] when `data.len()` is not the shape's element count.
+    /// As [`Tensor::from_vec`].
     pub fn from_slice(
         data: &[f32],
         shape: impl Into<Shape>,
@@ -70,18 +74,55 @@ impl Tensor {
         Self::from_vec_unchecked(vec![value], Shape::scalar(), category)
     }
 
-    /// All elements equal to `value`.
-    pub fn full(shape: impl Into<Shape>, value: f32, category: MemoryCategory) -> Self {
+    /// All elements equal to `value`, allocated fallibly.
+    ///
+    /// # Errors
+    /// [`TensorError::ShapeOverflow`] for an invalid shape, [`TensorError::OutOfMemory`] when
+    /// the allocation fails.
+    pub fn try_full(shape: impl Into<Shape>, value: f32, category: MemoryCategory) -> Result<Self> {
         let shape = shape.into();
-        Self::from_vec_unchecked(vec![value; shape.numel()], shape, category)
+        let numel = shape.check("Tensor::full")?;
+        let data = crate::alloc::try_filled_vec("Tensor::full", numel, value)?;
+        Ok(Self::from_vec_unchecked(data, shape, category))
     }
 
-    /// All zeros.
+    /// All zeros, allocated fallibly. Errors as [`Tensor::try_full`].
+    ///
+    /// # Errors
+    /// As [`Tensor::try_full`].
+    pub fn try_zeros(shape: impl Into<Shape>, category: MemoryCategory) -> Result<Self> {
+        Self::try_full(shape, 0.0, category)
+    }
+
+    /// All ones, allocated fallibly.
+    ///
+    /// # Errors
+    /// As [`Tensor::try_full`].
+    pub fn try_ones(shape: impl Into<Shape>, category: MemoryCategory) -> Result<Self> {
+        Self::try_full(shape, 1.0, category)
+    }
+
+    /// All elements equal to `value`: [`Tensor::try_full`] for sizes known to fit (use that one
+    /// where a size comes from input).
+    ///
+    /// # Panics
+    /// Where [`Tensor::try_full`] returns an error (a panic, not an abort).
+    pub fn full(shape: impl Into<Shape>, value: f32, category: MemoryCategory) -> Self {
+        Self::try_full(shape, value, category).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// All zeros (see [`Tensor::full`]).
+    ///
+    /// # Panics
+    /// As [`Tensor::full`].
     pub fn zeros(shape: impl Into<Shape>, category: MemoryCategory) -> Self {
         Self::full(shape, 0.0, category)
     }
 
-    /// All ones.
+    /// All ones (see [`Tensor::full`]).
+    ///
+    /// # Panics
+    /// As [`Tensor::full`].
     pub fn ones(shape: impl Into<Shape>, category: MemoryCategory) -> Self {
         Self::full(shape, 1.0, category)
     }
@@ -92,6 +133,9 @@ impl Tensor {
     }
 
     /// Normal samples with mean `mean` and standard deviation `std`, from [`Rng::new`]`(seed)`.
+    ///
+    /// # Panics
+    /// As [`Tensor::full`].
     pub fn randn(
         shape: impl Into<Shape>,
         mean: f32,
@@ -104,6 +148,9 @@ impl Tensor {
     }
 
     /// Normal samples drawn from an existing generator.
+    ///
+    /// # Panics
+    /// As [`Tensor::full`] (see [`Tensor::try_randn_with`]).
     pub fn randn_with(
         shape: impl Into<Shape>,
         mean: f32,
@@ -111,14 +158,32 @@ impl Tensor {
         rng: &mut Rng,
         category: MemoryCategory,
     ) -> Self {
+        Self::try_randn_with(shape, mean, std, rng, category).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Normal samples drawn from an existing generator, allocated fallibly (before any sample
+    /// is drawn, so a failure leaves `rng` untouched).
+    ///
+    /// # Errors
+    /// As [`Tensor::try_full`].
+    pub fn try_randn_with(
+        shape: impl Into<Shape>,
+        mean: f32,
+        std: f32,
+        rng: &mut Rng,
+        category: MemoryCategory,
+    ) -> Result<Self> {
         let shape = shape.into();
-        let data = (0..shape.numel())
-            .map(|_| (mean as f64 + std as f64 * rng.normal()) as f32)
-            .collect();
-        Self::from_vec_unchecked(data, shape, category)
+        let numel = shape.check("Tensor::randn")?;
+        let mut data = crate::alloc::try_vec_with_capacity("Tensor::randn", numel)?;
+        data.extend((0..numel).map(|_| (mean as f64 + std as f64 * rng.normal()) as f32));
+        Ok(Self::from_vec_unchecked(data, shape, category))
     }
 
     /// Uniform samples in `[lo, hi)` drawn from an existing generator.
+    ///
+    /// # Panics
+    /// As [`Tensor::full`] (see [`Tensor::try_rand_uniform_with`]).
     pub fn rand_uniform_with(
         shape: impl Into<Shape>,
         lo: f32,
@@ -126,12 +191,32 @@ impl Tensor {
         rng: &mut Rng,
         category: MemoryCategory,
     ) -> Self {
+        Self::try_rand_uniform_with(shape, lo, hi, rng, category).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Uniform samples in `[lo, hi)` drawn from an existing generator, allocated fallibly
+    /// (before any sample is drawn).
+    ///
+    /// # Errors
+    /// As [`Tensor::try_full`].
+    pub fn try_rand_uniform_with(
+        shape: impl Into<Shape>,
+        lo: f32,
+        hi: f32,
+        rng: &mut Rng,
+        category: MemoryCategory,
+    ) -> Result<Self> {
         let shape = shape.into();
-        let data = (0..shape.numel()).map(|_| rng.uniform(lo, hi)).collect();
-        Self::from_vec_unchecked(data, shape, category)
+        let numel = shape.check("Tensor::rand_uniform")?;
+        let mut data = crate::alloc::try_vec_with_capacity("Tensor::rand_uniform", numel)?;
+        data.extend((0..numel).map(|_| rng.uniform(lo, hi)));
+        Ok(Self::from_vec_unchecked(data, shape, category))
     }
 
     /// Uniform samples in `[lo, hi)` from [`Rng::new`]`(seed)`.
+    ///
+    /// # Panics
+    /// As [`Tensor::full`].
     pub fn rand_uniform(
         shape: impl Into<Shape>,
         lo: f32,
@@ -223,14 +308,16 @@ impl Tensor {
     /// The same storage viewed with another shape of equal element count.
     ///
     /// # Errors
+    /// [`TensorError::ShapeOverflow`] for an invalid shape (`[2^63, 2]` of an empty tensor),
     /// [`TensorError::LengthMismatch`] when the element counts differ.
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Self> {
         let shape = shape.into();
-        if shape.numel() != self.numel() {
+        let numel = shape.check("Tensor::reshape")?;
+        if numel != self.numel() {
             return Err(TensorError::LengthMismatch {
                 op: "Tensor::reshape",
                 shape: shape.dims().to_vec(),
-                expected: shape.numel(),
+                expected: numel,
                 got: self.numel(),
             });
         }

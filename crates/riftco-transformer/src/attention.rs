@@ -102,8 +102,9 @@ pub fn flash_attention_with_layout(
         }
         .into());
     }
-    let mut out = buf(q.value().numel());
-    let mut lse = buf(dims.batch * dims.n_heads * dims.seq_q);
+    // Both are q's shape or a part of it (valid shapes: no product can wrap).
+    let mut out = buf("flash_attention", q.value().numel())?;
+    let mut lse = buf("flash_attention", dims.batch * dims.n_heads * dims.seq_q)?;
     flash_attention_forward_with_layout(
         &q.value().read(),
         &k.value().read(),
@@ -127,9 +128,9 @@ pub fn flash_attention_with_layout(
         vec![q.clone(), k.clone(), v.clone()],
         move |p, out, g| {
             let (mut dq, mut dk, mut dv) = (
-                buf(p[0].value().numel()),
-                buf(p[1].value().numel()),
-                buf(p[2].value().numel()),
+                buf("flash_attention (vjp)", p[0].value().numel())?,
+                buf("flash_attention (vjp)", p[1].value().numel())?,
+                buf("flash_attention (vjp)", p[2].value().numel())?,
             );
             flash_attention_backward_with_layout(
                 &p[0].value().read(),

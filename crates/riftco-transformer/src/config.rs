@@ -33,6 +33,109 @@ pub struct TransformerConfig {
     pub seed: u64,
 }
 
+/// The most bytes a model may need: 2^47 bytes (128 TiB), the user address space of x86_64
+/// with 4-level paging (AArch64 Linux with 48-bit addresses has more). A config whose
+/// [`MemoryFootprint::total`] exceeds it can never be built, so [`TransformerConfig::validate`]
+/// rejects it up front; a smaller one that still does not fit this machine fails when its
+/// tensors are allocated, with an out-of-memory error.
+pub const MAX_MODEL_BYTES: u128 = 1 << 47;
+
+/// The memory a model of a config needs, in bytes (f32, 4 bytes per element).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryFootprint {
+    /// Every parameter: embedding and LM head `2·vocab·d_model`, per layer four attention
+    /// projections `4·d_model²`, the SwiGLU MLP `3·d_model·d_ff` and two RMSNorm weights, plus
+    /// the final norm.
+    pub parameter_bytes: u128,
+    /// One gradient per parameter (training).
+    pub gradient_bytes: u128,
+    /// Adam's two moments per parameter (training).
+    pub optimizer_state_bytes: u128,
+    /// The RoPE cos/sin tables, `2 · max_seq_len · d_head/2` elements.
+    pub rope_table_bytes: u128,
+    /// A decode session's K/V cache, `2 · n_layers · max_seq_len · d_model` elements.
+    pub kv_cache_bytes: u128,
+}
+
+impl MemoryFootprint {
+    /// The sum of the parts, `None` if it overflows `u128`.
+    pub fn total(&self) -> Option<u128> {
+        self.parameter_bytes
+            .checked_add(self.gradient_bytes)?
+            .checked_add(self.optimizer_state_bytes)?
+            .checked_add(self.rope_table_bytes)?
+            .checked_add(self.kv_cache_bytes)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum TermKind {
+    Parameters,
+    RopeTable,
+    KvCache,
+}
+
+/// One part of the footprint: its bytes (f32 elements · 4, checked) and the config sizes it is
+/// the product of.
+struct Term {
+    what: &'static str,
+    kind: TermKind,
+    bytes: Option<u128>,
+    factors: Vec<(&'static str, usize)>,
+}
+
+fn footprint_terms(c: &TransformerConfig) -> [Term; 6] {
+    let product = |coefficient: u128, factors: &[usize]| {
+        factors
+            .iter()
+            .try_fold(coefficient * 4, |acc, &f| acc.checked_mul(f as u128))
+    };
+    let (v, d, l, ff, t) = (c.vocab_size, c.d_model, c.n_layers, c.d_ff, c.max_seq_len);
+    let norms = (l as u128)
+        .checked_mul(2)
+        .and_then(|n| n.checked_add(1))
+        .and_then(|n| n.checked_mul(d as u128))
+        .and_then(|n| n.checked_mul(4));
+    [
+        Term {
+            what: "token embedding and LM head (2 · vocab_size · d_model)",
+            kind: TermKind::Parameters,
+            bytes: product(2, &[v, d]),
+            factors: vec![("vocab_size", v), ("d_model", d)],
+        },
+        Term {
+            what: "attention projections (4 · n_layers · d_model²)",
+            kind: TermKind::Parameters,
+            bytes: product(4, &[l, d, d]),
+            factors: vec![("n_layers", l), ("d_model", d)],
+        },
+        Term {
+            what: "MLP weights (3 · n_layers · d_model · d_ff)",
+            kind: TermKind::Parameters,
+            bytes: product(3, &[l, d, ff]),
+            factors: vec![("n_layers", l), ("d_model", d), ("d_ff", ff)],
+        },
+        Term {
+            what: "RMSNorm weights ((2 · n_layers + 1) · d_model)",
+            kind: TermKind::Parameters,
+            bytes: norms,
+            factors: vec![("n_layers", l), ("d_model", d)],
+        },
+        Term {
+            what: "RoPE table (max_seq_len · d_head)",
+            kind: TermKind::RopeTable,
+            bytes: product(1, &[t, c.d_head()]),
+            factors: vec![("max_seq_len", t), ("d_model", d)],
+        },
+        Term {
+            what: "decode K/V cache (2 · n_layers · max_seq_len · d_model)",
+            kind: TermKind::KvCache,
+            bytes: product(2, &[l, t, d]),
+            factors: vec![("n_layers", l), ("max_seq_len", t), ("d_model", d)],
+        },
+    ]
+}
+
 fn default_eps() -> f32 {
     1e-5
 }
@@ -75,12 +178,38 @@ impl TransformerConfig {
         self.d_model / self.n_heads.max(1)
     }
 
+    /// Bytes this model needs in memory (see [`MemoryFootprint`]), computed with checked
+    /// arithmetic: `None` when a count does not even fit in `u128`.
+    pub fn memory_footprint(&self) -> Option<MemoryFootprint> {
+        footprint_terms(self)
+            .iter()
+            .try_fold(MemoryFootprint::default(), |acc, t| {
+                let bytes = t.bytes?;
+                let mut acc = acc;
+                match t.kind {
+                    TermKind::Parameters => {
+                        acc.parameter_bytes = acc.parameter_bytes.checked_add(bytes)?;
+                    }
+                    TermKind::RopeTable => acc.rope_table_bytes = bytes,
+                    TermKind::KvCache => acc.kv_cache_bytes = bytes,
+                }
+                Some(acc)
+            })
+            .and_then(|mut f| {
+                f.gradient_bytes = f.parameter_bytes;
+                f.optimizer_state_bytes = f.parameter_bytes.checked_mul(2)?;
+                f.total()?;
+                Some(f)
+            })
+    }
+
     /// Checks every field.
     ///
     /// # Errors
     /// [`TransformerError::Config`] naming the first invalid field and its value: zero sizes,
     /// `d_model` not divisible by `n_heads`, odd `d_head` (RoPE pairs dimensions), non-positive
-    /// or non-finite `rms_norm_eps` / `rope_theta`.
+    /// or non-finite `rms_norm_eps` / `rope_theta`, or sizes whose [`MemoryFootprint`] exceeds
+    /// [`MAX_MODEL_BYTES`] (naming the largest size of the largest part, and the byte count).
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &'static str, value: String, reason: &str| {
             Err(TransformerError::Config {
@@ -139,7 +268,51 @@ impl TransformerConfig {
                 "must be a positive finite number",
             );
         }
-        Ok(())
+        self.validate_footprint()
+    }
+
+    fn validate_footprint(&self) -> Result<()> {
+        let footprint = self.memory_footprint();
+        if let Some(total) = footprint.as_ref().and_then(MemoryFootprint::total) {
+            if total <= MAX_MODEL_BYTES {
+                return Ok(());
+            }
+        }
+        // The part that needs the most bytes (one whose count overflows counts as the largest),
+        // and its largest size.
+        let terms = footprint_terms(self);
+        let largest = terms
+            .iter()
+            .max_by_key(|t| t.bytes.map_or((1, 0), |b| (0, b)))
+            .expect("at least one term");
+        let (field, value) = largest
+            .factors
+            .iter()
+            .copied()
+            .max_by_key(|&(_, v)| v)
+            .expect("every term has a factor");
+        let needed = match footprint {
+            Some(f) => format!(
+                "{} bytes (parameters {}, gradients {}, Adam state {}, RoPE table {}, decode K/V \
+                 cache {})",
+                f.total().unwrap_or(u128::MAX),
+                f.parameter_bytes,
+                f.gradient_bytes,
+                f.optimizer_state_bytes,
+                f.rope_table_bytes,
+                f.kv_cache_bytes
+            ),
+            None => "more than 2^128 bytes".to_string(),
+        };
+        Err(TransformerError::Config {
+            field,
+            value: value.to_string(),
+            reason: format!(
+                "the model would need {needed}, more than the {MAX_MODEL_BYTES} bytes (2^47, \
+                 128 TiB) of addressable memory; the largest part is the {}",
+                largest.what
+            ),
+        })
     }
 
     /// Checks a `[batch, seq]` token buffer against this config.
@@ -154,11 +327,11 @@ impl TransformerConfig {
                 "batch {batch} and seq {seq} must both be positive"
             )));
         }
-        if tokens.len() != batch * seq {
+        if batch.checked_mul(seq) != Some(tokens.len()) {
             return Err(TransformerError::Tokens(format!(
                 "{} tokens do not form [batch {batch}, seq {seq}] ({} expected)",
                 tokens.len(),
-                batch * seq
+                batch as u128 * seq as u128
             )));
         }
         if seq > self.max_seq_len {

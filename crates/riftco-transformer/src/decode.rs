@@ -15,6 +15,8 @@ use crate::error::{Result, TransformerError};
 use crate::linear::Linear;
 use crate::model::{Revision, Weights};
 use riftco_kernels::{elementwise, matmul, norm, rope, softmax, MatmulSpec};
+use riftco_tensor::alloc::{try_vec_with_capacity, try_zeroed_vec};
+use riftco_tensor::TensorError;
 use std::sync::Arc;
 
 /// Incremental decoder state for one sequence (batch 1).
@@ -68,18 +70,37 @@ fn rms(x: &[f32], w: &riftco_autograd::Variable, eps: f32) -> Vec<f32> {
 }
 
 impl DecodeSession {
-    /// A session with an empty cache over a fixed weight set (structural changes of a model
-    /// are not tracked: use [`crate::DecoderOnlyTransformer::decode_session`] for that).
-    pub fn new(weights: Arc<Weights>) -> Self {
+    /// A session with an empty cache (`2 · n_layers · max_seq_len · d_model` f32, allocated
+    /// now) over a fixed weight set (structural changes of a model are not tracked: use
+    /// [`crate::DecoderOnlyTransformer::decode_session`] for that).
+    ///
+    /// # Errors
+    /// `TensorError::OutOfMemory` when the cache cannot be allocated (its size is bounded by
+    /// the config's validation; this machine may still not hold it).
+    pub fn new(weights: Arc<Weights>) -> Result<Self> {
         let c = &weights.config;
-        let per_layer = c.n_heads * c.max_seq_len * c.d_head();
-        Self {
-            k_cache: vec![vec![0.0; per_layer]; c.n_layers],
-            v_cache: vec![vec![0.0; per_layer]; c.n_layers],
+        let op = "decode K/V cache";
+        let per_layer = c
+            .n_heads
+            .checked_mul(c.max_seq_len)
+            .and_then(|n| n.checked_mul(c.d_head()))
+            .ok_or(TensorError::OutOfMemory {
+                op,
+                bytes: usize::MAX,
+            })?;
+        let mut k_cache = try_vec_with_capacity(op, c.n_layers)?;
+        let mut v_cache = try_vec_with_capacity(op, c.n_layers)?;
+        for _ in 0..c.n_layers {
+            k_cache.push(try_zeroed_vec(op, per_layer)?);
+            v_cache.push(try_zeroed_vec(op, per_layer)?);
+        }
+        Ok(Self {
+            k_cache,
+            v_cache,
             len: 0,
             weights,
             revision: None,
-        }
+        })
     }
 
     /// Tokens decoded so far (the position of the next token).
@@ -186,11 +207,14 @@ impl crate::model::DecoderOnlyTransformer {
     /// tokens is visible) but not structural changes: after [`Self::enable_lora`],
     /// [`Self::set_lora_active`], [`Self::merge_lora`] or [`Self::replace_weights`] its
     /// `decode_token` fails with [`TransformerError::Decode`].
-    pub fn decode_session(&self) -> DecodeSession {
-        let mut session = DecodeSession::new(self.weights().clone());
+    ///
+    /// # Errors
+    /// As [`DecodeSession::new`].
+    pub fn decode_session(&self) -> Result<DecodeSession> {
+        let mut session = DecodeSession::new(self.weights().clone())?;
         let revision = self.revision().clone();
         let opened = revision.get().0;
         session.revision = Some((revision, opened));
-        session
+        Ok(session)
     }
 }

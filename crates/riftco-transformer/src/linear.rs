@@ -20,6 +20,10 @@ pub struct LoraAdapter {
 
 impl LoraAdapter {
     /// A fresh adapter for a `[out, in]` weight named `name`.
+    ///
+    /// # Errors
+    /// `TensorError::ShapeOverflow` / `TensorError::OutOfMemory` when `A [rank, in]` or
+    /// `B [out, rank]` cannot be built or allocated.
     pub fn new(
         name: &str,
         out_f: usize,
@@ -27,17 +31,22 @@ impl LoraAdapter {
         rank: usize,
         alpha: f32,
         rng: &mut Rng,
-    ) -> Self {
+    ) -> crate::error::Result<Self> {
         let bound = 1.0 / (in_f as f32).sqrt();
-        let a =
-            Tensor::rand_uniform_with([rank, in_f], -bound, bound, rng, MemoryCategory::Parameter);
-        let b = Tensor::zeros([out_f, rank], MemoryCategory::Parameter);
+        let a = Tensor::try_rand_uniform_with(
+            [rank, in_f],
+            -bound,
+            bound,
+            rng,
+            MemoryCategory::Parameter,
+        )?;
+        let b = Tensor::try_zeros([out_f, rank], MemoryCategory::Parameter)?;
         let base = name.trim_end_matches(".weight");
-        Self {
+        Ok(Self {
             a: Variable::named_leaf(a, true, format!("{base}.lora_A.weight")),
             b: Variable::named_leaf(b, true, format!("{base}.lora_B.weight")),
             scale: alpha / rank as f32,
-        }
+        })
     }
 }
 

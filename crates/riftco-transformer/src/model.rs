@@ -9,7 +9,7 @@ use crate::linear::{Linear, LoraAdapter, LoraConfig};
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
 use riftco_autograd::{checkpoint_with_pass, ops, Variable};
 use riftco_kernels::rope::RopeTable;
-use riftco_tensor::{MemoryCategory, Rng, Tensor};
+use riftco_tensor::{MemoryCategory, Rng, Tensor, TensorError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -73,34 +73,50 @@ impl Weights {
     }
 }
 
-fn init_weights(config: &TransformerConfig) -> Weights {
+/// The weights of a validated config. Every allocation is fallible, so a model that passes
+/// [`TransformerConfig::validate`] but does not fit this machine is an out-of-memory error.
+fn init_weights(config: &TransformerConfig) -> Result<Weights> {
+    // The RoPE table first: it is not drawn from the generator, and a failure here costs nothing.
+    let rope = RopeTable::try_new(config.max_seq_len, config.d_head(), config.rope_theta).map_err(
+        |_| TensorError::OutOfMemory {
+            op: "RoPE table",
+            bytes: config
+                .max_seq_len
+                .saturating_mul(config.d_head())
+                .saturating_mul(4),
+        },
+    )?;
     // Hugging Face Llama initialisation: N(0, 0.02) for embeddings and linear weights, ones for
     // RMSNorm weights. Drawn in state-dict order from one seeded generator.
     let mut rng = Rng::new(config.seed);
     let (d, ff, v) = (config.d_model, config.d_ff, config.vocab_size);
-    let mut normal = |shape: [usize; 2], name: String| {
-        Variable::named_leaf(
-            Tensor::randn_with(shape, 0.0, 0.02, &mut rng, MemoryCategory::Parameter),
+    let mut normal = |shape: [usize; 2], name: String| -> Result<Variable> {
+        Ok(Variable::named_leaf(
+            Tensor::try_randn_with(shape, 0.0, 0.02, &mut rng, MemoryCategory::Parameter)?,
             true,
             name,
-        )
+        ))
     };
-    let embed = normal([v, d], "model.embed_tokens.weight".into());
-    let ones = |name: String| {
-        Variable::named_leaf(Tensor::ones([d], MemoryCategory::Parameter), true, name)
+    let embed = normal([v, d], "model.embed_tokens.weight".into())?;
+    let ones = |name: String| -> Result<Variable> {
+        Ok(Variable::named_leaf(
+            Tensor::try_ones([d], MemoryCategory::Parameter)?,
+            true,
+            name,
+        ))
     };
-    let mut layers = Vec::with_capacity(config.n_layers);
+    let mut layers = riftco_tensor::alloc::try_vec_with_capacity("model layers", config.n_layers)?;
     for i in 0..config.n_layers {
         let p = format!("model.layers.{i}");
-        let attn_norm = ones(format!("{p}.input_layernorm.weight"));
-        let q = Linear::new(normal([d, d], format!("{p}.self_attn.q_proj.weight")));
-        let k = Linear::new(normal([d, d], format!("{p}.self_attn.k_proj.weight")));
-        let v_ = Linear::new(normal([d, d], format!("{p}.self_attn.v_proj.weight")));
-        let o = Linear::new(normal([d, d], format!("{p}.self_attn.o_proj.weight")));
-        let mlp_norm = ones(format!("{p}.post_attention_layernorm.weight"));
-        let gate = Linear::new(normal([ff, d], format!("{p}.mlp.gate_proj.weight")));
-        let up = Linear::new(normal([ff, d], format!("{p}.mlp.up_proj.weight")));
-        let down = Linear::new(normal([d, ff], format!("{p}.mlp.down_proj.weight")));
+        let attn_norm = ones(format!("{p}.input_layernorm.weight"))?;
+        let q = Linear::new(normal([d, d], format!("{p}.self_attn.q_proj.weight"))?);
+        let k = Linear::new(normal([d, d], format!("{p}.self_attn.k_proj.weight"))?);
+        let v_ = Linear::new(normal([d, d], format!("{p}.self_attn.v_proj.weight"))?);
+        let o = Linear::new(normal([d, d], format!("{p}.self_attn.o_proj.weight"))?);
+        let mlp_norm = ones(format!("{p}.post_attention_layernorm.weight"))?;
+        let gate = Linear::new(normal([ff, d], format!("{p}.mlp.gate_proj.weight"))?);
+        let up = Linear::new(normal([ff, d], format!("{p}.mlp.up_proj.weight"))?);
+        let down = Linear::new(normal([d, ff], format!("{p}.mlp.down_proj.weight"))?);
         layers.push(Arc::new(Layer {
             attn_norm,
             q,
@@ -113,20 +129,16 @@ fn init_weights(config: &TransformerConfig) -> Weights {
             down,
         }));
     }
-    let final_norm = ones("model.norm.weight".into());
-    let lm_head = normal([v, d], "lm_head.weight".into());
-    Weights {
-        rope: Arc::new(RopeTable::new(
-            config.max_seq_len,
-            config.d_head(),
-            config.rope_theta,
-        )),
+    let final_norm = ones("model.norm.weight".into())?;
+    let lm_head = normal([v, d], "lm_head.weight".into())?;
+    Ok(Weights {
+        rope: Arc::new(rope),
         config: config.clone(),
         embed,
         layers,
         final_norm,
         lm_head,
-    }
+    })
 }
 
 /// A LLaMA-style decoder-only transformer.
@@ -181,7 +193,8 @@ impl DecoderOnlyTransformer {
     /// A model with freshly initialised weights (seeded by `config.seed`).
     ///
     /// # Errors
-    /// [`TransformerError::Config`] for an invalid config.
+    /// [`TransformerError::Config`] for an invalid config (including one too large for
+    /// addressable memory), `TensorError::OutOfMemory` when a weight cannot be allocated.
     pub fn new(
         config: TransformerConfig,
         attention: FullSequenceAttentionKind,
@@ -189,7 +202,7 @@ impl DecoderOnlyTransformer {
     ) -> Result<Self> {
         config.validate()?;
         Ok(Self::from_weights(
-            init_weights(&config),
+            init_weights(&config)?,
             attention,
             checkpointing,
         ))
@@ -341,7 +354,7 @@ impl DecoderOnlyTransformer {
                 "a token block needs seq + 1 >= 2 columns, got {seq_plus_one}"
             )));
         }
-        if block.len() != batch * seq_plus_one || batch == 0 {
+        if batch.checked_mul(seq_plus_one) != Some(block.len()) || batch == 0 {
             return Err(TransformerError::Tokens(format!(
                 "{} tokens do not form a block [batch {batch}, seq + 1 = {seq_plus_one}]",
                 block.len()
@@ -394,7 +407,7 @@ impl DecoderOnlyTransformer {
                     let name = format!("model.layers.{i}.{suffix}.weight");
                     lin.lora = Some(LoraAdapter::new(
                         &name, o, inp, lora.rank, lora.alpha, &mut rng,
-                    ));
+                    )?);
                     lin.lora_active = true;
                 }
             }

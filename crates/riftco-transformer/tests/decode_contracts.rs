@@ -22,7 +22,7 @@ fn lora_config() -> LoraConfig {
 /// A fresh session over `m` decodes `tokens` exactly as the full-sequence forward does.
 fn assert_fresh_session_matches_logits(m: &DecoderOnlyTransformer, tokens: &[u32], what: &str) {
     let full = m.logits(tokens, 1, tokens.len()).unwrap().value().to_vec();
-    let mut s = m.decode_session();
+    let mut s = m.decode_session().unwrap();
     for (pos, &t) in tokens.iter().enumerate() {
         let logits = s.decode_token(t).unwrap();
         for (a, b) in logits.iter().zip(&full[pos * 64..(pos + 1) * 64]) {
@@ -50,7 +50,7 @@ fn structural_changes_make_the_old_session_refuse_to_decode() {
     let tokens = block(1, 6, 64);
     for (name, lora, change) in changes {
         let mut m = model(Attn::Flash, Ck::Disabled, lora);
-        let mut session = m.decode_session();
+        let mut session = m.decode_session().unwrap();
         session.decode_token(tokens[0]).unwrap();
         session.decode_token(tokens[1]).unwrap();
         change(&mut m);
@@ -73,7 +73,7 @@ fn structural_changes_make_the_old_session_refuse_to_decode() {
 #[test]
 fn value_changes_and_no_op_calls_keep_the_session_open() {
     let mut m = model(Attn::Flash, Ck::Disabled, true);
-    let mut session = m.decode_session();
+    let mut session = m.decode_session().unwrap();
     session.decode_token(1).unwrap();
     // Setting the state the adapters already have is not a change.
     m.set_lora_active(true).unwrap();

@@ -54,7 +54,7 @@ fn decode_matches_full_sequence_logits_at_every_position() {
         let m = model(Attn::Flash, Ck::Disabled, lora);
         let tokens: Vec<u32> = block(1, 20, 64);
         let full = m.logits(&tokens, 1, 20).unwrap().value().to_vec();
-        let mut session = m.decode_session();
+        let mut session = m.decode_session().unwrap();
         for (pos, &t) in tokens.iter().enumerate() {
             let logits = session.decode_token(t).unwrap();
             let row = &full[pos * 64..(pos + 1) * 64];
@@ -71,11 +71,11 @@ fn training_and_policy_changes_between_decode_steps_leave_the_cache_alone() {
     let tokens: Vec<u32> = block(1, 12, 64);
     let reference: Vec<Vec<f32>> = {
         let m = model(Attn::Flash, Ck::Disabled, false);
-        let mut s = m.decode_session();
+        let mut s = m.decode_session().unwrap();
         tokens.iter().map(|&t| s.decode_token(t).unwrap()).collect()
     };
     let mut m = model(Attn::Flash, Ck::Disabled, false);
-    let mut s = m.decode_session();
+    let mut s = m.decode_session().unwrap();
     let train = block(2, 9, 64);
     for (i, &t) in tokens.iter().enumerate() {
         assert_eq!(s.decode_token(t).unwrap(), reference[i], "position {i}");
@@ -97,7 +97,7 @@ fn dropping_the_model_after_forward_keeps_backward_and_decode_working() {
         let m = model(Attn::Flash, ck, false);
         let params = m.trainable_parameters();
         let loss = m.loss(&tokens, 2, 9).unwrap();
-        let mut session = m.decode_session();
+        let mut session = m.decode_session().unwrap();
         drop(m);
         loss.backward().unwrap();
         assert!(params.iter().all(|p| p.grad().is_some()));
@@ -170,7 +170,7 @@ fn token_errors_name_the_value() {
     assert!(e.contains("9 tokens do not form"), "{e}");
     let e = m.loss(&[1], 1, 1).unwrap_err().to_string();
     assert!(e.contains("seq + 1 >= 2"), "{e}");
-    let mut s = m.decode_session();
+    let mut s = m.decode_session().unwrap();
     assert!(s
         .decode_token(99)
         .unwrap_err()

@@ -22,6 +22,7 @@ __all__ = [
     "ModelStateError",
     "LoraError",
     "DecodeError",
+    "OutOfMemoryError",
     "num_threads",
     "matmul",
     "Variable",
@@ -43,7 +44,7 @@ __version__: str
 
 # ---------------------------------------------------------------------------------------------
 # Exceptions: RiftcoError is the root; input problems are also ValueError, state and device
-# problems RuntimeError. Messages name the offending value.
+# problems RuntimeError, allocation failure MemoryError. Messages name the offending value.
 # ---------------------------------------------------------------------------------------------
 
 class RiftcoError(Exception):
@@ -76,6 +77,10 @@ class LoraError(RiftcoError, ValueError):
 class DecodeError(RiftcoError, RuntimeError):
     """Decode-session misuse (for example a full K/V cache)."""
 
+class OutOfMemoryError(RiftcoError, MemoryError):
+    """A tensor, weight or cache could not be allocated (memory or an address-space limit ran
+    out); the message names the operation and the bytes."""
+
 # ---------------------------------------------------------------------------------------------
 # Kernels on NumPy arrays
 # ---------------------------------------------------------------------------------------------
@@ -87,8 +92,9 @@ def num_threads() -> int:
 def matmul(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """``a @ b`` for float32 arrays of shapes ``[m, k]`` and ``[k, n]``; returns ``[m, n]``.
 
-    Raises ``ValueError`` when the inner dimensions differ and ``TypeError`` when an argument is
-    not a 2-D float32 array.
+    Raises ``ValueError`` when the inner dimensions differ, ``ShapeError`` when ``m·n``
+    overflows, ``OutOfMemoryError`` when the output cannot be allocated, and ``TypeError`` when
+    an argument is not a 2-D float32 array.
     """
 
 def memory_stats() -> dict[str, dict[str, int]]:

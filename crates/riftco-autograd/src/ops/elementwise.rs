@@ -38,12 +38,12 @@ pub fn add_graph_only(a: &Variable, b: &Variable) -> Result<Variable> {
 fn add_impl(a: &Variable, b: &Variable, evaluate: bool) -> Result<Variable> {
     same_shape("add", a, b)?;
     let out = if evaluate_value(evaluate, &[a, b]) {
-        let mut out = buf(a.value().numel());
+        let mut out = buf("add", a.value().numel())?;
         k::add(&a.value().read(), &b.value().read(), &mut out);
         out
     } else {
         // Never read (graph-only): an unfilled pooled buffer, not zeroed.
-        buf(a.value().numel())
+        buf("add", a.value().numel())?
     };
     let value = activation(out, a.value().shape().clone());
     Ok(Variable::from_op(
@@ -65,7 +65,7 @@ fn add_impl(a: &Variable, b: &Variable, evaluate: bool) -> Result<Variable> {
 /// Shape mismatch.
 pub fn mul(a: &Variable, b: &Variable) -> Result<Variable> {
     same_shape("mul", a, b)?;
-    let mut out = buf(a.value().numel());
+    let mut out = buf("mul", a.value().numel())?;
     k::mul(&a.value().read(), &b.value().read(), &mut out);
     let value = activation(out, a.value().shape().clone());
     Ok(Variable::from_op(
@@ -74,14 +74,14 @@ pub fn mul(a: &Variable, b: &Variable) -> Result<Variable> {
         vec![a.clone(), b.clone()],
         |p, _, g| {
             let gr = g.read();
-            let grad_for = |other: &Variable| {
-                let mut d = buf(gr.len());
+            let grad_for = |other: &Variable| -> Result<_> {
+                let mut d = buf("mul (vjp)", gr.len())?;
                 k::mul(&gr, &other.value().read(), &mut d);
-                gradient(d, g.shape().clone())
+                Ok(gradient(d, g.shape().clone()))
             };
             Ok(vec![
-                p[0].requires_grad().then(|| grad_for(&p[1])),
-                p[1].requires_grad().then(|| grad_for(&p[0])),
+                p[0].requires_grad().then(|| grad_for(&p[1])).transpose()?,
+                p[1].requires_grad().then(|| grad_for(&p[0])).transpose()?,
             ])
         },
     ))
@@ -100,12 +100,12 @@ pub fn scale_graph_only(x: &Variable, alpha: f32) -> Result<Variable> {
 
 fn scale_impl(x: &Variable, alpha: f32, evaluate: bool) -> Result<Variable> {
     let out = if evaluate_value(evaluate, &[x]) {
-        let mut out = buf(x.value().numel());
+        let mut out = buf("scale", x.value().numel())?;
         k::scale(&x.value().read(), alpha, &mut out);
         out
     } else {
         // Never read (graph-only): an unfilled pooled buffer, not zeroed.
-        buf(x.value().numel())
+        buf("scale", x.value().numel())?
     };
     let value = activation(out, x.value().shape().clone());
     Ok(Variable::from_op(
@@ -113,7 +113,7 @@ fn scale_impl(x: &Variable, alpha: f32, evaluate: bool) -> Result<Variable> {
         value,
         vec![x.clone()],
         move |_, _, g| {
-            let mut d = buf(g.numel());
+            let mut d = buf("scale (vjp)", g.numel())?;
             k::scale(&g.read(), alpha, &mut d);
             Ok(vec![Some(gradient(d, g.shape().clone()))])
         },
@@ -122,7 +122,7 @@ fn scale_impl(x: &Variable, alpha: f32, evaluate: bool) -> Result<Variable> {
 
 /// SiLU, `x · σ(x)` (Elfwing et al. 2018). VJP: `dx = g · σ(x)(1 + x(1 − σ(x)))`.
 pub fn silu(x: &Variable) -> Result<Variable> {
-    let mut out = buf(x.value().numel());
+    let mut out = buf("silu", x.value().numel())?;
     k::silu(&x.value().read(), &mut out);
     let value = activation(out, x.value().shape().clone());
     Ok(Variable::from_op(
@@ -130,7 +130,7 @@ pub fn silu(x: &Variable) -> Result<Variable> {
         value,
         vec![x.clone()],
         |p, _, g| {
-            let mut d = buf(g.numel());
+            let mut d = buf("silu (vjp)", g.numel())?;
             k::silu_backward(&p[0].value().read(), &g.read(), &mut d);
             Ok(vec![Some(gradient(d, g.shape().clone()))])
         },
@@ -143,7 +143,7 @@ pub fn silu(x: &Variable) -> Result<Variable> {
 /// Shape mismatch between `gate` and `up`.
 pub fn swiglu(gate: &Variable, up: &Variable) -> Result<Variable> {
     same_shape("swiglu", gate, up)?;
-    let mut out = buf(gate.value().numel());
+    let mut out = buf("swiglu", gate.value().numel())?;
     k::swiglu(&gate.value().read(), &up.value().read(), &mut out);
     let value = activation(out, gate.value().shape().clone());
     Ok(Variable::from_op(
@@ -152,7 +152,7 @@ pub fn swiglu(gate: &Variable, up: &Variable) -> Result<Variable> {
         vec![gate.clone(), up.clone()],
         |p, _, g| {
             let n = g.numel();
-            let (mut dg, mut du) = (buf(n), buf(n));
+            let (mut dg, mut du) = (buf("swiglu (vjp)", n)?, buf("swiglu (vjp)", n)?);
             k::swiglu_backward(
                 &p[0].value().read(),
                 &p[1].value().read(),
@@ -180,11 +180,11 @@ pub fn sum(x: &Variable) -> Result<Variable> {
         vec![x.clone()],
         |p, _, g| {
             let gv = g.read()[0];
-            Ok(vec![Some(Tensor::full(
+            Ok(vec![Some(Tensor::try_full(
                 p[0].value().shape().clone(),
                 gv,
                 riftco_tensor::MemoryCategory::Gradient,
-            ))])
+            )?)])
         },
     ))
 }

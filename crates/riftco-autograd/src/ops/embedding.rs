@@ -1,6 +1,6 @@
 //! Token embedding lookup.
 
-use super::{activation, buf, gradient, zeroed};
+use super::{activation, buf, gradient, output_shape, zeroed};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_kernels::embedding as k;
@@ -32,16 +32,18 @@ pub fn embedding(table: &Variable, ids: &[u32]) -> Result<Variable> {
         }
         .into());
     }
-    let mut out = buf(ids.len() * d);
+    let shape = output_shape("embedding", [ids.len(), d])?;
+    let mut out = buf("embedding", shape.numel())?;
     k::embedding(&table.value().read(), d, ids, &mut out);
-    let value = activation(out, [ids.len(), d]);
+    let value = activation(out, shape);
     let ids: Arc<[u32]> = ids.into();
     Ok(Variable::from_op(
         "embedding",
         value,
         vec![table.clone()],
         move |p, _, g| {
-            let mut dt = zeroed(vocab * d);
+            // The table's own element count (a valid shape).
+            let mut dt = zeroed("embedding (vjp)", vocab * d)?;
             k::embedding_backward(&ids, &g.read(), d, &mut dt);
             Ok(vec![Some(gradient(dt, p[0].value().shape().clone()))])
         },

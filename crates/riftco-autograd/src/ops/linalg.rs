@@ -1,6 +1,6 @@
 //! Matrix products: `linear` (x·Wᵀ, Hugging Face weight layout), 2-D `matmul`, batched `bmm`.
 
-use super::{activation, buf, evaluate_value, gradient};
+use super::{activation, buf, evaluate_value, gradient, output_shape};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_kernels::{batched_matmul, matmul as gemm, MatmulSpec};
@@ -48,9 +48,13 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
         .into());
     }
     // Rows: the product of x's leading dimensions (not numel / in, which is 0 when in is 0).
+    // x's shape is valid, so the product of its leading dimensions cannot wrap.
     let m: usize = xd[..xd.len() - 1].iter().product();
+    let mut shape = xd.to_vec();
+    *shape.last_mut().unwrap() = out_f;
+    let shape = output_shape("linear", shape)?;
     let out = if evaluate_value(evaluate, &[x, w]) {
-        let mut out = buf(m * out_f);
+        let mut out = buf("linear", shape.numel())?;
         gemm(
             MatmulSpec::new(m, in_f, out_f).trans_b(true),
             &x.value().read(),
@@ -60,10 +64,8 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
         out
     } else {
         // Never read (graph-only): an unfilled pooled buffer, not zeroed.
-        buf(m * out_f)
+        buf("linear", shape.numel())?
     };
-    let mut shape = xd.to_vec();
-    *shape.last_mut().unwrap() = out_f;
     let value = activation(out, shape);
     Ok(Variable::from_op(
         "linear",
@@ -71,26 +73,33 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
         vec![x.clone(), w.clone()],
         move |p, _, g| {
             let gr = g.read();
-            let dx = p[0].requires_grad().then(|| {
-                let mut d = buf(m * in_f);
-                gemm(
-                    MatmulSpec::new(m, out_f, in_f),
-                    &gr,
-                    &p[1].value().read(),
-                    &mut d,
-                );
-                gradient(d, p[0].value().shape().clone())
-            });
-            let dw = p[1].requires_grad().then(|| {
-                let mut d = buf(out_f * in_f);
-                gemm(
-                    MatmulSpec::new(out_f, m, in_f).trans_a(true),
-                    &gr,
-                    &p[0].value().read(),
-                    &mut d,
-                );
-                gradient(d, [out_f, in_f])
-            });
+            // dx and dW have the shapes of x and W (valid shapes).
+            let dx = p[0]
+                .requires_grad()
+                .then(|| -> Result<_> {
+                    let mut d = buf("linear (vjp)", p[0].value().numel())?;
+                    gemm(
+                        MatmulSpec::new(m, out_f, in_f),
+                        &gr,
+                        &p[1].value().read(),
+                        &mut d,
+                    );
+                    Ok(gradient(d, p[0].value().shape().clone()))
+                })
+                .transpose()?;
+            let dw = p[1]
+                .requires_grad()
+                .then(|| -> Result<_> {
+                    let mut d = buf("linear (vjp)", p[1].value().numel())?;
+                    gemm(
+                        MatmulSpec::new(out_f, m, in_f).trans_a(true),
+                        &gr,
+                        &p[0].value().read(),
+                        &mut d,
+                    );
+                    Ok(gradient(d, [out_f, in_f]))
+                })
+                .transpose()?;
             Ok(vec![dx, dw])
         },
     ))
@@ -123,40 +132,47 @@ pub fn matmul(a: &Variable, b: &Variable) -> Result<Variable> {
         }
         .into());
     }
-    let mut out = buf(m * n);
+    let shape = output_shape("matmul", [m, n])?;
+    let mut out = buf("matmul", shape.numel())?;
     gemm(
         MatmulSpec::new(m, k, n),
         &a.value().read(),
         &b.value().read(),
         &mut out,
     );
-    let value = activation(out, [m, n]);
+    let value = activation(out, shape);
     Ok(Variable::from_op(
         "matmul",
         value,
         vec![a.clone(), b.clone()],
         move |p, _, g| {
             let gr = g.read();
-            let da = p[0].requires_grad().then(|| {
-                let mut d = buf(m * k);
-                gemm(
-                    MatmulSpec::new(m, n, k).trans_b(true),
-                    &gr,
-                    &p[1].value().read(),
-                    &mut d,
-                );
-                gradient(d, [m, k])
-            });
-            let db = p[1].requires_grad().then(|| {
-                let mut d = buf(k * n);
-                gemm(
-                    MatmulSpec::new(k, m, n).trans_a(true),
-                    &p[0].value().read(),
-                    &gr,
-                    &mut d,
-                );
-                gradient(d, [k, n])
-            });
+            let da = p[0]
+                .requires_grad()
+                .then(|| -> Result<_> {
+                    let mut d = buf("matmul (vjp)", m * k)?;
+                    gemm(
+                        MatmulSpec::new(m, n, k).trans_b(true),
+                        &gr,
+                        &p[1].value().read(),
+                        &mut d,
+                    );
+                    Ok(gradient(d, [m, k]))
+                })
+                .transpose()?;
+            let db = p[1]
+                .requires_grad()
+                .then(|| -> Result<_> {
+                    let mut d = buf("matmul (vjp)", k * n)?;
+                    gemm(
+                        MatmulSpec::new(k, m, n).trans_a(true),
+                        &p[0].value().read(),
+                        &gr,
+                        &mut d,
+                    );
+                    Ok(gradient(d, [k, n]))
+                })
+                .transpose()?;
             Ok(vec![da, db])
         },
     ))
@@ -196,7 +212,10 @@ pub fn bmm(a: &Variable, b: &Variable, trans_b: bool) -> Result<Variable> {
         }
         .into());
     }
-    let mut out = buf(batch * m * n);
+    let mut shape = ad[..r - 2].to_vec();
+    shape.extend([m, n]);
+    let shape = output_shape("bmm", shape)?;
+    let mut out = buf("bmm", shape.numel())?;
     batched_matmul(
         batch,
         MatmulSpec::new(m, k, n).trans_b(trans_b),
@@ -204,8 +223,6 @@ pub fn bmm(a: &Variable, b: &Variable, trans_b: bool) -> Result<Variable> {
         &b.value().read(),
         &mut out,
     );
-    let mut shape = ad[..r - 2].to_vec();
-    shape.extend([m, n]);
     let value = activation(out, shape);
     Ok(Variable::from_op(
         "bmm",
@@ -213,41 +230,47 @@ pub fn bmm(a: &Variable, b: &Variable, trans_b: bool) -> Result<Variable> {
         vec![a.clone(), b.clone()],
         move |p, _, g| {
             let gr = g.read();
-            let da = p[0].requires_grad().then(|| {
-                let mut d = buf(batch * m * k);
-                // dA[m,k] = dC[m,n] · op(B)ᵀ
-                batched_matmul(
-                    batch,
-                    MatmulSpec::new(m, n, k).trans_b(!trans_b),
-                    &gr,
-                    &p[1].value().read(),
-                    &mut d,
-                );
-                gradient(d, p[0].value().shape().clone())
-            });
-            let db = p[1].requires_grad().then(|| {
-                let mut d = buf(batch * k * n);
-                if trans_b {
-                    // dB[n,k] = dC[m,n]ᵀ · A[m,k]
+            let da = p[0]
+                .requires_grad()
+                .then(|| -> Result<_> {
+                    let mut d = buf("bmm (vjp)", p[0].value().numel())?;
+                    // dA[m,k] = dC[m,n] · op(B)ᵀ
                     batched_matmul(
                         batch,
-                        MatmulSpec::new(n, m, k).trans_a(true),
+                        MatmulSpec::new(m, n, k).trans_b(!trans_b),
                         &gr,
-                        &p[0].value().read(),
+                        &p[1].value().read(),
                         &mut d,
                     );
-                } else {
-                    // dB[k,n] = A[m,k]ᵀ · dC[m,n]
-                    batched_matmul(
-                        batch,
-                        MatmulSpec::new(k, m, n).trans_a(true),
-                        &p[0].value().read(),
-                        &gr,
-                        &mut d,
-                    );
-                }
-                gradient(d, p[1].value().shape().clone())
-            });
+                    Ok(gradient(d, p[0].value().shape().clone()))
+                })
+                .transpose()?;
+            let db = p[1]
+                .requires_grad()
+                .then(|| -> Result<_> {
+                    let mut d = buf("bmm (vjp)", p[1].value().numel())?;
+                    if trans_b {
+                        // dB[n,k] = dC[m,n]ᵀ · A[m,k]
+                        batched_matmul(
+                            batch,
+                            MatmulSpec::new(n, m, k).trans_a(true),
+                            &gr,
+                            &p[0].value().read(),
+                            &mut d,
+                        );
+                    } else {
+                        // dB[k,n] = A[m,k]ᵀ · dC[m,n]
+                        batched_matmul(
+                            batch,
+                            MatmulSpec::new(k, m, n).trans_a(true),
+                            &p[0].value().read(),
+                            &gr,
+                            &mut d,
+                        );
+                    }
+                    Ok(gradient(d, p[1].value().shape().clone()))
+                })
+                .transpose()?;
             Ok(vec![da, db])
         },
     ))

@@ -32,7 +32,7 @@ pub fn cross_entropy(logits: &Variable, targets: &[u32]) -> Result<Variable> {
         }
         .into());
     }
-    let mut lse = buf(targets.len());
+    let mut lse = buf("cross_entropy", targets.len())?;
     let loss = k::cross_entropy(&logits.value().read(), targets, vocab, &mut lse);
     let targets: Arc<[u32]> = targets.into();
     let value = activation(vec![loss], riftco_tensor::Shape::scalar());
@@ -41,7 +41,7 @@ pub fn cross_entropy(logits: &Variable, targets: &[u32]) -> Result<Variable> {
         value,
         vec![logits.clone()],
         move |p, _, g| {
-            let mut d = buf(p[0].value().numel());
+            let mut d = buf("cross_entropy (vjp)", p[0].value().numel())?;
             k::cross_entropy_backward(&p[0].value().read(), &targets, &lse, g.read()[0], &mut d);
             Ok(vec![Some(gradient(d, p[0].value().shape().clone()))])
         },

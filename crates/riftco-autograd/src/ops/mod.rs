@@ -31,6 +31,7 @@ pub use rope::rope;
 pub use shape::{reshape, swap_axes_1_2};
 pub use softmax::{causal_softmax, softmax};
 
+use crate::error::Result;
 use crate::variable::Variable;
 use riftco_tensor::{MemoryCategory, Shape, Tensor};
 
@@ -47,8 +48,19 @@ pub fn gradient(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
 
 /// A buffer of `n` elements for a kernel that overwrites every element (contents unspecified
 /// until then; reused from [`riftco_tensor::pool`] when possible).
-pub fn buf(n: usize) -> Vec<f32> {
-    riftco_tensor::pool::take(n)
+///
+/// # Errors
+/// [`riftco_tensor::TensorError::OutOfMemory`] naming `op` when the allocation fails.
+pub fn buf(op: &'static str, n: usize) -> Result<Vec<f32>> {
+    Ok(riftco_tensor::pool::try_take(op, n)?)
+}
+
+/// The shape `dims` of an op's output, checked so that its element count cannot wrap.
+///
+/// # Errors
+/// [`riftco_tensor::TensorError::ShapeOverflow`] naming `op`.
+pub fn output_shape(op: &'static str, dims: impl Into<Vec<usize>>) -> Result<Shape> {
+    Ok(Shape::try_new(op, dims)?)
 }
 
 /// Whether an op asked to skip its forward kernel (`evaluate == false`) must still compute its
@@ -59,6 +71,6 @@ pub(crate) fn evaluate_value(evaluate: bool, inputs: &[&Variable]) -> bool {
 }
 
 /// A zero-filled buffer of `n` elements, for kernels that accumulate into their output.
-pub(crate) fn zeroed(n: usize) -> Vec<f32> {
-    riftco_tensor::pool::take_zeroed(n)
+pub(crate) fn zeroed(op: &'static str, n: usize) -> Result<Vec<f32>> {
+    Ok(riftco_tensor::pool::try_take_zeroed(op, n)?)
 }

@@ -31,8 +31,8 @@ pub fn rms_norm(x: &Variable, weight: &Variable, eps: f32) -> Result<Variable> {
         .into());
     }
     let rows = x.value().numel() / d;
-    let mut y = buf(rows * d);
-    let mut rstd = buf(rows);
+    let mut y = buf("rms_norm", rows * d)?;
+    let mut rstd = buf("rms_norm", rows)?;
     k::rms_norm(
         &x.value().read(),
         &weight.value().read(),
@@ -47,8 +47,11 @@ pub fn rms_norm(x: &Variable, weight: &Variable, eps: f32) -> Result<Variable> {
         value,
         vec![x.clone(), weight.clone()],
         move |p, _, g| {
-            let mut dx = buf(g.numel());
-            let mut dw = p[1].requires_grad().then(|| zeroed(d));
+            let mut dx = buf("rms_norm (vjp)", g.numel())?;
+            let mut dw = p[1]
+                .requires_grad()
+                .then(|| zeroed("rms_norm (vjp)", d))
+                .transpose()?;
             k::rms_norm_backward(
                 &p[0].value().read(),
                 &p[1].value().read(),

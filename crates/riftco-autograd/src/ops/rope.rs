@@ -23,16 +23,19 @@ pub fn rope(x: &Variable, table: &Arc<RopeTable>, start_pos: usize) -> Result<Va
         .into());
     }
     let (seq, heads) = (xd[1], xd[2]);
-    if start_pos + seq > table.max_positions {
-        return Err(TensorError::IndexOutOfRange {
-            op: "rope",
-            what: "position",
-            index: start_pos + seq - 1,
-            bound: table.max_positions,
+    match start_pos.checked_add(seq) {
+        Some(end) if end <= table.max_positions => {}
+        _ => {
+            return Err(TensorError::IndexOutOfRange {
+                op: "rope",
+                what: "position",
+                index: start_pos.saturating_add(seq.saturating_sub(1)),
+                bound: table.max_positions,
+            }
+            .into())
         }
-        .into());
     }
-    let mut out = buf(x.value().numel());
+    let mut out = buf("rope", x.value().numel())?;
     rope_kernel(
         table,
         &x.value().read(),
@@ -49,7 +52,7 @@ pub fn rope(x: &Variable, table: &Arc<RopeTable>, start_pos: usize) -> Result<Va
         value,
         vec![x.clone()],
         move |_, _, g| {
-            let mut d = buf(g.numel());
+            let mut d = buf("rope (vjp)", g.numel())?;
             rope_kernel(&table, &g.read(), seq, heads, start_pos, true, &mut d);
             Ok(vec![Some(gradient(d, g.shape().clone()))])
         },

@@ -10,7 +10,7 @@ use riftco_tensor::{Shape, TensorError};
 /// gradient reshaped back.
 ///
 /// # Errors
-/// Element counts differ.
+/// A shape whose element count overflows (`ShapeOverflow`), or element counts differ.
 pub fn reshape(x: &Variable, shape: impl Into<Shape>) -> Result<Variable> {
     let value = x.value().reshape(shape)?;
     let original = x.value().shape().clone();
@@ -38,7 +38,7 @@ pub fn swap_axes_1_2(x: &Variable) -> Result<Variable> {
         .into());
     }
     let dims = [d[0], d[1], d[2], d[3]];
-    let mut out = buf(x.value().numel());
+    let mut out = buf("swap_axes_1_2", x.value().numel())?;
     transpose_0213(&x.value().read(), dims, &mut out);
     let value = activation(out, [d[0], d[2], d[1], d[3]]);
     Ok(Variable::from_op(
@@ -46,7 +46,7 @@ pub fn swap_axes_1_2(x: &Variable) -> Result<Variable> {
         value,
         vec![x.clone()],
         move |_, _, g| {
-            let mut dx = buf(g.numel());
+            let mut dx = buf("swap_axes_1_2 (vjp)", g.numel())?;
             transpose_0213(&g.read(), [dims[0], dims[2], dims[1], dims[3]], &mut dx);
             Ok(vec![Some(gradient(dx, dims))])
         },

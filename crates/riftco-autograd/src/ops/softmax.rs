@@ -20,7 +20,7 @@ pub fn softmax(x: &Variable) -> Result<Variable> {
         }
         .into());
     }
-    let mut out = buf(x.value().numel());
+    let mut out = buf("softmax", x.value().numel())?;
     softmax_rows(&x.value().read(), cols, &mut out);
     let value = activation(out, x.value().shape().clone());
     Ok(Variable::from_op(
@@ -28,7 +28,7 @@ pub fn softmax(x: &Variable) -> Result<Variable> {
         value,
         vec![x.clone()],
         move |_, y, g| {
-            let mut d = buf(g.numel());
+            let mut d = buf("softmax (vjp)", g.numel())?;
             softmax_rows_backward(&y.read(), &g.read(), cols, &mut d);
             Ok(vec![Some(gradient(d, g.shape().clone()))])
         },
@@ -67,7 +67,7 @@ pub fn causal_softmax(scores: &Variable, scale: f32, causal: bool) -> Result<Var
         seq_k: sk,
         d_head: 1,
     };
-    let mut out = buf(scores.value().numel());
+    let mut out = buf("causal_softmax", scores.value().numel())?;
     causal_softmax_rows(&scores.value().read(), dims, scale, causal, &mut out);
     let value = activation(out, scores.value().shape().clone());
     Ok(Variable::from_op(
@@ -75,7 +75,7 @@ pub fn causal_softmax(scores: &Variable, scale: f32, causal: bool) -> Result<Var
         value,
         vec![scores.clone()],
         move |_, y, g| {
-            let mut dx = buf(g.numel());
+            let mut dx = buf("causal_softmax (vjp)", g.numel())?;
             softmax_rows_backward(&y.read(), &g.read(), sk, &mut dx);
             if scale != 1.0 {
                 for v in dx.iter_mut() {
