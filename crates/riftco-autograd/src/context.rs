@@ -219,7 +219,7 @@ fn run(root: &Variable, seed: Tensor, mut pending: HashMap<u64, usize>) -> Resul
                 } else {
                     &mut inner
                 };
-                accumulate(map, p, g);
+                accumulate(map, p, g)?;
             }
             let count = pending.get_mut(&p.id()).expect("counted in validation");
             *count -= 1;
@@ -231,7 +231,7 @@ fn run(root: &Variable, seed: Tensor, mut pending: HashMap<u64, usize>) -> Resul
     Ok(ctx)
 }
 
-fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) {
+fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) -> Result<()> {
     match map.get_mut(&var.id()) {
         None => {
             map.insert(
@@ -249,7 +249,7 @@ fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) {
             } else {
                 // The first gradient may alias another tensor: sum out of place (one pass) into a
                 // buffer of the context's own. `x + x` hands over one tensor twice: read it once.
-                let mut sum = riftco_tensor::pool::take(g.numel());
+                let mut sum = riftco_tensor::pool::try_take("backward (gradient sum)", g.numel())?;
                 if g.same_storage(&slot.grad) {
                     riftco_kernels::elementwise::scale(&g.read(), 2.0, &mut sum);
                 } else {
@@ -260,6 +260,7 @@ fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) {
             slot.owned = true;
         }
     }
+    Ok(())
 }
 
 /// The message of a caught panic payload (`&str` or `String`), for turning panics into errors

@@ -101,18 +101,23 @@ impl Adam {
                 "must be a non-negative finite number",
             );
         }
-        let zeros =
-            |p: &Variable| Tensor::zeros(p.value().shape().clone(), MemoryCategory::OptimizerState);
+        let zeros = |p: &Variable| {
+            Tensor::try_zeros(p.value().shape().clone(), MemoryCategory::OptimizerState)
+        };
         let state = params
             .iter()
             .map(|p| {
-                p.requires_grad().then(|| Moments {
-                    m: zeros(p),
-                    v: zeros(p),
-                    steps: 0,
-                })
+                p.requires_grad()
+                    .then(|| {
+                        Ok(Moments {
+                            m: zeros(p)?,
+                            v: zeros(p)?,
+                            steps: 0,
+                        })
+                    })
+                    .transpose()
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             state,
             params,
