@@ -1,0 +1,202 @@
+//! The model-state file: save, load, and the config it declares.
+
+use super::atomic::{write_atomic, write_safetensors_atomic, F32View};
+use super::hf_config::{config_from_hf, hf_config_json};
+use super::read::{copy_into, parse_safetensors, read_file, validated_f32, Parsed};
+use super::{
+    io_err, parent_dir, state_err, ATTENTION_MODULES, CONFIG_METADATA_KEY, HF_CONFIG_FILE,
+};
+use crate::config::TransformerConfig;
+use crate::error::Result;
+use crate::model::DecoderOnlyTransformer;
+use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+
+/// Writes the model state to `path` (safetensors) and a Hugging Face `config.json` into the same
+/// folder.
+///
+/// The file holds every base parameter under its Hugging Face Llama name, f32, little endian,
+/// Linear weights `[out, in]`, and the metadata `{"format": "pt", "riftco_config": <config>}`.
+/// `config.json` is a `LlamaConfig` (`architectures ["LlamaForCausalLM"]`, `model_type "llama"`,
+/// `num_key_value_heads = n_heads`, `tie_word_embeddings false`, `torch_dtype "float32"`, ...)
+/// plus the key `"riftco"` holding the [`TransformerConfig`].
+///
+/// When LoRA adapters exist only the base weights are saved (unmerged, whether or not the
+/// adapters are active): save adapters with [`save_lora_adapter`], or call
+/// [`DecoderOnlyTransformer::merge_lora`] first to save the merged model. The
+/// activation-checkpointing policy is not saved.
+///
+/// Each file is written atomically (temporary file in the same folder, fsync, rename, fsync of the
+/// folder); the folder must exist.
+///
+/// # Errors
+/// [`TransformerError::Io`] naming the destination path when the folder is missing or not
+/// writable (an existing file is left intact); [`TransformerError::State`] when `path` has no file
+/// name or is named `config.json`.
+pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
+    match path.file_name() {
+        None => return Err(state_err(path, "the path has no file name")),
+        Some(n) if n == HF_CONFIG_FILE => {
+            return Err(state_err(
+                path,
+                "the model state cannot be named config.json: that name is used by the \
+                 Hugging Face config written beside it",
+            ))
+        }
+        Some(_) => {}
+    }
+    let config = model.config();
+    let config_json = serde_json::to_string(config).map_err(|e| state_err(path, e))?;
+    let tensors = model
+        .weights()
+        .named_base_parameters()
+        .into_iter()
+        .map(|(name, p)| (name, F32View::new(p.value())))
+        .collect::<Vec<_>>();
+    let metadata = HashMap::from([
+        ("format".to_string(), "pt".to_string()),
+        (CONFIG_METADATA_KEY.to_string(), config_json),
+    ]);
+    write_safetensors_atomic(path, tensors, metadata)?;
+    let hf = serde_json::to_vec_pretty(&hf_config_json(config)).map_err(|e| state_err(path, e))?;
+    let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
+    write_atomic(&hf_path, |tmp| {
+        fs::write(tmp, &hf).map_err(|source| io_err(&hf_path, source))
+    })
+}
+
+/// Loads a model saved by [`save_model`], or any safetensors file with exactly the Hugging Face
+/// Llama names of the config found in its metadata (`riftco_config`) or, when the metadata lacks
+/// it, in the `config.json` beside it (its `"riftco"` key, else the `LlamaConfig` fields).
+///
+/// Validates before building anything: a readable file, a sane header (length within the file,
+/// UTF-8 JSON, tensor offsets covering the data exactly), a valid config, every expected tensor
+/// present, no unknown tensor, dtype F32, each shape equal to the config's.
+///
+/// # Errors
+/// [`TransformerError::Io`] when the file cannot be read; [`TransformerError::State`] with the
+/// reason otherwise (truncated file, header length beyond the file, garbage, missing or unknown
+/// tensor names, wrong dtype, a shape that disagrees with the config — naming the tensor and
+/// both shapes — or an invalid or missing config). No model is built on error.
+pub fn load_model(
+    path: &Path,
+    attention: FullSequenceAttentionKind,
+    checkpointing: ActivationCheckpointingKind,
+) -> Result<DecoderOnlyTransformer> {
+    let bytes = read_file(path)?;
+    let st = parse_safetensors(path, &bytes)?;
+    let config = resolve_config(path, &st)?;
+    let expected = expected_base_shapes(&config);
+    let values = validated_f32(path, &st, &expected, &config_summary(&config))?;
+    let model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
+    copy_into(path, &model.weights().named_base_parameters(), values)?;
+    Ok(model)
+}
+
+/// Loads the base weights in `path` into `model` in place: each parameter's existing tensor is
+/// overwritten (so its version is bumped and graphs recorded before become stale; optimizers
+/// holding the parameters keep working on the new values).
+///
+/// # Errors
+/// As [`load_model`]; also [`TransformerError::State`] when the file's `riftco_config` metadata
+/// describes a different architecture than the model's config (the seed is ignored). Nothing is
+/// copied unless every tensor validates.
+pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
+    let bytes = read_file(path)?;
+    let st = parse_safetensors(path, &bytes)?;
+    let config = model.config();
+    if let Some(raw) = st.metadata.get(CONFIG_METADATA_KEY) {
+        let file_config = parse_riftco_config(path, raw)?;
+        if !same_architecture(&file_config, config) {
+            return Err(state_err(
+                path,
+                format!(
+                    "the file's config {file_config:?} differs from the model's config {config:?}"
+                ),
+            ));
+        }
+    }
+    let expected = expected_base_shapes(config);
+    let values = validated_f32(path, &st, &expected, &config_summary(config))?;
+    copy_into(path, &model.weights().named_base_parameters(), values)
+}
+
+/// Hugging Face name and shape of every base parameter of `config`, in state-dict order (equal
+/// to [`crate::Weights::named_base_parameters`] of a model built from `config`).
+pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usize>)> {
+    let (v, d, ff) = (config.vocab_size, config.d_model, config.d_ff);
+    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, d])];
+    for i in 0..config.n_layers {
+        let p = format!("model.layers.{i}");
+        out.push((format!("{p}.input_layernorm.weight"), vec![d]));
+        for m in ATTENTION_MODULES {
+            out.push((format!("{p}.self_attn.{m}.weight"), vec![d, d]));
+        }
+        out.push((format!("{p}.post_attention_layernorm.weight"), vec![d]));
+        out.push((format!("{p}.mlp.gate_proj.weight"), vec![ff, d]));
+        out.push((format!("{p}.mlp.up_proj.weight"), vec![ff, d]));
+        out.push((format!("{p}.mlp.down_proj.weight"), vec![d, ff]));
+    }
+    out.push(("model.norm.weight".to_string(), vec![d]));
+    out.push(("lm_head.weight".to_string(), vec![v, d]));
+    out
+}
+
+/// The config of a model-state file: its `riftco_config` metadata, else `config.json` beside it
+/// (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
+pub(super) fn resolve_config(path: &Path, parsed: &Parsed<'_>) -> Result<TransformerConfig> {
+    let config = if let Some(raw) = parsed.metadata.get(CONFIG_METADATA_KEY) {
+        parse_riftco_config(path, raw)?
+    } else {
+        let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
+        if !hf_path.exists() {
+            return Err(state_err(
+                path,
+                format!(
+                    "no {CONFIG_METADATA_KEY} metadata in the file and no {} beside it",
+                    hf_path.display()
+                ),
+            ));
+        }
+        let value: serde_json::Value = serde_json::from_slice(&read_file(&hf_path)?)
+            .map_err(|e| state_err(&hf_path, format!("not valid JSON: {e}")))?;
+        match value.get("riftco") {
+            Some(r) => serde_json::from_value(r.clone()).map_err(|e| {
+                state_err(
+                    &hf_path,
+                    format!("\"riftco\" is not a TransformerConfig: {e}"),
+                )
+            })?,
+            None => config_from_hf(&value).map_err(|reason| state_err(&hf_path, reason))?,
+        }
+    };
+    config
+        .validate()
+        .map_err(|e| state_err(path, format!("the file's config is invalid: {e}")))?;
+    Ok(config)
+}
+
+pub(super) fn parse_riftco_config(path: &Path, raw: &str) -> Result<TransformerConfig> {
+    serde_json::from_str(raw).map_err(|e| {
+        state_err(
+            path,
+            format!("metadata {CONFIG_METADATA_KEY} is not a TransformerConfig JSON: {e}"),
+        )
+    })
+}
+
+/// Equal configs apart from the initialisation seed.
+pub(super) fn same_architecture(a: &TransformerConfig, b: &TransformerConfig) -> bool {
+    let mut a = a.clone();
+    a.seed = b.seed;
+    a == *b
+}
+
+pub(super) fn config_summary(c: &TransformerConfig) -> String {
+    format!(
+        "vocab_size {}, d_model {}, n_layers {}, d_ff {}",
+        c.vocab_size, c.d_model, c.n_layers, c.d_ff
+    )
+}
