@@ -1,25 +1,36 @@
 //! LoRA adapters in PEFT layout.
 
-use super::atomic::{write_atomic, write_safetensors_atomic, F32View};
-use super::read::{copy_into, parse_safetensors, read_file, validated_f32};
+use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
+use super::read::{check_tensors, copy_into, read_f32_values, read_header, read_json_bytes};
 use super::{
-    io_err, state_err, ADAPTER_CONFIG_FILE, ADAPTER_MODEL_FILE, ATTENTION_MODULES, MLP_MODULES,
+    io_err, state_err, ADAPTER_CONFIG_FILE, ADAPTER_CONFIG_METADATA_KEY, ADAPTER_MODEL_FILE,
+    ATTENTION_MODULES, MLP_MODULES,
 };
 use crate::error::{Result, TransformerError};
 use crate::linear::{LoraConfig, LoraTargets};
 use crate::model::DecoderOnlyTransformer;
+use riftco_tensor::Tensor;
 use serde::Deserialize;
 use serde_json::json;
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
+use std::io::Write;
 use std::path::Path;
 
 /// Writes the model's LoRA adapters in PEFT layout into `dir` (created if missing):
 /// `adapter_model.safetensors` with the names of [`crate::Weights::named_lora_parameters`]
 /// (`base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight [r, in]`,
-/// `...lora_B.weight [out, r]`, f32, metadata `{"format": "pt"}`) and `adapter_config.json`
-/// (`peft_type "LORA"`, `r`, `lora_alpha`, `target_modules`, `task_type "CAUSAL_LM"`,
-/// `bias "none"`). `lora_alpha` is recovered as `scale · r`. Both files are written atomically.
+/// `...lora_B.weight [out, r]`, f32, metadata `{"format": "pt", "riftco_adapter_config":
+/// <the adapter_config.json text>}`) and `adapter_config.json` (`peft_type "LORA"`, `r`,
+/// `lora_alpha`, `target_modules`, `task_type "CAUSAL_LM"`, `bias "none"`). `lora_alpha` is
+/// recovered as `scale · r`.
+///
+/// The two files are one atomic pair, as in [`crate::state::save_model`]: both are written in
+/// full into temporaries and fsynced, then `adapter_config.json` is renamed first and
+/// `adapter_model.safetensors` last. The weights file carries the config saved with it, which
+/// [`load_lora_adapter`] reads in preference to `adapter_config.json`, so a folder left by a
+/// killed save loads as the old or the new adapter. Temporaries left by killed saves are removed
+/// at the start of the next save.
 ///
 /// # Errors
 /// [`TransformerError::Lora`] when the model has no adapters; [`TransformerError::Io`] naming
@@ -55,28 +66,43 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
         "inference_mode": true,
         "base_model_name_or_path": null,
     });
+    let bytes = serde_json::to_vec_pretty(&adapter_config).map_err(|e| state_err(dir, e))?;
+    let text = String::from_utf8(bytes).map_err(|e| state_err(dir, e))?;
     fs::create_dir_all(dir).map_err(|source| io_err(dir, source))?;
-    let tensors = params
+    let tensors: Vec<(String, Tensor)> = params
         .into_iter()
-        .map(|(name, p)| (name, F32View::new(p.value())))
-        .collect::<Vec<_>>();
-    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    write_safetensors_atomic(&dir.join(ADAPTER_MODEL_FILE), tensors, metadata)?;
-    let config_path = dir.join(ADAPTER_CONFIG_FILE);
-    let bytes =
-        serde_json::to_vec_pretty(&adapter_config).map_err(|e| state_err(&config_path, e))?;
-    write_atomic(&config_path, |tmp| {
-        fs::write(tmp, &bytes).map_err(|source| io_err(&config_path, source))
-    })
+        .map(|(name, p)| (name, p.value().clone()))
+        .collect();
+    let metadata = HashMap::from([
+        ("format".to_string(), "pt".to_string()),
+        (ADAPTER_CONFIG_METADATA_KEY.to_string(), text.clone()),
+    ]);
+    let (config_path, model_path) = (dir.join(ADAPTER_CONFIG_FILE), dir.join(ADAPTER_MODEL_FILE));
+    remove_stale_temporaries(dir, &[ADAPTER_CONFIG_FILE, ADAPTER_MODEL_FILE]);
+    let mut group = AtomicGroup::new();
+    group.stage(&config_path, |out| {
+        out.write_all(text.as_bytes())
+            .map_err(|source| io_err(&config_path, source))
+    })?;
+    group.stage(&model_path, |out| {
+        write_safetensors(&model_path, out, &tensors, metadata)
+    })?;
+    group.commit()
 }
 
-/// Reads `adapter_config.json` and `adapter_model.safetensors` from `dir`, validates them
-/// against the model, then enables LoRA ([`DecoderOnlyTransformer::enable_lora`] with the
+/// Reads `adapter_model.safetensors` and its config from `dir`, validates them against the
+/// model, then enables LoRA ([`DecoderOnlyTransformer::enable_lora`] with the
 /// file's `r`, `lora_alpha` and targets) and copies the loaded A and B into the new adapters.
 ///
 /// Supported: `peft_type "LORA"`, `bias "none"`, no rsLoRA, no rank/alpha patterns,
 /// `target_modules` equal (in any order) to the four attention projections, the three MLP
 /// projections, or both.
+///
+/// The config is the `riftco_adapter_config` metadata of the weights file when present (written
+/// by [`save_lora_adapter`]: it is authoritative, so a kill between the renames of a save, which
+/// can leave a newer `adapter_config.json` beside the older weights, still loads the older
+/// adapter whole), else `adapter_config.json` (adapters written by PEFT). Files are read as by
+/// [`crate::state::load_model`]: regular files only, with bounded memory.
 ///
 /// # Errors
 /// [`TransformerError::Lora`] when the model already has adapters; [`TransformerError::Io`]
@@ -89,14 +115,22 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
             "the model already has adapters; merge or remove them before loading others".into(),
         ));
     }
-    let config_path = dir.join(ADAPTER_CONFIG_FILE);
-    let peft: PeftLoraConfig = serde_json::from_slice(&read_file(&config_path)?)
-        .map_err(|e| state_err(&config_path, format!("not a PEFT LoRA config: {e}")))?;
-    let lora = peft.to_lora_config(&config_path, model.config().d_model)?;
-
     let model_path = dir.join(ADAPTER_MODEL_FILE);
-    let bytes = read_file(&model_path)?;
-    let st = parse_safetensors(&model_path, &bytes)?;
+    let header = read_header(&model_path)?;
+    let (config_path, peft) = match header.metadata.get(ADAPTER_CONFIG_METADATA_KEY) {
+        Some(text) => {
+            let what = format!("metadata {ADAPTER_CONFIG_METADATA_KEY}");
+            let peft = parse_peft(&model_path, &what, text.as_bytes())?;
+            (model_path.clone(), peft)
+        }
+        None => {
+            let config_path = dir.join(ADAPTER_CONFIG_FILE);
+            let bytes = read_json_bytes(&config_path)?;
+            let peft = parse_peft(&config_path, ADAPTER_CONFIG_FILE, &bytes)?;
+            (config_path, peft)
+        }
+    };
+    let lora = peft.to_lora_config(&config_path, model.config().d_model)?;
     let mut expected = Vec::new();
     for (i, layer) in model.weights().layers.iter().enumerate() {
         for (j, (suffix, lin)) in layer.linears().into_iter().enumerate() {
@@ -109,7 +143,8 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
         }
     }
     let context = format!("r {}, target_modules {:?}", lora.rank, peft.target_modules);
-    let values = validated_f32(&model_path, &st, &expected, &context)?;
+    check_tensors(&model_path, &header, &expected, &context)?;
+    let values = read_f32_values(&model_path, header, &expected)?;
 
     let before = (**model.weights()).clone();
     let result = model.enable_lora(&lora).and_then(|()| {
@@ -120,6 +155,11 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
         model.replace_weights(before);
     }
     result
+}
+
+fn parse_peft(path: &Path, what: &str, bytes: &[u8]) -> Result<PeftLoraConfig> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| state_err(path, format!("{what} is not a PEFT LoRA config: {e}")))
 }
 
 /// The subset of PEFT's `LoraConfig` that riftco reads.

@@ -1,42 +1,50 @@
 //! The model-state file: save, load, and the config it declares.
 
-use super::atomic::{write_atomic, write_safetensors_atomic, F32View};
+use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
 use super::hf_config::{config_from_hf, hf_config_json};
-use super::read::{copy_into, parse_safetensors, read_file, validated_f32, Parsed};
+use super::read::{check_tensors, copy_into, read_f32_values, read_header, read_json, Header};
 use super::{
-    io_err, parent_dir, state_err, ATTENTION_MODULES, CONFIG_METADATA_KEY, HF_CONFIG_FILE,
+    fnv1a64_hex, io_err, parent_dir, state_err, ATTENTION_MODULES, CONFIG_METADATA_KEY,
+    HF_CONFIG_FILE, HF_CONFIG_HASH_KEY,
 };
 use crate::config::TransformerConfig;
 use crate::error::Result;
 use crate::model::DecoderOnlyTransformer;
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
+use riftco_tensor::Tensor;
 use std::collections::HashMap;
-use std::fs;
+use std::io::Write;
 use std::path::Path;
 
 /// Writes the model state to `path` (safetensors) and a Hugging Face `config.json` into the same
-/// folder.
+/// folder, as one consistent pair.
 ///
 /// The file holds every base parameter under its Hugging Face Llama name, f32, little endian,
-/// Linear weights `[out, in]`, and the metadata `{"format": "pt", "riftco_config": <config>}`.
-/// `config.json` is a `LlamaConfig` (`architectures ["LlamaForCausalLM"]`, `model_type "llama"`,
-/// `num_key_value_heads = n_heads`, `tie_word_embeddings false`, `torch_dtype "float32"`, ...)
-/// plus the key `"riftco"` holding the [`TransformerConfig`].
+/// Linear weights `[out, in]`, and the metadata `{"format": "pt", "riftco_config": <config>,
+/// "riftco_config_json_fnv1a64": <hash>}`. `config.json` is a `LlamaConfig` (`architectures
+/// ["LlamaForCausalLM"]`, `model_type "llama"`, `num_key_value_heads = n_heads`,
+/// `tie_word_embeddings false`, `torch_dtype "float32"`, ...) plus the key `"riftco"` holding the
+/// [`TransformerConfig`]; the hash is [`fnv1a64_hex`] of its exact bytes.
 ///
 /// When LoRA adapters exist only the base weights are saved (unmerged, whether or not the
-/// adapters are active): save adapters with [`save_lora_adapter`], or call
+/// adapters are active): save adapters with [`crate::state::save_lora_adapter`], or call
 /// [`DecoderOnlyTransformer::merge_lora`] first to save the merged model. The
 /// activation-checkpointing policy is not saved.
 ///
-/// Each file is written atomically (temporary file in the same folder, fsync, rename, fsync of the
-/// folder); the folder must exist.
+/// Both files are written in full into temporaries in the folder and fsynced, then renamed:
+/// `config.json` first, the state last. A process killed at any moment leaves a state file that
+/// is entirely the old one or entirely the new one, and [`load_model`] (which reads the state's
+/// own config, never `config.json`, for such a file) loads it; only a kill between the two
+/// renames leaves a `config.json` of the newer save beside the older state, which the state's
+/// hash tells apart and the next save replaces. Temporaries left by killed saves of these two
+/// files are removed at the start of the next save. The folder must exist.
 ///
 /// # Errors
 /// [`TransformerError::Io`] naming the destination path when the folder is missing or not
-/// writable (an existing file is left intact); [`TransformerError::State`] when `path` has no file
-/// name or is named `config.json`.
+/// writable (the existing files are left intact); [`TransformerError::State`] when `path` has no
+/// file name or is named `config.json`.
 pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
-    match path.file_name() {
+    let name = match path.file_name() {
         None => return Err(state_err(path, "the path has no file name")),
         Some(n) if n == HF_CONFIG_FILE => {
             return Err(state_err(
@@ -45,26 +53,32 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
                  Hugging Face config written beside it",
             ))
         }
-        Some(_) => {}
-    }
+        Some(n) => n.to_string_lossy().into_owned(),
+    };
     let config = model.config();
     let config_json = serde_json::to_string(config).map_err(|e| state_err(path, e))?;
-    let tensors = model
+    let hf = serde_json::to_vec_pretty(&hf_config_json(config)).map_err(|e| state_err(path, e))?;
+    let tensors: Vec<(String, Tensor)> = model
         .weights()
         .named_base_parameters()
         .into_iter()
-        .map(|(name, p)| (name, F32View::new(p.value())))
-        .collect::<Vec<_>>();
+        .map(|(name, p)| (name, p.value().clone()))
+        .collect();
     let metadata = HashMap::from([
         ("format".to_string(), "pt".to_string()),
         (CONFIG_METADATA_KEY.to_string(), config_json),
+        (HF_CONFIG_HASH_KEY.to_string(), fnv1a64_hex(&hf)),
     ]);
-    write_safetensors_atomic(path, tensors, metadata)?;
-    let hf = serde_json::to_vec_pretty(&hf_config_json(config)).map_err(|e| state_err(path, e))?;
-    let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
-    write_atomic(&hf_path, |tmp| {
-        fs::write(tmp, &hf).map_err(|source| io_err(&hf_path, source))
-    })
+    let dir = parent_dir(path);
+    let hf_path = dir.join(HF_CONFIG_FILE);
+    remove_stale_temporaries(&dir, &[&name, HF_CONFIG_FILE]);
+    let mut group = AtomicGroup::new();
+    group.stage(&hf_path, |out| {
+        out.write_all(&hf)
+            .map_err(|source| io_err(&hf_path, source))
+    })?;
+    group.stage(path, |out| write_safetensors(path, out, &tensors, metadata))?;
+    group.commit()
 }
 
 /// Loads a model saved by [`save_model`], or any safetensors file with exactly the Hugging Face
@@ -85,11 +99,11 @@ pub fn load_model(
     attention: FullSequenceAttentionKind,
     checkpointing: ActivationCheckpointingKind,
 ) -> Result<DecoderOnlyTransformer> {
-    let bytes = read_file(path)?;
-    let st = parse_safetensors(path, &bytes)?;
-    let config = resolve_config(path, &st)?;
+    let header = read_header(path)?;
+    let config = resolve_config(path, &header)?;
     let expected = expected_base_shapes(&config);
-    let values = validated_f32(path, &st, &expected, &config_summary(&config))?;
+    check_tensors(path, &header, &expected, &config_summary(&config))?;
+    let values = read_f32_values(path, header, &expected)?;
     let model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
     copy_into(path, &model.weights().named_base_parameters(), values)?;
     Ok(model)
@@ -104,10 +118,9 @@ pub fn load_model(
 /// describes a different architecture than the model's config (the seed is ignored). Nothing is
 /// copied unless every tensor validates.
 pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
-    let bytes = read_file(path)?;
-    let st = parse_safetensors(path, &bytes)?;
+    let header = read_header(path)?;
     let config = model.config();
-    if let Some(raw) = st.metadata.get(CONFIG_METADATA_KEY) {
+    if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
         let file_config = parse_riftco_config(path, raw)?;
         if !same_architecture(&file_config, config) {
             return Err(state_err(
@@ -119,7 +132,8 @@ pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<
         }
     }
     let expected = expected_base_shapes(config);
-    let values = validated_f32(path, &st, &expected, &config_summary(config))?;
+    check_tensors(path, &header, &expected, &config_summary(config))?;
+    let values = read_f32_values(path, header, &expected)?;
     copy_into(path, &model.weights().named_base_parameters(), values)
 }
 
@@ -146,8 +160,8 @@ pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usiz
 
 /// The config of a model-state file: its `riftco_config` metadata, else `config.json` beside it
 /// (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
-pub(super) fn resolve_config(path: &Path, parsed: &Parsed<'_>) -> Result<TransformerConfig> {
-    let config = if let Some(raw) = parsed.metadata.get(CONFIG_METADATA_KEY) {
+pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<TransformerConfig> {
+    let config = if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
         parse_riftco_config(path, raw)?
     } else {
         let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
@@ -160,8 +174,7 @@ pub(super) fn resolve_config(path: &Path, parsed: &Parsed<'_>) -> Result<Transfo
                 ),
             ));
         }
-        let value: serde_json::Value = serde_json::from_slice(&read_file(&hf_path)?)
-            .map_err(|e| state_err(&hf_path, format!("not valid JSON: {e}")))?;
+        let value = read_json(&hf_path)?;
         match value.get("riftco") {
             Some(r) => serde_json::from_value(r.clone()).map_err(|e| {
                 state_err(
