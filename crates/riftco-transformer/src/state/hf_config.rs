@@ -20,6 +20,7 @@ pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
         "rms_norm_eps": config.rms_norm_eps,
         "rope_theta": config.rope_theta,
         "rope_scaling": null,
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
         "hidden_act": "silu",
         "attention_bias": false,
         "mlp_bias": false,
@@ -35,6 +36,13 @@ pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
 /// A [`TransformerConfig`] from Hugging Face `LlamaConfig` fields (defaults as in
 /// `transformers`: `rms_norm_eps` 1e-6, `rope_theta` 10000). Rejects what riftco's model cannot
 /// represent: grouped-query attention, tied embeddings, RoPE scaling, biases, another activation.
+///
+/// RoPE θ is read from the top-level `rope_theta` (transformers 4), from `rope_parameters`
+/// (transformers 5: `{"rope_type": "default", "rope_theta": ...}`, no top-level key) or from
+/// `rope_scaling` (older files); two of them giving different θ is an error. Any `rope_type`
+/// other than `"default"` (`"linear"`, `"dynamic"`, `"yarn"`, `"llama3"`, ...) is refused by
+/// name, as is a `partial_rotary_factor` other than 1: riftco implements unscaled, full-width
+/// RoPE only.
 pub(super) fn config_from_hf(
     v: &serde_json::Value,
 ) -> std::result::Result<TransformerConfig, String> {
@@ -53,15 +61,12 @@ pub(super) fn config_from_hf(
         usize_field("intermediate_size")?,
         usize_field("max_position_embeddings")?,
     );
-    config.rms_norm_eps = v
-        .get("rms_norm_eps")
-        .and_then(|x| x.as_f64())
-        .unwrap_or(1e-6) as f32;
-    config.rope_theta = v
-        .get("rope_theta")
-        .and_then(|x| x.as_f64())
-        .unwrap_or(10000.0);
-    if let Some(kv) = v.get("num_key_value_heads").and_then(|x| x.as_u64()) {
+    config.rms_norm_eps = number_field(v, "rms_norm_eps")?.unwrap_or(1e-6) as f32;
+    config.rope_theta = rope_theta(v)?;
+    if let Some(kv) = v.get("num_key_value_heads").filter(|x| !x.is_null()) {
+        let kv = kv
+            .as_u64()
+            .ok_or_else(|| format!("num_key_value_heads {kv} is not an integer"))?;
         if kv as usize != n_heads {
             return Err(format!(
                 "num_key_value_heads {kv} != num_attention_heads {n_heads}: grouped-query \
@@ -86,12 +91,6 @@ pub(super) fn config_from_hf(
             ));
         }
     }
-    if !matches!(v.get("rope_scaling"), None | Some(serde_json::Value::Null)) {
-        return Err(format!(
-            "rope_scaling {} is not supported",
-            v["rope_scaling"]
-        ));
-    }
     if let Some(h) = v.get("head_dim").and_then(|x| x.as_u64()) {
         if h as usize != config.d_head() {
             return Err(format!(
@@ -101,4 +100,87 @@ pub(super) fn config_from_hf(
         }
     }
     Ok(config)
+}
+
+/// `v[key]` as a number: `None` when absent or null, an error naming the key for another type.
+fn number_field(v: &serde_json::Value, key: &str) -> std::result::Result<Option<f64>, String> {
+    match v.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(x) => x
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| format!("{key} = {x} is not a number")),
+    }
+}
+
+/// RoPE θ of a Hugging Face config (see [`config_from_hf`]), default 10000.
+fn rope_theta(v: &serde_json::Value) -> std::result::Result<f64, String> {
+    let mut theta = number_field(v, "rope_theta")?.map(|t| ("rope_theta", t));
+    if let Some(f) = number_field(v, "partial_rotary_factor")? {
+        if f != 1.0 {
+            return Err(format!(
+                "partial_rotary_factor {f} is not supported (riftco rotates the whole head)"
+            ));
+        }
+    }
+    for key in ["rope_parameters", "rope_scaling"] {
+        let params = match v.get(key) {
+            None | Some(serde_json::Value::Null) => continue,
+            Some(serde_json::Value::Object(m)) => m,
+            Some(other) => return Err(format!("{key} = {other} is not an object")),
+        };
+        let rope_type = match params.get("rope_type").or_else(|| params.get("type")) {
+            Some(serde_json::Value::String(t)) => t.as_str(),
+            // transformers 5 may key parameters by layer type ({"full_attention": {...}}).
+            None if params.values().any(serde_json::Value::is_object) => {
+                return Err(format!(
+                    "{key} = {} gives RoPE parameters per layer type, which is not supported",
+                    serde_json::Value::Object(params.clone())
+                ))
+            }
+            None if key == "rope_parameters" => "default",
+            _ => {
+                return Err(format!(
+                    "{key} = {} has no rope_type string; expected \"default\"",
+                    serde_json::Value::Object(params.clone())
+                ))
+            }
+        };
+        if rope_type != "default" {
+            return Err(format!(
+                "{key}.rope_type {rope_type:?} is not supported: riftco implements only \"default\" \
+                 (unscaled) RoPE ({key} = {})",
+                serde_json::Value::Object(params.clone())
+            ));
+        }
+        let inner = serde_json::Value::Object(params.clone());
+        if let Some(f) = number_field(&inner, "partial_rotary_factor")? {
+            if f != 1.0 {
+                return Err(format!(
+                    "{key}.partial_rotary_factor {f} is not supported (riftco rotates the whole \
+                     head)"
+                ));
+            }
+        }
+        if let Some(t) = number_field(&inner, "rope_theta")? {
+            match theta {
+                Some((from, earlier)) if earlier != t => {
+                    return Err(format!(
+                        "{key}.rope_theta {t} disagrees with {from} {earlier}"
+                    ))
+                }
+                _ => {
+                    theta = Some((
+                        if key == "rope_parameters" {
+                            "rope_parameters.rope_theta"
+                        } else {
+                            "rope_scaling.rope_theta"
+                        },
+                        t,
+                    ))
+                }
+            }
+        }
+    }
+    Ok(theta.map_or(10000.0, |(_, t)| t))
 }
