@@ -276,6 +276,19 @@ fn save_names_its_config_json_and_removes_stale_temporaries() {
         named,
         fnv1a64_hex(&fs::read(dir.join("config.json")).unwrap())
     );
+
+    // Saving the same config again leaves config.json alone (the state's rename alone commits
+    // the pair); another config replaces it.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let ino = || fs::metadata(dir.join("config.json")).unwrap().ino();
+        let before = ino();
+        save_model(&model(config(2)), &path).unwrap();
+        assert_eq!(ino(), before, "an identical config.json is not rewritten");
+        save_model(&model(config(1)), &path).unwrap();
+        assert_ne!(ino(), before, "a different config.json is replaced");
+    }
 }
 
 #[test]

@@ -15,8 +15,7 @@
 use super::{io_err, parent_dir, state_err};
 use crate::error::Result;
 use riftco_tensor::Tensor;
-use safetensors::tensor::{Metadata, TensorInfo};
-use safetensors::Dtype;
+use serde_json::json;
 use std::collections::HashMap;
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -155,15 +154,21 @@ fn process_is_running(_pid: u32) -> bool {
 }
 
 /// Writes `tensors` (f32, little endian, in the given order) as a safetensors file with the
-/// header `__metadata__` `metadata`. The header is padded with spaces to a multiple of 8 bytes,
-/// as the `safetensors` crate does.
+/// header `__metadata__` `metadata`. The header JSON has sorted keys (the same model saves to
+/// the same bytes) and is padded with spaces to a multiple of 8 bytes, as the `safetensors`
+/// crate does.
 pub(super) fn write_safetensors(
     path: &Path,
     out: &mut impl Write,
     tensors: &[(String, Tensor)],
     metadata: HashMap<String, String>,
 ) -> Result<()> {
-    let mut infos = Vec::with_capacity(tensors.len());
+    let mut header = serde_json::Map::new();
+    let metadata: serde_json::Map<String, serde_json::Value> = metadata
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    header.insert("__metadata__".into(), metadata.into());
     let mut offset = 0usize;
     for (name, t) in tensors {
         let end = t
@@ -171,15 +176,12 @@ pub(super) fn write_safetensors(
             .checked_mul(4)
             .and_then(|n| n.checked_add(offset))
             .ok_or_else(|| state_err(path, format!("tensor {name} is too large to save")))?;
-        let info = TensorInfo {
-            dtype: Dtype::F32,
-            shape: t.dims().to_vec(),
-            data_offsets: (offset, end),
-        };
-        infos.push((name.clone(), info));
+        let info = json!({"dtype": "F32", "shape": t.dims(), "data_offsets": [offset, end]});
+        if header.insert(name.clone(), info).is_some() {
+            return Err(state_err(path, format!("tensor name {name} appears twice")));
+        }
         offset = end;
     }
-    let header = Metadata::new(Some(metadata), infos).map_err(|e| state_err(path, e))?;
     let mut header = serde_json::to_vec(&header).map_err(|e| state_err(path, e))?;
     header.resize(header.len().next_multiple_of(8), b' ');
     let io = |source| io_err(path, source);

@@ -1,7 +1,9 @@
 //! LoRA adapters in PEFT layout.
 
 use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
-use super::read::{check_tensors, copy_into, read_f32_values, read_header, read_json_bytes};
+use super::read::{
+    check_tensors, copy_into, read_f32_values, read_header, read_json_bytes, unchanged,
+};
 use super::{
     io_err, state_err, ADAPTER_CONFIG_FILE, ADAPTER_CONFIG_METADATA_KEY, ADAPTER_MODEL_FILE,
     ATTENTION_MODULES, MLP_MODULES,
@@ -80,10 +82,12 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
     let (config_path, model_path) = (dir.join(ADAPTER_CONFIG_FILE), dir.join(ADAPTER_MODEL_FILE));
     remove_stale_temporaries(dir, &[ADAPTER_CONFIG_FILE, ADAPTER_MODEL_FILE]);
     let mut group = AtomicGroup::new();
-    group.stage(&config_path, |out| {
-        out.write_all(text.as_bytes())
-            .map_err(|source| io_err(&config_path, source))
-    })?;
+    if !unchanged(&config_path, text.as_bytes()) {
+        group.stage(&config_path, |out| {
+            out.write_all(text.as_bytes())
+                .map_err(|source| io_err(&config_path, source))
+        })?;
+    }
     group.stage(&model_path, |out| {
         write_safetensors(&model_path, out, &tensors, metadata)
     })?;

@@ -2,7 +2,9 @@
 
 use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
 use super::hf_config::{config_from_hf, hf_config_json};
-use super::read::{check_tensors, copy_into, read_f32_values, read_header, read_json, Header};
+use super::read::{
+    check_tensors, copy_into, read_f32_values, read_header, read_json, unchanged, Header,
+};
 use super::{
     fnv1a64_hex, io_err, parent_dir, state_err, ATTENTION_MODULES, CONFIG_METADATA_KEY,
     HF_CONFIG_FILE, HF_CONFIG_HASH_KEY,
@@ -36,7 +38,8 @@ use std::path::Path;
 /// is entirely the old one or entirely the new one, and [`load_model`] (which reads the state's
 /// own config, never `config.json`, for such a file) loads it; only a kill between the two
 /// renames leaves a `config.json` of the newer save beside the older state, which the state's
-/// hash tells apart and the next save replaces. Temporaries left by killed saves of these two
+/// hash tells apart and the next save replaces (a `config.json` already equal to the new one is
+/// not rewritten, so saves of one config have no such window). Temporaries left by killed saves of these two
 /// files are removed at the start of the next save. The folder must exist.
 ///
 /// # Errors
@@ -73,10 +76,14 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
     let hf_path = dir.join(HF_CONFIG_FILE);
     remove_stale_temporaries(&dir, &[&name, HF_CONFIG_FILE]);
     let mut group = AtomicGroup::new();
-    group.stage(&hf_path, |out| {
-        out.write_all(&hf)
-            .map_err(|source| io_err(&hf_path, source))
-    })?;
+    // An identical config.json (every save of a training run) is left alone: then the state's
+    // rename alone commits the pair and there is no window at all.
+    if !unchanged(&hf_path, &hf) {
+        group.stage(&hf_path, |out| {
+            out.write_all(&hf)
+                .map_err(|source| io_err(&hf_path, source))
+        })?;
+    }
     group.stage(path, |out| write_safetensors(path, out, &tensors, metadata))?;
     group.commit()
 }

@@ -150,6 +150,11 @@ pub(super) fn read_json_bytes(path: &Path) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Whether `path` is a regular file holding exactly `content` (any read failure: no).
+pub(super) fn unchanged(path: &Path, content: &[u8]) -> bool {
+    read_json_bytes(path).is_ok_and(|old| old == content)
+}
+
 /// A safetensors file whose header has been read and validated; its data section is not read
 /// yet.
 pub(super) struct Header {

@@ -71,6 +71,8 @@ pub fn limited(name: &str, body: impl FnOnce()) {
          ({status})\n{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // What the child reported (its stderr), for the parent's --no-capture output.
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
     // The child must have run the test (not filtered it out).
     assert!(
         stdout.contains("1 passed"),
