@@ -191,7 +191,7 @@ SAVE_LOOP = """
 
 
 def kill_base(n_layers: int) -> riftco.DecoderOnlyTransformer:
-    cfg = riftco.TransformerConfig(n_layers=n_layers, seed=n_layers, **KILL_SIZES)  # type: ignore[arg-type]
+    cfg = riftco.TransformerConfig(n_layers=n_layers, seed=n_layers, **KILL_SIZES)
     return riftco.DecoderOnlyTransformer(cfg)
 
 
@@ -279,3 +279,74 @@ def test_saves_killed_at_random_moments_leave_one_whole_state(tmp_path: Path) ->
     # Both outcomes occur: the kills land inside saves of either model.
     print(f"loaded as {loaded_as}; config.json of the other save after {stale_config_json} of 25")
     assert all(v > 0 for v in loaded_as.values()), loaded_as
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face RoPE config (transformers 5 rope_parameters)
+# ---------------------------------------------------------------------------------------------
+
+
+def hf_only_folder(tmp_path: Path, theta: float, rope: dict[str, Any]) -> Path:
+    """A state without riftco metadata beside a plain Hugging Face config.json with ``rope``
+    instead of the RoPE keys riftco writes."""
+    cfg = riftco.TransformerConfig(
+        vocab_size=64, d_model=32, n_heads=4, n_layers=1, d_ff=48, max_seq_len=16, rope_theta=theta
+    )
+    riftco.DecoderOnlyTransformer(cfg).save(tmp_path / "model.safetensors")
+    header, rest = split((tmp_path / "model.safetensors").read_bytes())
+    del header["__metadata__"]["riftco_config"]
+    plain = tmp_path / "plain.safetensors"
+    plain.write_bytes(join(header, rest))
+    hf = json.loads((tmp_path / "config.json").read_text())
+    for key in ("riftco", "rope_theta", "rope_scaling", "rope_parameters"):
+        hf.pop(key, None)
+    hf.update(rope)
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    return plain
+
+
+def test_transformers_5_rope_parameters_set_theta(tmp_path: Path) -> None:
+    rope = {"rope_parameters": {"rope_theta": 50000.0, "rope_type": "default"}}
+    plain = hf_only_folder(tmp_path, 50000.0, rope)
+    back = riftco.DecoderOnlyTransformer.load(plain)
+    assert back.config.rope_theta == 50000.0
+    reference = riftco.DecoderOnlyTransformer.load(tmp_path / "model.safetensors")
+    tokens = np.arange(12, dtype=np.int64).reshape(1, 12)
+    np.testing.assert_array_equal(back.logits(tokens).numpy(), reference.logits(tokens).numpy())
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_parameters": {"rope_theta": 50000.0, "rope_type": "linear", "factor": 2.0}},
+        {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0}},
+        {"rope_scaling": {"type": "dynamic", "factor": 2.0}},
+        {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+    ],
+)
+def test_unsupported_rope_types_are_refused_by_name(tmp_path: Path, rope: dict[str, Any]) -> None:
+    plain = hf_only_folder(tmp_path, 50000.0, rope)
+    (params,) = rope.values()
+    name = params.get("rope_type", params.get("type"))
+    with pytest.raises(riftco.ModelStateError, match=f'"{name}"'):
+        riftco.DecoderOnlyTransformer.load(plain)
+
+
+def test_rope_parameters_match_transformers(tmp_path: Path) -> None:
+    try:
+        import torch  # type: ignore[import-not-found, unused-ignore]
+        import transformers  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        pytest.skip("torch/transformers not installed: the LlamaForCausalLM comparison is skipped")
+    rope = {"rope_parameters": {"rope_theta": 50000.0, "rope_type": "default"}}
+    plain = hf_only_folder(tmp_path, 50000.0, rope)
+    ours = riftco.DecoderOnlyTransformer.load(plain)
+    hf_dir = tmp_path / "hf"
+    hf_dir.mkdir()
+    (hf_dir / "config.json").write_bytes((tmp_path / "config.json").read_bytes())
+    (hf_dir / "model.safetensors").write_bytes(plain.read_bytes())
+    theirs = transformers.LlamaForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32)
+    tokens = np.arange(12, dtype=np.int64).reshape(1, 12)
+    with torch.no_grad():
+        want = theirs(torch.tensor(tokens)).logits[0].numpy()
+    np.testing.assert_allclose(ours.logits(tokens).numpy(), want, rtol=1e-4, atol=1e-4)
