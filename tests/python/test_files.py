@@ -206,7 +206,10 @@ def same(a: dict[str, np.ndarray[Any, Any]], b: dict[str, np.ndarray[Any, Any]])
 
 
 def our_temporaries(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if ".tmp." in p.name or p.name.startswith(".tmp"))
+    """Temporaries of our naming (``.{name}.tmp.{pid}.{n}``) and of the ``tempfile`` crate that
+    the old writer used (``.tmpXXXXXX``)."""
+    names = (p.name for p in folder.iterdir())
+    return sorted(n for n in names if ".tmp." in n or n.startswith(".tmp"))
 
 
 def kill_during(what: str, target: Path, rng: random.Random) -> None:
