@@ -123,38 +123,40 @@ fn rope_theta(v: &serde_json::Value) -> std::result::Result<f64, String> {
             ));
         }
     }
-    for key in ["rope_parameters", "rope_scaling"] {
+    for (key, theta_label) in [
+        ("rope_parameters", "rope_parameters.rope_theta"),
+        ("rope_scaling", "rope_scaling.rope_theta"),
+    ] {
         let params = match v.get(key) {
             None | Some(serde_json::Value::Null) => continue,
-            Some(serde_json::Value::Object(m)) => m,
+            Some(p @ serde_json::Value::Object(_)) => p,
             Some(other) => return Err(format!("{key} = {other} is not an object")),
         };
+        let per_layer_type = params
+            .as_object()
+            .is_some_and(|m| m.values().any(serde_json::Value::is_object));
         let rope_type = match params.get("rope_type").or_else(|| params.get("type")) {
             Some(serde_json::Value::String(t)) => t.as_str(),
             // transformers 5 may key parameters by layer type ({"full_attention": {...}}).
-            None if params.values().any(serde_json::Value::is_object) => {
+            None if per_layer_type => {
                 return Err(format!(
-                    "{key} = {} gives RoPE parameters per layer type, which is not supported",
-                    serde_json::Value::Object(params.clone())
+                    "{key} = {params} gives RoPE parameters per layer type, which is not supported"
                 ))
             }
             None if key == "rope_parameters" => "default",
             _ => {
                 return Err(format!(
-                    "{key} = {} has no rope_type string; expected \"default\"",
-                    serde_json::Value::Object(params.clone())
+                    "{key} = {params} has no rope_type string; expected \"default\""
                 ))
             }
         };
         if rope_type != "default" {
             return Err(format!(
                 "{key}.rope_type {rope_type:?} is not supported: riftco implements only \"default\" \
-                 (unscaled) RoPE ({key} = {})",
-                serde_json::Value::Object(params.clone())
+                 (unscaled) RoPE ({key} = {params})"
             ));
         }
-        let inner = serde_json::Value::Object(params.clone());
-        if let Some(f) = number_field(&inner, "partial_rotary_factor")? {
+        if let Some(f) = number_field(params, "partial_rotary_factor")? {
             if f != 1.0 {
                 return Err(format!(
                     "{key}.partial_rotary_factor {f} is not supported (riftco rotates the whole \
@@ -162,23 +164,12 @@ fn rope_theta(v: &serde_json::Value) -> std::result::Result<f64, String> {
                 ));
             }
         }
-        if let Some(t) = number_field(&inner, "rope_theta")? {
+        if let Some(t) = number_field(params, "rope_theta")? {
             match theta {
                 Some((from, earlier)) if earlier != t => {
-                    return Err(format!(
-                        "{key}.rope_theta {t} disagrees with {from} {earlier}"
-                    ))
+                    return Err(format!("{theta_label} {t} disagrees with {from} {earlier}"))
                 }
-                _ => {
-                    theta = Some((
-                        if key == "rope_parameters" {
-                            "rope_parameters.rope_theta"
-                        } else {
-                            "rope_scaling.rope_theta"
-                        },
-                        t,
-                    ))
-                }
+                _ => theta = Some((theta_label, t)),
             }
         }
     }
