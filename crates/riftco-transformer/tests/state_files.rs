@@ -187,6 +187,10 @@ fn crafted_max_seq_len_is_a_clear_error_with_bounded_memory() {
                 fs::write(sub.join("config.json"), hf.to_string()).unwrap();
                 let text = error_text(load(&plain));
                 assert!(text.contains("max_seq_len"), "hf 2**{exp}: {text}");
+                assert!(
+                    text.contains("max_position_embeddings"),
+                    "hf 2**{exp}: {text}"
+                );
             }
         },
     );

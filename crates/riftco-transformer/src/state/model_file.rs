@@ -168,33 +168,50 @@ pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usiz
 /// The config of a model-state file: its `riftco_config` metadata, else `config.json` beside it
 /// (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
 pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<TransformerConfig> {
-    let config = if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
-        parse_riftco_config(path, raw)?
-    } else {
-        let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
-        if !hf_path.exists() {
-            return Err(state_err(
-                path,
-                format!(
-                    "no {CONFIG_METADATA_KEY} metadata in the file and no {} beside it",
-                    hf_path.display()
-                ),
-            ));
-        }
-        let value = read_json(&hf_path)?;
-        match value.get("riftco") {
-            Some(r) => serde_json::from_value(r.clone()).map_err(|e| {
+    if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
+        let config = parse_riftco_config(path, raw)?;
+        config
+            .validate()
+            .map_err(|e| state_err(path, format!("the file's config is invalid: {e}")))?;
+        return Ok(config);
+    }
+    let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
+    if !hf_path.exists() {
+        return Err(state_err(
+            path,
+            format!(
+                "no {CONFIG_METADATA_KEY} metadata in the file and no {} beside it",
+                hf_path.display()
+            ),
+        ));
+    }
+    let value = read_json(&hf_path)?;
+    let (config, fields) = match value.get("riftco") {
+        Some(r) => {
+            let config = serde_json::from_value(r.clone()).map_err(|e| {
                 state_err(
                     &hf_path,
                     format!("\"riftco\" is not a TransformerConfig: {e}"),
                 )
-            })?,
-            None => config_from_hf(&value).map_err(|reason| state_err(&hf_path, reason))?,
+            })?;
+            (config, "its \"riftco\" key")
         }
+        None => (
+            config_from_hf(&value).map_err(|reason| state_err(&hf_path, reason))?,
+            "its Hugging Face fields: vocab_size, d_model = hidden_size, n_heads = \
+             num_attention_heads, n_layers = num_hidden_layers, d_ff = intermediate_size, \
+             max_seq_len = max_position_embeddings",
+        ),
     };
-    config
-        .validate()
-        .map_err(|e| state_err(path, format!("the file's config is invalid: {e}")))?;
+    config.validate().map_err(|e| {
+        state_err(
+            &hf_path,
+            format!(
+                "the config of {} ({fields}) is invalid: {e}",
+                path.display()
+            ),
+        )
+    })?;
     Ok(config)
 }
 
