@@ -33,7 +33,7 @@ pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
     })
 }
 
-/// A [`TransformerConfig`] from Hugging Face `LlamaConfig` fields (defaults as in
+/// A [`TransformerConfig`](crate::TransformerConfig) from Hugging Face `LlamaConfig` fields (defaults as in
 /// `transformers`: `rms_norm_eps` 1e-6, `rope_theta` 10000). Rejects what riftco's model cannot
 /// represent: grouped-query attention, tied embeddings, RoPE scaling, biases, another activation.
 ///

@@ -35,7 +35,7 @@ use std::path::Path;
 /// at the start of the next save.
 ///
 /// # Errors
-/// [`TransformerError::Lora`] when the model has no adapters; [`TransformerError::Io`] naming
+/// [`TransformerError::Lora`](crate::TransformerError::Lora) when the model has no adapters; [`TransformerError::Io`](crate::TransformerError::Io) naming
 /// the path on filesystem failures.
 pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<()> {
     let weights = model.weights();
@@ -95,7 +95,7 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
 }
 
 /// Reads `adapter_model.safetensors` and its config from `dir`, validates them against the
-/// model, then enables LoRA ([`DecoderOnlyTransformer::enable_lora`] with the
+/// model, then enables LoRA ([`DecoderOnlyTransformer::enable_lora`](crate::DecoderOnlyTransformer::enable_lora) with the
 /// file's `r`, `lora_alpha` and targets) and copies the loaded A and B into the new adapters.
 ///
 /// Supported: `peft_type "LORA"`, `bias "none"`, no rsLoRA, no rank/alpha patterns,
@@ -109,8 +109,8 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
 /// [`crate::state::load_model`]: regular files only, with bounded memory.
 ///
 /// # Errors
-/// [`TransformerError::Lora`] when the model already has adapters; [`TransformerError::Io`]
-/// when a file cannot be read; [`TransformerError::State`] for an unsupported or invalid config,
+/// [`TransformerError::Lora`](crate::TransformerError::Lora) when the model already has adapters; [`TransformerError::Io`](crate::TransformerError::Io)
+/// when a file cannot be read; [`TransformerError::State`](crate::TransformerError::State) for an unsupported or invalid config,
 /// a corrupt file, a missing or unknown tensor, a wrong dtype or shape. The model is unchanged
 /// on every error.
 pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Result<()> {

@@ -31,7 +31,7 @@ pub use lora::{load_lora_adapter, save_lora_adapter};
 pub use model_file::{expected_base_shapes, load_model, load_weights_into, save_model};
 pub use read::{MAX_HEADER_BYTES, MAX_JSON_BYTES};
 
-/// Metadata key holding the [`TransformerConfig`] JSON in a model-state file.
+/// Metadata key holding the [`TransformerConfig`](crate::TransformerConfig) JSON in a model-state file.
 pub const CONFIG_METADATA_KEY: &str = "riftco_config";
 /// File name of the Hugging Face config written beside the model state.
 pub const HF_CONFIG_FILE: &str = "config.json";

@@ -26,11 +26,11 @@ use std::path::Path;
 /// "riftco_config_json_fnv1a64": <hash>}`. `config.json` is a `LlamaConfig` (`architectures
 /// ["LlamaForCausalLM"]`, `model_type "llama"`, `num_key_value_heads = n_heads`,
 /// `tie_word_embeddings false`, `torch_dtype "float32"`, ...) plus the key `"riftco"` holding the
-/// [`TransformerConfig`]; the hash is [`fnv1a64_hex`] of its exact bytes.
+/// [`TransformerConfig`](crate::TransformerConfig); the hash is [`fnv1a64_hex`] of its exact bytes.
 ///
 /// When LoRA adapters exist only the base weights are saved (unmerged, whether or not the
 /// adapters are active): save adapters with [`crate::state::save_lora_adapter`], or call
-/// [`DecoderOnlyTransformer::merge_lora`] first to save the merged model. The
+/// [`DecoderOnlyTransformer::merge_lora`](crate::DecoderOnlyTransformer::merge_lora) first to save the merged model. The
 /// activation-checkpointing policy is not saved.
 ///
 /// Both files are written in full into temporaries in the folder and fsynced, then renamed:
@@ -43,8 +43,8 @@ use std::path::Path;
 /// files are removed at the start of the next save. The folder must exist.
 ///
 /// # Errors
-/// [`TransformerError::Io`] naming the destination path when the folder is missing or not
-/// writable (the existing files are left intact); [`TransformerError::State`] when `path` has no
+/// [`TransformerError::Io`](crate::TransformerError::Io) naming the destination path when the folder is missing or not
+/// writable (the existing files are left intact); [`TransformerError::State`](crate::TransformerError::State) when `path` has no
 /// file name or is named `config.json`.
 pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
     let name = match path.file_name() {
@@ -97,7 +97,7 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
 /// present, no unknown tensor, dtype F32, each shape equal to the config's.
 ///
 /// # Errors
-/// [`TransformerError::Io`] when the file cannot be read; [`TransformerError::State`] with the
+/// [`TransformerError::Io`](crate::TransformerError::Io) when the file cannot be read; [`TransformerError::State`](crate::TransformerError::State) with the
 /// reason otherwise (truncated file, header length beyond the file, garbage, missing or unknown
 /// tensor names, wrong dtype, a shape that disagrees with the config — naming the tensor and
 /// both shapes — or an invalid or missing config). No model is built on error.
@@ -121,7 +121,7 @@ pub fn load_model(
 /// holding the parameters keep working on the new values).
 ///
 /// # Errors
-/// As [`load_model`]; also [`TransformerError::State`] when the file's `riftco_config` metadata
+/// As [`load_model`]; also [`TransformerError::State`](crate::TransformerError::State) when the file's `riftco_config` metadata
 /// describes a different architecture than the model's config (the seed is ignored). Nothing is
 /// copied unless every tensor validates.
 pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
