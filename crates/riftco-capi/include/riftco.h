@@ -541,8 +541,10 @@ rt_status rt_model_enable_lora(struct rt_model *model, const struct rt_lora_conf
 
 /**
  * Saves the model's base weights to `path` (a safetensors file; a `config.json` is written
- * beside it, so the folder must exist and be writable). The activation-checkpointing policy is
- * not saved; LoRA adapters are not saved (their base weights are, unmerged).
+ * beside it, so the folder must exist and be writable). The two are saved atomically as a
+ * pair: a process killed at any moment leaves a folder that loads as the old or the new model.
+ * The activation-checkpointing policy is not saved; LoRA adapters are not saved (their base
+ * weights are, unmerged).
  *
  * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING (empty path), RT_ERROR_IO (folder
  * missing or not writable; an existing file is left intact), RT_ERROR_FORMAT (a path named
@@ -557,8 +559,9 @@ rt_status rt_model_save(const struct rt_model *model, const char *path);
  * `*out` receives a new handle owned by the caller (NULL on failure).
  *
  * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING, RT_ERROR_INVALID_ENUM, RT_ERROR_IO
- * (unreadable file), RT_ERROR_FORMAT (truncated or malformed file, missing or unknown tensors,
- * wrong dtypes or shapes, invalid config; the message names the tensor).
+ * (unreadable file, a directory), RT_ERROR_FORMAT (truncated or malformed file, a path that is
+ * not a regular file such as a FIFO or /dev/zero, missing or unknown tensors, wrong dtypes or
+ * shapes, invalid config; the message names the tensor).
  */
 rt_status rt_model_load(const char *path,
                         uint32_t attention,

@@ -316,7 +316,9 @@ impl PyModel {
 
     /// Saves the base weights as a safetensors file (Hugging Face Llama names, ``[out, in]``
     /// linear weights, the config in the metadata) and a Hugging Face ``config.json`` beside it.
-    /// Writes are atomic. The checkpointing policy is not saved.
+    /// The pair is saved atomically: a process killed at any moment leaves a folder that loads
+    /// as the old or the new model, and the next save removes the temporaries it left. The
+    /// checkpointing policy is not saved.
     ///
     /// Args:
     ///     path: the ``.safetensors`` file to write (not named ``config.json``).
@@ -339,8 +341,10 @@ impl PyModel {
     ///     DecoderOnlyTransformer: a new model with the saved config and weights.
     ///
     /// Raises:
-    ///     ModelStateError: for a truncated, corrupt or mismatching file (names, shapes, dtypes).
-    ///     OSError: when the file cannot be read.
+    ///     ModelStateError: for a truncated, corrupt or mismatching file (names, shapes, dtypes),
+    ///         an invalid declared config, or a path that is not a regular file (a FIFO, a
+    ///         device such as ``/dev/zero``, a socket).
+    ///     OSError: when the file cannot be read (``IsADirectoryError`` for a directory).
     ///     ConfigError: for an unknown option string.
     #[staticmethod]
     #[pyo3(signature = (path, attention = "flash", activation_checkpointing = "disabled"))]
@@ -366,7 +370,7 @@ impl PyModel {
     }
 
     /// Saves the LoRA adapters in PEFT layout (``adapter_model.safetensors`` and
-    /// ``adapter_config.json``) into a directory.
+    /// ``adapter_config.json``) into a directory, atomically as a pair (as ``save()``).
     ///
     /// Raises:
     ///     LoraError: when the model has no adapters.
@@ -379,7 +383,8 @@ impl PyModel {
     /// them; the base weights are frozen.
     ///
     /// Raises:
-    ///     ModelStateError: for a malformed or mismatching adapter.
+    ///     ModelStateError: for a malformed or mismatching adapter, or a file that is not a
+    ///         regular file.
     ///     OSError: when the files cannot be read.
     fn load_lora(&self, py: Python<'_>, dir: PathBuf) -> PyResult<()> {
         compute(py, || load_lora_adapter(&mut self.write(), &dir))

@@ -571,6 +571,13 @@ fn lora_adapter_round_trip() {
     }
 }
 
+/// An adapter file re-serialized with only `{"format": "pt"}` metadata, as PEFT writes it.
+fn peft_style(bytes: &[u8]) -> Vec<u8> {
+    let st = SafeTensors::deserialize(bytes).unwrap();
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize(st.tensors(), Some(meta)).unwrap()
+}
+
 #[test]
 fn lora_adapter_errors_leave_the_model_without_adapters() {
     let dir = tmp_dir("lora-errors");
@@ -584,7 +591,9 @@ fn lora_adapter_errors_leave_the_model_without_adapters() {
     let cfg_path = adapter.join("adapter_config.json");
     let good_cfg = fs::read(&cfg_path).unwrap();
     let model_path = adapter.join("adapter_model.safetensors");
-    let good_model = fs::read(&model_path).unwrap();
+    // As PEFT writes it (no riftco_adapter_config metadata): adapter_config.json is read.
+    let good_model = peft_style(&fs::read(&model_path).unwrap());
+    fs::write(&model_path, &good_model).unwrap();
     let check = |what: &str, reason: String, needle: &str| {
         assert!(reason.contains(needle), "{what}: {reason}");
     };

@@ -308,7 +308,8 @@ class DecoderOnlyTransformer:
     @property
     def lora_active(self) -> bool: ...
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Safetensors model state (HF Llama names) plus ``config.json`` beside it (atomic)."""
+        """Safetensors model state (HF Llama names) plus ``config.json`` beside it, saved
+        atomically as a pair."""
     @staticmethod
     def load(
         path: str | os.PathLike[str],

@@ -1,0 +1,235 @@
+//! Atomic writes of a group of files into one folder.
+//!
+//! Each file of the group is written in full into a temporary file beside its destination and
+//! fsynced; only then are the temporaries renamed over their destinations, in staging order,
+//! and the folder fsynced. A process killed before the renames leaves every destination as it
+//! was; one killed between two renames (a window of a few system calls) leaves the files
+//! renamed so far new and the others old, which the loaders detect (the last file of a group
+//! names the content of the earlier ones: see the `model_file` and `lora` modules).
+//!
+//! Temporary files are named `.{file name}.tmp.{pid}.{counter}`. A failed write removes its
+//! own; a killed process cannot, so each save first removes the temporaries of the files it is
+//! about to write that were left by processes no longer running
+//! ([`remove_stale_temporaries`]).
+
+use super::{io_err, parent_dir, state_err};
+use crate::error::Result;
+use riftco_tensor::Tensor;
+use serde_json::json;
+use std::collections::HashMap;
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Files written together: staged into temporaries, then renamed by [`AtomicGroup::commit`].
+/// Dropping an uncommitted group removes its temporaries.
+pub(super) struct AtomicGroup {
+    staged: Vec<(PathBuf, PathBuf)>,
+}
+
+impl AtomicGroup {
+    pub(super) fn new() -> Self {
+        Self { staged: Vec::new() }
+    }
+
+    /// Writes the content of `path` through `write` into a fresh temporary file beside it and
+    /// fsyncs it. `path` itself is not touched until [`AtomicGroup::commit`].
+    pub(super) fn stage(
+        &mut self,
+        path: &Path,
+        write: impl FnOnce(&mut BufWriter<fs::File>) -> Result<()>,
+    ) -> Result<()> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let dir = parent_dir(path);
+        let name = path
+            .file_name()
+            .ok_or_else(|| state_err(path, "the path has no file name"))?;
+        let tmp = dir.join(format!(
+            "{}{}.{}",
+            temporary_prefix(&name.to_string_lossy()),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        // Created exclusively first, so a missing or read-only folder fails before any work.
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|source| io_err(path, source))?;
+        self.staged.push((tmp.clone(), path.to_path_buf()));
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        write(&mut out)?;
+        let file = out.into_inner().map_err(|e| io_err(path, e.into_error()))?;
+        set_readable(&tmp).map_err(|source| io_err(path, source))?;
+        file.sync_all().map_err(|source| io_err(path, source))
+    }
+
+    /// Renames every staged temporary over its destination, in staging order, then fsyncs the
+    /// folders.
+    pub(super) fn commit(mut self) -> Result<()> {
+        let staged = std::mem::take(&mut self.staged);
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for (i, (tmp, path)) in staged.iter().enumerate() {
+            if let Err(source) = fs::rename(tmp, path) {
+                for (rest, _) in &staged[i..] {
+                    let _ = fs::remove_file(rest);
+                }
+                return Err(io_err(path, source));
+            }
+            let dir = parent_dir(path);
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+        for dir in dirs {
+            sync_dir(&dir).map_err(|source| io_err(&dir, source))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AtomicGroup {
+    fn drop(&mut self) {
+        for (tmp, _) in &self.staged {
+            let _ = fs::remove_file(tmp);
+        }
+    }
+}
+
+/// `.{name}.tmp.`: the start of every temporary file name of the destination `name`.
+fn temporary_prefix(name: &str) -> String {
+    format!(".{name}.tmp.")
+}
+
+/// Removes the temporaries of the files `names` in `dir` left by processes that are no longer
+/// running (killed during a save). Temporaries of this process and of live processes are kept
+/// (they may belong to a save in progress); files of any other naming are never touched.
+/// Best effort: a file that cannot be removed is left.
+pub(super) fn remove_stale_temporaries(dir: &Path, names: &[&str]) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let prefixes: Vec<String> = names.iter().map(|n| temporary_prefix(n)).collect();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let file_name = file_name.to_string_lossy();
+        let Some(pid) = prefixes
+            .iter()
+            .find_map(|p| file_name.strip_prefix(p.as_str()))
+            .and_then(temporary_pid)
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !process_is_running(pid) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The pid of a temporary name's `{pid}.{counter}` tail, `None` for another shape.
+fn temporary_pid(tail: &str) -> Option<u32> {
+    let (pid, counter) = tail.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(pid) && digits(counter)) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+#[cfg(unix)]
+fn process_is_running(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Without a way to ask, every other process counts as running: nothing is removed.
+#[cfg(not(unix))]
+fn process_is_running(_pid: u32) -> bool {
+    true
+}
+
+/// Writes `tensors` (f32, little endian, in the given order) as a safetensors file with the
+/// header `__metadata__` `metadata`. The header JSON has sorted keys (the same model saves to
+/// the same bytes) and is padded with spaces to a multiple of 8 bytes, as the `safetensors`
+/// crate does.
+pub(super) fn write_safetensors(
+    path: &Path,
+    out: &mut impl Write,
+    tensors: &[(String, Tensor)],
+    metadata: HashMap<String, String>,
+) -> Result<()> {
+    let mut header = serde_json::Map::new();
+    let metadata: serde_json::Map<String, serde_json::Value> = metadata
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    header.insert("__metadata__".into(), metadata.into());
+    let mut offset = 0usize;
+    for (name, t) in tensors {
+        let end = t
+            .numel()
+            .checked_mul(4)
+            .and_then(|n| n.checked_add(offset))
+            .ok_or_else(|| state_err(path, format!("tensor {name} is too large to save")))?;
+        let info = json!({"dtype": "F32", "shape": t.dims(), "data_offsets": [offset, end]});
+        if header.insert(name.clone(), info).is_some() {
+            return Err(state_err(path, format!("tensor name {name} appears twice")));
+        }
+        offset = end;
+    }
+    let mut header = serde_json::to_vec(&header).map_err(|e| state_err(path, e))?;
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let io = |source| io_err(path, source);
+    out.write_all(&(header.len() as u64).to_le_bytes())
+        .map_err(io)?;
+    out.write_all(&header).map_err(io)?;
+    let mut bytes = Vec::new();
+    for (_, t) in tensors {
+        for chunk in t.read().chunks(1 << 14) {
+            bytes.clear();
+            bytes.extend(chunk.iter().flat_map(|x| x.to_le_bytes()));
+            out.write_all(&bytes).map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+/// Model files are ordinary user files (`rw-r--r--`).
+#[cfg(unix)]
+fn set_readable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+}
+
+#[cfg(not(unix))]
+fn set_readable(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::temporary_pid;
+
+    #[test]
+    fn temporary_names_parse_only_our_shape() {
+        assert_eq!(temporary_pid("123.4"), Some(123));
+        for other in ["", "123", "123.", ".4", "12a.4", "123.4.5", "123.x"] {
+            assert_eq!(temporary_pid(other), None, "{other:?}");
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! LoRA adapters in PEFT layout.
+
+use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
+use super::read::{
+    check_tensors, copy_into, read_f32_values, read_header, read_json_bytes, unchanged,
+};
+use super::{
+    io_err, state_err, ADAPTER_CONFIG_FILE, ADAPTER_CONFIG_METADATA_KEY, ADAPTER_MODEL_FILE,
+    ATTENTION_MODULES, MLP_MODULES,
+};
+use crate::error::{Result, TransformerError};
+use crate::linear::{LoraConfig, LoraTargets};
+use crate::model::DecoderOnlyTransformer;
+use riftco_tensor::Tensor;
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+/// Writes the model's LoRA adapters in PEFT layout into `dir` (created if missing):
+/// `adapter_model.safetensors` with the names of [`crate::Weights::named_lora_parameters`]
+/// (`base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight [r, in]`,
+/// `...lora_B.weight [out, r]`, f32, metadata `{"format": "pt", "riftco_adapter_config":
+/// <the adapter_config.json text>}`) and `adapter_config.json` (`peft_type "LORA"`, `r`,
+/// `lora_alpha`, `target_modules`, `task_type "CAUSAL_LM"`, `bias "none"`). `lora_alpha` is
+/// recovered as `scale · r`.
+///
+/// The two files are one atomic pair, as in [`crate::state::save_model`]: both are written in
+/// full into temporaries and fsynced, then `adapter_config.json` is renamed first and
+/// `adapter_model.safetensors` last. The weights file carries the config saved with it, which
+/// [`load_lora_adapter`] reads in preference to `adapter_config.json`, so a folder left by a
+/// killed save loads as the old or the new adapter. Temporaries left by killed saves are removed
+/// at the start of the next save.
+///
+/// # Errors
+/// [`TransformerError::Lora`](crate::TransformerError::Lora) when the model has no adapters; [`TransformerError::Io`](crate::TransformerError::Io) naming
+/// the path on filesystem failures.
+pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<()> {
+    let weights = model.weights();
+    let params = weights.named_lora_parameters();
+    let Some(first) = weights
+        .layers
+        .iter()
+        .flat_map(|l| l.linears())
+        .find_map(|(_, lin)| lin.lora.clone())
+    else {
+        return Err(TransformerError::Lora("the model has no adapters".into()));
+    };
+    let rank = first.a.dims()[0];
+    let alpha = alpha_from_scale(first.scale, rank);
+    let has = |suffix: &str| {
+        let mut linears = weights.layers.iter().flat_map(|l| l.linears());
+        linears.any(|(s, lin)| s == suffix && lin.lora.is_some())
+    };
+    let target_modules = target_module_names(has("self_attn.q_proj"), has("mlp.gate_proj"));
+    let adapter_config = json!({
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": rank,
+        "lora_alpha": alpha,
+        "target_modules": target_modules,
+        "bias": "none",
+        "lora_dropout": 0.0,
+        "fan_in_fan_out": false,
+        "use_rslora": false,
+        "inference_mode": true,
+        "base_model_name_or_path": null,
+    });
+    let bytes = serde_json::to_vec_pretty(&adapter_config).map_err(|e| state_err(dir, e))?;
+    let text = String::from_utf8(bytes).map_err(|e| state_err(dir, e))?;
+    fs::create_dir_all(dir).map_err(|source| io_err(dir, source))?;
+    let tensors: Vec<(String, Tensor)> = params
+        .into_iter()
+        .map(|(name, p)| (name, p.value().clone()))
+        .collect();
+    let metadata = HashMap::from([
+        ("format".to_string(), "pt".to_string()),
+        (ADAPTER_CONFIG_METADATA_KEY.to_string(), text.clone()),
+    ]);
+    let (config_path, model_path) = (dir.join(ADAPTER_CONFIG_FILE), dir.join(ADAPTER_MODEL_FILE));
+    remove_stale_temporaries(dir, &[ADAPTER_CONFIG_FILE, ADAPTER_MODEL_FILE]);
+    let mut group = AtomicGroup::new();
+    if !unchanged(&config_path, text.as_bytes()) {
+        group.stage(&config_path, |out| {
+            out.write_all(text.as_bytes())
+                .map_err(|source| io_err(&config_path, source))
+        })?;
+    }
+    group.stage(&model_path, |out| {
+        write_safetensors(&model_path, out, &tensors, metadata)
+    })?;
+    group.commit()
+}
+
+/// Reads `adapter_model.safetensors` and its config from `dir`, validates them against the
+/// model, then enables LoRA ([`DecoderOnlyTransformer::enable_lora`](crate::DecoderOnlyTransformer::enable_lora) with the
+/// file's `r`, `lora_alpha` and targets) and copies the loaded A and B into the new adapters.
+///
+/// Supported: `peft_type "LORA"`, `bias "none"`, no rsLoRA, no rank/alpha patterns,
+/// `target_modules` equal (in any order) to the four attention projections, the three MLP
+/// projections, or both.
+///
+/// The config is the `riftco_adapter_config` metadata of the weights file when present (written
+/// by [`save_lora_adapter`]: it is authoritative, so a kill between the renames of a save, which
+/// can leave a newer `adapter_config.json` beside the older weights, still loads the older
+/// adapter whole), else `adapter_config.json` (adapters written by PEFT). Files are read as by
+/// [`crate::state::load_model`]: regular files only, with bounded memory.
+///
+/// # Errors
+/// [`TransformerError::Lora`](crate::TransformerError::Lora) when the model already has adapters; [`TransformerError::Io`](crate::TransformerError::Io)
+/// when a file cannot be read; [`TransformerError::State`](crate::TransformerError::State) for an unsupported or invalid config,
+/// a corrupt file, a missing or unknown tensor, a wrong dtype or shape. The model is unchanged
+/// on every error.
+pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Result<()> {
+    if model.has_lora() {
+        return Err(TransformerError::Lora(
+            "the model already has adapters; merge or remove them before loading others".into(),
+        ));
+    }
+    let model_path = dir.join(ADAPTER_MODEL_FILE);
+    let header = read_header(&model_path)?;
+    let (config_path, peft) = match header.metadata.get(ADAPTER_CONFIG_METADATA_KEY) {
+        Some(text) => {
+            let what = format!("metadata {ADAPTER_CONFIG_METADATA_KEY}");
+            let peft = parse_peft(&model_path, &what, text.as_bytes())?;
+            (model_path.clone(), peft)
+        }
+        None => {
+            let config_path = dir.join(ADAPTER_CONFIG_FILE);
+            let bytes = read_json_bytes(&config_path)?;
+            let peft = parse_peft(&config_path, ADAPTER_CONFIG_FILE, &bytes)?;
+            (config_path, peft)
+        }
+    };
+    let lora = peft.to_lora_config(&config_path, model.config().d_model)?;
+    let mut expected = Vec::new();
+    for (i, layer) in model.weights().layers.iter().enumerate() {
+        for (j, (suffix, lin)) in layer.linears().into_iter().enumerate() {
+            if (j < 4 && lora.targets.attention) || (j >= 4 && lora.targets.mlp) {
+                let (out_f, in_f) = lin.dims();
+                let base = format!("base_model.model.model.layers.{i}.{suffix}");
+                expected.push((format!("{base}.lora_A.weight"), vec![lora.rank, in_f]));
+                expected.push((format!("{base}.lora_B.weight"), vec![out_f, lora.rank]));
+            }
+        }
+    }
+    let context = format!("r {}, target_modules {:?}", lora.rank, peft.target_modules);
+    check_tensors(&model_path, &header, &expected, &context)?;
+    let values = read_f32_values(&model_path, header, &expected)?;
+
+    let before = (**model.weights()).clone();
+    let result = model.enable_lora(&lora).and_then(|()| {
+        let params = model.weights().named_lora_parameters();
+        copy_into(&model_path, &params, values)
+    });
+    if result.is_err() {
+        model.replace_weights(before);
+    }
+    result
+}
+
+fn parse_peft(path: &Path, what: &str, bytes: &[u8]) -> Result<PeftLoraConfig> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| state_err(path, format!("{what} is not a PEFT LoRA config: {e}")))
+}
+
+/// The subset of PEFT's `LoraConfig` that riftco reads.
+#[derive(Debug, Deserialize)]
+struct PeftLoraConfig {
+    peft_type: String,
+    r: usize,
+    lora_alpha: f32,
+    target_modules: Vec<String>,
+    #[serde(default)]
+    bias: Option<String>,
+    #[serde(default)]
+    use_rslora: bool,
+    #[serde(default)]
+    fan_in_fan_out: bool,
+    #[serde(default)]
+    rank_pattern: HashMap<String, serde_json::Value>,
+    #[serde(default)]
+    alpha_pattern: HashMap<String, serde_json::Value>,
+}
+
+impl PeftLoraConfig {
+    fn to_lora_config(&self, path: &Path, d_model: usize) -> Result<LoraConfig> {
+        let unsupported = |what: String| Err(state_err(path, what));
+        if self.peft_type != "LORA" {
+            return unsupported(format!("peft_type {:?}, expected \"LORA\"", self.peft_type));
+        }
+        if self.bias.as_deref().is_some_and(|b| b != "none") {
+            return unsupported(format!(
+                "bias {:?}, expected \"none\"",
+                self.bias.as_deref().unwrap_or_default()
+            ));
+        }
+        if self.use_rslora {
+            return unsupported("use_rslora true is not supported (scale = alpha / r)".into());
+        }
+        if self.fan_in_fan_out {
+            return unsupported("fan_in_fan_out true is not supported (Llama Linear)".into());
+        }
+        if !self.rank_pattern.is_empty() || !self.alpha_pattern.is_empty() {
+            return unsupported("per-module rank_pattern / alpha_pattern is not supported".into());
+        }
+        let got: BTreeSet<&str> = self.target_modules.iter().map(String::as_str).collect();
+        let has_all = |modules: &[&str]| modules.iter().all(|m| got.contains(m));
+        let (attention, mlp) = (has_all(&ATTENTION_MODULES), has_all(&MLP_MODULES));
+        if got != target_module_names(attention, mlp).into_iter().collect() || got.is_empty() {
+            return unsupported(format!(
+                "target_modules {:?}: expected all of {ATTENTION_MODULES:?}, all of \
+                 {MLP_MODULES:?}, or both",
+                self.target_modules
+            ));
+        }
+        let targets = LoraTargets { attention, mlp };
+        let lora = LoraConfig {
+            rank: self.r,
+            alpha: self.lora_alpha,
+            targets,
+            seed: 0,
+        };
+        lora.validate(d_model).map_err(|e| state_err(path, e))?;
+        Ok(lora)
+    }
+}
+
+/// PEFT `target_modules` of adapters on the attention and/or MLP projections.
+fn target_module_names(attention: bool, mlp: bool) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    if attention {
+        names.extend(ATTENTION_MODULES);
+    }
+    if mlp {
+        names.extend(MLP_MODULES);
+    }
+    names
+}
+
+/// `alpha` with `alpha / rank == scale` bitwise, preferring a whole number (PEFT configs usually
+/// hold integers).
+fn alpha_from_scale(scale: f32, rank: usize) -> f32 {
+    let alpha = scale * rank as f32;
+    let rounded = alpha.round();
+    if rounded / rank as f32 == scale {
+        rounded
+    } else {
+        alpha
+    }
+}

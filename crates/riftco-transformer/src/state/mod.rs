@@ -1,0 +1,80 @@
+//! Model state and LoRA adapters as safetensors.
+//!
+//! - [`save_model`] / [`load_model`] / [`load_weights_into`]: every base parameter under its
+//!   Hugging Face Llama name (`model.layers.{i}.self_attn.q_proj.weight`, ...), f32, Linear
+//!   weights `[out, in]`, metadata `{"format": "pt", "riftco_config": <TransformerConfig JSON>}`,
+//!   plus a `config.json` beside the file that Hugging Face `LlamaConfig` reads. The file loads
+//!   into `LlamaForCausalLM` unchanged.
+//! - [`save_lora_adapter`] / [`load_lora_adapter`]: PEFT layout, `adapter_model.safetensors` +
+//!   `adapter_config.json`.
+//!
+//! Saves are atomic as a pair: both files of a save are written into temporaries in the
+//! destination folder and fsynced before either is renamed, the weights file last, and the
+//! weights file carries (or names) the config saved with it, so a killed save leaves a folder
+//! that loads as the old or the new state. Loads read only regular files, with bounded memory
+//! (at most the file's own size plus the model it declares), and validate everything (header,
+//! names, dtypes, shapes, config) before building or changing any model, so an error never
+//! leaves a partial model behind. The activation-checkpointing policy is not model state and is
+//! not saved.
+
+mod atomic;
+mod hf_config;
+mod lora;
+mod model_file;
+mod read;
+
+use crate::error::TransformerError;
+use std::path::{Path, PathBuf};
+
+pub use hf_config::hf_config_json;
+pub use lora::{load_lora_adapter, save_lora_adapter};
+pub use model_file::{expected_base_shapes, load_model, load_weights_into, save_model};
+pub use read::{MAX_HEADER_BYTES, MAX_JSON_BYTES};
+
+/// Metadata key holding the [`TransformerConfig`](crate::TransformerConfig) JSON in a model-state file.
+pub const CONFIG_METADATA_KEY: &str = "riftco_config";
+/// File name of the Hugging Face config written beside the model state.
+pub const HF_CONFIG_FILE: &str = "config.json";
+/// Metadata key of a model-state file naming the `config.json` saved with it:
+/// [`fnv1a64_hex`] of that file's exact bytes.
+pub const HF_CONFIG_HASH_KEY: &str = "riftco_config_json_fnv1a64";
+/// Metadata key of an adapter file holding the exact `adapter_config.json` text saved with it.
+pub const ADAPTER_CONFIG_METADATA_KEY: &str = "riftco_adapter_config";
+/// PEFT adapter weights file name.
+pub const ADAPTER_MODEL_FILE: &str = "adapter_model.safetensors";
+/// PEFT adapter config file name.
+pub const ADAPTER_CONFIG_FILE: &str = "adapter_config.json";
+
+pub(super) const ATTENTION_MODULES: [&str; 4] = ["q_proj", "k_proj", "v_proj", "o_proj"];
+pub(super) const MLP_MODULES: [&str; 3] = ["gate_proj", "up_proj", "down_proj"];
+
+/// The 64-bit FNV-1a hash of `bytes` as 16 lowercase hex digits (offset basis
+/// `0xcbf29ce484222325`, prime `0x100000001b3`). It identifies a file's content; it is not a
+/// cryptographic hash.
+pub fn fnv1a64_hex(bytes: &[u8]) -> String {
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
+pub(super) fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+pub(super) fn state_err(path: &Path, reason: impl std::fmt::Display) -> TransformerError {
+    TransformerError::State {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+pub(super) fn io_err(path: &Path, source: std::io::Error) -> TransformerError {
+    TransformerError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}

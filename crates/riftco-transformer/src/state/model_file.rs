@@ -1,0 +1,239 @@
+//! The model-state file: save, load, and the config it declares.
+
+use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
+use super::hf_config::{config_from_hf, hf_config_json};
+use super::read::{
+    check_tensors, copy_into, read_f32_values, read_header, read_json, unchanged, Header,
+};
+use super::{
+    fnv1a64_hex, io_err, parent_dir, state_err, ATTENTION_MODULES, CONFIG_METADATA_KEY,
+    HF_CONFIG_FILE, HF_CONFIG_HASH_KEY,
+};
+use crate::config::TransformerConfig;
+use crate::error::Result;
+use crate::model::DecoderOnlyTransformer;
+use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
+use riftco_tensor::Tensor;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+/// Writes the model state to `path` (safetensors) and a Hugging Face `config.json` into the same
+/// folder, as one consistent pair.
+///
+/// The file holds every base parameter under its Hugging Face Llama name, f32, little endian,
+/// Linear weights `[out, in]`, and the metadata `{"format": "pt", "riftco_config": <config>,
+/// "riftco_config_json_fnv1a64": <hash>}`. `config.json` is a `LlamaConfig` (`architectures
+/// ["LlamaForCausalLM"]`, `model_type "llama"`, `num_key_value_heads = n_heads`,
+/// `tie_word_embeddings false`, `torch_dtype "float32"`, ...) plus the key `"riftco"` holding the
+/// [`TransformerConfig`](crate::TransformerConfig); the hash is [`fnv1a64_hex`] of its exact bytes.
+///
+/// When LoRA adapters exist only the base weights are saved (unmerged, whether or not the
+/// adapters are active): save adapters with [`crate::state::save_lora_adapter`], or call
+/// [`DecoderOnlyTransformer::merge_lora`](crate::DecoderOnlyTransformer::merge_lora) first to save the merged model. The
+/// activation-checkpointing policy is not saved.
+///
+/// Both files are written in full into temporaries in the folder and fsynced, then renamed:
+/// `config.json` first, the state last. A process killed at any moment leaves a state file that
+/// is entirely the old one or entirely the new one, and [`load_model`] (which reads the state's
+/// own config, never `config.json`, for such a file) loads it; only a kill between the two
+/// renames leaves a `config.json` of the newer save beside the older state, which the state's
+/// hash tells apart and the next save replaces (a `config.json` already equal to the new one is
+/// not rewritten, so saves of one config have no such window). Temporaries left by killed saves of these two
+/// files are removed at the start of the next save. The folder must exist.
+///
+/// # Errors
+/// [`TransformerError::Io`](crate::TransformerError::Io) naming the destination path when the folder is missing or not
+/// writable (the existing files are left intact); [`TransformerError::State`](crate::TransformerError::State) when `path` has no
+/// file name or is named `config.json`.
+pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
+    let name = match path.file_name() {
+        None => return Err(state_err(path, "the path has no file name")),
+        Some(n) if n == HF_CONFIG_FILE => {
+            return Err(state_err(
+                path,
+                "the model state cannot be named config.json: that name is used by the \
+                 Hugging Face config written beside it",
+            ))
+        }
+        Some(n) => n.to_string_lossy().into_owned(),
+    };
+    let config = model.config();
+    let config_json = serde_json::to_string(config).map_err(|e| state_err(path, e))?;
+    let hf = serde_json::to_vec_pretty(&hf_config_json(config)).map_err(|e| state_err(path, e))?;
+    let tensors: Vec<(String, Tensor)> = model
+        .weights()
+        .named_base_parameters()
+        .into_iter()
+        .map(|(name, p)| (name, p.value().clone()))
+        .collect();
+    let metadata = HashMap::from([
+        ("format".to_string(), "pt".to_string()),
+        (CONFIG_METADATA_KEY.to_string(), config_json),
+        (HF_CONFIG_HASH_KEY.to_string(), fnv1a64_hex(&hf)),
+    ]);
+    let dir = parent_dir(path);
+    let hf_path = dir.join(HF_CONFIG_FILE);
+    remove_stale_temporaries(&dir, &[&name, HF_CONFIG_FILE]);
+    let mut group = AtomicGroup::new();
+    // An identical config.json (every save of a training run) is left alone: then the state's
+    // rename alone commits the pair and there is no window at all.
+    if !unchanged(&hf_path, &hf) {
+        group.stage(&hf_path, |out| {
+            out.write_all(&hf)
+                .map_err(|source| io_err(&hf_path, source))
+        })?;
+    }
+    group.stage(path, |out| write_safetensors(path, out, &tensors, metadata))?;
+    group.commit()
+}
+
+/// Loads a model saved by [`save_model`], or any safetensors file with exactly the Hugging Face
+/// Llama names of the config found in its metadata (`riftco_config`) or, when the metadata lacks
+/// it, in the `config.json` beside it (its `"riftco"` key, else the `LlamaConfig` fields).
+///
+/// Validates before building anything: a readable file, a sane header (length within the file,
+/// UTF-8 JSON, tensor offsets covering the data exactly), a valid config, every expected tensor
+/// present, no unknown tensor, dtype F32, each shape equal to the config's.
+///
+/// # Errors
+/// [`TransformerError::Io`](crate::TransformerError::Io) when the file cannot be read; [`TransformerError::State`](crate::TransformerError::State) with the
+/// reason otherwise (truncated file, header length beyond the file, garbage, missing or unknown
+/// tensor names, wrong dtype, a shape that disagrees with the config — naming the tensor and
+/// both shapes — or an invalid or missing config). No model is built on error.
+pub fn load_model(
+    path: &Path,
+    attention: FullSequenceAttentionKind,
+    checkpointing: ActivationCheckpointingKind,
+) -> Result<DecoderOnlyTransformer> {
+    let header = read_header(path)?;
+    let config = resolve_config(path, &header)?;
+    let expected = expected_base_shapes(&config);
+    check_tensors(path, &header, &expected, &config_summary(&config))?;
+    let values = read_f32_values(path, header, &expected)?;
+    let model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
+    copy_into(path, &model.weights().named_base_parameters(), values)?;
+    Ok(model)
+}
+
+/// Loads the base weights in `path` into `model` in place: each parameter's existing tensor is
+/// overwritten (so its version is bumped and graphs recorded before become stale; optimizers
+/// holding the parameters keep working on the new values).
+///
+/// # Errors
+/// As [`load_model`]; also [`TransformerError::State`](crate::TransformerError::State) when the file's `riftco_config` metadata
+/// describes a different architecture than the model's config (the seed is ignored). Nothing is
+/// copied unless every tensor validates.
+pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
+    let header = read_header(path)?;
+    let config = model.config();
+    if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
+        let file_config = parse_riftco_config(path, raw)?;
+        if !same_architecture(&file_config, config) {
+            return Err(state_err(
+                path,
+                format!(
+                    "the file's config {file_config:?} differs from the model's config {config:?}"
+                ),
+            ));
+        }
+    }
+    let expected = expected_base_shapes(config);
+    check_tensors(path, &header, &expected, &config_summary(config))?;
+    let values = read_f32_values(path, header, &expected)?;
+    copy_into(path, &model.weights().named_base_parameters(), values)
+}
+
+/// Hugging Face name and shape of every base parameter of `config`, in state-dict order (equal
+/// to [`crate::Weights::named_base_parameters`] of a model built from `config`).
+pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usize>)> {
+    let (v, d, ff) = (config.vocab_size, config.d_model, config.d_ff);
+    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, d])];
+    for i in 0..config.n_layers {
+        let p = format!("model.layers.{i}");
+        out.push((format!("{p}.input_layernorm.weight"), vec![d]));
+        for m in ATTENTION_MODULES {
+            out.push((format!("{p}.self_attn.{m}.weight"), vec![d, d]));
+        }
+        out.push((format!("{p}.post_attention_layernorm.weight"), vec![d]));
+        out.push((format!("{p}.mlp.gate_proj.weight"), vec![ff, d]));
+        out.push((format!("{p}.mlp.up_proj.weight"), vec![ff, d]));
+        out.push((format!("{p}.mlp.down_proj.weight"), vec![d, ff]));
+    }
+    out.push(("model.norm.weight".to_string(), vec![d]));
+    out.push(("lm_head.weight".to_string(), vec![v, d]));
+    out
+}
+
+/// The config of a model-state file: its `riftco_config` metadata, else `config.json` beside it
+/// (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
+pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<TransformerConfig> {
+    if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
+        let config = parse_riftco_config(path, raw)?;
+        config
+            .validate()
+            .map_err(|e| state_err(path, format!("the file's config is invalid: {e}")))?;
+        return Ok(config);
+    }
+    let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
+    if !hf_path.exists() {
+        return Err(state_err(
+            path,
+            format!(
+                "no {CONFIG_METADATA_KEY} metadata in the file and no {} beside it",
+                hf_path.display()
+            ),
+        ));
+    }
+    let value = read_json(&hf_path)?;
+    let (config, fields) = match value.get("riftco") {
+        Some(r) => {
+            let config = serde_json::from_value(r.clone()).map_err(|e| {
+                state_err(
+                    &hf_path,
+                    format!("\"riftco\" is not a TransformerConfig: {e}"),
+                )
+            })?;
+            (config, "its \"riftco\" key")
+        }
+        None => (
+            config_from_hf(&value).map_err(|reason| state_err(&hf_path, reason))?,
+            "its Hugging Face fields: vocab_size, d_model = hidden_size, n_heads = \
+             num_attention_heads, n_layers = num_hidden_layers, d_ff = intermediate_size, \
+             max_seq_len = max_position_embeddings",
+        ),
+    };
+    config.validate().map_err(|e| {
+        state_err(
+            &hf_path,
+            format!(
+                "the config of {} ({fields}) is invalid: {e}",
+                path.display()
+            ),
+        )
+    })?;
+    Ok(config)
+}
+
+pub(super) fn parse_riftco_config(path: &Path, raw: &str) -> Result<TransformerConfig> {
+    serde_json::from_str(raw).map_err(|e| {
+        state_err(
+            path,
+            format!("metadata {CONFIG_METADATA_KEY} is not a TransformerConfig JSON: {e}"),
+        )
+    })
+}
+
+/// Equal configs apart from the initialisation seed.
+pub(super) fn same_architecture(a: &TransformerConfig, b: &TransformerConfig) -> bool {
+    let mut a = a.clone();
+    a.seed = b.seed;
+    a == *b
+}
+
+pub(super) fn config_summary(c: &TransformerConfig) -> String {
+    format!(
+        "vocab_size {}, d_model {}, n_layers {}, d_ff {}",
+        c.vocab_size, c.d_model, c.n_layers, c.d_ff
+    )
+}

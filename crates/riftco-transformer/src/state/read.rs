@@ -1,0 +1,360 @@
+//! Reading and validating safetensors and JSON files with bounded memory.
+//!
+//! Only regular files are read (after following symlinks): a FIFO, a character or block device
+//! (`/dev/zero`, `/dev/urandom`), a socket or a directory is refused before any byte is read.
+//! The file is opened non-blocking so that a FIFO cannot block the open itself, and its type is
+//! checked on the opened descriptor (no race between the check and the read).
+//!
+//! A safetensors file is read in three bounded steps: the 8-byte header length (at most
+//! [`MAX_HEADER_BYTES`] and at most what the file holds after it), the header, then — only once
+//! the header's tensor offsets add up to exactly the file's length and the caller has checked
+//! names, dtypes and shapes against the model it expects — the data section. Nothing is ever
+//! read past the length the header declares, and allocations are fallible, so a crafted file
+//! costs at most its own size.
+
+use super::{io_err, state_err};
+use crate::error::Result;
+use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::Dtype;
+use std::collections::{BTreeSet, HashMap};
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::Path;
+
+/// The largest safetensors header read, in bytes (the limit of the `safetensors` crate).
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+/// The largest JSON file (`config.json`, `adapter_config.json`) read, in bytes.
+pub const MAX_JSON_BYTES: u64 = 4 << 20;
+
+/// Opens `path` for reading if it is a regular file (symlinks followed) and returns it with its
+/// length in bytes.
+///
+/// # Errors
+/// [`crate::TransformerError::Io`] when it cannot be opened (missing, no permission) or is a
+/// directory (`EISDIR`); [`crate::TransformerError::State`] naming the file type for a FIFO,
+/// device or socket.
+pub(super) fn open_regular(path: &Path) -> Result<(File, u64)> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // A FIFO without a writer would block `open` forever; non-blocking, it opens at once
+        // and is then refused by its type. Reads of a regular file ignore the flag.
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(|source| io_err(path, source))?;
+    let meta = file.metadata().map_err(|source| io_err(path, source))?;
+    let file_type = meta.file_type();
+    if file_type.is_dir() {
+        #[cfg(unix)]
+        let source = std::io::Error::from_raw_os_error(libc::EISDIR);
+        #[cfg(not(unix))]
+        let source = std::io::Error::other("is a directory");
+        return Err(io_err(path, source));
+    }
+    if !file_type.is_file() {
+        return Err(state_err(
+            path,
+            format!(
+                "is a {}, not a regular file: only regular files are read",
+                describe_type(&file_type)
+            ),
+        ));
+    }
+    Ok((file, meta.len()))
+}
+
+#[cfg(unix)]
+fn describe_type(t: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn describe_type(_t: &fs::FileType) -> &'static str {
+    "special file"
+}
+
+/// A zeroed buffer of `len` bytes, allocated fallibly.
+fn try_buffer(path: &Path, len: u64, what: &str) -> Result<Vec<u8>> {
+    let n = usize::try_from(len)
+        .map_err(|_| state_err(path, format!("{what} of {len} bytes is not addressable")))?;
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(n).map_err(|_| {
+        io_err(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::OutOfMemory,
+                format!("cannot allocate {n} bytes for the {what}"),
+            ),
+        )
+    })?;
+    buf.resize(n, 0);
+    Ok(buf)
+}
+
+fn read_exact(path: &Path, file: &mut File, buf: &mut [u8], what: &str) -> Result<()> {
+    file.read_exact(buf).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::UnexpectedEof {
+            state_err(
+                path,
+                format!("truncated: the file ended inside the {what} (it shrank while read)"),
+            )
+        } else {
+            io_err(path, source)
+        }
+    })
+}
+
+/// Reads a regular JSON file of at most [`MAX_JSON_BYTES`] bytes and parses it.
+///
+/// # Errors
+/// As [`open_regular`]; [`crate::TransformerError::State`] when the file is larger than the
+/// bound or is not valid JSON.
+pub(super) fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let bytes = read_json_bytes(path)?;
+    serde_json::from_slice(&bytes).map_err(|e| state_err(path, format!("not valid JSON: {e}")))
+}
+
+/// The bytes of a regular file of at most [`MAX_JSON_BYTES`] bytes.
+pub(super) fn read_json_bytes(path: &Path) -> Result<Vec<u8>> {
+    let (file, len) = open_regular(path)?;
+    if len > MAX_JSON_BYTES {
+        return Err(state_err(
+            path,
+            format!("the file has {len} bytes; a JSON config may have at most {MAX_JSON_BYTES}"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    // `take` bounds the read even if the file grows after the length was taken.
+    file.take(MAX_JSON_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| io_err(path, source))?;
+    if bytes.len() as u64 > MAX_JSON_BYTES {
+        return Err(state_err(
+            path,
+            format!("the file grew past {MAX_JSON_BYTES} bytes while read"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Whether `path` is a regular file holding exactly `content` (any read failure: no).
+pub(super) fn unchanged(path: &Path, content: &[u8]) -> bool {
+    read_json_bytes(path).is_ok_and(|old| old == content)
+}
+
+/// A safetensors file whose header has been read and validated; its data section is not read
+/// yet.
+pub(super) struct Header {
+    /// The tensors' names, dtypes, shapes and offsets.
+    pub(super) tensors: Metadata,
+    /// The header's `__metadata__` map (empty when absent).
+    pub(super) metadata: HashMap<String, String>,
+    file: File,
+    data_len: u64,
+}
+
+/// Opens `path` and reads its safetensors header, with reasons that say what is wrong with the
+/// file. Checks that the tensors' offsets cover the data section exactly, so that the data read
+/// later is the file's own length.
+pub(super) fn read_header(path: &Path) -> Result<Header> {
+    const N_LEN: u64 = 8;
+    let (mut file, file_len) = open_regular(path)?;
+    if file_len < N_LEN {
+        return Err(state_err(
+            path,
+            format!(
+                "truncated: the file has {file_len} bytes, fewer than the 8-byte header length \
+                 that starts a safetensors file"
+            ),
+        ));
+    }
+    let mut prefix = [0u8; N_LEN as usize];
+    read_exact(path, &mut file, &mut prefix, "header length")?;
+    let header_len = u64::from_le_bytes(prefix);
+    let available = file_len - N_LEN;
+    if header_len > available {
+        return Err(state_err(
+            path,
+            format!(
+                "header length {header_len} bytes exceeds the {available} bytes after the length \
+                 prefix: the file is truncated or not a safetensors file"
+            ),
+        ));
+    }
+    if header_len > MAX_HEADER_BYTES {
+        return Err(state_err(
+            path,
+            format!("header length {header_len} bytes exceeds the limit of {MAX_HEADER_BYTES}"),
+        ));
+    }
+    let mut header = try_buffer(path, header_len, "safetensors header")?;
+    read_exact(path, &mut file, &mut header, "header")?;
+    let text = std::str::from_utf8(&header).map_err(|_| {
+        state_err(
+            path,
+            "the header is not UTF-8: not a safetensors file (garbage bytes)",
+        )
+    })?;
+    let tensors: Metadata = serde_json::from_str(text).map_err(|e| {
+        state_err(
+            path,
+            format!("the header is not valid safetensors JSON: {e}"),
+        )
+    })?;
+    let data_len = available - header_len;
+    let declared = tensors.data_len() as u64;
+    if declared != data_len {
+        return Err(state_err(
+            path,
+            format!(
+                "the data section ({data_len} bytes) does not match the tensor offsets in the \
+                 header ({declared} bytes): the file is truncated or has trailing bytes"
+            ),
+        ));
+    }
+    let metadata = tensors.metadata().clone().unwrap_or_default();
+    Ok(Header {
+        tensors,
+        metadata,
+        file,
+        data_len,
+    })
+}
+
+/// Checks that the header holds exactly the `expected` names, each F32 with the expected shape.
+/// `context` describes where the expectation comes from (the config), for the error message.
+pub(super) fn check_tensors(
+    path: &Path,
+    header: &Header,
+    expected: &[(String, Vec<usize>)],
+    context: &str,
+) -> Result<()> {
+    let infos = header.tensors.tensors();
+    let names: BTreeSet<&str> = infos.keys().map(String::as_str).collect();
+    let wanted: BTreeSet<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
+    let list = |v: Vec<&str>| {
+        let shown: Vec<&str> = v.iter().take(5).copied().collect();
+        let more = if v.len() > 5 {
+            format!(" and {} more", v.len() - 5)
+        } else {
+            String::new()
+        };
+        format!("{shown:?}{more}")
+    };
+    let missing: Vec<&str> = wanted.difference(&names).copied().collect();
+    if !missing.is_empty() {
+        return Err(state_err(
+            path,
+            format!(
+                "{} expected tensor(s) missing for the config ({context}): {}",
+                missing.len(),
+                list(missing)
+            ),
+        ));
+    }
+    let unknown: Vec<&str> = names.difference(&wanted).copied().collect();
+    if !unknown.is_empty() {
+        return Err(state_err(
+            path,
+            format!(
+                "{} unknown tensor(s) for the config ({context}): {}",
+                unknown.len(),
+                list(unknown)
+            ),
+        ));
+    }
+    for (name, shape) in expected {
+        let info = infos[name.as_str()];
+        if info.dtype != Dtype::F32 {
+            return Err(state_err(
+                path,
+                format!("tensor {name} has dtype {:?}, expected F32", info.dtype),
+            ));
+        }
+        if info.shape != *shape {
+            return Err(state_err(
+                path,
+                format!(
+                    "tensor {name} has shape {:?} but the config ({context}) expects {shape:?}",
+                    info.shape
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the data section (its length was checked against the file by [`read_header`]) and
+/// returns the values of the `expected` tensors, in `expected` order. Call [`check_tensors`]
+/// first.
+pub(super) fn read_f32_values(
+    path: &Path,
+    mut header: Header,
+    expected: &[(String, Vec<usize>)],
+) -> Result<Vec<(String, Vec<f32>)>> {
+    let mut data = try_buffer(path, header.data_len, "tensor data")?;
+    read_exact(path, &mut header.file, &mut data, "tensor data")?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(expected.len())
+        .map_err(|_| state_err(path, "cannot allocate the tensor list"))?;
+    for (name, _) in expected {
+        let info: &TensorInfo = header
+            .tensors
+            .info(name)
+            .ok_or_else(|| state_err(path, format!("internal: tensor {name} not in the header")))?;
+        let (start, end) = info.data_offsets;
+        let bytes = data
+            .get(start..end)
+            .ok_or_else(|| state_err(path, format!("tensor {name} lies outside the data")))?;
+        let mut values = Vec::new();
+        values
+            .try_reserve_exact(bytes.len() / 4)
+            .map_err(|_| state_err(path, format!("cannot allocate tensor {name}")))?;
+        values.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        out.push((name.clone(), values));
+    }
+    Ok(out)
+}
+
+/// Copies validated values into the parameters of the same names; checks that every parameter
+/// has a value before writing any. Bumps each written tensor's version.
+pub(super) fn copy_into(
+    path: &Path,
+    params: &[(String, riftco_autograd::Variable)],
+    values: Vec<(String, Vec<f32>)>,
+) -> Result<()> {
+    let mut by_name: HashMap<String, Vec<f32>> = values.into_iter().collect();
+    let mut plan = Vec::with_capacity(params.len());
+    for (name, p) in params {
+        match by_name.remove(name) {
+            Some(v) if v.len() == p.value().numel() => plan.push((p, v)),
+            _ => {
+                return Err(state_err(
+                    path,
+                    format!("internal: no value of the right size for parameter {name}"),
+                ))
+            }
+        }
+    }
+    for (p, v) in plan {
+        p.value().copy_from_slice(&v)?;
+    }
+    Ok(())
+}
