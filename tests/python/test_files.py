@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -353,3 +354,21 @@ def test_rope_parameters_match_transformers(tmp_path: Path) -> None:
     with torch.no_grad():
         want = theirs(torch.tensor(tokens)).logits[0].numpy()
     np.testing.assert_allclose(ours.logits(tokens).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_load_warns_when_config_json_is_not_the_one_saved_with_the_state(tmp_path: Path) -> None:
+    # What a save killed between its two renames leaves: the newer config.json beside the older
+    # state. The state loads whole, with its own config, and the mismatch is not silent.
+    old = small_model(n_layers=1, seed=3)
+    old.save(str(tmp_path / "model.safetensors"))
+    other = tmp_path / "other"
+    other.mkdir()
+    small_model(n_layers=2, seed=4).save(str(other / "model.safetensors"))
+    (tmp_path / "config.json").write_bytes((other / "config.json").read_bytes())
+    with pytest.warns(RuntimeWarning, match="config.json beside this model state"):
+        back = riftco.DecoderOnlyTransformer.load(str(tmp_path / "model.safetensors"))
+    assert back.config.n_layers == 1
+    old.save(str(tmp_path / "model.safetensors"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        riftco.DecoderOnlyTransformer.load(str(tmp_path / "model.safetensors"))

@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 use riftco_tensor::Device;
+use riftco_transformer::state::{config_json_pairing, ConfigJsonPairing};
 use riftco_transformer::{
     load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model,
     ActivationCheckpointingKind, DecodeSession, DecoderOnlyTransformer, FullSequenceAttentionKind,
@@ -346,6 +347,11 @@ impl PyModel {
     ///         device such as ``/dev/zero``, a socket).
     ///     OSError: when the file cannot be read (``IsADirectoryError`` for a directory).
     ///     ConfigError: for an unknown option string.
+    ///
+    /// Warns:
+    ///     RuntimeWarning: when the ``config.json`` beside the file is not the one saved with it
+    ///         (a save killed between its two renames, or an edited file). The state's own config
+    ///         is what loads; a Hugging Face loader would read the other one until the next save.
     #[staticmethod]
     #[pyo3(signature = (path, attention = "flash", activation_checkpointing = "disabled"))]
     fn load(
@@ -356,7 +362,22 @@ impl PyModel {
     ) -> PyResult<Self> {
         let attention = attention_kind(attention)?;
         let checkpointing = checkpointing_kind(activation_checkpointing)?;
-        compute(py, move || load_model(&path, attention, checkpointing)).map(Self::wrap)
+        let (model, pairing) = compute(py, move || {
+            let model = load_model(&path, attention, checkpointing)?;
+            Ok::<_, riftco_transformer::TransformerError>((model, config_json_pairing(&path)?))
+        })?;
+        if pairing == ConfigJsonPairing::Mismatched {
+            let message = c"config.json beside this model state is not the one saved with it (a \
+                            save interrupted between its two renames?): the state's own config \
+                            was loaded; save again to rewrite config.json";
+            PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(),
+                message,
+                1,
+            )?;
+        }
+        Ok(Self::wrap(model))
     }
 
     /// Overwrites the base weights in place from a file saved by ``save()`` with the same

@@ -8,7 +8,8 @@ use serde_json::json;
 
 use limited::limited;
 use riftco_transformer::state::{
-    fnv1a64_hex, ADAPTER_CONFIG_METADATA_KEY, HF_CONFIG_HASH_KEY, MAX_HEADER_BYTES, MAX_JSON_BYTES,
+    config_json_pairing, fnv1a64_hex, ConfigJsonPairing, ADAPTER_CONFIG_METADATA_KEY,
+    HF_CONFIG_HASH_KEY, MAX_HEADER_BYTES, MAX_JSON_BYTES,
 };
 use riftco_transformer::{
     load_lora_adapter, load_model, save_lora_adapter, save_model,
@@ -314,6 +315,22 @@ fn a_newer_config_json_beside_an_older_state_loads_the_state() {
         named,
         fnv1a64_hex(&fs::read(dir.join("config.json")).unwrap()),
         "the stale config.json is told apart by the state's hash"
+    );
+    let state = dir.join("model.safetensors");
+    assert_eq!(
+        config_json_pairing(&state).unwrap(),
+        ConfigJsonPairing::Mismatched
+    );
+    save_model(&old, &state).unwrap();
+    assert_eq!(
+        config_json_pairing(&state).unwrap(),
+        ConfigJsonPairing::Paired,
+        "the next save rewrites config.json"
+    );
+    fs::remove_file(dir.join("config.json")).unwrap();
+    assert_eq!(
+        config_json_pairing(&state).unwrap(),
+        ConfigJsonPairing::Missing
     );
 }
 

@@ -28,7 +28,10 @@ use std::path::{Path, PathBuf};
 
 pub use hf_config::hf_config_json;
 pub use lora::{load_lora_adapter, save_lora_adapter};
-pub use model_file::{expected_base_shapes, load_model, load_weights_into, save_model};
+pub use model_file::{
+    config_json_pairing, expected_base_shapes, load_model, load_weights_into, save_model,
+    ConfigJsonPairing,
+};
 pub use read::{MAX_HEADER_BYTES, MAX_JSON_BYTES};
 
 /// Metadata key holding the [`TransformerConfig`](crate::TransformerConfig) JSON in a model-state file.

@@ -3,7 +3,8 @@
 use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
 use super::hf_config::{config_from_hf, hf_config_json};
 use super::read::{
-    check_tensors, copy_into, read_f32_values, read_header, read_json, unchanged, Header,
+    check_tensors, copy_into, read_f32_values, read_header, read_json, read_json_bytes, unchanged,
+    Header,
 };
 use super::{
     fnv1a64_hex, io_err, parent_dir, state_err, ATTENTION_MODULES, CONFIG_METADATA_KEY,
@@ -114,6 +115,42 @@ pub fn load_model(
     let model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
     copy_into(path, &model.weights().named_base_parameters(), values)?;
     Ok(model)
+}
+
+/// Whether the `config.json` beside a model-state file is the one saved with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigJsonPairing {
+    /// `config.json` has exactly the bytes whose hash the state names.
+    Paired,
+    /// `config.json` differs from the one saved with the state: a save was killed between its
+    /// two renames (or the file was edited). The state's own config is what loads; the next
+    /// save rewrites `config.json`.
+    Mismatched,
+    /// There is no `config.json`, or it cannot be read as a bounded regular file.
+    Missing,
+    /// The state names no `config.json` hash (a file from another writer or an older riftco).
+    Unrecorded,
+}
+
+/// Checks the `config.json` beside the model-state file `path` against the hash of the one
+/// saved with it (metadata `riftco_config_json_fnv1a64`). Reads only the state's header and at
+/// most [`MAX_JSON_BYTES`](super::MAX_JSON_BYTES) of `config.json`.
+///
+/// # Errors
+/// As [`load_model`] for the state file's header.
+pub fn config_json_pairing(path: &Path) -> Result<ConfigJsonPairing> {
+    let header = read_header(path)?;
+    let Some(recorded) = header.metadata.get(HF_CONFIG_HASH_KEY) else {
+        return Ok(ConfigJsonPairing::Unrecorded);
+    };
+    let Ok(bytes) = read_json_bytes(&parent_dir(path).join(HF_CONFIG_FILE)) else {
+        return Ok(ConfigJsonPairing::Missing);
+    };
+    Ok(if fnv1a64_hex(&bytes) == *recorded {
+        ConfigJsonPairing::Paired
+    } else {
+        ConfigJsonPairing::Mismatched
+    })
 }
 
 /// Loads the base weights in `path` into `model` in place: each parameter's existing tensor is
