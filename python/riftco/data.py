@@ -186,7 +186,13 @@ def _expand(path: Path) -> list[Path]:
         out: list[Path] = []
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
-            out.extend(Path(dirpath, f) for f in filenames if not f.startswith("."))
+            # Only regular files (after symlinks): a FIFO would block, a device such as
+            # /dev/zero never ends.
+            out.extend(
+                Path(dirpath, f)
+                for f in filenames
+                if not f.startswith(".") and Path(dirpath, f).is_file()
+            )
         return sorted(out, key=lambda p: p.relative_to(path).as_posix())
     if not path.exists():
         raise CorpusError(f"data path {str(path)!r} does not exist")
@@ -194,16 +200,21 @@ def _expand(path: Path) -> list[Path]:
 
 
 def load_corpus(
-    paths: Sequence[str | os.PathLike[str]], max_bytes: int = LOAD_CORPUS_MAX_BYTES
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    max_bytes: int = LOAD_CORPUS_MAX_BYTES,
 ) -> Corpus:
     """Text files, and every non-hidden file under given directories (recursively, sorted by
-    relative path), concatenated in the order given. Files containing NUL bytes (binary) are
-    skipped inside directories and refused when named directly.
+    relative path), concatenated in the order given. Files containing NUL bytes (binary) and
+    anything that is not a regular file (FIFOs, devices, sockets) are skipped inside directories;
+    a binary file named directly is refused. A single path may be given as a ``str`` or
+    ``os.PathLike`` instead of a sequence. No file is read past ``max_bytes``.
 
     Raises:
         CorpusError: no paths, a missing path, an unreadable or binary file, an empty corpus,
             or more than ``max_bytes`` bytes.
     """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
     if not paths:
         raise CorpusError("no data paths given")
     resolved = [Path(p) for p in paths]
@@ -215,7 +226,8 @@ def load_corpus(
         for given in resolved:
             for f in _expand(given):
                 try:
-                    text = f.read_bytes()
+                    with open(f, "rb") as fh:
+                        text = fh.read(max_bytes + 1)  # more would exceed the corpus anyway
                 except OSError as e:
                     raise CorpusError(f"cannot read {str(f)!r}: {e.strerror or e}") from e
                 if b"\0" in text:

@@ -372,3 +372,47 @@ def test_load_warns_when_config_json_is_not_the_one_saved_with_the_state(tmp_pat
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         riftco.DecoderOnlyTransformer.load(str(tmp_path / "model.safetensors"))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="os.mkfifo is POSIX only")
+@pytest.mark.parametrize("kind", ["fifo", "char device"])
+def test_save_refuses_to_replace_a_special_file(tmp_path: Path, kind: str) -> None:
+    # save() renamed its temporary over whatever was at the destination: a FIFO, or a device
+    # node (a symlink to /dev/null here), became a regular file.
+    target = tmp_path / "model.safetensors"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/null")
+    before = os.stat(target).st_mode
+    with pytest.raises(riftco.ModelStateError, match="not a regular file: refusing to replace"):
+        small_model().save(str(target))
+    assert os.stat(target).st_mode == before
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_corpus_folders_skip_special_files_and_reads_are_bounded(tmp_path: Path) -> None:
+    # Inside a folder a FIFO blocked load_corpus forever and a symlink to /dev/zero was read
+    # until memory ran out.
+    code = """
+        import os, sys, riftco
+        d = sys.argv[1]
+        with open(os.path.join(d, "a.txt"), "w") as f:
+            f.write("some text to train on\\n")
+        os.mkfifo(os.path.join(d, "b.txt"))
+        os.symlink("/dev/zero", os.path.join(d, "c.txt"))
+        corpus = riftco.load_corpus([d])
+        print("FILES", corpus.files)
+        big = os.path.join(d, "big")
+        os.mkdir(big)
+        with open(os.path.join(big, "x.txt"), "wb") as f:
+            f.write(b"y" * 5000)
+        try:
+            riftco.load_corpus(big, max_bytes=1000)
+        except riftco.CorpusError as e:
+            print("RAISED", e)
+    """
+    r = run_limited(code, str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "a.txt" in r.stdout and "b.txt" not in r.stdout and "c.txt" not in r.stdout, r.stdout
+    assert "RAISED corpus exceeds 1000 bytes" in r.stdout, r.stdout

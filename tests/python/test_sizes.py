@@ -176,3 +176,27 @@ def test_cli_reports_an_oversized_model_as_a_one_line_error(tmp_path: Path) -> N
     assert r.returncode == 2, f"status {r.returncode}\n{r.stdout}\n{r.stderr}"
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "error: invalid config: d_model = 1099511627776" in lines[0], r.stderr
+
+
+def test_many_tiny_layers_are_a_config_error_not_an_abort() -> None:
+    # 10^7 blocks of d_model 2 pass the byte bound; building them aborted in millions of small
+    # allocations (SIGABRT "memory allocation of 16 bytes failed").
+    out = run_limited(
+        """
+        report(lambda: DecoderOnlyTransformer(TransformerConfig(
+            vocab_size=1, d_model=2, n_heads=1, n_layers=10**7, d_ff=1, max_seq_len=1)))
+        """
+    )
+    expect_raised(out, "ConfigError", "n_layers = 10000000", "16384")
+
+
+def test_matmul_of_a_broadcast_view_is_out_of_memory_not_an_abort() -> None:
+    # A stride-0 view of one element describes 2^31 of them: its row-major copy (8 GiB) used to
+    # abort in the allocator.
+    out = run_limited(
+        """
+        a = np.broadcast_to(np.float32(0), (2**16, 2**15))
+        report(lambda: riftco.matmul(a, np.zeros((2**15, 1), np.float32)))
+        """
+    )
+    expect_raised(out, "OutOfMemoryError", "8589934592 bytes")

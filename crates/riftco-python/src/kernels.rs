@@ -76,8 +76,8 @@ fn matmul<'py>(
     let len = Shape::try_new("matmul", [m, n])
         .map_err(tensor_err)?
         .numel();
-    let (a, trans_a) = row_major(&a);
-    let (b, trans_b) = row_major(&b);
+    let (a, trans_a) = row_major(&a).map_err(tensor_err)?;
+    let (b, trans_b) = row_major(&b).map_err(tensor_err)?;
     let spec = MatmulSpec::new(m, k, n).trans_a(trans_a).trans_b(trans_b);
     let c = compute(py, || -> Result<Vec<f32>, TensorError> {
         let mut c = riftco_tensor::alloc::try_zeroed_vec("matmul", len)?;
@@ -94,15 +94,21 @@ fn matmul<'py>(
 /// A C-contiguous array is borrowed as is; a Fortran-contiguous one (a transposed view) is
 /// borrowed as its transpose, which the GEMM kernel reads through its `trans_*` flag; any other
 /// layout (strided views, misaligned buffers) is copied to row-major order.
-fn row_major<'a>(x: &'a PyReadonlyArray2<'_, f32>) -> (Cow<'a, [f32]>, bool) {
+fn row_major<'a>(x: &'a PyReadonlyArray2<'_, f32>) -> Result<(Cow<'a, [f32]>, bool), TensorError> {
     if x.is_c_contiguous() {
         if let Ok(s) = x.as_slice() {
-            return (Cow::Borrowed(s), false);
+            return Ok((Cow::Borrowed(s), false));
         }
     } else if x.is_fortran_contiguous() {
         if let Ok(s) = x.as_slice() {
-            return (Cow::Borrowed(s), true);
+            return Ok((Cow::Borrowed(s), true));
         }
     }
-    (Cow::Owned(x.as_array().iter().copied().collect()), false)
+    let view = x.as_array();
+    // The copy's length is that of an existing array, but a broadcast view (stride 0) can
+    // describe far more elements than it holds: allocate fallibly.
+    let mut copy =
+        riftco_tensor::alloc::try_vec_with_capacity("matmul (row-major copy)", view.len())?;
+    copy.extend(view.iter().copied());
+    Ok((Cow::Owned(copy), false))
 }

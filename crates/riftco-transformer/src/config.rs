@@ -40,6 +40,13 @@ pub struct TransformerConfig {
 /// tensors are allocated, with an out-of-memory error.
 pub const MAX_MODEL_BYTES: u128 = 1 << 47;
 
+/// The most transformer blocks a model may have (16,384; the largest LLaMA models have 126). Each
+/// block owns a few dozen small bookkeeping allocations (parameter leaves, names, adapters)
+/// beside its weights, so a config of many tiny blocks could pass [`MAX_MODEL_BYTES`] and still
+/// exhaust memory in allocations too small to fail gracefully; this bound keeps that overhead to
+/// a few hundred MiB.
+pub const MAX_N_LAYERS: usize = 1 << 14;
+
 /// The memory a model of a config needs, in bytes (f32, 4 bytes per element).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryFootprint {
@@ -208,7 +215,7 @@ impl TransformerConfig {
     /// # Errors
     /// [`TransformerError::Config`] naming the first invalid field and its value: zero sizes,
     /// `d_model` not divisible by `n_heads`, odd `d_head` (RoPE pairs dimensions), non-positive
-    /// or non-finite `rms_norm_eps` / `rope_theta`, or sizes whose [`MemoryFootprint`] exceeds
+    /// or non-finite `rms_norm_eps` / `rope_theta`, `n_layers` above [`MAX_N_LAYERS`], or sizes whose [`MemoryFootprint`] exceeds
     /// [`MAX_MODEL_BYTES`] (naming the largest size of the largest part, and the byte count).
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &'static str, value: String, reason: &str| {
@@ -268,7 +275,15 @@ impl TransformerConfig {
                 "must be a positive finite number",
             );
         }
-        self.validate_footprint()
+        self.validate_footprint()?;
+        if self.n_layers > MAX_N_LAYERS {
+            return bad(
+                "n_layers",
+                self.n_layers.to_string(),
+                &format!("at most {MAX_N_LAYERS} transformer blocks are supported"),
+            );
+        }
+        Ok(())
     }
 
     fn validate_footprint(&self) -> Result<()> {

@@ -20,7 +20,7 @@ pub mod optim;
 pub mod policy;
 pub mod state;
 
-pub use config::{MemoryFootprint, TransformerConfig, MAX_MODEL_BYTES};
+pub use config::{MemoryFootprint, TransformerConfig, MAX_MODEL_BYTES, MAX_N_LAYERS};
 pub use decode::DecodeSession;
 pub use error::{Result, TransformerError};
 pub use linear::{LoraConfig, LoraTargets};

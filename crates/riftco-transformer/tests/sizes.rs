@@ -173,3 +173,22 @@ fn a_kv_cache_that_does_not_fit_is_out_of_memory() {
         "{err}"
     );
 }
+
+#[test]
+fn many_tiny_layers_are_a_config_error_not_an_abort() {
+    // 10^7 blocks of d_model 2 fit the byte bound but used to abort in millions of small
+    // bookkeeping allocations (and a crafted model file declaring 10^9 such blocks aborted the
+    // loader while it listed the expected tensor names).
+    for n_layers in [
+        riftco_transformer::MAX_N_LAYERS + 1,
+        10_000_000,
+        1_000_000_000,
+    ] {
+        let c = TransformerConfig::new(1, 2, 1, n_layers, 1, 1);
+        let (field, reason) = config_field(&c).unwrap_or_else(|| panic!("{c:?} was accepted"));
+        assert_eq!(field, "n_layers", "{reason}");
+        assert!(reason.contains("16384"), "{reason}");
+    }
+    let c = TransformerConfig::new(1, 2, 1, riftco_transformer::MAX_N_LAYERS, 1, 1);
+    assert!(c.validate().is_ok());
+}

@@ -51,6 +51,21 @@ impl AtomicGroup {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
+        // Only a regular file is ever replaced: renaming over a device node, a FIFO or a socket
+        // would destroy it, and the loaders refuse such paths anyway (a folder makes the rename
+        // fail with an I/O error naming it).
+        if let Ok(existing) = fs::metadata(path) {
+            if !existing.is_file() && !existing.is_dir() {
+                return Err(state_err(
+                    path,
+                    format!(
+                        "the destination exists and is a {}, not a regular file: refusing to \
+                         replace it",
+                        super::read::describe_type(&existing.file_type())
+                    ),
+                ));
+            }
+        }
         // Created exclusively first, so a missing or read-only folder fails before any work.
         let file = fs::OpenOptions::new()
             .write(true)

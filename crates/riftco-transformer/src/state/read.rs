@@ -43,7 +43,22 @@ pub(super) fn open_regular(path: &Path) -> Result<(File, u64)> {
         // and is then refused by its type. Reads of a regular file ignore the flag.
         options.custom_flags(libc::O_NONBLOCK);
     }
-    let file = options.open(path).map_err(|source| io_err(path, source))?;
+    let file = match options.open(path) {
+        Ok(file) => file,
+        // A socket cannot be opened at all (ENXIO): say what it is.
+        Err(source) => {
+            return Err(match fs::metadata(path) {
+                Ok(meta) if !meta.is_file() && !meta.is_dir() => state_err(
+                    path,
+                    format!(
+                        "is a {}, not a regular file: only regular files are read",
+                        describe_type(&meta.file_type())
+                    ),
+                ),
+                _ => io_err(path, source),
+            })
+        }
+    };
     let meta = file.metadata().map_err(|source| io_err(path, source))?;
     let file_type = meta.file_type();
     if file_type.is_dir() {
@@ -66,9 +81,11 @@ pub(super) fn open_regular(path: &Path) -> Result<(File, u64)> {
 }
 
 #[cfg(unix)]
-fn describe_type(t: &fs::FileType) -> &'static str {
+pub(super) fn describe_type(t: &fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    if t.is_fifo() {
+    if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
         "FIFO (named pipe)"
     } else if t.is_char_device() {
         "character device"
@@ -82,8 +99,12 @@ fn describe_type(t: &fs::FileType) -> &'static str {
 }
 
 #[cfg(not(unix))]
-fn describe_type(_t: &fs::FileType) -> &'static str {
-    "special file"
+pub(super) fn describe_type(t: &fs::FileType) -> &'static str {
+    if t.is_dir() {
+        "directory"
+    } else {
+        "special file"
+    }
 }
 
 /// A zeroed buffer of `len` bytes, allocated fallibly.
