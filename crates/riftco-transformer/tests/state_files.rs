@@ -497,6 +497,31 @@ fn hugging_face_rope_parameters_give_theta_and_other_rope_types_are_refused() {
 }
 
 #[test]
+fn other_architectures_in_config_json_are_refused_by_name() {
+    // A Mistral config (sliding-window attention) or another model_type loaded silently as
+    // Llama with full attention; a head_dim given as a string was ignored.
+    for (edit, needle) in [
+        (json!({"model_type": "mistral"}), "model_type \"mistral\""),
+        (json!({"model_type": "gpt2"}), "model_type \"gpt2\""),
+        (json!({"sliding_window": 4}), "sliding_window = 4"),
+        (json!({"head_dim": "4"}), "head_dim \"4\" is not an integer"),
+    ] {
+        let path = hf_folder("arch", 10000.0, |hf| {
+            for (k, v) in edit.as_object().unwrap() {
+                hf[k] = v.clone();
+            }
+        });
+        let reason = state_reason(load(&path));
+        assert!(reason.contains(needle), "{edit}: {reason}");
+    }
+    let path = hf_folder("arch-ok", 10000.0, |hf| {
+        hf["model_type"] = json!("llama");
+        hf["sliding_window"] = serde_json::Value::Null;
+    });
+    assert!(load(&path).is_ok());
+}
+
+#[test]
 fn written_config_json_states_rope_parameters_for_transformers_5() {
     let dir = tmp_dir("rope-written");
     let mut c = config(1);

@@ -91,7 +91,23 @@ pub(super) fn config_from_hf(
             ));
         }
     }
-    if let Some(h) = v.get("head_dim").and_then(|x| x.as_u64()) {
+    // Another architecture read as Llama would load without error and compute something else.
+    if let Some(t) = v.get("model_type").filter(|x| !x.is_null()) {
+        if t != "llama" {
+            return Err(format!(
+                "model_type {t} is not supported (expected \"llama\": LlamaForCausalLM)"
+            ));
+        }
+    }
+    if let Some(w) = v.get("sliding_window").filter(|x| !x.is_null()) {
+        return Err(format!(
+            "sliding_window = {w} is not supported (every position attends to all earlier ones)"
+        ));
+    }
+    if let Some(h) = v.get("head_dim").filter(|x| !x.is_null()) {
+        let h = h
+            .as_u64()
+            .ok_or_else(|| format!("head_dim {h} is not an integer"))?;
         if h as usize != config.d_head() {
             return Err(format!(
                 "head_dim {h} != hidden_size / num_attention_heads = {}",
