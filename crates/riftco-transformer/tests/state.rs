@@ -620,6 +620,62 @@ fn lora_adapter_errors_leave_the_model_without_adapters() {
         "target_modules",
     );
     assert!(!m.has_lora());
+
+    // PEFT options that change what the adapter computes or where it applies (they loaded as a
+    // plain LoRA, silently), and a module named twice.
+    for (key, value, needle) in [
+        ("use_dora", serde_json::json!(true), "use_dora"),
+        ("lora_bias", serde_json::json!(true), "lora_bias"),
+        (
+            "layers_to_transform",
+            serde_json::json!([5]),
+            "layers_to_transform",
+        ),
+        (
+            "exclude_modules",
+            serde_json::json!(["q_proj"]),
+            "exclude_modules",
+        ),
+        (
+            "modules_to_save",
+            serde_json::json!(["lm_head"]),
+            "modules_to_save",
+        ),
+        (
+            "target_modules",
+            serde_json::json!([
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+                "q_proj"
+            ]),
+            "twice",
+        ),
+    ] {
+        let mut cfg: serde_json::Value = serde_json::from_slice(&good_cfg).unwrap();
+        cfg[key] = value;
+        fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+        check(
+            key,
+            state_reason(load_lora_adapter(&mut m, &adapter)),
+            needle,
+        );
+        assert!(!m.has_lora());
+    }
+    // Unset forms of the same options are the plain LoRA PEFT writes.
+    let mut cfg: serde_json::Value = serde_json::from_slice(&good_cfg).unwrap();
+    for key in ["layers_to_transform", "exclude_modules", "modules_to_save"] {
+        cfg[key] = serde_json::Value::Null;
+    }
+    cfg["use_dora"] = false.into();
+    cfg["layers_pattern"] = serde_json::json!([]);
+    fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    load_lora_adapter(&mut m, &adapter).unwrap();
+    m = model(config());
     fs::write(&cfg_path, &good_cfg).unwrap();
 
     // A missing tensor.

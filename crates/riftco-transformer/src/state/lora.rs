@@ -183,6 +183,28 @@ struct PeftLoraConfig {
     rank_pattern: HashMap<String, serde_json::Value>,
     #[serde(default)]
     alpha_pattern: HashMap<String, serde_json::Value>,
+    #[serde(default)]
+    use_dora: Option<bool>,
+    #[serde(default)]
+    lora_bias: Option<bool>,
+    #[serde(default)]
+    layers_to_transform: Option<serde_json::Value>,
+    #[serde(default)]
+    layers_pattern: Option<serde_json::Value>,
+    #[serde(default)]
+    exclude_modules: Option<serde_json::Value>,
+    #[serde(default)]
+    modules_to_save: Option<serde_json::Value>,
+}
+
+/// Whether an optional PEFT field is unset: absent, null, false, or an empty list or string.
+fn unset(v: &Option<serde_json::Value>) -> bool {
+    match v {
+        None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => true,
+        Some(serde_json::Value::Array(a)) => a.is_empty(),
+        Some(serde_json::Value::String(s)) => s.is_empty(),
+        Some(_) => false,
+    }
 }
 
 impl PeftLoraConfig {
@@ -206,7 +228,35 @@ impl PeftLoraConfig {
         if !self.rank_pattern.is_empty() || !self.alpha_pattern.is_empty() {
             return unsupported("per-module rank_pattern / alpha_pattern is not supported".into());
         }
+        // Each of these changes what the adapter computes or where it applies; loading it as a
+        // plain LoRA would be silently wrong.
+        if self.use_dora == Some(true) {
+            return unsupported("use_dora true (DoRA) is not supported".into());
+        }
+        if self.lora_bias == Some(true) {
+            return unsupported("lora_bias true is not supported".into());
+        }
+        for (key, value) in [
+            ("layers_to_transform", &self.layers_to_transform),
+            ("layers_pattern", &self.layers_pattern),
+            ("exclude_modules", &self.exclude_modules),
+            ("modules_to_save", &self.modules_to_save),
+        ] {
+            if !unset(value) {
+                return unsupported(format!(
+                    "{key} = {} is not supported (adapters apply to every layer's target \
+                     modules; no other module is trained)",
+                    value.as_ref().map(ToString::to_string).unwrap_or_default()
+                ));
+            }
+        }
         let got: BTreeSet<&str> = self.target_modules.iter().map(String::as_str).collect();
+        if got.len() != self.target_modules.len() {
+            return unsupported(format!(
+                "target_modules {:?} names a module twice",
+                self.target_modules
+            ));
+        }
         let has_all = |modules: &[&str]| modules.iter().all(|m| got.contains(m));
         let (attention, mlp) = (has_all(&ATTENTION_MODULES), has_all(&MLP_MODULES));
         if got != target_module_names(attention, mlp).into_iter().collect() || got.is_empty() {
