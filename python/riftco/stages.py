@@ -191,8 +191,21 @@ def _make_optimizer(params: list[Any], cfg: _LoopConfig) -> tuple[Adam | AdamW, 
     return Adam(params, lr=cfg.lr_at(0)), "Adam"
 
 
-def _validation_loss(model: DecoderOnlyTransformer, batches: list[np.ndarray[Any, Any]]) -> float:
-    return float(np.mean([model.loss(b).item() for b in batches]))
+def _validation_loss(
+    model: DecoderOnlyTransformer, batches: Callable[[], Iterator[np.ndarray[Any, Any]]]
+) -> float:
+    """Mean loss over the blocks ``batches()`` yields (the same blocks on every call), holding one
+    block at a time, so ``eval_batches`` bounds the time but not the memory."""
+    count = 0
+
+    def losses() -> Iterator[float]:
+        nonlocal count
+        for block in batches():
+            count += 1
+            yield model.loss(block).item()
+
+    total = math.fsum(losses())
+    return total / count
 
 
 def _peak_bytes() -> dict[str, int]:
@@ -289,9 +302,11 @@ def _train_guarded(
     train_tokens, val_tokens = corpus.split(cfg.validation_fraction)
     sampler = BatchSampler(train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed)
     val_seq = min(cfg.seq_len, val_tokens.shape[0] - 1)
-    val_batches = BatchSampler(val_tokens, cfg.batch_size, val_seq, cfg.seed + 1).batches(
-        cfg.eval_batches
-    )
+
+    def val_batches() -> Iterator[np.ndarray[Any, Any]]:
+        sampler = BatchSampler(val_tokens, cfg.batch_size, val_seq, cfg.seed + 1)
+        return (sampler.next_batch() for _ in range(cfg.eval_batches))
+
     optimizer, optimizer_name = _make_optimizer(params, cfg)
 
     losses: list[float] = []
