@@ -83,26 +83,34 @@ impl GradientContext {
     }
 
     /// Commits every leaf gradient: replacing the public gradient, or adding to it when
-    /// `accumulate`. Infallible, so a commit is all-or-nothing.
-    pub(crate) fn commit(self, accumulate: bool) {
+    /// `accumulate`. Every new gradient is computed first (the fallible part: copies and sums);
+    /// only then are they all published, so a commit is all-or-nothing.
+    ///
+    /// # Errors
+    /// Out of memory (or a device error) while computing the gradients; nothing is published.
+    pub(crate) fn commit(self, accumulate: bool) -> Result<()> {
+        let mut ready = Vec::with_capacity(self.leaves.len());
         for (_, slot) in self.leaves {
             let grad = if slot.owned || slot.grad.is_exclusive() {
                 slot.grad
             } else {
-                slot.grad.deep_clone(MemoryCategory::Gradient)
+                slot.grad.try_deep_clone(MemoryCategory::Gradient)?
             };
-            if accumulate {
-                if let Some(old) = slot.var.grad() {
-                    if old.dims() == grad.dims() {
-                        let sum = old.deep_clone(MemoryCategory::Gradient);
-                        riftco_kernels::elementwise::add_assign(&mut sum.write(), &grad.read());
-                        slot.var.set_grad(sum);
-                        continue;
-                    }
+            let grad = match slot.var.grad() {
+                Some(old) if accumulate && old.dims() == grad.dims() => {
+                    let sum = old.try_deep_clone(MemoryCategory::Gradient)?;
+                    let op = "gradient accumulation";
+                    crate::ops::backend_t(op, &[&sum, &grad])?.add_assign(op, &sum, &grad)?;
+                    sum
                 }
-            }
-            slot.var.set_grad(grad);
+                _ => grad,
+            };
+            ready.push((slot.var, grad));
         }
+        for (var, grad) in ready {
+            var.set_grad(grad);
+        }
+        Ok(())
     }
 }
 
@@ -244,18 +252,19 @@ fn accumulate(map: &mut HashMap<u64, Slot>, var: &Variable, g: Tensor) -> Result
             );
         }
         Some(slot) => {
+            let op = "backward (gradient sum)";
+            let be = crate::ops::backend_t(op, &[&slot.grad, &g])?;
             if slot.owned || slot.grad.is_exclusive() {
-                riftco_kernels::elementwise::add_assign(&mut slot.grad.write(), &g.read());
+                be.add_assign(op, &slot.grad, &g)?;
             } else {
                 // The first gradient may alias another tensor: sum out of place (one pass) into a
                 // buffer of the context's own. `x + x` hands over one tensor twice: read it once.
-                let mut sum = riftco_tensor::pool::try_take("backward (gradient sum)", g.numel())?;
-                if g.same_storage(&slot.grad) {
-                    riftco_kernels::elementwise::scale(&g.read(), 2.0, &mut sum);
+                slot.grad = if g.same_storage(&slot.grad) {
+                    be.scale(op, &g, 2.0, MemoryCategory::Gradient)?
                 } else {
-                    riftco_kernels::elementwise::add(&slot.grad.read(), &g.read(), &mut sum);
+                    be.add(op, &slot.grad, &g, MemoryCategory::Gradient)?
                 }
-                slot.grad = crate::ops::gradient(sum, g.shape().clone());
+                .reshape(g.shape().clone())?;
             }
             slot.owned = true;
         }
@@ -318,11 +327,15 @@ impl Variable {
                         shape: self.dims().to_vec(),
                     });
                 }
-                Tensor::ones(self.value().shape().clone(), MemoryCategory::Gradient)
+                Tensor::try_full_on(
+                    self.value().shape().clone(),
+                    1.0,
+                    MemoryCategory::Gradient,
+                    self.value().device(),
+                )?
             }
         };
         let ctx = GradientContext::compute(self, seed)?;
-        ctx.commit(accumulate);
-        Ok(())
+        ctx.commit(accumulate)
     }
 }

@@ -52,7 +52,7 @@ fn stale_trainable_value_is_rejected_and_nothing_committed() {
     loss_of(&x, &w).backward().unwrap();
     let before = w.grad().unwrap().to_vec();
     let loss = loss_of(&x, &w);
-    w.value().write()[0] += 1.0;
+    w.value().write().unwrap()[0] += 1.0;
     let err = loss.backward().unwrap_err();
     assert!(matches!(err, AutogradError::StaleGraph { .. }), "{err}");
     assert!(err.to_string().contains("\"w\""), "{err}");
@@ -68,14 +68,14 @@ fn stale_frozen_value_and_input_are_rejected() {
     let a = Variable::named_leaf(rand(&[2, 2], 3), true, "adapter");
     let y = ops::linear(&ops::linear(&x, &frozen).unwrap(), &a).unwrap();
     let loss = ops::sum(&y).unwrap();
-    frozen.value().write()[1] = 0.0;
+    frozen.value().write().unwrap()[1] = 0.0;
     let err = loss.backward().unwrap_err().to_string();
     assert!(err.contains("base.weight"), "{err}");
     assert!(a.grad().is_none());
 
     let y = ops::linear(&ops::linear(&x, &frozen).unwrap(), &a).unwrap();
     let loss = ops::sum(&y).unwrap();
-    x.value().write()[0] = 5.0;
+    x.value().write().unwrap()[0] = 5.0;
     let err = loss.backward().unwrap_err().to_string();
     assert!(err.contains("tokens"), "{err}");
 }
@@ -99,7 +99,7 @@ fn optimizer_step_between_forward_and_backward_is_stale_but_not_after() {
     let step = |w: &Variable, m: &mut Vec<f32>, v: &mut Vec<f32>, t: u64| {
         let g = w.grad().unwrap().to_vec();
         riftco_kernels::adam_update(
-            &mut w.value().write(),
+            &mut w.value().write().unwrap(),
             &g,
             m,
             v,

@@ -253,7 +253,7 @@ fn stale_dependency_rejected_before_replay() {
         block(x, &p2)
     })
     .unwrap();
-    p[1].value().write()[0] += 0.5;
+    p[1].value().write().unwrap()[0] += 0.5;
     let err = ops::sum(&y).unwrap().backward().unwrap_err();
     assert!(matches!(err, AutogradError::StaleGraph { .. }), "{err}");
     assert_eq!(

@@ -153,7 +153,7 @@ fn gradcheck_catches_a_wrong_vjp() {
             y.value().clone(),
             vec![v[0].clone()],
             |_, _, g| {
-                let d: Vec<f32> = g.read().iter().map(|x| 3.0 * x).collect();
+                let d: Vec<f32> = g.read().unwrap().iter().map(|x| 3.0 * x).collect();
                 Ok(vec![Some(riftco_tensor::Tensor::from_vec(
                     d,
                     g.shape().clone(),

@@ -17,7 +17,7 @@ fn grads(vars: &[Variable]) -> Vec<Option<Vec<f32>>> {
 
 /// Adds `delta` to every element of `v` in place (bumps its version, like an optimizer step).
 fn nudge(v: &Variable, delta: f32) {
-    for e in v.value().write().iter_mut() {
+    for e in v.value().write().unwrap().iter_mut() {
         *e += delta;
     }
 }

@@ -49,6 +49,11 @@ pub enum TensorError {
         lhs: Device,
         rhs: Device,
     },
+    /// Host access ([`crate::Tensor::read`], [`crate::Tensor::write`]) to a tensor that lives on
+    /// another device; copy it with [`crate::Tensor::to_host`] or move it with
+    /// [`crate::Tensor::transfer_to`] first.
+    #[error("{op}: the tensor lives on device {device}, not on the host; copy it to the host first (to_host / numpy)")]
+    NotOnHost { op: &'static str, device: Device },
     /// A shape's element count does not fit in memory arithmetic: the product of its non-zero
     /// dimensions exceeds [`crate::shape::MAX_ELEMENTS`] (`4 · numel` bytes would exceed
     /// `isize::MAX`).

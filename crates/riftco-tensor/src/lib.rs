@@ -7,6 +7,7 @@
 //! elements moves its category's counter by `4·N` bytes while it lives.
 
 pub mod alloc;
+pub mod backend;
 pub mod device;
 pub mod error;
 pub mod memory;
@@ -16,11 +17,14 @@ pub mod shape;
 pub mod storage;
 pub mod tensor;
 
+pub use backend::{backend_of, Backend};
 pub use device::Device;
 pub use error::{Result, TensorError};
 pub use memory::{
-    memory_stats, reset_peak_memory_stats, CategoryStats, MemoryCategory, MemoryStats,
+    memory_stats, memory_stats_for, reset_peak_memory_stats, CategoryStats, MemoryCategory,
+    MemoryStats,
 };
 pub use random::Rng;
 pub use shape::{Shape, MAX_ELEMENTS};
+pub use storage::{Buffer, DeviceBuffer};
 pub use tensor::Tensor;

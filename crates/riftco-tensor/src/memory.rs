@@ -1,10 +1,11 @@
 //! Exact memory accounting by category.
 //!
-//! Every tensor storage registers its byte size (`4 · elements`) with its category when it is
-//! allocated and unregisters it when the last reference is dropped. Counters are process-wide
+//! Every tensor storage registers its byte size (`4 · elements`) with its device and category when
+//! it is allocated and unregisters it when the last reference is dropped. Counters are process-wide
 //! atomics; `peak` is the highest `current` seen since the last [`reset_peak_memory_stats`].
 //! These are the numbers riftco's memory claims are made with; process RSS is secondary.
 
+use crate::Device;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -83,23 +84,44 @@ impl Counter {
     }
 }
 
-static COUNTERS: [Counter; 5] = [
-    Counter::new(),
-    Counter::new(),
-    Counter::new(),
-    Counter::new(),
-    Counter::new(),
-];
-static TOTAL: Counter = Counter::new();
-
-pub(crate) fn record_alloc(category: MemoryCategory, bytes: usize) {
-    COUNTERS[category.index()].add(bytes);
-    TOTAL.add(bytes);
+/// The counters of one device: one per category and their total.
+struct DeviceCounters {
+    categories: [Counter; 5],
+    total: Counter,
 }
 
-pub(crate) fn record_free(category: MemoryCategory, bytes: usize) {
-    COUNTERS[category.index()].sub(bytes);
-    TOTAL.sub(bytes);
+impl DeviceCounters {
+    const fn new() -> Self {
+        Self {
+            categories: [
+                Counter::new(),
+                Counter::new(),
+                Counter::new(),
+                Counter::new(),
+                Counter::new(),
+            ],
+            total: Counter::new(),
+        }
+    }
+}
+
+const N_DEVICES: usize = Device::ALL.len();
+static COUNTERS: [DeviceCounters; N_DEVICES] = [
+    DeviceCounters::new(),
+    DeviceCounters::new(),
+    DeviceCounters::new(),
+];
+
+pub(crate) fn record_alloc(device: Device, category: MemoryCategory, bytes: usize) {
+    let c = &COUNTERS[device.index()];
+    c.categories[category.index()].add(bytes);
+    c.total.add(bytes);
+}
+
+pub(crate) fn record_free(device: Device, category: MemoryCategory, bytes: usize) {
+    let c = &COUNTERS[device.index()];
+    c.categories[category.index()].sub(bytes);
+    c.total.sub(bytes);
 }
 
 /// Current and peak bytes of one category.
@@ -118,7 +140,8 @@ pub struct MemoryStats {
     pub categories: [CategoryStats; 5],
     /// All categories together (the peak of the sum, not the sum of peaks).
     pub total: CategoryStats,
-    /// Bytes of freed buffers the [`crate::pool`] keeps for reuse (in no category).
+    /// Bytes of freed buffers the device's pool keeps for reuse (in no category): the
+    /// [`crate::pool`] for the CPU, the backend's own pool for another device.
     pub cached_bytes: usize,
 }
 
@@ -129,27 +152,39 @@ impl MemoryStats {
     }
 }
 
-/// Reads every counter.
+/// The counters of the host ([`Device::Cpu`]): [`memory_stats_for`]`(Device::Cpu)`.
 pub fn memory_stats() -> MemoryStats {
+    memory_stats_for(Device::Cpu)
+}
+
+/// Reads every counter of `device` (each device has its own counters and its own pool).
+pub fn memory_stats_for(device: Device) -> MemoryStats {
     let read = |c: &Counter| CategoryStats {
         current_bytes: c.current.load(Ordering::Relaxed),
         peak_bytes: c.peak.load(Ordering::Relaxed),
     };
+    let counters = &COUNTERS[device.index()];
+    let cached_bytes = match device {
+        Device::Cpu => crate::pool::cached_bytes(),
+        _ => crate::backend::for_device(device).map_or(0, |b| b.cached_bytes()),
+    };
     let mut stats = MemoryStats {
-        total: read(&TOTAL),
-        cached_bytes: crate::pool::cached_bytes(),
+        total: read(&counters.total),
+        cached_bytes,
         ..Default::default()
     };
-    for (slot, c) in stats.categories.iter_mut().zip(COUNTERS.iter()) {
+    for (slot, c) in stats.categories.iter_mut().zip(counters.categories.iter()) {
         *slot = read(c);
     }
     stats
 }
 
-/// Sets every peak to its current value.
+/// Sets every peak of every device to its current value.
 pub fn reset_peak_memory_stats() {
-    for c in COUNTERS.iter() {
-        c.reset_peak();
+    for d in COUNTERS.iter() {
+        for c in d.categories.iter() {
+            c.reset_peak();
+        }
+        d.total.reset_peak();
     }
-    TOTAL.reset_peak();
 }

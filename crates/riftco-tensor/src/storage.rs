@@ -1,45 +1,200 @@
-//! Shared, versioned, accounted storage.
+//! Shared, versioned, accounted storage on one device.
 
 use crate::memory::{record_alloc, record_free, MemoryCategory};
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::{Device, Result, TensorError};
+use std::any::Any;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// The buffer behind one or more [`crate::Tensor`]s (reshapes share it).
-///
-/// Registers `4 · len` bytes with its category on creation and releases them on drop. The
-/// version starts at 0 and is bumped by every write access and every device transfer.
-#[derive(Debug)]
-pub struct Storage {
-    data: RwLock<Vec<f32>>,
-    version: AtomicU64,
-    category: MemoryCategory,
-    bytes: usize,
+/// A buffer owned by a non-host backend (see [`crate::backend::Backend`]). The backend that made
+/// it is the only code that looks inside (through [`DeviceBuffer::as_any`]); a buffer returns
+/// its memory to its backend's pool when dropped.
+pub trait DeviceBuffer: Send + Sync + fmt::Debug + Any {
+    /// Number of `f32` elements.
+    fn len(&self) -> usize;
+
+    /// Whether the buffer holds no element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The buffer as `Any`, for its backend to downcast.
+    fn as_any(&self) -> &dyn Any;
+
+    /// The buffer as mutable `Any`, for its backend to downcast.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
-impl Storage {
-    /// Takes ownership of `data`, shrinking its capacity to its length so the accounted bytes
-    /// are exactly what is held.
-    pub fn new(mut data: Vec<f32>, category: MemoryCategory) -> Self {
-        data.shrink_to_fit();
-        let bytes = data.capacity() * std::mem::size_of::<f32>();
-        record_alloc(category, bytes);
-        Self {
-            data: RwLock::new(data),
-            version: AtomicU64::new(0),
-            category,
-            bytes,
+/// The elements of a storage: host memory (CPU kernels read it directly) or a buffer owned by a
+/// device backend.
+#[derive(Debug)]
+pub enum Buffer {
+    /// Host memory.
+    Host(Vec<f32>),
+    /// Memory of a device backend (GPU, or a test backend).
+    Device(Box<dyn DeviceBuffer>),
+}
+
+impl Buffer {
+    /// Number of `f32` elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Buffer::Host(v) => v.len(),
+            Buffer::Device(b) => b.len(),
         }
     }
 
-    /// Shared read access.
-    pub fn read(&self) -> RwLockReadGuard<'_, Vec<f32>> {
+    /// Whether the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn accounted_bytes(&self) -> usize {
+        match self {
+            Buffer::Host(v) => v.capacity() * std::mem::size_of::<f32>(),
+            Buffer::Device(b) => b.len() * std::mem::size_of::<f32>(),
+        }
+    }
+}
+
+/// The buffer behind one or more [`crate::Tensor`]s (reshapes share it), with its device.
+///
+/// Registers its bytes with `(device, category)` on creation and releases them on drop (and moves
+/// them on a transfer). The version starts at 0 and is bumped by every write access and every
+/// device transfer.
+#[derive(Debug)]
+pub struct Storage {
+    data: RwLock<Buffer>,
+    device: AtomicU8,
+    version: AtomicU64,
+    category: MemoryCategory,
+    bytes: AtomicU64,
+}
+
+/// Shared read access to a host storage's elements (see [`crate::Tensor::read`]).
+pub struct HostRead<'a>(RwLockReadGuard<'a, Buffer>);
+
+impl Deref for HostRead<'_> {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match &*self.0 {
+            Buffer::Host(v) => v,
+            // Constructed only over host buffers (checked under the same lock).
+            Buffer::Device(_) => &[],
+        }
+    }
+}
+
+/// Exclusive write access to a host storage's elements (see [`crate::Tensor::write`]).
+pub struct HostWrite<'a>(RwLockWriteGuard<'a, Buffer>);
+
+impl Deref for HostWrite<'_> {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match &*self.0 {
+            Buffer::Host(v) => v,
+            Buffer::Device(_) => &[],
+        }
+    }
+}
+
+impl DerefMut for HostWrite<'_> {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        match &mut *self.0 {
+            Buffer::Host(v) => v,
+            Buffer::Device(_) => &mut [],
+        }
+    }
+}
+
+impl Storage {
+    /// Takes ownership of host `data`, shrinking its capacity to its length so the accounted
+    /// bytes are exactly what is held.
+    pub fn new(mut data: Vec<f32>, category: MemoryCategory) -> Self {
+        data.shrink_to_fit();
+        Self::from_buffer(Buffer::Host(data), Device::Cpu, category)
+    }
+
+    /// A storage over `buffer` on `device` (a host buffer for [`Device::Cpu`], a device buffer
+    /// otherwise).
+    pub fn from_buffer(buffer: Buffer, device: Device, category: MemoryCategory) -> Self {
+        let bytes = buffer.accounted_bytes();
+        record_alloc(device, category, bytes);
+        Self {
+            data: RwLock::new(buffer),
+            device: AtomicU8::new(device.index() as u8),
+            version: AtomicU64::new(0),
+            category,
+            bytes: AtomicU64::new(bytes as u64),
+        }
+    }
+
+    /// The device the elements live on.
+    pub fn device(&self) -> Device {
+        Device::from_index(self.device.load(Ordering::Acquire) as usize)
+    }
+
+    fn not_on_host(&self, op: &'static str) -> TensorError {
+        TensorError::NotOnHost {
+            op,
+            device: self.device(),
+        }
+    }
+
+    /// Shared read access to host elements.
+    ///
+    /// # Errors
+    /// [`TensorError::NotOnHost`] when the storage lives on another device.
+    pub fn read(&self) -> Result<HostRead<'_>> {
+        let guard = self.data.read().unwrap_or_else(|e| e.into_inner());
+        match &*guard {
+            Buffer::Host(_) => Ok(HostRead(guard)),
+            Buffer::Device(_) => Err(self.not_on_host("Tensor::read")),
+        }
+    }
+
+    /// Exclusive write access to host elements; bumps the version.
+    ///
+    /// # Errors
+    /// [`TensorError::NotOnHost`] when the storage lives on another device.
+    pub fn write(&self) -> Result<HostWrite<'_>> {
+        let guard = self.data.write().unwrap_or_else(|e| e.into_inner());
+        match &*guard {
+            Buffer::Host(_) => {
+                self.version.fetch_add(1, Ordering::AcqRel);
+                Ok(HostWrite(guard))
+            }
+            Buffer::Device(_) => Err(self.not_on_host("Tensor::write")),
+        }
+    }
+
+    /// Shared access to the buffer, whatever its device (for backends).
+    pub fn buffer(&self) -> RwLockReadGuard<'_, Buffer> {
         self.data.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Exclusive write access; bumps the version.
-    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<f32>> {
+    /// Exclusive access to the buffer, whatever its device (for backends); bumps the version.
+    pub fn buffer_mut(&self) -> RwLockWriteGuard<'_, Buffer> {
         self.version.fetch_add(1, Ordering::AcqRel);
         self.data.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the buffer with one on `device` holding the same elements (a transfer): moves
+    /// the accounted bytes from the old device to the new one and bumps the version. The old
+    /// buffer is returned to its owner (the host pool, or the device backend by its drop).
+    pub fn replace(&self, buffer: Buffer, device: Device) {
+        let mut guard = self.data.write().unwrap_or_else(|e| e.into_inner());
+        self.version.fetch_add(1, Ordering::AcqRel);
+        let new_bytes = buffer.accounted_bytes();
+        let old = std::mem::replace(&mut *guard, buffer);
+        let old_bytes = self.bytes.swap(new_bytes as u64, Ordering::AcqRel) as usize;
+        record_free(self.device(), self.category, old_bytes);
+        record_alloc(device, self.category, new_bytes);
+        self.device.store(device.index() as u8, Ordering::Release);
+        drop(guard);
+        give_back(old);
     }
 
     /// The current version.
@@ -47,7 +202,7 @@ impl Storage {
         self.version.load(Ordering::Acquire)
     }
 
-    /// Bumps the version without touching the data (device transfers).
+    /// Bumps the version without touching the data.
     pub fn bump_version(&self) {
         self.version.fetch_add(1, Ordering::AcqRel);
     }
@@ -59,14 +214,25 @@ impl Storage {
 
     /// Accounted bytes.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.bytes.load(Ordering::Acquire) as usize
+    }
+}
+
+fn give_back(buffer: Buffer) {
+    match buffer {
+        Buffer::Host(v) => crate::pool::give(v),
+        // A device buffer returns its memory to its backend when dropped.
+        Buffer::Device(b) => drop(b),
     }
 }
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        record_free(self.category, self.bytes);
-        let data = std::mem::take(self.data.get_mut().unwrap_or_else(|e| e.into_inner()));
-        crate::pool::give(data);
+        record_free(self.device(), self.category, self.bytes());
+        let data = std::mem::replace(
+            self.data.get_mut().unwrap_or_else(|e| e.into_inner()),
+            Buffer::Host(Vec::new()),
+        );
+        give_back(data);
     }
 }

@@ -2,20 +2,21 @@
 
 use crate::memory::MemoryCategory;
 use crate::random::Rng;
-use crate::storage::Storage;
+use crate::storage::{Buffer, HostRead, HostWrite, Storage};
 use crate::{Device, Result, Shape, TensorError};
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
-/// A contiguous, row-major `f32` tensor.
+/// A contiguous, row-major `f32` tensor on one [`Device`].
 ///
-/// Cloning a `Tensor` is cheap and shares storage (and therefore the version counter); use
-/// [`Tensor::deep_clone`] for an independent copy. Reading takes a shared lock on the storage,
-/// writing an exclusive one and bumps the version.
+/// Cloning a `Tensor` is cheap and shares storage (and therefore the version counter and the
+/// device); use [`Tensor::deep_clone`] for an independent copy. Host access ([`Tensor::read`],
+/// [`Tensor::write`]) exists only for tensors on the CPU; ops reach the elements of any device
+/// through its [`crate::backend::Backend`], and [`Tensor::to_host`] copies them to host memory.
+/// Writing bumps the version, and so does a transfer.
 #[derive(Clone, Debug)]
 pub struct Tensor {
     storage: Arc<Storage>,
     shape: Shape,
-    device: Device,
 }
 
 impl Tensor {
@@ -53,8 +54,72 @@ impl Tensor {
         Self {
             storage: Arc::new(Storage::new(data, category)),
             shape,
-            device: Device::Cpu,
         }
+    }
+
+    /// A tensor over a backend's `buffer` on `device` (for backends).
+    ///
+    /// # Errors
+    /// [`TensorError::ShapeOverflow`] for an invalid shape, [`TensorError::LengthMismatch`] when
+    /// the buffer does not hold the shape's element count, [`TensorError::InvalidArgument`] for
+    /// a host buffer on another device than the CPU or a device buffer on the CPU.
+    pub fn from_buffer(
+        buffer: Buffer,
+        shape: impl Into<Shape>,
+        device: Device,
+        category: MemoryCategory,
+    ) -> Result<Self> {
+        let shape = shape.into();
+        let numel = shape.check("Tensor::from_buffer")?;
+        if buffer.len() != numel {
+            return Err(TensorError::LengthMismatch {
+                op: "Tensor::from_buffer",
+                shape: shape.dims().to_vec(),
+                expected: numel,
+                got: buffer.len(),
+            });
+        }
+        if matches!(buffer, Buffer::Host(_)) != (device == Device::Cpu) {
+            return Err(TensorError::InvalidArgument {
+                op: "Tensor::from_buffer",
+                message: format!(
+                    "a {} buffer cannot live on device {device}",
+                    if matches!(buffer, Buffer::Host(_)) {
+                        "host"
+                    } else {
+                        "device"
+                    }
+                ),
+            });
+        }
+        let storage = match buffer {
+            Buffer::Host(v) => Storage::new(v, category),
+            b => Storage::from_buffer(b, device, category),
+        };
+        Ok(Self {
+            storage: Arc::new(storage),
+            shape,
+        })
+    }
+
+    /// All elements equal to `value`, on `device`, allocated fallibly by its backend.
+    ///
+    /// # Errors
+    /// As [`Tensor::try_full`]; [`TensorError::DeviceUnavailable`] for a device without backend.
+    pub fn try_full_on(
+        shape: impl Into<Shape>,
+        value: f32,
+        category: MemoryCategory,
+        device: Device,
+    ) -> Result<Self> {
+        if device == Device::Cpu {
+            return Self::try_full(shape, value, category);
+        }
+        let shape = shape.into();
+        let numel = shape.check("Tensor::full")?;
+        let buffer =
+            crate::backend::for_device(device)?.alloc("Tensor::full", numel, Some(value))?;
+        Self::from_buffer(buffer, shape, device, category)
     }
 
     /// A copy of `data` with the given shape.
@@ -243,9 +308,18 @@ impl Tensor {
         self.shape.numel()
     }
 
-    /// The device.
+    /// The device the elements live on.
     pub fn device(&self) -> Device {
-        self.device
+        self.storage.device()
+    }
+
+    /// The backend of this tensor's device.
+    ///
+    /// # Errors
+    /// [`TensorError::DeviceUnavailable`] (a tensor exists only on a device with a backend, so
+    /// this does not happen in practice).
+    pub fn backend(&self) -> Result<&'static dyn crate::backend::Backend> {
+        crate::backend::for_device(self.device())
     }
 
     /// The accounting category of the storage.
@@ -274,20 +348,58 @@ impl Tensor {
         Arc::as_ptr(&self.storage) as usize
     }
 
-    /// Shared read access to the elements.
-    pub fn read(&self) -> RwLockReadGuard<'_, Vec<f32>> {
+    /// Shared host access to the elements of a CPU tensor (a shared lock on the storage).
+    ///
+    /// # Errors
+    /// [`TensorError::NotOnHost`] for a tensor on another device (use [`Tensor::to_host`]).
+    pub fn read(&self) -> Result<HostRead<'_>> {
         self.storage.read()
     }
 
-    /// Exclusive write access to the elements; bumps the version (so graphs that read this
-    /// value become stale).
-    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<f32>> {
+    /// Exclusive host access to the elements of a CPU tensor; bumps the version (so graphs that
+    /// read this value become stale).
+    ///
+    /// # Errors
+    /// [`TensorError::NotOnHost`] for a tensor on another device.
+    pub fn write(&self) -> Result<HostWrite<'_>> {
         self.storage.write()
     }
 
-    /// The elements as a new `Vec`.
+    /// The buffer, whatever the device (for backends: a shared lock on the storage).
+    pub fn buffer(&self) -> RwLockReadGuard<'_, Buffer> {
+        self.storage.buffer()
+    }
+
+    /// The buffer for writing, whatever the device (for backends); bumps the version.
+    pub fn buffer_mut(&self) -> RwLockWriteGuard<'_, Buffer> {
+        self.storage.buffer_mut()
+    }
+
+    /// The elements copied into a new host `Vec`, from any device (the device's backend reads
+    /// them back).
+    ///
+    /// # Errors
+    /// [`TensorError::OutOfMemory`] when the host copy cannot be allocated; a device read-back
+    /// error.
+    pub fn to_host(&self) -> Result<Vec<f32>> {
+        let buffer = self.buffer();
+        match &*buffer {
+            Buffer::Host(v) => {
+                let mut out = crate::alloc::try_vec_with_capacity("Tensor::to_host", v.len())?;
+                out.extend_from_slice(v);
+                Ok(out)
+            }
+            Buffer::Device(_) => self.backend()?.download("Tensor::to_host", &buffer),
+        }
+    }
+
+    /// The elements as a new host `Vec` ([`Tensor::to_host`] for tensors known to fit in host
+    /// memory, as in tests).
+    ///
+    /// # Panics
+    /// Where [`Tensor::to_host`] returns an error.
     pub fn to_vec(&self) -> Vec<f32> {
-        self.read().clone()
+        self.to_host().unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The single element of a one-element tensor.
@@ -302,7 +414,7 @@ impl Tensor {
                 got: self.dims().to_vec(),
             });
         }
-        Ok(self.read()[0])
+        Ok(self.to_host()?[0])
     }
 
     /// The same storage viewed with another shape of equal element count.
@@ -324,16 +436,26 @@ impl Tensor {
         Ok(Self {
             storage: self.storage.clone(),
             shape,
-            device: self.device,
         })
     }
 
-    /// An independent copy with its own storage (version 0) in `category`.
+    /// An independent copy on the same device with its own storage (version 0) in `category`.
+    ///
+    /// # Errors
+    /// [`TensorError::OutOfMemory`] when the copy cannot be allocated.
+    pub fn try_deep_clone(&self, category: MemoryCategory) -> Result<Self> {
+        // The CPU backend copies into a pooled buffer: a fresh allocation of this size would
+        // page-fault on every copy.
+        self.backend()?.copy("Tensor::deep_clone", self, category)
+    }
+
+    /// [`Tensor::try_deep_clone`] for sizes known to fit.
+    ///
+    /// # Panics
+    /// Where [`Tensor::try_deep_clone`] returns an error.
     pub fn deep_clone(&self, category: MemoryCategory) -> Self {
-        // A pooled buffer: a fresh allocation of this size would page-fault on every copy.
-        let mut data = crate::pool::take(self.numel());
-        data.copy_from_slice(&self.read());
-        Self::from_vec_unchecked(data, self.shape.clone(), category)
+        self.try_deep_clone(category)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Overwrites the elements with `src` (same element count); bumps the version.
@@ -349,19 +471,37 @@ impl Tensor {
                 got: src.len(),
             });
         }
-        self.write().copy_from_slice(src);
+        if self.device() == Device::Cpu {
+            self.write()?.copy_from_slice(src);
+        } else {
+            let buffer = self.backend()?.upload("Tensor::copy_from_slice", src)?;
+            self.storage.replace(buffer, self.device());
+        }
         Ok(())
     }
 
-    /// Moves this tensor's storage to `device` in place. A transfer bumps the version (graphs
-    /// built before it become stale), even when the device is unchanged.
+    /// Moves this tensor's storage (shared by its clones and reshapes) to `device` in place: the
+    /// elements are copied by the two backends, the accounted bytes move from one device's
+    /// counters to the other's. A transfer bumps the version (graphs built before it become
+    /// stale), even when the device is unchanged.
     ///
     /// # Errors
-    /// [`TensorError::DeviceUnavailable`] when the device is not available in this build.
+    /// [`TensorError::DeviceUnavailable`] when the device has no backend in this build;
+    /// [`TensorError::OutOfMemory`] when either copy cannot be allocated (the tensor is then
+    /// left where it was).
     pub fn transfer_to(&mut self, device: Device) -> Result<()> {
-        device.check_available()?;
-        self.storage.bump_version();
-        self.device = device;
+        let target = crate::backend::for_device(device)?;
+        let from = self.device();
+        if from == device {
+            self.storage.bump_version();
+            return Ok(());
+        }
+        let host = self.to_host()?;
+        let buffer = match device {
+            Device::Cpu => Buffer::Host(host),
+            _ => target.upload("Tensor::transfer_to", &host)?,
+        };
+        self.storage.replace(buffer, device);
         Ok(())
     }
 

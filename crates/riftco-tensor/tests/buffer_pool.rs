@@ -14,7 +14,7 @@ fn freed_buffers_are_reused_counted_apart_bounded_and_released() {
 
     // A dropped tensor's buffer goes to the pool: not in any category, in cached_bytes.
     let t = Tensor::from_vec(vec![1.5; n], [n], MemoryCategory::Activation).unwrap();
-    let ptr = t.read().as_ptr();
+    let ptr = t.read().unwrap().as_ptr();
     drop(t);
     let stats = memory_stats();
     assert_eq!(

@@ -1,13 +1,23 @@
 //! One LLaMA-style transformer block:
 //! `x + Wo·Attn(RoPE(Wq·n1(x)), RoPE(Wk·n1(x)), Wv·n1(x))`, then `x + W2·(SiLU(W1·n2(x)) ⊙ W3·n2(x))`.
 
-use crate::attention::{causal_attention, flash_attention_with_layout, AttentionLayout};
 use crate::error::Result;
 use crate::linear::Linear;
 use crate::policy::FullSequenceAttentionKind;
+use riftco_autograd::ops::{AttentionKind, AttentionLayout};
 use riftco_autograd::{ops, CheckpointPass, Variable};
-use riftco_kernels::rope::RopeTable;
+use riftco_tensor::backend::RopeTable;
+use riftco_tensor::{MemoryCategory, Shape, Tensor, TensorError};
 use std::sync::Arc;
+
+impl From<FullSequenceAttentionKind> for AttentionKind {
+    fn from(kind: FullSequenceAttentionKind) -> Self {
+        match kind {
+            FullSequenceAttentionKind::Materialized => AttentionKind::Materialized,
+            FullSequenceAttentionKind::Flash => AttentionKind::Flash,
+        }
+    }
+}
 
 /// The parameters of one block (Hugging Face `LlamaDecoderLayer` names in comments).
 #[derive(Clone, Debug)]
@@ -90,6 +100,95 @@ pub struct BlockContext {
     pub attention: FullSequenceAttentionKind,
 }
 
+/// The keys and values of one block for incremental decoding: `[max_seq_len, n_heads, d_head]`
+/// each (batch 1), accounted as activations on the device of the model.
+#[derive(Debug)]
+pub struct LayerKvCache {
+    /// Keys after RoPE, position-major.
+    pub k: Tensor,
+    /// Values, position-major.
+    pub v: Tensor,
+}
+
+impl LayerKvCache {
+    /// A zeroed cache of `max_seq_len` positions of `n_heads · d_head` elements on `device`.
+    ///
+    /// # Errors
+    /// `ShapeOverflow` / `OutOfMemory` when it cannot be allocated.
+    pub fn new(
+        max_seq_len: usize,
+        n_heads: usize,
+        d_head: usize,
+        device: riftco_tensor::Device,
+    ) -> Result<Self> {
+        let op = "decode K/V cache";
+        let shape = Shape::try_new(op, [max_seq_len, n_heads, d_head])?;
+        let be = riftco_tensor::backend::for_device(device)?;
+        let zeros = || -> Result<Tensor> {
+            let buffer = be.alloc(op, shape.numel(), Some(0.0))?;
+            Ok(Tensor::from_buffer(
+                buffer,
+                shape.clone(),
+                device,
+                MemoryCategory::Activation,
+            )?)
+        };
+        Ok(Self {
+            k: zeros()?,
+            v: zeros()?,
+        })
+    }
+
+    /// Writes `k, v [1, t, heads, d_head]` at positions `pos..pos + t` and returns the cached
+    /// keys and values of positions `0..pos + t` as `[1, pos + t, heads, d_head]` constants.
+    fn append(&self, k: &Variable, v: &Variable, pos: usize) -> Result<(Variable, Variable)> {
+        let op = "decode K/V cache";
+        let (t, row) = (k.dims()[1], k.dims()[2] * k.dims()[3]);
+        let end = pos + t;
+        let max = self.k.dims()[0];
+        if end > max {
+            return Err(TensorError::IndexOutOfRange {
+                op,
+                what: "position",
+                index: end - 1,
+                bound: max,
+            }
+            .into());
+        }
+        let be = riftco_tensor::backend_of(op, &[&self.k, k.value(), v.value()])?;
+        let prefix = |cache: &Tensor, new: &Tensor| -> Result<Variable> {
+            be.copy_range(op, cache, pos * row, new, 0, t * row)?;
+            let shape = Shape::try_new(op, [1, end, k.dims()[2], k.dims()[3]])?;
+            let buffer = be.alloc(op, shape.numel(), None)?;
+            let out = Tensor::from_buffer(buffer, shape, be.device(), MemoryCategory::Activation)?;
+            be.copy_range(op, &out, 0, cache, 0, end * row)?;
+            Ok(Variable::constant(out))
+        };
+        Ok((prefix(&self.k, k.value())?, prefix(&self.v, v.value())?))
+    }
+}
+
+impl BlockContext {
+    /// The context of `config`'s blocks for inputs `[batch, seq, d_model]`.
+    pub fn new(
+        config: &crate::TransformerConfig,
+        rope: &Arc<RopeTable>,
+        batch: usize,
+        seq: usize,
+        attention: FullSequenceAttentionKind,
+    ) -> Self {
+        Self {
+            batch,
+            seq,
+            n_heads: config.n_heads,
+            d_head: config.d_head(),
+            eps: config.rms_norm_eps,
+            rope: rope.clone(),
+            attention,
+        }
+    }
+}
+
 /// The block's forward pass on `x [batch, seq, d_model]`.
 ///
 /// # Errors
@@ -111,14 +210,42 @@ pub fn block_forward_for(
     ctx: &BlockContext,
     pass: CheckpointPass,
 ) -> Result<Variable> {
+    block_forward_impl(x, layer, ctx, pass, None)
+}
+
+/// [`block_forward`] of `x [1, t, d_model]` at positions `pos..pos + t` against a K/V cache:
+/// the new keys and values are written into `cache`, and the queries attend over every cached
+/// position up to their own (incremental decoding; run without a graph). The same forward
+/// definition as training, so decoding and the full-sequence forward cannot drift apart.
+///
+/// # Errors
+/// Shape errors from the ops; `IndexOutOfRange` when `pos + t` exceeds the cache.
+pub fn block_forward_cached(
+    x: &Variable,
+    layer: &Layer,
+    ctx: &BlockContext,
+    cache: &LayerKvCache,
+    pos: usize,
+) -> Result<Variable> {
+    block_forward_impl(x, layer, ctx, CheckpointPass::Forward, Some((cache, pos)))
+}
+
+fn block_forward_impl(
+    x: &Variable,
+    layer: &Layer,
+    ctx: &BlockContext,
+    pass: CheckpointPass,
+    cache: Option<(&LayerKvCache, usize)>,
+) -> Result<Variable> {
     let (b, t, h, dh) = (ctx.batch, ctx.seq, ctx.n_heads, ctx.d_head);
     let d_model = h * dh;
+    let start_pos = cache.map_or(0, |(_, pos)| pos);
     let n1 = ops::rms_norm(x, &layer.attn_norm, ctx.eps)?;
     // Projections reshaped to [batch, seq, heads, d_head] (free), RoPE on q and k.
     let heads = |lin: &Linear, rope: bool| -> Result<Variable> {
         let y = ops::reshape(&lin.forward(&n1)?, [b, t, h, dh])?;
         Ok(if rope {
-            ops::rope(&y, &ctx.rope, 0)?
+            ops::rope(&y, &ctx.rope, start_pos)?
         } else {
             y
         })
@@ -128,22 +255,18 @@ pub fn block_forward_for(
         heads(&layer.k, true)?,
         heads(&layer.v, false)?,
     );
-    let attn = match ctx.attention {
-        // Flash attention reads and writes [batch, seq, heads, d_head] directly.
-        FullSequenceAttentionKind::Flash => {
-            let scale = 1.0 / (dh as f32).sqrt();
-            flash_attention_with_layout(&q, &k, &v, AttentionLayout::BatchSeqHead, scale, true)?
-        }
-        // Materialized attention multiplies per-head [seq, d_head] matrices.
-        FullSequenceAttentionKind::Materialized => {
-            let (q, k, v) = (
-                ops::swap_axes_1_2(&q)?,
-                ops::swap_axes_1_2(&k)?,
-                ops::swap_axes_1_2(&v)?,
-            );
-            ops::swap_axes_1_2(&causal_attention(&q, &k, &v, ctx.attention)?)?
-        }
+    let (k, v) = match cache {
+        Some((cache, pos)) => cache.append(&k, &v, pos)?,
+        None => (k, v),
     };
+    // [batch, seq, heads, d_head] in and out: flash attention reads this layout directly.
+    let attn = ops::causal_attention(
+        &q,
+        &k,
+        &v,
+        AttentionLayout::BatchSeqHead,
+        ctx.attention.into(),
+    )?;
     let attn = ops::reshape(&attn, [b, t, d_model])?;
     let x1 = ops::add(x, &layer.o.forward(&attn)?)?;
     let n2 = ops::rms_norm(&x1, &layer.mlp_norm, ctx.eps)?;

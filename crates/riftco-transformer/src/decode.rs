@@ -1,7 +1,8 @@
 //! Incremental decoding with a per-layer K/V cache.
 //!
-//! A session computes one token at a time with plain kernels: it builds no graph and is never
-//! checkpointed (it mutates its cache, so it is not replay-safe). It shares the
+//! A session computes one token at a time with the block's own forward definition
+//! ([`crate::block::block_forward_cached`]) against a per-layer K/V-cache tensor: it builds no
+//! graph and is never checkpointed (it mutates its cache, so it is not replay-safe). It shares the
 //! model's weights, so it stays valid when the model handle is dropped, and it reads their values
 //! at each step, so training (and `load_weights`) between decode steps is visible to later tokens
 //! while the cache of earlier positions is left untouched.
@@ -11,12 +12,12 @@
 //! weight set the session does not hold: the session's next `decode_token` fails with
 //! [`TransformerError::Decode`] instead of decoding with the old set; open a new session.
 
+use crate::block::{block_forward_cached, BlockContext, LayerKvCache};
 use crate::error::{Result, TransformerError};
-use crate::linear::Linear;
 use crate::model::{Revision, Weights};
-use riftco_kernels::{elementwise, matmul, norm, rope, softmax, MatmulSpec};
-use riftco_tensor::alloc::{try_vec_with_capacity, try_zeroed_vec};
-use riftco_tensor::TensorError;
+use crate::policy::FullSequenceAttentionKind;
+use riftco_autograd::{no_grad, ops};
+use riftco_tensor::alloc::try_vec_with_capacity;
 use std::sync::Arc;
 
 /// Incremental decoder state for one sequence (batch 1).
@@ -26,52 +27,16 @@ pub struct DecodeSession {
     // The model's structural revision and its value when the session was opened (none for a
     // session built from a weight set alone).
     revision: Option<(Arc<Revision>, u64)>,
-    // Per layer: [n_heads, max_seq_len, d_head]
-    k_cache: Vec<Vec<f32>>,
-    v_cache: Vec<Vec<f32>>,
+    // One per layer, on the weights' device.
+    cache: Vec<LayerKvCache>,
+    attention: FullSequenceAttentionKind,
     len: usize,
 }
 
-fn lin(l: &Linear, x: &[f32]) -> Vec<f32> {
-    let (out_f, in_f) = l.dims();
-    let mut y = vec![0.0f32; out_f];
-    matmul(
-        MatmulSpec::new(1, in_f, out_f).trans_b(true),
-        x,
-        &l.weight.value().read(),
-        &mut y,
-    );
-    if let (Some(a), true) = (&l.lora, l.lora_active) {
-        let r = a.a.dims()[0];
-        let mut down = vec![0.0f32; r];
-        matmul(
-            MatmulSpec::new(1, in_f, r).trans_b(true),
-            x,
-            &a.a.value().read(),
-            &mut down,
-        );
-        let mut up = vec![0.0f32; out_f];
-        matmul(
-            MatmulSpec::new(1, r, out_f).trans_b(true),
-            &down,
-            &a.b.value().read(),
-            &mut up,
-        );
-        elementwise::axpy(a.scale, &up, &mut y);
-    }
-    y
-}
-
-fn rms(x: &[f32], w: &riftco_autograd::Variable, eps: f32) -> Vec<f32> {
-    let mut y = vec![0.0f32; x.len()];
-    let mut r = [0.0f32];
-    norm::rms_norm(x, &w.value().read(), eps, &mut y, &mut r);
-    y
-}
-
 impl DecodeSession {
-    /// A session with an empty cache (`2 · n_layers · max_seq_len · d_model` f32, allocated
-    /// now) over a fixed weight set (structural changes of a model are not tracked: use
+    /// A session with an empty cache (`2 · n_layers · max_seq_len · d_model` f32 on the
+    /// weights' device, allocated now and accounted as activations) over a fixed weight set
+    /// (structural changes of a model are not tracked: use
     /// [`crate::DecoderOnlyTransformer::decode_session`] for that).
     ///
     /// # Errors
@@ -79,27 +44,22 @@ impl DecodeSession {
     /// the config's validation; this machine may still not hold it).
     pub fn new(weights: Arc<Weights>) -> Result<Self> {
         let c = &weights.config;
-        let op = "decode K/V cache";
-        let per_layer = c
-            .n_heads
-            .checked_mul(c.max_seq_len)
-            .and_then(|n| n.checked_mul(c.d_head()))
-            .ok_or(TensorError::OutOfMemory {
-                op,
-                bytes: usize::MAX,
-            })?;
-        let mut k_cache = try_vec_with_capacity(op, c.n_layers)?;
-        let mut v_cache = try_vec_with_capacity(op, c.n_layers)?;
+        let device = weights.embed.value().device();
+        let mut cache = try_vec_with_capacity("decode K/V cache", c.n_layers)?;
         for _ in 0..c.n_layers {
-            k_cache.push(try_zeroed_vec(op, per_layer)?);
-            v_cache.push(try_zeroed_vec(op, per_layer)?);
+            cache.push(LayerKvCache::new(
+                c.max_seq_len,
+                c.n_heads,
+                c.d_head(),
+                device,
+            )?);
         }
         Ok(Self {
-            k_cache,
-            v_cache,
+            cache,
             len: 0,
             weights,
             revision: None,
+            attention: FullSequenceAttentionKind::default(),
         })
     }
 
@@ -146,57 +106,17 @@ impl DecodeSession {
                 c.max_seq_len
             )));
         }
-        let (d, h, dh, max) = (c.d_model, c.n_heads, c.d_head(), c.max_seq_len);
-        let scale = 1.0 / (dh as f32).sqrt();
-        let t = token as usize;
-        let mut x = w.embed.value().read()[t * d..(t + 1) * d].to_vec();
-        let mut scores = vec![0.0f32; pos + 1];
-        let mut probs = vec![0.0f32; pos + 1];
-        for (li, layer) in w.layers.iter().enumerate() {
-            let n1 = rms(&x, &layer.attn_norm, c.rms_norm_eps);
-            let (q0, k0, v) = (lin(&layer.q, &n1), lin(&layer.k, &n1), lin(&layer.v, &n1));
-            let (mut q, mut k) = (vec![0.0f32; d], vec![0.0f32; d]);
-            rope::rope(&w.rope, &q0, 1, h, pos, false, &mut q);
-            rope::rope(&w.rope, &k0, 1, h, pos, false, &mut k);
-            let (kc, vc) = (&mut self.k_cache[li], &mut self.v_cache[li]);
-            for hd in 0..h {
-                let at = (hd * max + pos) * dh;
-                kc[at..at + dh].copy_from_slice(&k[hd * dh..(hd + 1) * dh]);
-                vc[at..at + dh].copy_from_slice(&v[hd * dh..(hd + 1) * dh]);
+        let ctx = BlockContext::new(c, &w.rope, 1, 1, self.attention);
+        let logits = no_grad(|| -> Result<Vec<f32>> {
+            let x = ops::embedding(&w.embed, &[token])?;
+            let mut x = ops::reshape(&x, [1, 1, c.d_model])?;
+            for (layer, cache) in w.layers.iter().zip(&self.cache) {
+                x = block_forward_cached(&x, layer, &ctx, cache, pos)?;
             }
-            let mut attn = vec![0.0f32; d];
-            for hd in 0..h {
-                let qh = &q[hd * dh..(hd + 1) * dh];
-                for (j, s) in scores.iter_mut().enumerate() {
-                    let at = (hd * max + j) * dh;
-                    let dot: f32 = qh.iter().zip(&kc[at..at + dh]).map(|(a, b)| a * b).sum();
-                    *s = dot * scale;
-                }
-                softmax::softmax_rows(&scores, pos + 1, &mut probs);
-                let o = &mut attn[hd * dh..(hd + 1) * dh];
-                for (j, &p) in probs.iter().enumerate() {
-                    let at = (hd * max + j) * dh;
-                    elementwise::axpy(p, &vc[at..at + dh], o);
-                }
-            }
-            let proj = lin(&layer.o, &attn);
-            elementwise::add_assign(&mut x, &proj);
-            let n2 = rms(&x, &layer.mlp_norm, c.rms_norm_eps);
-            let (g, u) = (lin(&layer.gate, &n2), lin(&layer.up, &n2));
-            let mut act = vec![0.0f32; g.len()];
-            elementwise::swiglu(&g, &u, &mut act);
-            let down = lin(&layer.down, &act);
-            elementwise::add_assign(&mut x, &down);
-        }
-        let xf = rms(&x, &w.final_norm, c.rms_norm_eps);
-        let v = c.vocab_size;
-        let mut logits = vec![0.0f32; v];
-        matmul(
-            MatmulSpec::new(1, d, v).trans_b(true),
-            &xf,
-            &w.lm_head.value().read(),
-            &mut logits,
-        );
+            let x = ops::rms_norm(&x, &w.final_norm, c.rms_norm_eps)?;
+            let x = ops::reshape(&x, [1, c.d_model])?;
+            Ok(ops::linear(&x, &w.lm_head)?.value().to_host()?)
+        })?;
         self.len += 1;
         Ok(logits)
     }
@@ -215,6 +135,7 @@ impl crate::model::DecoderOnlyTransformer {
         let revision = self.revision().clone();
         let opened = revision.get().0;
         session.revision = Some((revision, opened));
+        session.attention = self.attention_kind();
         Ok(session)
     }
 }

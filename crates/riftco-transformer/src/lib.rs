@@ -9,7 +9,6 @@
 //!   checkpointed, builds no graph.
 //! - [`state`]: model state and LoRA adapters as safetensors (Hugging Face Llama / PEFT names).
 
-pub mod attention;
 pub mod block;
 pub mod config;
 pub mod decode;

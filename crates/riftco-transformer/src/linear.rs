@@ -137,18 +137,26 @@ impl Linear {
     /// # Errors
     /// Never in practice; shapes are consistent by construction.
     pub fn effective_weight(&self) -> Result<Tensor> {
-        let w = self.weight.value().deep_clone(MemoryCategory::Parameter);
+        let w = self
+            .weight
+            .value()
+            .try_deep_clone(MemoryCategory::Parameter)?;
         if let (Some(l), true) = (&self.lora, self.lora_active) {
             let (out_f, in_f) = self.dims();
             let r = l.a.dims()[0];
-            let mut delta = vec![0.0f32; out_f * in_f];
-            riftco_kernels::matmul(
-                riftco_kernels::MatmulSpec::new(out_f, r, in_f),
-                &l.b.value().read(),
-                &l.a.value().read(),
-                &mut delta,
-            );
-            riftco_kernels::elementwise::axpy(l.scale, &delta, &mut w.write());
+            let op = "merge LoRA";
+            let (a, b) = (l.a.value(), l.b.value());
+            let be = riftco_tensor::backend_of(op, &[&w, a, b])?;
+            let spec = riftco_tensor::backend::MatmulSpec::new(out_f, r, in_f);
+            let delta = be.matmul(
+                op,
+                spec,
+                b,
+                a,
+                [out_f, in_f].into(),
+                MemoryCategory::Workspace,
+            )?;
+            be.axpy(op, l.scale, &delta, &w)?;
         }
         Ok(w)
     }

@@ -8,7 +8,7 @@ use crate::error::{Result, TransformerError};
 use crate::linear::{Linear, LoraAdapter, LoraConfig};
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
 use riftco_autograd::{checkpoint_with_pass, ops, Variable};
-use riftco_kernels::rope::RopeTable;
+use riftco_tensor::backend::RopeTable;
 use riftco_tensor::{MemoryCategory, Rng, Tensor, TensorError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -307,15 +307,7 @@ impl DecoderOnlyTransformer {
         cfg.validate_tokens(tokens, batch, seq)?;
         let x = ops::embedding(&w.embed, tokens)?;
         let mut x = ops::reshape(&x, [batch, seq, cfg.d_model])?;
-        let ctx = BlockContext {
-            batch,
-            seq,
-            n_heads: cfg.n_heads,
-            d_head: cfg.d_head(),
-            eps: cfg.rms_norm_eps,
-            rope: w.rope.clone(),
-            attention: self.attention,
-        };
+        let ctx = BlockContext::new(cfg, &w.rope, batch, seq, self.attention);
         for (i, layer) in w.layers.iter().enumerate() {
             x = match self.checkpointing {
                 ActivationCheckpointingKind::Disabled => {
@@ -477,7 +469,8 @@ impl DecoderOnlyTransformer {
                 if lin.lora.is_some() {
                     if lin.lora_active {
                         let merged = lin.effective_weight()?;
-                        lin.weight.value().copy_from_slice(&merged.read())?;
+                        let (w, n) = (lin.weight.value(), merged.numel());
+                        w.backend()?.copy_range("merge_lora", w, 0, &merged, 0, n)?;
                     }
                     lin.lora = None;
                     lin.lora_active = false;

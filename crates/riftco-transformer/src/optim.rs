@@ -2,7 +2,7 @@
 
 use crate::error::{Result, TransformerError};
 use riftco_autograd::Variable;
-use riftco_kernels::{adam_update, AdamHyper};
+use riftco_tensor::backend::AdamHyper;
 use riftco_tensor::{MemoryCategory, Tensor};
 use std::collections::HashMap;
 
@@ -102,7 +102,12 @@ impl Adam {
             );
         }
         let zeros = |p: &Variable| {
-            Tensor::try_zeros(p.value().shape().clone(), MemoryCategory::OptimizerState)
+            Tensor::try_full_on(
+                p.value().shape().clone(),
+                0.0,
+                MemoryCategory::OptimizerState,
+                p.value().device(),
+            )
         };
         let state = params
             .iter()
@@ -142,13 +147,16 @@ impl Adam {
     ///
     /// # Errors
     /// Never for consistent shapes; a gradient whose shape differs from its parameter is an
-    /// error naming the parameter (checked for all before any is updated).
+    /// error naming the parameter, and a parameter, gradient or moment on another device a
+    /// `DeviceMismatch` (checked for all before any is updated).
     pub fn step(&mut self) -> Result<()> {
         let mut updates = Vec::new();
         for (i, (p, state)) in self.params.iter().zip(&self.state).enumerate() {
-            let (Some(g), Some(_)) = (p.grad(), state) else {
+            let (Some(g), Some(state)) = (p.grad(), state) else {
                 continue;
             };
+            // Every operand on one device, checked for all before any is updated.
+            riftco_tensor::backend_of("Adam.step", &[p.value(), &g, &state.m, &state.v])?;
             if g.dims() != p.dims() {
                 return Err(TransformerError::Config {
                     field: "gradient",
@@ -167,14 +175,16 @@ impl Adam {
                 continue;
             };
             state.steps += 1;
-            adam_update(
-                &mut self.params[i].value().write(),
-                &g.read(),
-                &mut state.m.write(),
-                &mut state.v.write(),
+            let (p, op) = (self.params[i].value(), "Adam.step");
+            riftco_tensor::backend_of(op, &[p, &g, &state.m, &state.v])?.adam_update(
+                op,
+                p,
+                &g,
+                &state.m,
+                &state.v,
                 state.steps,
                 self.hyper,
-            );
+            )?;
         }
         Ok(())
     }

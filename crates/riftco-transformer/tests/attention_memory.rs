@@ -47,9 +47,9 @@ fn flash_retains_linear_materialized_quadratic_memory() {
 
 #[test]
 fn flash_attention_rejects_a_zero_head_dimension_with_an_error() {
+    use riftco_autograd::ops::{flash_attention_with_layout, AttentionLayout};
     use riftco_autograd::Variable;
     use riftco_tensor::Tensor;
-    use riftco_transformer::attention::{flash_attention_with_layout, AttentionLayout};
     let z = Variable::leaf(Tensor::zeros([1, 4, 2, 0], MemoryCategory::Workspace), true);
     for layout in [AttentionLayout::BatchSeqHead, AttentionLayout::BatchHeadSeq] {
         let err = flash_attention_with_layout(&z, &z, &z, layout, 1.0, true).unwrap_err();

@@ -38,7 +38,7 @@ fn changed_frozen_base_weight_is_rejected_under_lora() {
         let loss = m.loss(&tokens, 2, 9).unwrap();
         let (name, base) = m.named_parameters().into_iter().nth(3).unwrap();
         assert!(!base.requires_grad(), "{name} should be frozen under LoRA");
-        base.value().write()[0] += 1.0;
+        base.value().write().unwrap()[0] += 1.0;
         let err = loss.backward().unwrap_err();
         assert!(matches!(err, AutogradError::StaleGraph { .. }), "{err}");
         assert!(err.to_string().contains(&name), "{err} should name {name}");

@@ -1,9 +1,8 @@
 //! Token embedding lookup.
 
-use super::{activation, buf, gradient, output_shape, zeroed};
+use super::{backend, output_shape, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
-use riftco_kernels::embedding as k;
 use riftco_tensor::TensorError;
 use std::sync::Arc;
 
@@ -32,20 +31,19 @@ pub fn embedding(table: &Variable, ids: &[u32]) -> Result<Variable> {
         }
         .into());
     }
-    let shape = output_shape("embedding", [ids.len(), d])?;
-    let mut out = buf("embedding", shape.numel())?;
-    k::embedding(&table.value().read(), d, ids, &mut out);
-    let value = activation(out, shape);
+    // The output's element count, checked before any allocation.
+    output_shape("embedding", [ids.len(), d])?;
+    let be = backend("embedding", &[table])?;
+    let value = be.embedding("embedding", table.value(), ids, ACT)?;
     let ids: Arc<[u32]> = ids.into();
     Ok(Variable::from_op(
         "embedding",
         value,
         vec![table.clone()],
-        move |p, _, g| {
+        move |_, _, g| {
             // The table's own element count (a valid shape).
-            let mut dt = zeroed("embedding (vjp)", vocab * d)?;
-            k::embedding_backward(&ids, &g.read(), d, &mut dt);
-            Ok(vec![Some(gradient(dt, p[0].value().shape().clone()))])
+            let dt = be.embedding_backward("embedding (vjp)", &ids, g, vocab, GRAD)?;
+            Ok(vec![Some(dt)])
         },
     ))
 }

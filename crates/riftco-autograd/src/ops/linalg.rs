@@ -1,9 +1,9 @@
 //! Matrix products: `linear` (x·Wᵀ, Hugging Face weight layout), 2-D `matmul`, batched `bmm`.
 
-use super::{activation, buf, evaluate_value, gradient, output_shape};
+use super::{backend, evaluate_value, output_shape, unfilled, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
-use riftco_kernels::{batched_matmul, matmul as gemm, MatmulSpec};
+use riftco_tensor::backend::MatmulSpec;
 use riftco_tensor::TensorError;
 
 /// `y[..., out] = x[..., in] · Wᵀ` with `W` stored `[out, in]` (PyTorch `nn.Linear` without bias).
@@ -53,51 +53,34 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
     let mut shape = xd.to_vec();
     *shape.last_mut().unwrap() = out_f;
     let shape = output_shape("linear", shape)?;
-    let out = if evaluate_value(evaluate, &[x, w]) {
-        let mut out = buf("linear", shape.numel())?;
-        gemm(
-            MatmulSpec::new(m, in_f, out_f).trans_b(true),
-            &x.value().read(),
-            &w.value().read(),
-            &mut out,
-        );
-        out
+    let be = backend("linear", &[x, w])?;
+    let value = if evaluate_value(evaluate, &[x, w]) {
+        let spec = MatmulSpec::new(m, in_f, out_f).trans_b(true);
+        be.matmul("linear", spec, x.value(), w.value(), shape, ACT)?
     } else {
-        // Never read (graph-only): an unfilled pooled buffer, not zeroed.
-        buf("linear", shape.numel())?
+        // Never read (graph-only): an unfilled buffer, not zeroed.
+        unfilled(be, "linear", shape)?
     };
-    let value = activation(out, shape);
     Ok(Variable::from_op(
         "linear",
         value,
         vec![x.clone(), w.clone()],
         move |p, _, g| {
-            let gr = g.read();
             // dx and dW have the shapes of x and W (valid shapes).
             let dx = p[0]
                 .requires_grad()
-                .then(|| -> Result<_> {
-                    let mut d = buf("linear (vjp)", p[0].value().numel())?;
-                    gemm(
-                        MatmulSpec::new(m, out_f, in_f),
-                        &gr,
-                        &p[1].value().read(),
-                        &mut d,
-                    );
-                    Ok(gradient(d, p[0].value().shape().clone()))
+                .then(|| {
+                    let spec = MatmulSpec::new(m, out_f, in_f);
+                    let shape = p[0].value().shape().clone();
+                    be.matmul("linear (vjp)", spec, g, p[1].value(), shape, GRAD)
                 })
                 .transpose()?;
             let dw = p[1]
                 .requires_grad()
-                .then(|| -> Result<_> {
-                    let mut d = buf("linear (vjp)", p[1].value().numel())?;
-                    gemm(
-                        MatmulSpec::new(out_f, m, in_f).trans_a(true),
-                        &gr,
-                        &p[0].value().read(),
-                        &mut d,
-                    );
-                    Ok(gradient(d, [out_f, in_f]))
+                .then(|| {
+                    let spec = MatmulSpec::new(out_f, m, in_f).trans_a(true);
+                    let shape = [out_f, in_f].into();
+                    be.matmul("linear (vjp)", spec, g, p[0].value(), shape, GRAD)
                 })
                 .transpose()?;
             Ok(vec![dx, dw])
@@ -133,44 +116,32 @@ pub fn matmul(a: &Variable, b: &Variable) -> Result<Variable> {
         .into());
     }
     let shape = output_shape("matmul", [m, n])?;
-    let mut out = buf("matmul", shape.numel())?;
-    gemm(
+    let be = backend("matmul", &[a, b])?;
+    let value = be.matmul(
+        "matmul",
         MatmulSpec::new(m, k, n),
-        &a.value().read(),
-        &b.value().read(),
-        &mut out,
-    );
-    let value = activation(out, shape);
+        a.value(),
+        b.value(),
+        shape,
+        ACT,
+    )?;
     Ok(Variable::from_op(
         "matmul",
         value,
         vec![a.clone(), b.clone()],
         move |p, _, g| {
-            let gr = g.read();
             let da = p[0]
                 .requires_grad()
-                .then(|| -> Result<_> {
-                    let mut d = buf("matmul (vjp)", m * k)?;
-                    gemm(
-                        MatmulSpec::new(m, n, k).trans_b(true),
-                        &gr,
-                        &p[1].value().read(),
-                        &mut d,
-                    );
-                    Ok(gradient(d, [m, k]))
+                .then(|| {
+                    let spec = MatmulSpec::new(m, n, k).trans_b(true);
+                    be.matmul("matmul (vjp)", spec, g, p[1].value(), [m, k].into(), GRAD)
                 })
                 .transpose()?;
             let db = p[1]
                 .requires_grad()
-                .then(|| -> Result<_> {
-                    let mut d = buf("matmul (vjp)", k * n)?;
-                    gemm(
-                        MatmulSpec::new(k, m, n).trans_a(true),
-                        &p[0].value().read(),
-                        &gr,
-                        &mut d,
-                    );
-                    Ok(gradient(d, [k, n]))
+                .then(|| {
+                    let spec = MatmulSpec::new(k, m, n).trans_a(true);
+                    be.matmul("matmul (vjp)", spec, p[0].value(), g, [k, n].into(), GRAD)
                 })
                 .transpose()?;
             Ok(vec![da, db])
@@ -215,60 +186,36 @@ pub fn bmm(a: &Variable, b: &Variable, trans_b: bool) -> Result<Variable> {
     let mut shape = ad[..r - 2].to_vec();
     shape.extend([m, n]);
     let shape = output_shape("bmm", shape)?;
-    let mut out = buf("bmm", shape.numel())?;
-    batched_matmul(
-        batch,
-        MatmulSpec::new(m, k, n).trans_b(trans_b),
-        &a.value().read(),
-        &b.value().read(),
-        &mut out,
-    );
-    let value = activation(out, shape);
+    let be = backend("bmm", &[a, b])?;
+    let spec = MatmulSpec::new(m, k, n).trans_b(trans_b);
+    let value = be.batched_matmul("bmm", batch, spec, a.value(), b.value(), shape, ACT)?;
     Ok(Variable::from_op(
         "bmm",
         value,
         vec![a.clone(), b.clone()],
         move |p, _, g| {
-            let gr = g.read();
+            let (a, b) = (p[0].value(), p[1].value());
             let da = p[0]
                 .requires_grad()
-                .then(|| -> Result<_> {
-                    let mut d = buf("bmm (vjp)", p[0].value().numel())?;
+                .then(|| {
                     // dA[m,k] = dC[m,n] · op(B)ᵀ
-                    batched_matmul(
-                        batch,
-                        MatmulSpec::new(m, n, k).trans_b(!trans_b),
-                        &gr,
-                        &p[1].value().read(),
-                        &mut d,
-                    );
-                    Ok(gradient(d, p[0].value().shape().clone()))
+                    let spec = MatmulSpec::new(m, n, k).trans_b(!trans_b);
+                    be.batched_matmul("bmm (vjp)", batch, spec, g, b, a.shape().clone(), GRAD)
                 })
                 .transpose()?;
             let db = p[1]
                 .requires_grad()
-                .then(|| -> Result<_> {
-                    let mut d = buf("bmm (vjp)", p[1].value().numel())?;
+                .then(|| {
+                    let shape = b.shape().clone();
                     if trans_b {
                         // dB[n,k] = dC[m,n]ᵀ · A[m,k]
-                        batched_matmul(
-                            batch,
-                            MatmulSpec::new(n, m, k).trans_a(true),
-                            &gr,
-                            &p[0].value().read(),
-                            &mut d,
-                        );
+                        let spec = MatmulSpec::new(n, m, k).trans_a(true);
+                        be.batched_matmul("bmm (vjp)", batch, spec, g, a, shape, GRAD)
                     } else {
                         // dB[k,n] = A[m,k]ᵀ · dC[m,n]
-                        batched_matmul(
-                            batch,
-                            MatmulSpec::new(k, m, n).trans_a(true),
-                            &p[0].value().read(),
-                            &gr,
-                            &mut d,
-                        );
+                        let spec = MatmulSpec::new(k, m, n).trans_a(true);
+                        be.batched_matmul("bmm (vjp)", batch, spec, a, g, shape, GRAD)
                     }
-                    Ok(gradient(d, p[1].value().shape().clone()))
                 })
                 .transpose()?;
             Ok(vec![da, db])

@@ -1,9 +1,8 @@
 //! Mean softmax cross-entropy with logits.
 
-use super::{activation, buf, gradient};
+use super::{backend, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
-use riftco_kernels::loss as k;
 use riftco_tensor::TensorError;
 use std::sync::Arc;
 
@@ -32,18 +31,23 @@ pub fn cross_entropy(logits: &Variable, targets: &[u32]) -> Result<Variable> {
         }
         .into());
     }
-    let mut lse = buf("cross_entropy", targets.len())?;
-    let loss = k::cross_entropy(&logits.value().read(), targets, vocab, &mut lse);
+    let be = backend("cross_entropy", &[logits])?;
+    let (value, lse) = be.cross_entropy("cross_entropy", logits.value(), targets, ACT)?;
     let targets: Arc<[u32]> = targets.into();
-    let value = activation(vec![loss], riftco_tensor::Shape::scalar());
     Ok(Variable::from_op(
         "cross_entropy",
         value,
         vec![logits.clone()],
         move |p, _, g| {
-            let mut d = buf("cross_entropy (vjp)", p[0].value().numel())?;
-            k::cross_entropy_backward(&p[0].value().read(), &targets, &lse, g.read()[0], &mut d);
-            Ok(vec![Some(gradient(d, p[0].value().shape().clone()))])
+            let d = be.cross_entropy_backward(
+                "cross_entropy (vjp)",
+                p[0].value(),
+                &targets,
+                &lse,
+                g,
+                GRAD,
+            )?;
+            Ok(vec![Some(d)])
         },
     ))
 }

@@ -1,5 +1,7 @@
 //! Differentiable ops. Each file holds a family of primitives with its VJP right beside the
-//! forward computation; composite ops (attention, the transformer block) are built from these.
+//! forward computation; composite ops (the transformer block) are built from these. Every op
+//! computes through the [`riftco_tensor::Backend`] of its operands' device (mixing devices is a
+//! [`riftco_tensor::TensorError::DeviceMismatch`]), so a new device needs no change here.
 //!
 //! # Graph-only variants
 //! [`linear_graph_only`], [`add_graph_only`] and [`scale_graph_only`] record the same node and
@@ -13,6 +15,7 @@
 //! no gradient can flow through the node (grad mode off, or no input requires grad), they
 //! compute the value like the plain op.
 
+pub mod attention;
 pub mod elementwise;
 pub mod embedding;
 pub mod linalg;
@@ -22,6 +25,9 @@ pub mod rope;
 pub mod shape;
 pub mod softmax;
 
+pub use attention::{
+    causal_attention, flash_attention, flash_attention_with_layout, AttentionKind, AttentionLayout,
+};
 pub use elementwise::{add, add_graph_only, mul, scale, scale_graph_only, silu, sum, swiglu};
 pub use embedding::embedding;
 pub use linalg::{bmm, linear, linear_graph_only, matmul};
@@ -33,26 +39,33 @@ pub use softmax::{causal_softmax, softmax};
 
 use crate::error::Result;
 use crate::variable::Variable;
-use riftco_tensor::{MemoryCategory, Shape, Tensor};
+use riftco_tensor::{backend_of, Backend, MemoryCategory, Shape, Tensor};
 
-/// A forward result (activation category). Public, with [`gradient`] and [`buf`], for ops
-/// defined in other crates (the transformer's flash attention).
-pub fn activation(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
-    Tensor::from_vec_unchecked(data, shape.into(), MemoryCategory::Activation)
-}
+/// Forward values are activations.
+pub(crate) const ACT: MemoryCategory = MemoryCategory::Activation;
+/// VJP outputs are gradients.
+pub(crate) const GRAD: MemoryCategory = MemoryCategory::Gradient;
 
-/// A gradient produced by a VJP (gradient category).
-pub fn gradient(data: Vec<f32>, shape: impl Into<Shape>) -> Tensor {
-    Tensor::from_vec_unchecked(data, shape.into(), MemoryCategory::Gradient)
-}
-
-/// A buffer of `n` elements for a kernel that overwrites every element (contents unspecified
-/// until then; reused from [`riftco_tensor::pool`] when possible).
+/// The backend of the device the values of `vars` live on.
 ///
 /// # Errors
-/// [`riftco_tensor::TensorError::OutOfMemory`] naming `op` when the allocation fails.
-pub fn buf(op: &'static str, n: usize) -> Result<Vec<f32>> {
-    Ok(riftco_tensor::pool::try_take(op, n)?)
+/// [`riftco_tensor::TensorError::DeviceMismatch`] naming `op` when they live on different
+/// devices.
+pub(crate) fn backend(op: &'static str, vars: &[&Variable]) -> Result<&'static dyn Backend> {
+    let values: Vec<&Tensor> = vars.iter().map(|v| v.value()).collect();
+    Ok(backend_of(op, &values)?)
+}
+
+/// The backend of the device `tensors` live on (see [`backend`]).
+pub(crate) fn backend_t(op: &'static str, tensors: &[&Tensor]) -> Result<&'static dyn Backend> {
+    Ok(backend_of(op, tensors)?)
+}
+
+/// An activation of `shape` whose contents are never read (graph-only values): an unfilled
+/// buffer of the backend (pooled on the CPU; NaN in debug builds).
+pub(crate) fn unfilled(be: &dyn Backend, op: &'static str, shape: Shape) -> Result<Tensor> {
+    let buffer = be.alloc(op, shape.numel(), None)?;
+    Ok(Tensor::from_buffer(buffer, shape, be.device(), ACT)?)
 }
 
 /// The shape `dims` of an op's output, checked so that its element count cannot wrap.
@@ -68,9 +81,4 @@ pub fn output_shape(op: &'static str, dims: impl Into<Vec<usize>>) -> Result<Sha
 /// recorded) or no input requiring grad — because then the value is all the caller gets.
 pub(crate) fn evaluate_value(evaluate: bool, inputs: &[&Variable]) -> bool {
     evaluate || !crate::grad_mode::is_grad_enabled() || !inputs.iter().any(|v| v.requires_grad())
-}
-
-/// A zero-filled buffer of `n` elements, for kernels that accumulate into their output.
-pub(crate) fn zeroed(op: &'static str, n: usize) -> Result<Vec<f32>> {
-    Ok(riftco_tensor::pool::try_take_zeroed(op, n)?)
 }

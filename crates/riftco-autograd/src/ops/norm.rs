@@ -1,10 +1,9 @@
 //! RMSNorm (Zhang & Sennrich 2019, eq. 4).
 
-use super::{activation, buf, gradient, zeroed};
+use super::{backend, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
-use riftco_kernels::norm as k;
-use riftco_tensor::{MemoryCategory, Tensor, TensorError};
+use riftco_tensor::TensorError;
 
 /// `y = x / sqrt(mean(x²) + eps) ⊙ weight` over the last axis; `x [..., d]`, `weight [d]`.
 /// The per-row reciprocal RMS is saved for the VJP.
@@ -30,41 +29,23 @@ pub fn rms_norm(x: &Variable, weight: &Variable, eps: f32) -> Result<Variable> {
         }
         .into());
     }
-    let rows = x.value().numel() / d;
-    let mut y = buf("rms_norm", rows * d)?;
-    let mut rstd = buf("rms_norm", rows)?;
-    k::rms_norm(
-        &x.value().read(),
-        &weight.value().read(),
-        eps,
-        &mut y,
-        &mut rstd,
-    );
-    let rstd = Tensor::from_vec_unchecked(rstd, [rows].into(), MemoryCategory::Activation);
-    let value = activation(y, x.value().shape().clone());
+    let be = backend("rms_norm", &[x, weight])?;
+    let (value, rstd) = be.rms_norm("rms_norm", x.value(), weight.value(), eps, ACT)?;
     Ok(Variable::from_op(
         "rms_norm",
         value,
         vec![x.clone(), weight.clone()],
         move |p, _, g| {
-            let mut dx = buf("rms_norm (vjp)", g.numel())?;
-            let mut dw = p[1]
-                .requires_grad()
-                .then(|| zeroed("rms_norm (vjp)", d))
-                .transpose()?;
-            k::rms_norm_backward(
-                &p[0].value().read(),
-                &p[1].value().read(),
-                &rstd.read(),
-                &g.read(),
-                &mut dx,
-                dw.as_deref_mut(),
-            );
-            Ok(vec![
-                p[0].requires_grad()
-                    .then(|| gradient(dx, g.shape().clone())),
-                dw.map(|dw| gradient(dw, [d])),
-            ])
+            let (dx, dw) = be.rms_norm_backward(
+                "rms_norm (vjp)",
+                p[0].value(),
+                p[1].value(),
+                &rstd,
+                g,
+                p[1].requires_grad(),
+                GRAD,
+            )?;
+            Ok(vec![p[0].requires_grad().then_some(dx), dw])
         },
     ))
 }

@@ -1,9 +1,9 @@
 //! Rotary position embedding (Su et al. 2021) with the rotate-half pairing.
 
-use super::{activation, buf, gradient};
+use super::{backend, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
-use riftco_kernels::rope::{rope as rope_kernel, RopeTable};
+use riftco_tensor::backend::RopeTable;
 use riftco_tensor::TensorError;
 use std::sync::Arc;
 
@@ -35,26 +35,16 @@ pub fn rope(x: &Variable, table: &Arc<RopeTable>, start_pos: usize) -> Result<Va
             .into())
         }
     }
-    let mut out = buf("rope", x.value().numel())?;
-    rope_kernel(
-        table,
-        &x.value().read(),
-        seq,
-        heads,
-        start_pos,
-        false,
-        &mut out,
-    );
-    let value = activation(out, x.value().shape().clone());
+    let be = backend("rope", &[x])?;
+    let value = be.rope("rope", x.value(), table, seq, heads, start_pos, false, ACT)?;
     let table = table.clone();
     Ok(Variable::from_op(
         "rope",
         value,
         vec![x.clone()],
         move |_, _, g| {
-            let mut d = buf("rope (vjp)", g.numel())?;
-            rope_kernel(&table, &g.read(), seq, heads, start_pos, true, &mut d);
-            Ok(vec![Some(gradient(d, g.shape().clone()))])
+            let d = be.rope("rope (vjp)", g, &table, seq, heads, start_pos, true, GRAD)?;
+            Ok(vec![Some(d)])
         },
     ))
 }

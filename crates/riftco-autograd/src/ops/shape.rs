@@ -1,9 +1,8 @@
 //! Shape ops: reshape (no copy) and swapping axes 1 and 2 of a 4-D tensor (heads layout).
 
-use super::{activation, buf, gradient};
+use super::{backend, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
-use riftco_kernels::layout::transpose_0213;
 use riftco_tensor::{Shape, TensorError};
 
 /// The same elements with another shape of equal element count (shares storage). VJP: the
@@ -38,17 +37,20 @@ pub fn swap_axes_1_2(x: &Variable) -> Result<Variable> {
         .into());
     }
     let dims = [d[0], d[1], d[2], d[3]];
-    let mut out = buf("swap_axes_1_2", x.value().numel())?;
-    transpose_0213(&x.value().read(), dims, &mut out);
-    let value = activation(out, [d[0], d[2], d[1], d[3]]);
+    let be = backend("swap_axes_1_2", &[x])?;
+    let value = be.transpose_0213("swap_axes_1_2", x.value(), dims, ACT)?;
     Ok(Variable::from_op(
         "swap_axes_1_2",
         value,
         vec![x.clone()],
         move |_, _, g| {
-            let mut dx = buf("swap_axes_1_2 (vjp)", g.numel())?;
-            transpose_0213(&g.read(), [dims[0], dims[2], dims[1], dims[3]], &mut dx);
-            Ok(vec![Some(gradient(dx, dims))])
+            let swapped = [dims[0], dims[2], dims[1], dims[3]];
+            Ok(vec![Some(be.transpose_0213(
+                "swap_axes_1_2 (vjp)",
+                g,
+                swapped,
+                GRAD,
+            )?)])
         },
     ))
 }

@@ -1,10 +1,9 @@
 //! Row softmax and the causal, scaled softmax of materialized attention.
 
-use super::{activation, buf, gradient};
+use super::{backend, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
-use riftco_kernels::attention::{causal_softmax_rows, AttentionDims};
-use riftco_kernels::softmax::{softmax_rows, softmax_rows_backward};
+use riftco_tensor::backend::AttentionDims;
 use riftco_tensor::TensorError;
 
 /// Softmax over the last axis. VJP: `dx = y ⊙ (g − Σ g⊙y)`.
@@ -20,17 +19,15 @@ pub fn softmax(x: &Variable) -> Result<Variable> {
         }
         .into());
     }
-    let mut out = buf("softmax", x.value().numel())?;
-    softmax_rows(&x.value().read(), cols, &mut out);
-    let value = activation(out, x.value().shape().clone());
+    let be = backend("softmax", &[x])?;
+    let value = be.softmax("softmax", x.value(), cols, ACT)?;
     Ok(Variable::from_op(
         "softmax",
         value,
         vec![x.clone()],
         move |_, y, g| {
-            let mut d = buf("softmax (vjp)", g.numel())?;
-            softmax_rows_backward(&y.read(), &g.read(), cols, &mut d);
-            Ok(vec![Some(gradient(d, g.shape().clone()))])
+            let d = be.softmax_backward("softmax (vjp)", y, g, cols, 1.0, GRAD)?;
+            Ok(vec![Some(d)])
         },
     ))
 }
@@ -67,22 +64,15 @@ pub fn causal_softmax(scores: &Variable, scale: f32, causal: bool) -> Result<Var
         seq_k: sk,
         d_head: 1,
     };
-    let mut out = buf("causal_softmax", scores.value().numel())?;
-    causal_softmax_rows(&scores.value().read(), dims, scale, causal, &mut out);
-    let value = activation(out, scores.value().shape().clone());
+    let be = backend("causal_softmax", &[scores])?;
+    let value = be.causal_softmax("causal_softmax", scores.value(), dims, scale, causal, ACT)?;
     Ok(Variable::from_op(
         "causal_softmax",
         value,
         vec![scores.clone()],
         move |_, y, g| {
-            let mut dx = buf("causal_softmax (vjp)", g.numel())?;
-            softmax_rows_backward(&y.read(), &g.read(), sk, &mut dx);
-            if scale != 1.0 {
-                for v in dx.iter_mut() {
-                    *v *= scale;
-                }
-            }
-            Ok(vec![Some(gradient(dx, g.shape().clone()))])
+            let dx = be.softmax_backward("causal_softmax (vjp)", y, g, sk, scale, GRAD)?;
+            Ok(vec![Some(dx)])
         },
     ))
 }

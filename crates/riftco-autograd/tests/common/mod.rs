@@ -56,10 +56,10 @@ pub fn gradcheck(
             .to_vec();
         for e in 0..inputs[idx].numel() {
             let vals: Vec<Tensor> = inputs.iter().map(|t| t.deep_clone(C::Workspace)).collect();
-            let base = inputs[idx].read()[e];
-            vals[idx].write()[e] = base + h;
+            let base = inputs[idx].read().unwrap()[e];
+            vals[idx].write().unwrap()[e] = base + h;
             let plus = eval(&vals);
-            vals[idx].write()[e] = base - h;
+            vals[idx].write().unwrap()[e] = base - h;
             let minus = eval(&vals);
             let numeric = (plus - minus) / (2.0 * h as f64);
             let a = analytic[e] as f64;

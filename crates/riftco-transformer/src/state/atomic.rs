@@ -205,7 +205,16 @@ pub(super) fn write_safetensors(
     out.write_all(&header).map_err(io)?;
     let mut bytes = Vec::new();
     for (_, t) in tensors {
-        for chunk in t.read().chunks(1 << 14) {
+        // Host tensors are read in place; a device tensor is copied to the host first.
+        let (guard, copy);
+        let data: &[f32] = if t.device() == riftco_tensor::Device::Cpu {
+            guard = t.read().map_err(|e| state_err(path, e))?;
+            &guard
+        } else {
+            copy = t.to_host().map_err(|e| state_err(path, e))?;
+            &copy
+        };
+        for chunk in data.chunks(1 << 14) {
             bytes.clear();
             bytes.extend(chunk.iter().flat_map(|x| x.to_le_bytes()));
             out.write_all(&bytes).map_err(io)?;

@@ -1,0 +1,208 @@
+//! Causal self-attention, materialized or as FlashAttention-2, dispatched in one place
+//! ([`causal_attention`]).
+//!
+//! FlashAttention-2 is one differentiable primitive (Dao 2023, "FlashAttention-2", Algorithms 1
+//! and 2). The forward keeps only the output and the per-row logsumexp (`[batch, heads, seq_q]`),
+//! so retained memory is O(seq) per head instead of the O(seq²) probabilities of materialized
+//! attention; the backward rematerializes scores and probabilities tile by tile from Q, K and the
+//! logsumexp.
+
+use super::{backend, ACT, GRAD};
+use crate::error::Result;
+use crate::variable::Variable;
+use riftco_tensor::backend::AttentionDims;
+pub use riftco_tensor::backend::AttentionLayout;
+use riftco_tensor::TensorError;
+
+/// How attention over a full sequence is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttentionKind {
+    /// Scores and probabilities `[batch, heads, seq_q, seq_k]` are materialized (and kept for
+    /// the backward).
+    Materialized,
+    /// FlashAttention-2: tiled online softmax keeping only the per-row logsumexp.
+    Flash,
+}
+
+/// `softmax(scale · Q·Kᵀ [+ causal mask]) · V` for `q [batch, heads, seq_q, d_head]` and
+/// `k, v [batch, heads, seq_k, d_head]`. With `causal`, query `i` sees keys
+/// `j <= i + (seq_k − seq_q)`.
+///
+/// # Errors
+/// Shape mismatch between `q`, `k`, `v`; `causal` with `seq_q > seq_k`; operands on
+/// different devices.
+pub fn flash_attention(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    scale: f32,
+    causal: bool,
+) -> Result<Variable> {
+    flash_attention_with_layout(q, k, v, AttentionLayout::BatchHeadSeq, scale, causal)
+}
+
+/// The attention dimensions of `q`, `k`, `v` in `layout`, validated.
+fn attention_dims(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    layout: AttentionLayout,
+    causal: bool,
+) -> Result<AttentionDims> {
+    let (qd, kd) = (q.dims().to_vec(), k.dims().to_vec());
+    // Axis indices of (batch, heads, seq, d_head) in this layout.
+    let (h_ax, s_ax) = match layout {
+        AttentionLayout::BatchHeadSeq => (1, 2),
+        AttentionLayout::BatchSeqHead => (2, 1),
+    };
+    if qd.len() != 4
+        || kd.len() != 4
+        || qd[0] != kd[0]
+        || qd[h_ax] != kd[h_ax]
+        || qd[3] != kd[3]
+        || v.dims() != kd.as_slice()
+    {
+        return Err(TensorError::ShapeMismatch {
+            op: match layout {
+                AttentionLayout::BatchHeadSeq => {
+                    "flash_attention (q [b,h,sq,d], k and v [b,h,sk,d])"
+                }
+                AttentionLayout::BatchSeqHead => {
+                    "flash_attention (q [b,sq,h,d], k and v [b,sk,h,d])"
+                }
+            },
+            expected: qd,
+            got: if v.dims() != kd.as_slice() {
+                v.dims().to_vec()
+            } else {
+                kd
+            },
+        }
+        .into());
+    }
+    let dims = AttentionDims {
+        batch: qd[0],
+        n_heads: qd[h_ax],
+        seq_q: qd[s_ax],
+        seq_k: kd[s_ax],
+        d_head: qd[3],
+    };
+    if dims.d_head == 0 {
+        return Err(TensorError::InvalidArgument {
+            op: "flash_attention",
+            message: format!("d_head is 0 (q shape {qd:?}); attention needs d_head >= 1"),
+        }
+        .into());
+    }
+    if causal && dims.seq_q > dims.seq_k {
+        return Err(TensorError::InvalidArgument {
+            op: "flash_attention",
+            message: format!(
+                "causal attention with seq_q {} > seq_k {}",
+                dims.seq_q, dims.seq_k
+            ),
+        }
+        .into());
+    }
+    Ok(dims)
+}
+
+/// [`flash_attention`] with the tensors in `layout`: for
+/// [`AttentionLayout::BatchSeqHead`], `q [batch, seq_q, heads, d_head]` and
+/// `k, v [batch, seq_k, heads, d_head]`, and the output is `[batch, seq_q, heads, d_head]` — the
+/// layout of a reshaped projection, so no transposition is needed before or after.
+///
+/// # Errors
+/// As [`flash_attention`].
+pub fn flash_attention_with_layout(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    layout: AttentionLayout,
+    scale: f32,
+    causal: bool,
+) -> Result<Variable> {
+    let dims = attention_dims(q, k, v, layout, causal)?;
+    let be = backend("flash_attention", &[q, k, v])?;
+    let (value, lse) = be.flash_attention_forward(
+        "flash_attention",
+        q.value(),
+        k.value(),
+        v.value(),
+        dims,
+        layout,
+        scale,
+        causal,
+        ACT,
+    )?;
+    Ok(Variable::from_op(
+        "flash_attention",
+        value,
+        vec![q.clone(), k.clone(), v.clone()],
+        move |p, out, g| {
+            let (dq, dk, dv) = be.flash_attention_backward(
+                "flash_attention (vjp)",
+                p[0].value(),
+                p[1].value(),
+                p[2].value(),
+                out,
+                &lse,
+                g,
+                dims,
+                layout,
+                scale,
+                causal,
+                GRAD,
+            )?;
+            Ok(vec![
+                p[0].requires_grad().then_some(dq),
+                p[1].requires_grad().then_some(dk),
+                p[2].requires_grad().then_some(dv),
+            ])
+        },
+    ))
+}
+
+/// Causal self-attention with softmax scale `1/√d_head` (Vaswani et al. 2017, eq. 1), computed
+/// as `kind` says, for `q [.., seq_q, ..]` and `k, v [.., seq_k, ..]` in `layout` (query `i`
+/// sees keys `j <= i + (seq_k − seq_q)`, so `seq_q < seq_k` attends over a cache of earlier
+/// positions). The output has `q`'s shape.
+///
+/// Materialized attention multiplies per-head `[seq, d_head]` matrices (in
+/// [`AttentionLayout::BatchSeqHead`] it swaps axes 1 and 2 before and after); flash attention
+/// reads either layout directly.
+///
+/// # Errors
+/// As [`flash_attention`].
+pub fn causal_attention(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    layout: AttentionLayout,
+    kind: AttentionKind,
+) -> Result<Variable> {
+    let dims = attention_dims(q, k, v, layout, true)?;
+    let scale = 1.0 / (dims.d_head as f32).sqrt();
+    match (kind, layout) {
+        (AttentionKind::Flash, _) => flash_attention_with_layout(q, k, v, layout, scale, true),
+        (AttentionKind::Materialized, AttentionLayout::BatchHeadSeq) => {
+            materialized(q, k, v, scale)
+        }
+        (AttentionKind::Materialized, AttentionLayout::BatchSeqHead) => {
+            let (q, k, v) = (
+                super::swap_axes_1_2(q)?,
+                super::swap_axes_1_2(k)?,
+                super::swap_axes_1_2(v)?,
+            );
+            super::swap_axes_1_2(&materialized(&q, &k, &v, scale)?)
+        }
+    }
+}
+
+/// `softmax(scale · Q·Kᵀ + causal mask) · V` in `[batch, heads, seq, d_head]`, from `bmm` and
+/// `causal_softmax`.
+fn materialized(q: &Variable, k: &Variable, v: &Variable, scale: f32) -> Result<Variable> {
+    let scores = super::bmm(q, k, true)?;
+    let probs = super::causal_softmax(&scores, scale, true)?;
+    super::bmm(&probs, v, false)
+}

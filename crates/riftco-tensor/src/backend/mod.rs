@@ -1,0 +1,381 @@
+//! The device seam: one trait, [`Backend`], covers every kernel family the differentiable ops,
+//! the optimizer and decoding use, on tensors of one device. Ops never touch host slices: they
+//! ask [`backend_of`] for the backend of their operands' device (a
+//! [`TensorError::DeviceMismatch`] when operands disagree) and call it.
+//!
+//! - [`cpu::CpuBackend`]: host memory and the SIMD kernels of `riftco-kernels` (always
+//!   registered for [`Device::Cpu`]).
+//! - [`mirror::MirrorBackend`]: a test backend on [`Device::PrivateUse1`] that keeps its buffers
+//!   in another type (`u32` bit patterns) and runs the CPU kernels on copies; a training step on
+//!   it gives bitwise the CPU's results, which shows that nothing bypasses the trait.
+//!
+//! A new device implements [`Backend`] (and [`crate::storage::DeviceBuffer`] for its buffers)
+//! and is registered with [`register`]; a new kernel family is one trait method, implemented by
+//! every backend.
+//!
+//! Conventions: every method allocates its outputs on its own device in the given memory
+//! category; `op` names the caller in errors. Shapes are validated by the callers (the ops);
+//! a backend may assume consistent lengths and returns [`TensorError::LengthMismatch`] rather
+//! than panicking where they are not.
+
+pub mod cpu;
+pub mod mirror;
+
+use crate::storage::Buffer;
+use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
+pub use riftco_kernels::attention::{AttentionDims, AttentionLayout};
+pub use riftco_kernels::rope::RopeTable;
+pub use riftco_kernels::{AdamHyper, MatmulSpec};
+use std::fmt;
+use std::sync::RwLock;
+
+/// A pair of output tensors.
+pub type Pair = (Tensor, Tensor);
+
+/// The kernels of one device (see the [module documentation](self)).
+#[allow(clippy::too_many_arguments)]
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// The device whose tensors this backend computes on.
+    fn device(&self) -> Device;
+
+    /// Bytes of freed buffers this backend's pool keeps for reuse (in no memory category).
+    fn cached_bytes(&self) -> usize {
+        0
+    }
+
+    // ---- memory and transfers -------------------------------------------------------------
+
+    /// A buffer of `numel` elements on this device: every element `value`, or unspecified
+    /// contents (a kernel overwrites all of them) with `None`.
+    ///
+    /// # Errors
+    /// [`TensorError::OutOfMemory`] naming `op`.
+    fn alloc(&self, op: &'static str, numel: usize, fill: Option<f32>) -> Result<Buffer>;
+
+    /// A buffer on this device holding a copy of the host elements `data`.
+    ///
+    /// # Errors
+    /// [`TensorError::OutOfMemory`] naming `op`.
+    fn upload(&self, op: &'static str, data: &[f32]) -> Result<Buffer>;
+
+    /// The elements of `buffer` (one of this backend's) copied to host memory.
+    ///
+    /// # Errors
+    /// [`TensorError::OutOfMemory`]; [`TensorError::InvalidArgument`] for a buffer of another
+    /// backend.
+    fn download(&self, op: &'static str, buffer: &Buffer) -> Result<Vec<f32>>;
+
+    /// An independent copy of `src` (same shape and device) in `category`.
+    fn copy(&self, op: &'static str, src: &Tensor, category: MemoryCategory) -> Result<Tensor>;
+
+    /// Copies `len` elements of `src` from element `src_offset` into `dst` from element
+    /// `dst_offset` (in place; bumps `dst`'s version). Callers check the ranges.
+    fn copy_range(
+        &self,
+        op: &'static str,
+        dst: &Tensor,
+        dst_offset: usize,
+        src: &Tensor,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    // ---- element-wise and reductions ------------------------------------------------------
+
+    /// `a + b` (same lengths), shape of `a`.
+    fn add(&self, op: &'static str, a: &Tensor, b: &Tensor, c: MemoryCategory) -> Result<Tensor>;
+    /// `a ⊙ b`.
+    fn mul(&self, op: &'static str, a: &Tensor, b: &Tensor, c: MemoryCategory) -> Result<Tensor>;
+    /// `alpha · x`.
+    fn scale(&self, op: &'static str, x: &Tensor, alpha: f32, c: MemoryCategory) -> Result<Tensor>;
+    /// `dst += src` in place (bumps `dst`'s version).
+    fn add_assign(&self, op: &'static str, dst: &Tensor, src: &Tensor) -> Result<()>;
+    /// `dst += alpha · x` in place (bumps `dst`'s version).
+    fn axpy(&self, op: &'static str, alpha: f32, x: &Tensor, dst: &Tensor) -> Result<()>;
+    /// The sum of all elements (accumulated in f64 in index order) as a rank-0 tensor.
+    fn sum(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor>;
+
+    // ---- SiLU / SwiGLU --------------------------------------------------------------------
+
+    /// `x · σ(x)`.
+    fn silu(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor>;
+    /// `g · σ(x)(1 + x(1 − σ(x)))`.
+    fn silu_backward(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// `SiLU(gate) ⊙ up`.
+    fn swiglu(
+        &self,
+        op: &'static str,
+        gate: &Tensor,
+        up: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// `(d gate, d up)` of [`Backend::swiglu`] for upstream `g`.
+    fn swiglu_backward(
+        &self,
+        op: &'static str,
+        gate: &Tensor,
+        up: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Pair>;
+
+    // ---- RMSNorm --------------------------------------------------------------------------
+
+    /// RMSNorm over the last axis of `x` (`weight [d]`): `(y, rstd [rows])`.
+    fn rms_norm(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        c: MemoryCategory,
+    ) -> Result<Pair>;
+    /// `(dx, dweight)` of RMSNorm; `dweight` only with `weight_grad`.
+    fn rms_norm_backward(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        weight: &Tensor,
+        rstd: &Tensor,
+        g: &Tensor,
+        weight_grad: bool,
+        c: MemoryCategory,
+    ) -> Result<(Tensor, Option<Tensor>)>;
+
+    // ---- RoPE -----------------------------------------------------------------------------
+
+    /// Rotary embedding of `x [batch, seq, heads, d_head]` at positions `start_pos..`; with
+    /// `inverse` the opposite rotation (its VJP).
+    fn rope(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        table: &RopeTable,
+        seq: usize,
+        heads: usize,
+        start_pos: usize,
+        inverse: bool,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+
+    // ---- softmax --------------------------------------------------------------------------
+
+    /// Softmax of each row of `cols` elements.
+    fn softmax(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        cols: usize,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// `scale · (softmax VJP)` given the forward output `y` and upstream `g` (rows of `cols`).
+    fn softmax_backward(
+        &self,
+        op: &'static str,
+        y: &Tensor,
+        g: &Tensor,
+        cols: usize,
+        scale: f32,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// Scaled (optionally causal) softmax of attention scores `[.., seq_q, seq_k]`.
+    fn causal_softmax(
+        &self,
+        op: &'static str,
+        scores: &Tensor,
+        dims: AttentionDims,
+        scale: f32,
+        causal: bool,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+
+    // ---- matrix products and layout -------------------------------------------------------
+
+    /// `op(A) · op(B)` of `spec`, output of `shape`.
+    fn matmul(
+        &self,
+        op: &'static str,
+        spec: MatmulSpec,
+        a: &Tensor,
+        b: &Tensor,
+        shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// `batch` independent products of `spec`, output of `shape`.
+    fn batched_matmul(
+        &self,
+        op: &'static str,
+        batch: usize,
+        spec: MatmulSpec,
+        a: &Tensor,
+        b: &Tensor,
+        shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// Swaps axes 1 and 2 of `x` of dimensions `dims`.
+    fn transpose_0213(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        dims: [usize; 4],
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+
+    // ---- embedding and loss ---------------------------------------------------------------
+
+    /// Rows `ids` of `table [vocab, d]`: `[ids.len(), d]`.
+    fn embedding(
+        &self,
+        op: &'static str,
+        table: &Tensor,
+        ids: &[u32],
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// The table gradient `[vocab, d]` (zeros plus each row of `g` added at its id, in order).
+    fn embedding_backward(
+        &self,
+        op: &'static str,
+        ids: &[u32],
+        g: &Tensor,
+        vocab: usize,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// Mean cross-entropy of `logits [rows, vocab]` against `targets`: `(loss [], lse [rows])`.
+    fn cross_entropy(
+        &self,
+        op: &'static str,
+        logits: &Tensor,
+        targets: &[u32],
+        c: MemoryCategory,
+    ) -> Result<Pair>;
+    /// `dlogits` of the mean cross-entropy for the upstream scalar `g`.
+    fn cross_entropy_backward(
+        &self,
+        op: &'static str,
+        logits: &Tensor,
+        targets: &[u32],
+        lse: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+
+    // ---- attention ------------------------------------------------------------------------
+
+    /// FlashAttention-2 forward (Dao 2023, Algorithm 1): `(out, lse [batch, heads, seq_q])`.
+    fn flash_attention_forward(
+        &self,
+        op: &'static str,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        dims: AttentionDims,
+        layout: AttentionLayout,
+        scale: f32,
+        causal: bool,
+        c: MemoryCategory,
+    ) -> Result<Pair>;
+    /// FlashAttention-2 backward (Dao 2023, Algorithm 2): `(dq, dk, dv)`.
+    fn flash_attention_backward(
+        &self,
+        op: &'static str,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        lse: &Tensor,
+        g: &Tensor,
+        dims: AttentionDims,
+        layout: AttentionLayout,
+        scale: f32,
+        causal: bool,
+        c: MemoryCategory,
+    ) -> Result<(Tensor, Tensor, Tensor)>;
+
+    // ---- optimizer ------------------------------------------------------------------------
+
+    /// One Adam/AdamW update at 1-based `step`, in place on `param`, `m` and `v` (bumps their
+    /// versions).
+    fn adam_update(
+        &self,
+        op: &'static str,
+        param: &Tensor,
+        grad: &Tensor,
+        m: &Tensor,
+        v: &Tensor,
+        step: u64,
+        hyper: AdamHyper,
+    ) -> Result<()>;
+}
+
+static REGISTERED: RwLock<Vec<(Device, &'static dyn Backend)>> = RwLock::new(Vec::new());
+
+/// Registers `backend` for its device (replacing an earlier registration; the CPU's cannot be
+/// replaced). Backends live for the rest of the process.
+///
+/// # Errors
+/// [`TensorError::InvalidArgument`] for a backend whose device is [`Device::Cpu`].
+pub fn register(backend: Box<dyn Backend>) -> Result<&'static dyn Backend> {
+    let device = backend.device();
+    if device == Device::Cpu {
+        return Err(TensorError::InvalidArgument {
+            op: "backend::register",
+            message: "the CPU backend is built in and cannot be replaced".into(),
+        });
+    }
+    let backend: &'static dyn Backend = Box::leak(backend);
+    let mut list = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    list.retain(|(d, _)| *d != device);
+    list.push((device, backend));
+    Ok(backend)
+}
+
+/// The backend of `device`.
+///
+/// # Errors
+/// [`TensorError::DeviceUnavailable`] when no backend is registered for it (`Metal` on every
+/// build today).
+pub fn for_device(device: Device) -> Result<&'static dyn Backend> {
+    if device == Device::Cpu {
+        return Ok(&cpu::CpuBackend);
+    }
+    let list = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, b)) = list.iter().find(|(d, _)| *d == device) {
+        return Ok(*b);
+    }
+    drop(list);
+    match device {
+        Device::PrivateUse1 => Err(TensorError::DeviceUnavailable {
+            device,
+            reason: "no backend is registered for it (riftco_tensor::backend::register)".into(),
+        }),
+        _ => device
+            .check_available()
+            .and(Err(TensorError::DeviceUnavailable {
+                device,
+                reason: "no backend is registered for it".into(),
+            })),
+    }
+}
+
+/// The backend of the device all `tensors` live on.
+///
+/// # Errors
+/// [`TensorError::DeviceMismatch`] naming `op` and the first two devices that differ;
+/// [`TensorError::DeviceUnavailable`] as [`for_device`].
+pub fn backend_of(op: &'static str, tensors: &[&Tensor]) -> Result<&'static dyn Backend> {
+    let device = tensors.first().map_or(Device::Cpu, |t| t.device());
+    if let Some(other) = tensors.iter().map(|t| t.device()).find(|d| *d != device) {
+        return Err(TensorError::DeviceMismatch {
+            op,
+            lhs: device,
+            rhs: other,
+        });
+    }
+    for_device(device)
+}
