@@ -12,6 +12,7 @@
 pub mod block;
 pub mod config;
 pub mod decode;
+pub mod device;
 pub mod error;
 pub mod linear;
 pub mod model;

@@ -183,7 +183,7 @@ impl Revision {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn bump(&self, change: &'static str) {
+    pub(crate) fn bump(&self, change: &'static str) {
         let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
         *r = (r.0 + 1, change);
     }

@@ -1,0 +1,69 @@
+//! Moving a model between devices.
+
+use crate::error::Result;
+use crate::model::DecoderOnlyTransformer;
+use riftco_autograd::Variable;
+use riftco_tensor::Device;
+
+impl DecoderOnlyTransformer {
+    /// The device the weights live on (the token embedding's; [`Self::to_device`] keeps every
+    /// parameter on one device).
+    pub fn device(&self) -> Device {
+        self.weights().embed.value().device()
+    }
+
+    /// Every parameter (base and LoRA) and its gradient, moved to `device` in place, like
+    /// PyTorch's `module.to(device)`. Each transfer bumps the tensor's version, so graphs
+    /// recorded before are stale, and decode sessions opened before refuse to decode (their
+    /// K/V cache lives on the old device). Optimizers hold their moments on the device the
+    /// parameters had when they were built: build them after moving the model. Moving to the
+    /// current device is a no-op apart from the version bumps.
+    ///
+    /// # Errors
+    /// `TensorError::DeviceUnavailable` for a device without backend; `OutOfMemory` when a copy
+    /// cannot be allocated — then every parameter already moved is moved back, so the model is
+    /// never split across devices.
+    pub fn to_device(&mut self, device: Device) -> Result<()> {
+        riftco_tensor::backend::for_device(device)?;
+        let from = self.device();
+        let mut params: Vec<Variable> = self
+            .weights()
+            .named_base_parameters()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        params.extend(
+            self.weights()
+                .named_lora_parameters()
+                .into_iter()
+                .map(|(_, p)| p),
+        );
+        let mut moved = Vec::with_capacity(2 * params.len());
+        let mut result = Ok(());
+        for p in &params {
+            let mut tensors = vec![p.value().clone()];
+            tensors.extend(p.grad());
+            for mut t in tensors {
+                let back = t.clone();
+                if let Err(e) = t.transfer_to(device) {
+                    result = Err(e);
+                    break;
+                }
+                moved.push(back);
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        if let Err(e) = result {
+            for mut t in moved {
+                // Moving back into memory just released: a failure here leaves that tensor
+                // on `device`, which later ops report as a DeviceMismatch.
+                let _ = t.transfer_to(from);
+            }
+            return Err(e.into());
+        }
+        self.revision().bump("to_device");
+        Ok(())
+    }
+}
