@@ -7,12 +7,14 @@
 //! - `variable`: `Variable` and NumPy conversions; `functional`: differentiable ops;
 //!   `checkpoint`: `checkpoint()` with a Python callable.
 //! - `config`, `model`: `TransformerConfig`, `DecoderOnlyTransformer`, `DecodeSession`.
-//! - `optim`: `Adam`, `AdamW`; `memory`: `memory_stats()`; `kernels`: raw kernels on NumPy.
+//! - `optim`: `Adam`, `AdamW`; `memory`: `memory_stats()`; `kernels`: raw kernels on NumPy;
+//!   `devices`: the test backend switch.
 
 use pyo3::prelude::*;
 
 mod checkpoint;
 mod config;
+mod devices;
 mod errors;
 mod functional;
 mod kernels;
@@ -34,5 +36,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     model::register(m)?;
     optim::register(m)?;
     memory::register(m)?;
+    devices::register(m)?;
     Ok(())
 }

@@ -26,17 +26,28 @@ fn entry<'py>(py: Python<'py>, s: CategoryStats) -> PyResult<Bound<'py, PyDict>>
 /// (Adam moments), ``activation`` (forward values retained by graphs), ``workspace`` (inputs
 /// built from user data, temporaries). ``total`` is the peak of the sum, not the sum of peaks.
 ///
+/// Each device has its own counters (like ``torch.cuda.memory_stats(device)``); a transfer
+/// moves a tensor's bytes from one device's counters to the other's.
+///
+/// Args:
+///     device: the device whose counters to read (``"cpu"``, the default).
+///
 /// Returns:
 ///     dict[str, dict[str, int]]: keys ``parameter``, ``gradient``, ``optimizer_state``,
 ///     ``activation``, ``workspace``, ``total``; each ``{"current_bytes", "peak_bytes"}``.
+///
+/// Raises:
+///     ConfigError: for an unknown device name (the message lists the valid ones).
 ///
 /// Example:
 ///     >>> import riftco
 ///     >>> sorted(riftco.memory_stats()["total"])
 ///     ['current_bytes', 'peak_bytes']
 #[pyfunction]
-fn memory_stats(py: Python<'_>) -> PyResult<Py<PyDict>> {
-    let stats = riftco_tensor::memory_stats();
+#[pyo3(signature = (device = "cpu"))]
+fn memory_stats(py: Python<'_>, device: &str) -> PyResult<Py<PyDict>> {
+    let device = riftco_tensor::Device::parse(device).map_err(crate::errors::tensor_err)?;
+    let stats = riftco_tensor::memory_stats_for(device);
     let d = PyDict::new(py);
     for c in MemoryCategory::ALL {
         d.set_item(c.name(), entry(py, stats.get(c))?)?;

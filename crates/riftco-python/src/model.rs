@@ -99,25 +99,31 @@ impl PyModel {
     /// Places the model on a device and returns it (for chaining).
     ///
     /// Args:
-    ///     device: ``"cpu"`` or ``"metal"`` (case-insensitive).
+    ///     device: ``"cpu"``, ``"metal"`` or ``"privateuseone"`` (case-insensitive).
     ///
     /// Returns:
     ///     DecoderOnlyTransformer: this model.
     ///
+    /// Every parameter and its gradient move to the device (in place, like PyTorch's
+    /// ``module.to``): graphs recorded before are stale, decode sessions opened before refuse to
+    /// decode, and optimizers should be built after the move.
+    ///
     /// Raises:
     ///     DeviceUnavailableError: for ``"metal"`` on builds without the Metal backend (every
-    ///         non-macOS build); also a RuntimeError.
+    ///         non-macOS build) and for a device with no backend; also a RuntimeError.
     ///     ConfigError: for any other name (the message lists the valid ones).
-    fn to(slf: Py<Self>, device: &str) -> PyResult<Py<Self>> {
+    fn to(slf: Py<Self>, py: Python<'_>, device: &str) -> PyResult<Py<Self>> {
         let d = Device::parse(device).map_err(tensor_err)?;
         d.check_available().map_err(tensor_err)?;
+        let model = slf.get();
+        compute(py, || model.write().to_device(d))?;
         Ok(slf)
     }
 
-    /// The device the weights live on (``"cpu"``).
+    /// The device the weights live on (``"cpu"`` unless moved with ``to``).
     #[getter]
     fn device(&self) -> &'static str {
-        Device::Cpu.name()
+        self.read().device().name()
     }
 
     /// The activation-checkpointing policy of later training forwards: ``"disabled"`` or

@@ -84,7 +84,8 @@ pub(crate) fn tensor_to_numpy<'py>(
     t: &Tensor,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let dims = t.dims().to_vec();
-    let data = t.to_vec();
+    // Explicit host access: a copy from whatever device the tensor lives on.
+    let data = t.to_host().map_err(crate::errors::tensor_err)?;
     let arr = ArrayD::from_shape_vec(IxDyn(&dims), data)
         .map_err(|e| Kind::Shape.err(format!("tensor of shape {dims:?}: {e}")))?;
     Ok(arr.into_pyarray(py))
@@ -96,7 +97,12 @@ impl PyVariable {
     #[pyo3(signature = (array, requires_grad = false, name = None))]
     fn new(array: &Bound<'_, PyAny>, requires_grad: bool, name: Option<String>) -> PyResult<Self> {
         if let Ok(v) = array.cast::<PyVariable>() {
-            let t = v.get().0.value().deep_clone(MemoryCategory::Workspace);
+            let t = v
+                .get()
+                .0
+                .value()
+                .try_deep_clone(MemoryCategory::Workspace)
+                .map_err(crate::errors::tensor_err)?;
             return Ok(Self(make_leaf(t, requires_grad, name)));
         }
         let (data, shape) = float32_data(array)?;

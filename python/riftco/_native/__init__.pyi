@@ -97,10 +97,14 @@ def matmul(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDArra
     an argument is not a 2-D float32 array.
     """
 
-def memory_stats() -> dict[str, dict[str, int]]:
-    """Current and peak bytes by category: keys ``parameter``, ``gradient``,
-    ``optimizer_state``, ``activation``, ``workspace``, ``total`` (the peak of the sum), each
-    ``{"current_bytes": int, "peak_bytes": int}``."""
+def _install_mirror_backend() -> None:
+    """Registers the mirror test backend for ``"privateuseone"`` (CPU kernels behind the device
+    seam; bitwise the CPU's results). For tests."""
+
+def memory_stats(device: str = "cpu") -> dict[str, dict[str, int]]:
+    """Current and peak bytes by category on ``device`` (each device has its own counters):
+    keys ``parameter``, ``gradient``, ``optimizer_state``, ``activation``, ``workspace``,
+    ``total`` (the peak of the sum), each ``{"current_bytes": int, "peak_bytes": int}``."""
 
 def reset_peak_memory_stats() -> None:
     """Sets every peak counter of ``memory_stats()`` to its current value."""
@@ -269,8 +273,9 @@ class DecoderOnlyTransformer:
         activation_checkpointing: str = "disabled",
     ) -> DecoderOnlyTransformer: ...
     def to(self, device: str) -> DecoderOnlyTransformer:
-        """``"cpu"`` returns the model; ``"metal"`` raises ``DeviceUnavailableError`` on
-        non-macOS builds; other names raise ``ConfigError``."""
+        """Moves every parameter and gradient to ``device`` in place and returns the model;
+        ``"metal"`` raises ``DeviceUnavailableError`` on non-macOS builds (so does
+        ``"privateuseone"`` until a backend is registered); other names raise ``ConfigError``."""
     @property
     def device(self) -> str: ...
     @property

@@ -1,0 +1,79 @@
+"""The device seam from Python: a model moved to the mirror test backend ("privateuseone",
+CPU kernels behind the backend trait, buffers no CPU kernel can read) trains and decodes
+bitwise like the same model on "cpu"; memory is counted per device; host access (numpy) is an
+explicit copy; mixing devices is a clear error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import riftco
+
+TINY = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=2, d_ff=48, max_seq_len=16)
+
+
+def tokens(batch: int, seq_plus_one: int) -> np.ndarray:
+    return np.random.default_rng(5).integers(0, 64, size=(batch, seq_plus_one))
+
+
+def model(attention: str, policy: str) -> riftco.DecoderOnlyTransformer:
+    return riftco.DecoderOnlyTransformer(
+        riftco.TransformerConfig(**TINY), attention=attention, activation_checkpointing=policy
+    )
+
+
+@pytest.mark.parametrize("attention", ["flash", "materialized"])
+@pytest.mark.parametrize("policy", ["disabled", "block"])
+def test_training_on_the_mirror_backend_is_bitwise_the_cpu(attention: str, policy: str) -> None:
+    riftco._native._install_mirror_backend()
+    cpu = model(attention, policy)
+    dev = model(attention, policy).to("privateuseone")
+    assert dev.device == "privateuseone" and cpu.device == "cpu"
+    opt_cpu = riftco.Adam(cpu.parameters(), lr=1e-2)
+    opt_dev = riftco.Adam(dev.parameters(), lr=1e-2)
+    block = tokens(2, 9)
+    for _ in range(2):
+        lc, ld = cpu.loss(block), dev.loss(block)
+        assert lc.numpy().tobytes() == ld.numpy().tobytes()
+        lc.backward()
+        ld.backward()
+        for (name, pc), (_, pd) in zip(cpu.named_parameters(), dev.named_parameters()):
+            gc, gd = pc.grad, pd.grad
+            assert gc is not None and gd is not None, name
+            assert gc.tobytes() == gd.tobytes(), name
+        opt_cpu.step()
+        opt_dev.step()
+    for (name, pc), (_, pd) in zip(cpu.named_parameters(), dev.named_parameters()):
+        assert pc.numpy().tobytes() == pd.numpy().tobytes(), name
+    sc, sd = cpu.decode_session(), dev.decode_session()
+    for t in [3, 1, 4, 1, 5]:
+        assert sc.decode_token(t).tobytes() == sd.decode_token(t).tobytes()
+
+
+def test_memory_is_counted_per_device() -> None:
+    riftco._native._install_mirror_backend()
+    before = riftco.memory_stats(device="privateuseone")["parameter"]["current_bytes"]
+    cpu_before = riftco.memory_stats()["parameter"]["current_bytes"]
+    m = model("flash", "disabled")
+    n_bytes = 4 * sum(p.numpy().size for _, p in m.named_parameters())
+    assert riftco.memory_stats()["parameter"]["current_bytes"] - cpu_before == n_bytes
+    m.to("privateuseone")
+    assert riftco.memory_stats(device="privateuseone")["parameter"]["current_bytes"] - before == n_bytes
+    assert riftco.memory_stats(device="cpu")["parameter"]["current_bytes"] == cpu_before
+    with pytest.raises(riftco.ConfigError, match='"tpu"'):
+        riftco.memory_stats(device="tpu")
+
+
+def test_a_graph_recorded_before_the_move_is_stale_and_mixing_devices_is_an_error() -> None:
+    riftco._native._install_mirror_backend()
+    m = model("flash", "block")
+    loss = m.loss(tokens(1, 5))
+    m.to("privateuseone")
+    with pytest.raises(riftco.StaleGraphError):
+        loss.backward()
+    m.loss(tokens(1, 5)).backward()  # a fresh graph on the new device works
+    x = riftco.Variable(np.ones((2, 32), np.float32))
+    w = dict(m.named_parameters())["model.layers.0.self_attn.q_proj.weight"]
+    with pytest.raises(riftco.RiftcoError, match="different devices.*cpu.*privateuseone"):
+        riftco.functional.linear(x, w)
