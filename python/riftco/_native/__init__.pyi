@@ -35,6 +35,7 @@ __all__ = [
     "Adam",
     "AdamW",
     "memory_stats",
+    "_install_mirror_backend",
     "cached_bytes",
     "empty_cache",
     "reset_peak_memory_stats",
