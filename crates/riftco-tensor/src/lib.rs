@@ -9,6 +9,7 @@
 pub mod alloc;
 pub mod device;
 pub mod error;
+pub mod error_kind;
 pub mod memory;
 pub mod pool;
 pub mod random;
@@ -18,6 +19,7 @@ pub mod tensor;
 
 pub use device::Device;
 pub use error::{Result, TensorError};
+pub use error_kind::{ClassifiedError, ErrorKind};
 pub use memory::{
     memory_stats, reset_peak_memory_stats, CategoryStats, MemoryCategory, MemoryStats,
 };
