@@ -318,6 +318,9 @@ pub extern "C" fn rt_status_name(status: u32) -> *const c_char {
 }
 
 #[cfg(test)]
+mod kind_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
