@@ -181,7 +181,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add(class.name(), &cls)?;
         let _ = TYPES[index].set(py, cls.unbind());
     }
-    m.add_function(wrap_pyfunction!(_error_kind_classes, m)?)?;
+    // A private test hook: set as an attribute so that it stays out of `__all__`.
+    m.setattr("_error_kind_classes", wrap_pyfunction!(_error_kind_classes, m)?)?;
     Ok(())
 }
 
