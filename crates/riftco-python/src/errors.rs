@@ -182,7 +182,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let _ = TYPES[index].set(py, cls.unbind());
     }
     // A private test hook: set as an attribute so that it stays out of `__all__`.
-    m.setattr("_error_kind_classes", wrap_pyfunction!(_error_kind_classes, m)?)?;
+    m.setattr(
+        "_error_kind_classes",
+        wrap_pyfunction!(_error_kind_classes, m)?,
+    )?;
     Ok(())
 }
 
