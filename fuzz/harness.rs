@@ -73,7 +73,7 @@ fn check<T>(what: &str, r: Result<T, TransformerError>, out: &mut Outcome) -> Op
                 TransformerError::State { .. }
                     | TransformerError::Io { .. }
                     | TransformerError::Config { .. }
-                    | TransformerError::Lora(_)
+                    | TransformerError::Lora { .. }
             );
             let text = e.to_string();
             assert!(clear, "{what}: unexpected error kind {e:?}");

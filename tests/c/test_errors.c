@@ -99,6 +99,21 @@ static void test_version_and_messages(void) {
                 RT_ERROR_BUFFER_TOO_SMALL == 10);
 }
 
+/*
+ * Statuses appended for error kinds the C layer used to fold into others: a checkpoint contract
+ * violation (was RT_ERROR_INTERNAL) and operands on different devices (was RT_ERROR_SHAPE).
+ * Neither can be triggered through this ABI today (the library's own checkpointed blocks declare
+ * their dependencies, and every tensor lives on the CPU), so this checks the header's values
+ * and their names in the library; crates/riftco-capi/src/error/kind_tests.rs checks that the
+ * core errors reach the boundary with these statuses.
+ */
+static void test_new_statuses(void) {
+    EXPECT_TRUE(RT_ERROR_INTERNAL == 13 && RT_ERROR_OUT_OF_MEMORY == 14 &&
+                RT_ERROR_CHECKPOINT == 15 && RT_ERROR_DEVICE_MISMATCH == 16);
+    EXPECT_TRUE(strcmp(rt_status_name(RT_ERROR_CHECKPOINT), "RT_ERROR_CHECKPOINT") == 0);
+    EXPECT_TRUE(strcmp(rt_status_name(RT_ERROR_DEVICE_MISMATCH), "RT_ERROR_DEVICE_MISMATCH") == 0);
+}
+
 static void test_free_null(void) {
     rt_model_free(NULL);
     rt_graph_free(NULL);
@@ -441,6 +456,7 @@ static void test_memory(void) {
 int main(int argc, char **argv) {
     const char *scratch = argc > 1 ? argv[1] : ".";
     test_version_and_messages();
+    test_new_statuses();
     test_free_null();
     test_create();
     test_policy_and_training(scratch);

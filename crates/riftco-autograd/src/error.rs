@@ -1,6 +1,6 @@
 //! Errors of graph construction, backward passes and checkpoint replay.
 
-use riftco_tensor::TensorError;
+use riftco_tensor::{ClassifiedError, ErrorKind, TensorError};
 use std::sync::Arc;
 
 /// Why a [`crate::checkpoint()`] call or its replay was rejected (the replay contract).
@@ -94,15 +94,62 @@ pub enum AutogradError {
         message: String,
     },
     /// An error raised by user code (for example a Python exception inside a checkpoint
-    /// callable), carried unchanged so the binding can re-raise the original.
+    /// callable, or a `TransformerError` of a checkpointed block), carried unchanged so the
+    /// binding can re-raise the original; its kind is the carried error's.
     #[error("{0}")]
-    External(Arc<dyn std::error::Error + Send + Sync>),
+    External(Arc<dyn ClassifiedError>),
+}
+
+impl CheckpointError {
+    /// The class of this error: every checkpoint contract violation is
+    /// [`ErrorKind::Checkpoint`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CheckpointError::DuplicateDependency { .. }
+            | CheckpointError::DependencyNotLeaf { .. }
+            | CheckpointError::MissingDependency { .. }
+            | CheckpointError::CapturedExternalNode { .. }
+            | CheckpointError::UndeclaredLeaf { .. }
+            | CheckpointError::InputUnused { .. }
+            | CheckpointError::DependencyUnused { .. }
+            | CheckpointError::ReplayShapeChanged { .. }
+            | CheckpointError::BackwardInsideReplay { .. }
+            | CheckpointError::ReentrantReplay { .. }
+            | CheckpointError::ReplayDeviceChanged { .. } => ErrorKind::Checkpoint,
+        }
+    }
 }
 
 impl AutogradError {
-    /// Wraps any user error.
-    pub fn external<E: std::error::Error + Send + Sync + 'static>(e: E) -> Self {
+    /// Wraps a user error; its [`ClassifiedError::kind`] becomes this error's kind.
+    pub fn external<E: ClassifiedError>(e: E) -> Self {
         AutogradError::External(Arc::new(e))
+    }
+
+    /// The class of this error (what the Python and C layers map to an exception or a status).
+    /// A nested error (`Tensor`, `Checkpoint`, `External`) has the kind of the error it carries.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            AutogradError::Tensor(e) => e.kind(),
+            AutogradError::StaleGraph { .. } => ErrorKind::StaleGraph,
+            AutogradError::NotScalar { .. } => ErrorKind::Shape,
+            AutogradError::NoGradient { .. } => ErrorKind::Backward,
+            AutogradError::Checkpoint(e) => e.kind(),
+            AutogradError::Panic { .. } => ErrorKind::Panic,
+            AutogradError::External(e) => e.kind(),
+        }
+    }
+}
+
+impl ClassifiedError for CheckpointError {
+    fn kind(&self) -> ErrorKind {
+        CheckpointError::kind(self)
+    }
+}
+
+impl ClassifiedError for AutogradError {
+    fn kind(&self) -> ErrorKind {
+        AutogradError::kind(self)
     }
 }
 

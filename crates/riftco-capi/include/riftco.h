@@ -99,7 +99,7 @@ enum rt_status
      */
     RT_ERROR_INVALID_STRING = 12,
     /**
-     * Any other internal failure (checkpoint contract violations, ...).
+     * Any other internal failure (an error of no known class; please report the message).
      */
     RT_ERROR_INTERNAL = 13,
     /**
@@ -107,6 +107,15 @@ enum rt_status
      * the operation and the bytes.
      */
     RT_ERROR_OUT_OF_MEMORY = 14,
+    /**
+     * A `checkpoint()` contract violation (undeclared dependency, captured node, replay that
+     * changed shape or device, backward inside a replay); the message names the checkpoint.
+     */
+    RT_ERROR_CHECKPOINT = 15,
+    /**
+     * The operands of one operation live on different devices; the message names both.
+     */
+    RT_ERROR_DEVICE_MISMATCH = 16,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -1,7 +1,7 @@
 //! Status codes, the thread-local last-error message, the panic guard and pointer checks.
 
-use riftco_autograd::AutogradError;
-use riftco_tensor::TensorError;
+use riftco_autograd::{AutogradError, CheckpointError};
+use riftco_tensor::{ErrorKind, TensorError};
 use riftco_transformer::TransformerError;
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr};
@@ -39,11 +39,16 @@ pub enum rt_status {
     RT_ERROR_INVALID_STATE = 11,
     /// A path or string argument is not valid (interior encoding problems).
     RT_ERROR_INVALID_STRING = 12,
-    /// Any other internal failure (checkpoint contract violations, ...).
+    /// Any other internal failure (an error of no known class; please report the message).
     RT_ERROR_INTERNAL = 13,
     /// An allocation was refused (memory or an address-space limit ran out); the message names
     /// the operation and the bytes.
     RT_ERROR_OUT_OF_MEMORY = 14,
+    /// A `checkpoint()` contract violation (undeclared dependency, captured node, replay that
+    /// changed shape or device, backward inside a replay); the message names the checkpoint.
+    RT_ERROR_CHECKPOINT = 15,
+    /// The operands of one operation live on different devices; the message names both.
+    RT_ERROR_DEVICE_MISMATCH = 16,
 }
 
 impl rt_status {
@@ -65,10 +70,12 @@ impl rt_status {
             RT_ERROR_INVALID_STRING => c"RT_ERROR_INVALID_STRING",
             RT_ERROR_INTERNAL => c"RT_ERROR_INTERNAL",
             RT_ERROR_OUT_OF_MEMORY => c"RT_ERROR_OUT_OF_MEMORY",
+            RT_ERROR_CHECKPOINT => c"RT_ERROR_CHECKPOINT",
+            RT_ERROR_DEVICE_MISMATCH => c"RT_ERROR_DEVICE_MISMATCH",
         }
     }
 
-    const ALL: [rt_status; 15] = {
+    const ALL: [rt_status; 17] = {
         use rt_status::*;
         [
             RT_OK,
@@ -86,8 +93,36 @@ impl rt_status {
             RT_ERROR_INVALID_STRING,
             RT_ERROR_INTERNAL,
             RT_ERROR_OUT_OF_MEMORY,
+            RT_ERROR_CHECKPOINT,
+            RT_ERROR_DEVICE_MISMATCH,
         ]
     };
+
+    /// The status of an error kind: the one place the C layer classifies core errors.
+    /// `None` for a kind added after this match was written (reported as RT_ERROR_INTERNAL).
+    fn of_kind(kind: ErrorKind) -> Option<rt_status> {
+        use rt_status::*;
+        Some(match kind {
+            ErrorKind::Shape => RT_ERROR_SHAPE,
+            ErrorKind::IndexOutOfRange
+            | ErrorKind::InvalidArgument
+            | ErrorKind::Config
+            | ErrorKind::Tokens
+            | ErrorKind::Lora => RT_ERROR_INVALID_ARGUMENT,
+            ErrorKind::UnknownOption => RT_ERROR_INVALID_ENUM,
+            ErrorKind::OutOfMemory => RT_ERROR_OUT_OF_MEMORY,
+            ErrorKind::DeviceUnavailable => RT_ERROR_DEVICE_UNAVAILABLE,
+            ErrorKind::DeviceMismatch => RT_ERROR_DEVICE_MISMATCH,
+            ErrorKind::StaleGraph => RT_ERROR_STALE_GRAPH,
+            ErrorKind::Checkpoint => RT_ERROR_CHECKPOINT,
+            ErrorKind::Backward | ErrorKind::Decode => RT_ERROR_INVALID_STATE,
+            ErrorKind::State => RT_ERROR_FORMAT,
+            ErrorKind::Io => RT_ERROR_IO,
+            ErrorKind::Panic => RT_ERROR_PANIC,
+            ErrorKind::External => RT_ERROR_INTERNAL,
+            _ => return None,
+        })
+    }
 }
 
 /// An error on its way to the boundary: a status and a message naming the bad value.
@@ -106,46 +141,35 @@ pub(crate) fn err(status: rt_status, message: impl Into<String>) -> Error {
     }
 }
 
+/// A core error as a status (by its [`ErrorKind`]) and its message.
+fn classified(kind: ErrorKind, message: String) -> Error {
+    err(
+        rt_status::of_kind(kind).unwrap_or(rt_status::RT_ERROR_INTERNAL),
+        message,
+    )
+}
+
 impl From<TransformerError> for Error {
     fn from(e: TransformerError) -> Self {
-        use rt_status::*;
-        let status = match &e {
-            TransformerError::Config { .. } => RT_ERROR_INVALID_ARGUMENT,
-            TransformerError::Tokens(_) => RT_ERROR_INVALID_ARGUMENT,
-            TransformerError::UnknownOption { .. } => RT_ERROR_INVALID_ENUM,
-            TransformerError::Lora(_) => RT_ERROR_INVALID_ARGUMENT,
-            TransformerError::Decode(_) => RT_ERROR_INVALID_STATE,
-            TransformerError::State { .. } => RT_ERROR_FORMAT,
-            TransformerError::Io { .. } => RT_ERROR_IO,
-            TransformerError::Autograd(a) => autograd_status(a),
-        };
-        err(status, e.to_string())
+        classified(e.kind(), e.to_string())
     }
 }
 
 impl From<AutogradError> for Error {
     fn from(e: AutogradError) -> Self {
-        err(autograd_status(&e), e.to_string())
+        classified(e.kind(), e.to_string())
     }
 }
 
-fn autograd_status(e: &AutogradError) -> rt_status {
-    use rt_status::*;
-    match e {
-        AutogradError::StaleGraph { .. } => RT_ERROR_STALE_GRAPH,
-        AutogradError::Panic { .. } => RT_ERROR_PANIC,
-        AutogradError::NotScalar { .. } => RT_ERROR_SHAPE,
-        AutogradError::NoGradient { .. } => RT_ERROR_INVALID_STATE,
-        AutogradError::Tensor(TensorError::DeviceUnavailable { .. }) => RT_ERROR_DEVICE_UNAVAILABLE,
-        AutogradError::Tensor(TensorError::InvalidArgument { .. }) => RT_ERROR_INVALID_ARGUMENT,
-        AutogradError::Tensor(TensorError::IndexOutOfRange { .. }) => RT_ERROR_INVALID_ARGUMENT,
-        AutogradError::Tensor(TensorError::OutOfMemory { .. }) => RT_ERROR_OUT_OF_MEMORY,
-        AutogradError::Tensor(_) => RT_ERROR_SHAPE,
-        AutogradError::External(inner) => match inner.downcast_ref::<TransformerError>() {
-            Some(TransformerError::Autograd(a)) => autograd_status(a),
-            _ => RT_ERROR_INTERNAL,
-        },
-        _ => RT_ERROR_INTERNAL,
+impl From<CheckpointError> for Error {
+    fn from(e: CheckpointError) -> Self {
+        classified(e.kind(), e.to_string())
+    }
+}
+
+impl From<TensorError> for Error {
+    fn from(e: TensorError) -> Self {
+        classified(e.kind(), e.to_string())
     }
 }
 
@@ -292,6 +316,9 @@ pub extern "C" fn rt_status_name(status: u32) -> *const c_char {
     };
     catch_unwind(body).unwrap_or(c"RT_UNKNOWN_STATUS".as_ptr())
 }
+
+#[cfg(test)]
+mod kind_tests;
 
 #[cfg(test)]
 mod tests {

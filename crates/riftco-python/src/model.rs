@@ -14,7 +14,7 @@ use riftco_transformer::{
 };
 
 use crate::config::PyTransformerConfig;
-use crate::errors::{compute, tensor_err, transformer_err, Kind};
+use crate::errors::{compute, tensor_err, transformer_err, Exc};
 use crate::tokens::token_ids;
 use crate::variable::PyVariable;
 
@@ -281,7 +281,7 @@ impl PyModel {
         attention: bool,
     ) -> PyResult<()> {
         let rank = usize::try_from(rank)
-            .map_err(|_| Kind::Lora.err(format!("LoRA: rank {rank} must be positive")))?;
+            .map_err(|_| Exc::Lora.err(format!("LoRA: rank {rank} must be positive")))?;
         let lora = LoraConfig {
             rank,
             alpha,
@@ -494,7 +494,7 @@ impl PyDecodeSession {
         token: i64,
     ) -> PyResult<Bound<'py, PyArray1<f32>>> {
         let token = u32::try_from(token).map_err(|_| {
-            Kind::Token.err(format!(
+            Exc::Token.err(format!(
                 "invalid tokens: token id {token} is outside the vocabulary"
             ))
         })?;

@@ -3,7 +3,7 @@
 use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::prelude::*;
 
-use crate::errors::Kind;
+use crate::errors::Exc;
 
 /// Row-major `u32` token ids of an integer array-like with `ndim` dimensions, and its shape.
 ///
@@ -24,7 +24,7 @@ pub(crate) fn token_ids(
     let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
     let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
     if shape.len() != ndim {
-        return Err(Kind::Token.err(format!(
+        return Err(Exc::Token.err(format!(
             "{what} must be a {ndim}-D integer array, got shape {shape:?}"
         )));
     }
@@ -50,7 +50,7 @@ pub(crate) fn token_ids(
         _ if empty => Vec::new(),
         _ => {
             let dtype = arr.getattr("dtype")?.str()?.to_string();
-            return Err(Kind::Token.err(format!(
+            return Err(Exc::Token.err(format!(
                 "{what} must hold integer token ids, got dtype {dtype}"
             )));
         }
@@ -59,7 +59,7 @@ pub(crate) fn token_ids(
     for (i, &t) in ids.iter().enumerate() {
         if t < 0 || t >= vocab as i128 {
             let pos = unravel(i, &shape);
-            return Err(Kind::Token.err(format!(
+            return Err(Exc::Token.err(format!(
                 "token id {t} at index {pos:?} of {what} is outside the vocabulary \
                  [0, {vocab}) (vocab_size {vocab})"
             )));

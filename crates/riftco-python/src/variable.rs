@@ -8,7 +8,7 @@ use pyo3::types::{PyDict, PyTuple};
 use riftco_autograd::Variable;
 use riftco_tensor::{MemoryCategory, Shape, Tensor};
 
-use crate::errors::{compute, tensor_err, Error, Kind};
+use crate::errors::{compute, tensor_err, Error, Exc};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyVariable>()?;
@@ -87,7 +87,7 @@ pub(crate) fn tensor_to_numpy<'py>(
     // Explicit host access: a copy from whatever device the tensor lives on.
     let data = t.to_host().map_err(crate::errors::tensor_err)?;
     let arr = ArrayD::from_shape_vec(IxDyn(&dims), data)
-        .map_err(|e| Kind::Shape.err(format!("tensor of shape {dims:?}: {e}")))?;
+        .map_err(|e| Exc::Shape.err(format!("tensor of shape {dims:?}: {e}")))?;
     Ok(arr.into_pyarray(py))
 }
 

@@ -1,5 +1,6 @@
 //! The error type of tensor operations.
 
+use crate::error_kind::ErrorKind;
 use crate::Device;
 
 /// Errors raised by tensor construction and operations. Each names the operation and the values
@@ -31,13 +32,22 @@ pub enum TensorError {
         expected: usize,
         got: Vec<usize>,
     },
-    /// An index (token id, position, axis) is outside its range.
+    /// An index other than a token id (a position, an axis) is outside its range.
     #[error("{op}: {what} {index} is out of range (must be < {bound})")]
     IndexOutOfRange {
         op: &'static str,
         what: &'static str,
         index: usize,
         bound: usize,
+    },
+    /// A token id (an embedding row, a cross-entropy target) is outside the vocabulary;
+    /// `what` names the role (`"token id"`, `"target"`).
+    #[error("{op}: {what} {token} is out of range (must be < {vocab_size})")]
+    TokenOutOfRange {
+        op: &'static str,
+        what: &'static str,
+        token: u32,
+        vocab_size: usize,
     },
     /// The requested device is not available in this build or on this machine.
     #[error("device {device} is unavailable: {reason}")]
@@ -66,6 +76,25 @@ pub enum TensorError {
     /// Any other invalid argument, described.
     #[error("{op}: {message}")]
     InvalidArgument { op: &'static str, message: String },
+}
+
+impl TensorError {
+    /// The class of this error (what the Python and C layers map to an exception or a status).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            TensorError::ShapeMismatch { .. }
+            | TensorError::LengthMismatch { .. }
+            | TensorError::ZeroSized { .. }
+            | TensorError::RankMismatch { .. }
+            | TensorError::ShapeOverflow { .. } => ErrorKind::Shape,
+            TensorError::IndexOutOfRange { .. } => ErrorKind::IndexOutOfRange,
+            TensorError::TokenOutOfRange { .. } => ErrorKind::Tokens,
+            TensorError::DeviceUnavailable { .. } => ErrorKind::DeviceUnavailable,
+            TensorError::DeviceMismatch { .. } => ErrorKind::DeviceMismatch,
+            TensorError::OutOfMemory { .. } => ErrorKind::OutOfMemory,
+            TensorError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+        }
+    }
 }
 
 /// Result alias for tensor operations.

@@ -10,6 +10,7 @@ pub mod alloc;
 pub mod backend;
 pub mod device;
 pub mod error;
+pub mod error_kind;
 pub mod memory;
 pub mod pool;
 pub mod random;
@@ -20,6 +21,7 @@ pub mod tensor;
 pub use backend::{backend_of, Backend};
 pub use device::Device;
 pub use error::{Result, TensorError};
+pub use error_kind::{ClassifiedError, ErrorKind};
 pub use memory::{
     memory_stats, memory_stats_for, reset_peak_memory_stats, CategoryStats, MemoryCategory,
     MemoryStats,

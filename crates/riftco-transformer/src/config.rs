@@ -333,37 +333,41 @@ impl TransformerConfig {
     /// Checks a `[batch, seq]` token buffer against this config.
     ///
     /// # Errors
-    /// [`TransformerError::Tokens`] for an empty batch or sequence, a length that is not
-    /// `batch·seq`, a sequence longer than `max_seq_len`, or an id `>= vocab_size` (named with its
-    /// position).
+    /// [`TransformerError::Tokens`] for an empty batch or sequence or a length that is not
+    /// `batch·seq`, [`TransformerError::SequenceTooLong`] for a sequence longer than
+    /// `max_seq_len`, [`TransformerError::TokenOutOfVocabulary`] for an id `>= vocab_size` (named
+    /// with its position).
     pub fn validate_tokens(&self, tokens: &[u32], batch: usize, seq: usize) -> Result<()> {
         if batch == 0 || seq == 0 {
-            return Err(TransformerError::Tokens(format!(
-                "batch {batch} and seq {seq} must both be positive"
-            )));
+            return Err(TransformerError::Tokens {
+                message: format!("batch {batch} and seq {seq} must both be positive"),
+            });
         }
         if batch.checked_mul(seq) != Some(tokens.len()) {
-            return Err(TransformerError::Tokens(format!(
-                "{} tokens do not form [batch {batch}, seq {seq}] ({} expected)",
-                tokens.len(),
-                batch as u128 * seq as u128
-            )));
+            return Err(TransformerError::Tokens {
+                message: format!(
+                    "{} tokens do not form [batch {batch}, seq {seq}] ({} expected)",
+                    tokens.len(),
+                    batch as u128 * seq as u128
+                ),
+            });
         }
         if seq > self.max_seq_len {
-            return Err(TransformerError::Tokens(format!(
-                "sequence length {seq} exceeds max_seq_len {}",
-                self.max_seq_len
-            )));
+            return Err(TransformerError::SequenceTooLong {
+                seq,
+                max_seq_len: self.max_seq_len,
+            });
         }
         if let Some((i, &t)) = tokens
             .iter()
             .enumerate()
             .find(|(_, &t)| t as usize >= self.vocab_size)
         {
-            return Err(TransformerError::Tokens(format!(
-                "token id {t} at index {i} is outside the vocabulary (vocab_size {})",
-                self.vocab_size
-            )));
+            return Err(TransformerError::TokenOutOfVocabulary {
+                token: t,
+                index: Some(i),
+                vocab_size: self.vocab_size,
+            });
         }
         Ok(())
     }

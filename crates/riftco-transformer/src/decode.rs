@@ -76,35 +76,38 @@ impl DecodeSession {
     /// Feeds `token` at the next position and returns the next-token logits `[vocab]`.
     ///
     /// # Errors
-    /// [`TransformerError::Tokens`] for an id outside the vocabulary,
-    /// [`TransformerError::Decode`] when the cache holds `max_seq_len` positions already, or
-    /// when the model changed structurally since the session was opened (see the module
+    /// [`TransformerError::TokenOutOfVocabulary`] for an id outside the vocabulary,
+    /// [`TransformerError::DecodeCacheFull`] when the cache holds `max_seq_len` positions
+    /// already, [`TransformerError::Decode`] when the model changed structurally since the
+    /// session was opened (see the module
     /// documentation; [`DecodeSession::reset`] does not lift it).
     pub fn decode_token(&mut self, token: u32) -> Result<Vec<f32>> {
         if let Some((revision, opened)) = &self.revision {
             let (now, change) = revision.get();
             if now != *opened {
-                return Err(TransformerError::Decode(format!(
-                    "the model changed ({change}) after this session was opened, so the \
-                     session's weights and K/V cache no longer match it; open a new session \
-                     with decode_session()"
-                )));
+                return Err(TransformerError::Decode {
+                    message: format!(
+                        "the model changed ({change}) after this session was opened, so the \
+                         session's weights and K/V cache no longer match it; open a new \
+                         session with decode_session()"
+                    ),
+                });
             }
         }
         let w = self.weights.clone();
         let c = &w.config;
         if token as usize >= c.vocab_size {
-            return Err(TransformerError::Tokens(format!(
-                "token id {token} is outside the vocabulary (vocab_size {})",
-                c.vocab_size
-            )));
+            return Err(TransformerError::TokenOutOfVocabulary {
+                token,
+                index: None,
+                vocab_size: c.vocab_size,
+            });
         }
         let pos = self.len;
         if pos >= c.max_seq_len {
-            return Err(TransformerError::Decode(format!(
-                "the K/V cache is full ({} positions = max_seq_len); reset the session",
-                c.max_seq_len
-            )));
+            return Err(TransformerError::DecodeCacheFull {
+                max_seq_len: c.max_seq_len,
+            });
         }
         let ctx = BlockContext::new(c, &w.rope, 1, 1, self.attention);
         let logits = no_grad(|| -> Result<Vec<f32>> {

@@ -200,21 +200,19 @@ impl LoraConfig {
     /// [`TransformerError::Lora`] for rank 0 or a non-finite alpha.
     pub fn validate(&self, d_model: usize) -> Result<()> {
         if self.rank == 0 || self.rank > d_model {
-            return Err(TransformerError::Lora(format!(
-                "rank {} must be in 1..={d_model} (d_model)",
-                self.rank
-            )));
+            return Err(TransformerError::Lora {
+                message: format!("rank {} must be in 1..={d_model} (d_model)", self.rank),
+            });
         }
         if !self.alpha.is_finite() || self.alpha <= 0.0 {
-            return Err(TransformerError::Lora(format!(
-                "alpha {} must be a positive finite number",
-                self.alpha
-            )));
+            return Err(TransformerError::Lora {
+                message: format!("alpha {} must be a positive finite number", self.alpha),
+            });
         }
         if !self.targets.attention && !self.targets.mlp {
-            return Err(TransformerError::Lora(
-                "no target layers selected (attention and mlp both false)".into(),
-            ));
+            return Err(TransformerError::Lora {
+                message: "no target layers selected (attention and mlp both false)".into(),
+            });
         }
         Ok(())
     }

@@ -339,24 +339,30 @@ impl DecoderOnlyTransformer {
     /// `block[:, :-1]`, targets `block[:, 1:]`. A scalar Variable.
     ///
     /// # Errors
-    /// [`TransformerError::Tokens`] for a bad block (`seq_plus_one < 2`, length, ids).
+    /// [`TransformerError::Tokens`] for a bad block (`seq_plus_one < 2`, length),
+    /// [`TransformerError::TokenOutOfVocabulary`] for an id `>= vocab_size` (named with its index
+    /// in the block).
     pub fn loss(&self, block: &[u32], batch: usize, seq_plus_one: usize) -> Result<Variable> {
         if seq_plus_one < 2 {
-            return Err(TransformerError::Tokens(format!(
-                "a token block needs seq + 1 >= 2 columns, got {seq_plus_one}"
-            )));
+            return Err(TransformerError::Tokens {
+                message: format!("a token block needs seq + 1 >= 2 columns, got {seq_plus_one}"),
+            });
         }
         if batch.checked_mul(seq_plus_one) != Some(block.len()) || batch == 0 {
-            return Err(TransformerError::Tokens(format!(
-                "{} tokens do not form a block [batch {batch}, seq + 1 = {seq_plus_one}]",
-                block.len()
-            )));
+            return Err(TransformerError::Tokens {
+                message: format!(
+                    "{} tokens do not form a block [batch {batch}, seq + 1 = {seq_plus_one}]",
+                    block.len()
+                ),
+            });
         }
         let vocab = self.weights.config.vocab_size;
         if let Some((i, &t)) = block.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
-            return Err(TransformerError::Tokens(format!(
-                "token id {t} at index {i} of the block is outside the vocabulary (vocab_size {vocab})"
-            )));
+            return Err(TransformerError::TokenOutOfVocabulary {
+                token: t,
+                index: Some(i),
+                vocab_size: vocab,
+            });
         }
         let seq = seq_plus_one - 1;
         let mut inputs = Vec::with_capacity(batch * seq);
@@ -380,9 +386,9 @@ impl DecoderOnlyTransformer {
     pub fn enable_lora(&mut self, lora: &LoraConfig) -> Result<()> {
         lora.validate(self.config().d_model)?;
         if self.has_lora() {
-            return Err(TransformerError::Lora(
-                "adapters already exist; merge or remove them first".into(),
-            ));
+            return Err(TransformerError::Lora {
+                message: "adapters already exist; merge or remove them first".into(),
+            });
         }
         let mut rng = Rng::new(lora.seed);
         let mut w = freeze(&self.weights, true);
@@ -431,7 +437,9 @@ impl DecoderOnlyTransformer {
     /// [`TransformerError::Lora`] when there are no adapters.
     pub fn set_lora_active(&mut self, active: bool) -> Result<()> {
         if !self.has_lora() {
-            return Err(TransformerError::Lora("the model has no adapters".into()));
+            return Err(TransformerError::Lora {
+                message: "the model has no adapters".into(),
+            });
         }
         let unchanged = self.weights.layers.iter().all(|l| {
             l.linears()
@@ -461,7 +469,9 @@ impl DecoderOnlyTransformer {
     /// [`TransformerError::Lora`] when there are no adapters.
     pub fn merge_lora(&mut self) -> Result<()> {
         if !self.has_lora() {
-            return Err(TransformerError::Lora("the model has no adapters".into()));
+            return Err(TransformerError::Lora {
+                message: "the model has no adapters".into(),
+            });
         }
         let mut w = freeze(&self.weights, false);
         for layer in w.layers.iter_mut() {

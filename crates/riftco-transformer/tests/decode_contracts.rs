@@ -56,7 +56,7 @@ fn structural_changes_make_the_old_session_refuse_to_decode() {
         change(&mut m);
         let err = session.decode_token(tokens[2]).unwrap_err();
         assert!(
-            matches!(err, TransformerError::Decode(_)),
+            matches!(err, TransformerError::Decode { .. }),
             "{name}: {err:?}"
         );
         let msg = err.to_string();

@@ -99,7 +99,7 @@ fn token_counts_that_wrap_are_rejected() {
     // batch · seq = 2^64 wraps to 0, which an empty buffer would match.
     assert!(matches!(
         c.validate_tokens(&[], 1 << 32, 1 << 32),
-        Err(TransformerError::Tokens(_))
+        Err(TransformerError::Tokens { .. })
     ));
 }
 

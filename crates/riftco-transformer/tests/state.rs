@@ -585,7 +585,7 @@ fn lora_adapter_errors_leave_the_model_without_adapters() {
     let plain = model(config());
     assert!(matches!(
         save_lora_adapter(&plain, &adapter),
-        Err(TransformerError::Lora(_))
+        Err(TransformerError::Lora { .. })
     ));
     save_lora_adapter(&with_lora(4, 8.0, both()), &adapter).unwrap();
     let cfg_path = adapter.join("adapter_config.json");
@@ -710,7 +710,7 @@ fn lora_adapter_errors_leave_the_model_without_adapters() {
     assert!(m.has_lora());
     assert!(matches!(
         load_lora_adapter(&mut m, &adapter),
-        Err(TransformerError::Lora(_))
+        Err(TransformerError::Lora { .. })
     ));
 }
 

@@ -17,6 +17,7 @@ __all__ = [
     "ConfigError",
     "TokenError",
     "DeviceUnavailableError",
+    "DeviceMismatchError",
     "StaleGraphError",
     "CheckpointError",
     "ModelStateError",
@@ -63,6 +64,9 @@ class TokenError(RiftcoError, ValueError):
 class DeviceUnavailableError(RiftcoError, RuntimeError):
     """The requested device does not exist in this build."""
 
+class DeviceMismatchError(RiftcoError, RuntimeError):
+    """The operands of one operation live on different devices; the message names both."""
+
 class StaleGraphError(RiftcoError, RuntimeError):
     """A value read by a recorded graph changed before backward (run the forward again)."""
 
@@ -81,6 +85,10 @@ class DecodeError(RiftcoError, RuntimeError):
 class OutOfMemoryError(RiftcoError, MemoryError):
     """A tensor, weight or cache could not be allocated (memory or an address-space limit ran
     out); the message names the operation and the bytes."""
+
+def _error_kind_classes() -> dict[str, type[BaseException]]:
+    """The classification table: each Rust error kind's name (``"shape"``, ``"tokens"``,
+    ``"checkpoint"``, ...) and the exception class an error of that kind is raised as."""
 
 # ---------------------------------------------------------------------------------------------
 # Kernels on NumPy arrays

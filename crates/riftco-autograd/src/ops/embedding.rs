@@ -23,11 +23,11 @@ pub fn embedding(table: &Variable, ids: &[u32]) -> Result<Variable> {
     }
     let (vocab, d) = (td[0], td[1]);
     if let Some(&bad) = ids.iter().find(|&&i| i as usize >= vocab) {
-        return Err(TensorError::IndexOutOfRange {
+        return Err(TensorError::TokenOutOfRange {
             op: "embedding",
             what: "token id",
-            index: bad as usize,
-            bound: vocab,
+            token: bad,
+            vocab_size: vocab,
         }
         .into());
     }

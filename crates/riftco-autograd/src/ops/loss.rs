@@ -23,11 +23,11 @@ pub fn cross_entropy(logits: &Variable, targets: &[u32]) -> Result<Variable> {
     }
     let vocab = ld[1];
     if let Some(&bad) = targets.iter().find(|&&t| t as usize >= vocab) {
-        return Err(TensorError::IndexOutOfRange {
+        return Err(TensorError::TokenOutOfRange {
             op: "cross_entropy",
             what: "target",
-            index: bad as usize,
-            bound: vocab,
+            token: bad,
+            vocab_size: vocab,
         }
         .into());
     }

@@ -46,7 +46,9 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
         .flat_map(|l| l.linears())
         .find_map(|(_, lin)| lin.lora.clone())
     else {
-        return Err(TransformerError::Lora("the model has no adapters".into()));
+        return Err(TransformerError::Lora {
+            message: "the model has no adapters".into(),
+        });
     };
     let rank = first.a.dims()[0];
     let alpha = alpha_from_scale(first.scale, rank);
@@ -115,9 +117,10 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
 /// on every error.
 pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Result<()> {
     if model.has_lora() {
-        return Err(TransformerError::Lora(
-            "the model already has adapters; merge or remove them before loading others".into(),
-        ));
+        return Err(TransformerError::Lora {
+            message: "the model already has adapters; merge or remove them before loading others"
+                .into(),
+        });
     }
     let model_path = dir.join(ADAPTER_MODEL_FILE);
     let header = read_header(&model_path)?;
