@@ -90,7 +90,10 @@ impl TensorError {
             TensorError::IndexOutOfRange { .. } => ErrorKind::IndexOutOfRange,
             TensorError::TokenOutOfRange { .. } => ErrorKind::Tokens,
             TensorError::DeviceUnavailable { .. } => ErrorKind::DeviceUnavailable,
-            TensorError::DeviceMismatch { .. } => ErrorKind::DeviceMismatch,
+            // Host access to a device tensor: the tensor is on another device than the host.
+            TensorError::DeviceMismatch { .. } | TensorError::NotOnHost { .. } => {
+                ErrorKind::DeviceMismatch
+            }
             TensorError::OutOfMemory { .. } => ErrorKind::OutOfMemory,
             TensorError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
         }

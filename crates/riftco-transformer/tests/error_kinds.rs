@@ -75,6 +75,13 @@ fn tensor_errors() -> Vec<(TensorError, ErrorKind)> {
             K::DeviceMismatch,
         ),
         (
+            TensorError::NotOnHost {
+                op: "Tensor::read",
+                device: Device::PrivateUse1,
+            },
+            K::DeviceMismatch,
+        ),
+        (
             TensorError::ShapeOverflow {
                 op: "reshape",
                 shape: vec![1 << 62, 4],
