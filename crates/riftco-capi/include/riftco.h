@@ -34,7 +34,7 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 0
+#define RT_ABI_VERSION_MINOR 1
 
 /**
  * Status of every fallible function. Values are stable: a code is never renumbered or reused.

@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.0.
+//! The riftco C ABI 2.1 (2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH).
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -36,7 +36,7 @@ pub use train::*;
 /// Major version of the C ABI. A change means existing callers may need source changes.
 pub const RT_ABI_VERSION_MAJOR: u32 = 2;
 /// Minor version of the C ABI. A change only adds functions, constants or status codes.
-pub const RT_ABI_VERSION_MINOR: u32 = 0;
+pub const RT_ABI_VERSION_MINOR: u32 = 1;
 
 /// Writes the run-time ABI version of the loaded library (compare with the compile-time
 /// `RT_ABI_VERSION_MAJOR` / `RT_ABI_VERSION_MINOR` of the header).
