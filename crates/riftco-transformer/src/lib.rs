@@ -7,6 +7,7 @@
 //! - [`Adam`]: Adam/AdamW with bias correction (PyTorch defaults).
 //! - [`DecodeSession`]: incremental `decode_token()` with a per-layer K/V cache; never
 //!   checkpointed, builds no graph.
+//! - [`layout`]: the parameter table (Hugging Face names, shapes, roles, init, LoRA targets).
 //! - [`state`]: model state and LoRA adapters as safetensors (Hugging Face Llama / PEFT names).
 
 pub mod attention;
@@ -14,6 +15,7 @@ pub mod block;
 pub mod config;
 pub mod decode;
 pub mod error;
+pub mod layout;
 pub mod linear;
 pub mod model;
 pub mod optim;
