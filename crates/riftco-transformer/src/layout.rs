@@ -12,6 +12,7 @@
 
 use crate::config::TransformerConfig;
 use crate::linear::LoraTargets;
+use crate::policy::OptionRow;
 
 /// A size of the config that a parameter's shape is built from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -336,8 +337,24 @@ pub fn peft_modules(role: Role) -> Vec<&'static str> {
         .collect()
 }
 
-/// The roles LoRA can adapt, each a target group of [`LoraTargets`].
-pub const LORA_ROLES: [Role; 2] = [Role::AttentionProjection, Role::MlpProjection];
+/// The LoRA target groups: the roles LoRA can adapt, each a field of [`LoraTargets`], with the
+/// name of that field and the bit of the C ABI's `rt_lora_target` mask.
+pub static LORA_TARGET_GROUPS: [OptionRow<Role>; 2] = [
+    OptionRow {
+        value: Role::AttentionProjection,
+        name: "attention",
+        c_value: 1,
+        c_name: "RT_LORA_TARGET_ATTENTION",
+        description: "the q, k, v and o projections",
+    },
+    OptionRow {
+        value: Role::MlpProjection,
+        name: "mlp",
+        c_value: 2,
+        c_name: "RT_LORA_TARGET_MLP",
+        description: "the gate, up and down projections of the MLP",
+    },
+];
 
 /// PEFT `target_modules` of adapters on the groups `targets` selects, in table order.
 pub fn target_modules(targets: &LoraTargets) -> Vec<&'static str> {
@@ -375,7 +392,7 @@ mod tests {
     #[test]
     fn exactly_the_projections_are_lora_targets_with_their_peft_names() {
         for p in PARAMETERS.iter() {
-            let projection = LORA_ROLES.contains(&p.role);
+            let projection = LORA_TARGET_GROUPS.iter().any(|g| g.value == p.role);
             assert_eq!(p.peft_module.is_some(), projection, "{p:?}");
             if let Some(m) = p.peft_module {
                 assert!(p.hf_name.ends_with(&format!(".{m}.weight")), "{p:?}");

@@ -28,5 +28,8 @@ pub use error::{Result, TransformerError};
 pub use linear::{LoraConfig, LoraTargets};
 pub use model::{DecoderOnlyTransformer, Weights};
 pub use optim::Adam;
-pub use policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
+pub use policy::{
+    ActivationCheckpointingKind, FullSequenceAttentionKind, OptionRow, OptionTable,
+    ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS,
+};
 pub use state::{load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model};

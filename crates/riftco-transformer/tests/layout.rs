@@ -144,3 +144,20 @@ fn lora_adapts_exactly_the_targeted_roles() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// The memory footprint that config validation checks counts exactly the table's parameters.
+#[test]
+fn footprint_parameter_bytes_are_the_tables_parameters() {
+    for (v, d, h, l, ff) in [
+        (64, 16, 2, 2, 24),
+        (256, 128, 4, 4, 344),
+        (1000, 96, 3, 7, 100),
+    ] {
+        let c = TransformerConfig::new(v, d, h, l, ff, 32);
+        let elements: usize = layout::entries(l)
+            .map(|e| e.shape(&c).iter().product::<usize>())
+            .sum();
+        let footprint = c.memory_footprint().unwrap();
+        assert_eq!(footprint.parameter_bytes, 4 * elements as u128, "{c:?}");
+    }
+}

@@ -254,9 +254,9 @@ impl PeftLoraConfig {
         let targets =
             layout::lora_targets(|role| layout::peft_modules(role).iter().all(|m| got.contains(m)));
         if got != layout::target_modules(&targets).into_iter().collect() || got.is_empty() {
-            let groups: Vec<String> = layout::LORA_ROLES
+            let groups: Vec<String> = layout::LORA_TARGET_GROUPS
                 .iter()
-                .map(|&role| format!("all of {:?}", layout::peft_modules(role)))
+                .map(|g| format!("all of {:?}", layout::peft_modules(g.value)))
                 .collect();
             return unsupported(format!(
                 "target_modules {:?}: expected {}, or both",
