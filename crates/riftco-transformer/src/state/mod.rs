@@ -26,6 +26,7 @@ mod read;
 use crate::error::TransformerError;
 use std::path::{Path, PathBuf};
 
+pub use atomic::write_file_atomic;
 pub use hf_config::hf_config_json;
 pub use lora::{load_lora_adapter, save_lora_adapter};
 pub use model_file::{
