@@ -161,3 +161,33 @@ fn footprint_parameter_bytes_are_the_tables_parameters() {
         assert_eq!(footprint.parameter_bytes, 4 * elements as u128, "{c:?}");
     }
 }
+
+/// A PEFT `target_modules` that is not a whole set of target groups is refused, listing the
+/// groups' modules from the table.
+#[test]
+fn partial_target_modules_are_refused_listing_the_groups() {
+    let dir = std::env::temp_dir().join(format!("riftco-layout-partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty: Vec<(String, safetensors::tensor::TensorView<'_>)> = Vec::new();
+    std::fs::write(
+        dir.join("adapter_model.safetensors"),
+        safetensors::serialize(empty, None).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("adapter_config.json"),
+        r#"{"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "k_proj"]}"#,
+    )
+    .unwrap();
+    let mut m = DecoderOnlyTransformer::new(config(), Attn::Flash, Ck::Disabled).unwrap();
+    let e = riftco_transformer::load_lora_adapter(&mut m, &dir).unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            r#"target_modules ["q_proj", "k_proj"]: expected all of ["q_proj", "k_proj", "v_proj", "o_proj"], all of ["gate_proj", "up_proj", "down_proj"], or both"#
+        ),
+        "{e}"
+    );
+    assert!(!m.has_lora());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
