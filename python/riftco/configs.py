@@ -18,10 +18,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from riftco._native import ConfigError
+from riftco._native import ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS, ConfigError
 
-ATTENTION_KINDS: tuple[str, ...] = ("flash", "materialized")
-ACTIVATION_CHECKPOINTING_POLICIES: tuple[str, ...] = ("disabled", "block")
+# ATTENTION_KINDS and ACTIVATION_CHECKPOINTING_POLICIES come from the Rust option tables (the
+# names the model accepts, default first). The two options below exist only in this package's
+# stage runners; each tuple is their one table.
 FINE_TUNING_METHODS: tuple[str, ...] = ("lora", "full")
 LR_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
 
@@ -68,8 +69,8 @@ def _check_float(
 class _LoopConfig:
     """Fields shared by both stages (documented on the subclasses)."""
 
-    activation_checkpointing: str = "disabled"
-    attention: str = "flash"
+    activation_checkpointing: str = ACTIVATION_CHECKPOINTING_POLICIES[0]
+    attention: str = ATTENTION_KINDS[0]
     steps: int = 300
     batch_size: int = 8
     seq_len: int = 128

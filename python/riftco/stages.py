@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 
 from riftco._native import (
+    ACTIVATION_CHECKPOINTING_POLICIES,
+    ATTENTION_KINDS,
     Adam,
     AdamW,
     ConfigError,
@@ -52,6 +54,7 @@ from riftco._native import (
     memory_stats,
     num_threads,
     reset_peak_memory_stats,
+    write_file_atomic,
 )
 from riftco.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
 from riftco.data import VOCAB_SIZE, BatchSampler, Corpus
@@ -59,7 +62,8 @@ from riftco.data import VOCAB_SIZE, BatchSampler, Corpus
 MODEL_STATE_FILE = "model.safetensors"
 METADATA_FILE = "training_metadata.json"
 METADATA_FILE_MODE = 0o644
-"""Permissions of ``training_metadata.json`` (``rw-r--r--``), the same as the model files."""
+"""Permissions of ``training_metadata.json`` (``rw-r--r--``), the same as the model files (all are
+written by :func:`riftco._native.write_file_atomic`)."""
 ADAPTER_DIR = "adapter"
 UNIFORM_BASELINE_LOSS = math.log(VOCAB_SIZE)
 
@@ -112,26 +116,11 @@ def prepare_out_dir(out_dir: str | os.PathLike[str]) -> Path:
 
 
 def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Writes ``payload`` as JSON to ``path`` with the one atomic writer of the package (the
+    model files' protocol: temporary in the same folder, fsync, rename, fsync of the folder,
+    mode ``0644``; see :func:`riftco._native.write_file_atomic`)."""
     data = json.dumps(payload, indent=2, sort_keys=True).encode() + b"\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if hasattr(os, "fchmod"):  # mkstemp creates 0600; the model files are 0644
-                os.fchmod(f.fileno(), METADATA_FILE_MODE)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    write_file_atomic(path, data)
 
 
 class _SigintGuard:
@@ -470,8 +459,8 @@ def resolve_model_state(model_path: str | os.PathLike[str]) -> Path:
 
 def load_model(
     model_path: str | os.PathLike[str],
-    attention: str = "flash",
-    activation_checkpointing: str = "disabled",
+    attention: str = ATTENTION_KINDS[0],
+    activation_checkpointing: str = ACTIVATION_CHECKPOINTING_POLICIES[0],
 ) -> DecoderOnlyTransformer:
     """Loads ``model.safetensors`` from a stage output folder (or a given file)."""
     return DecoderOnlyTransformer.load(

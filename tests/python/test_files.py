@@ -173,7 +173,12 @@ SAVE_LOOP = """
     def base(n_layers):
         return riftco.DecoderOnlyTransformer(
             riftco.TransformerConfig(n_layers=n_layers, seed=n_layers, **sizes))
-    if what == "save":
+    if what == "metadata":
+        from pathlib import Path
+        from riftco import stages
+        models = [{"step": 1, "losses": [0.5] * 100_000}, {"step": 2, "losses": [0.25] * 50_000}]
+        save = lambda m: stages._write_json_atomic(Path(target), m)
+    elif what == "save":
         models = [base(1), base(2)]
         save = lambda m: m.save(target)
     else:
@@ -228,6 +233,21 @@ def kill_during(what: str, target: Path, rng: random.Random) -> None:
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=CHILD_TIMEOUT_S)
+
+
+def test_metadata_writes_killed_at_random_moments_leave_one_whole_file(tmp_path: Path) -> None:
+    """``training_metadata.json`` goes through the model files' atomic writer: a writer killed
+    at any moment leaves the old or the new file whole, and the next write removes the
+    temporaries killed writers left (nothing else stays in the folder)."""
+    rng = random.Random(13)
+    target = tmp_path / riftco.stages.METADATA_FILE
+    for _ in range(6):
+        kill_during("metadata", target, rng)
+        if target.exists():
+            assert json.loads(target.read_text())["step"] in (1, 2)
+    riftco.stages._write_json_atomic(target, {"step": 0})
+    assert json.loads(target.read_text()) == {"step": 0}
+    assert os.listdir(tmp_path) == [target.name]
 
 
 def test_saves_killed_at_random_moments_leave_one_whole_state(tmp_path: Path) -> None:

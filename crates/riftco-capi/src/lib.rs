@@ -87,27 +87,66 @@ pub enum rt_lora_target {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use riftco_transformer::{ActivationCheckpointingKind, FullSequenceAttentionKind};
 
+    /// The header's enumerators are exactly the rows of the Rust option tables (name and
+    /// value), so the C ABI's validation, which reads the tables, accepts exactly them.
     #[test]
-    fn enum_values_match_the_rust_api() {
+    fn enum_values_match_the_option_tables() {
+        use riftco_transformer::{OptionTable, ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS};
         use rt_activation_checkpointing::*;
         use rt_attention_kind::*;
-        assert_eq!(
-            ActivationCheckpointingKind::Disabled.to_int(),
-            RT_ACTIVATION_CHECKPOINTING_DISABLED as u32
+        fn check<T, E: std::fmt::Debug>(table: &OptionTable<T>, header: &[(E, u32)]) {
+            let mut want: Vec<(String, u32)> =
+                header.iter().map(|(e, v)| (format!("{e:?}"), *v)).collect();
+            let mut got: Vec<(String, u32)> = table
+                .rows
+                .iter()
+                .map(|r| (r.c_name.to_string(), r.c_value))
+                .collect();
+            want.sort();
+            got.sort();
+            assert_eq!(got, want, "{}", table.what);
+        }
+        check(
+            &ACTIVATION_CHECKPOINTING_POLICIES,
+            &[
+                RT_ACTIVATION_CHECKPOINTING_DISABLED,
+                RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK,
+            ]
+            .map(|e| (e, e as u32)),
         );
-        assert_eq!(
-            ActivationCheckpointingKind::TransformerBlock.to_int(),
-            RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK as u32
+        check(
+            &ATTENTION_KINDS,
+            &[RT_ATTENTION_MATERIALIZED, RT_ATTENTION_FLASH].map(|e| (e, e as u32)),
         );
+        use rt_lora_target::*;
+        let mut got: Vec<(String, u32)> = riftco_transformer::layout::LORA_TARGET_GROUPS
+            .iter()
+            .map(|g| (g.c_name.to_string(), g.c_value))
+            .collect();
+        let mut want: Vec<(String, u32)> = [RT_LORA_TARGET_ATTENTION, RT_LORA_TARGET_MLP]
+            .map(|e| (format!("{e:?}"), e as u32))
+            .into();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "LoRA target bits");
+    }
+
+    #[test]
+    fn unknown_enum_arguments_name_every_valid_constant() {
+        let e = crate::model::checkpointing_kind(2).unwrap_err();
+        assert_eq!(e.status, rt_status::RT_ERROR_INVALID_ENUM);
         assert_eq!(
-            FullSequenceAttentionKind::Materialized.to_int(),
-            RT_ATTENTION_MATERIALIZED as u32
+            e.message,
+            "activation checkpointing policy 2 is unknown; expected \
+             RT_ACTIVATION_CHECKPOINTING_DISABLED (0) or \
+             RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK (1)"
         );
+        let e = crate::model::attention_kind(7).unwrap_err();
         assert_eq!(
-            FullSequenceAttentionKind::Flash.to_int(),
-            RT_ATTENTION_FLASH as u32
+            e.message,
+            "attention kind 7 is unknown; expected RT_ATTENTION_MATERIALIZED (0) or \
+             RT_ATTENTION_FLASH (1)"
         );
     }
 
@@ -118,7 +157,7 @@ mod tests {
             unsafe { rt_abi_version(&mut major, &mut minor) },
             rt_status::RT_OK
         );
-        assert_eq!((major, minor), (2, 0));
+        assert_eq!((major, minor), (2, 1));
         assert_eq!(
             unsafe { rt_abi_version(std::ptr::null_mut(), &mut minor) },
             rt_status::RT_ERROR_NULL_POINTER

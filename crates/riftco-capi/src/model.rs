@@ -3,8 +3,8 @@
 use crate::error::{err, guard, guard_void, in_ptr, out_ptr, rt_status, Result};
 use riftco_autograd::GraphStatistics;
 use riftco_transformer::{
-    ActivationCheckpointingKind, DecoderOnlyTransformer, FullSequenceAttentionKind, LoraConfig,
-    LoraTargets, TransformerConfig,
+    layout, ActivationCheckpointingKind, DecoderOnlyTransformer, FullSequenceAttentionKind,
+    LoraConfig, OptionTable, TransformerConfig, ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS,
 };
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -111,25 +111,30 @@ impl rt_model {
 }
 
 pub(crate) fn attention_kind(v: u32) -> Result<FullSequenceAttentionKind> {
-    FullSequenceAttentionKind::from_int(v).map_err(|_| {
-        err(
-            rt_status::RT_ERROR_INVALID_ENUM,
-            format!(
-                "attention kind {v} is unknown; expected RT_ATTENTION_MATERIALIZED (0) or \
-                 RT_ATTENTION_FLASH (1)"
-            ),
-        )
-    })
+    enum_arg(&ATTENTION_KINDS, v)
 }
 
 pub(crate) fn checkpointing_kind(v: u32) -> Result<ActivationCheckpointingKind> {
-    ActivationCheckpointingKind::from_int(v).map_err(|_| {
+    enum_arg(&ACTIVATION_CHECKPOINTING_POLICIES, v)
+}
+
+/// The value of enum argument `v`, validated against the option's table; an unknown value is
+/// RT_ERROR_INVALID_ENUM naming it and every valid constant.
+fn enum_arg<T: Copy + PartialEq + std::fmt::Debug>(
+    table: &'static OptionTable<T>,
+    v: u32,
+) -> Result<T> {
+    table.from_c(v).map_err(|_| {
+        let constants: Vec<String> = table
+            .by_c_value()
+            .map(|r| format!("{} ({})", r.c_name, r.c_value))
+            .collect();
         err(
             rt_status::RT_ERROR_INVALID_ENUM,
             format!(
-                "activation checkpointing policy {v} is unknown; expected \
-                 RT_ACTIVATION_CHECKPOINTING_DISABLED (0) or \
-                 RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK (1)"
+                "{} {v} is unknown; expected {}",
+                table.c_what,
+                constants.join(" or ")
             ),
         )
     })
@@ -299,26 +304,30 @@ pub unsafe extern "C" fn rt_model_enable_lora(
     guard("rt_model_enable_lora", || {
         let model = in_ptr(model, "model")?;
         let config = in_ptr(config, "config")?;
-        let known = crate::rt_lora_target::RT_LORA_TARGET_ATTENTION as u32
-            | crate::rt_lora_target::RT_LORA_TARGET_MLP as u32;
+        let groups = &layout::LORA_TARGET_GROUPS;
+        let known = groups.iter().fold(0, |mask, g| mask | g.c_value);
         if config.targets & !known != 0 {
+            let bits: Vec<String> = groups
+                .iter()
+                .map(|g| format!("{} ({})", g.c_name, g.c_value))
+                .collect();
             return Err(err(
                 rt_status::RT_ERROR_INVALID_ENUM,
                 format!(
-                    "LoRA targets {:#x} has unknown bits; expected an OR of \
-                     RT_LORA_TARGET_ATTENTION (1) and RT_LORA_TARGET_MLP (2)",
-                    config.targets
+                    "LoRA targets {:#x} has unknown bits; expected an OR of {}",
+                    config.targets,
+                    bits.join(" and ")
                 ),
             ));
         }
         let lora = LoraConfig {
             rank: config.rank,
             alpha: config.alpha,
-            targets: LoraTargets {
-                attention: config.targets & crate::rt_lora_target::RT_LORA_TARGET_ATTENTION as u32
-                    != 0,
-                mlp: config.targets & crate::rt_lora_target::RT_LORA_TARGET_MLP as u32 != 0,
-            },
+            targets: layout::lora_targets(|role| {
+                groups
+                    .iter()
+                    .any(|g| g.value == role && config.targets & g.c_value != 0)
+            }),
             seed: config.seed,
         };
         let mut state = model.lock();

@@ -5,12 +5,14 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 use riftco_tensor::Device;
 use riftco_transformer::state::{config_json_pairing, ConfigJsonPairing};
 use riftco_transformer::{
     load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model,
     ActivationCheckpointingKind, DecodeSession, DecoderOnlyTransformer, FullSequenceAttentionKind,
-    LoraConfig, LoraTargets, TransformerError,
+    LoraConfig, LoraTargets, OptionTable, TransformerError, ACTIVATION_CHECKPOINTING_POLICIES,
+    ATTENTION_KINDS,
 };
 
 use crate::config::PyTransformerConfig;
@@ -22,7 +24,40 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTransformerConfig>()?;
     m.add_class::<PyModel>()?;
     m.add_class::<PyDecodeSession>()?;
+    m.add_function(wrap_pyfunction!(write_file_atomic, m)?)?;
+    // The valid option names, from the Rust option tables (default first).
+    let py = m.py();
+    m.add("ATTENTION_KINDS", names(py, &ATTENTION_KINDS)?)?;
+    m.add(
+        "ACTIVATION_CHECKPOINTING_POLICIES",
+        names(py, &ACTIVATION_CHECKPOINTING_POLICIES)?,
+    )?;
     Ok(())
+}
+
+/// Writes ``data`` to the file ``path`` atomically, as the model files are written: into a
+/// fresh temporary ``.{name}.tmp.{pid}.{n}`` in the same folder (mode ``0644``), fsynced,
+/// renamed over ``path``, then the folder fsynced. A process killed at any moment leaves
+/// ``path`` entirely old or entirely new; temporaries of ``path`` left by killed processes are
+/// removed first. The GIL is released meanwhile.
+///
+/// Args:
+///     path: the destination file (its folder must exist).
+///     data: the complete new content.
+///
+/// Raises:
+///     OSError: when the folder is missing or not writable (``path`` is left intact).
+///     ModelStateError: when ``path`` has no file name or is a FIFO, device or socket.
+#[pyfunction]
+fn write_file_atomic(py: Python<'_>, path: PathBuf, data: &[u8]) -> PyResult<()> {
+    compute(py, || {
+        riftco_transformer::state::write_file_atomic(&path, data)
+    })
+}
+
+/// The names of an option table as a Python `tuple[str, ...]`.
+fn names<'py, T>(py: Python<'py>, table: &OptionTable<T>) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, table.rows.iter().map(|r| r.name))
 }
 
 fn attention_kind(s: &str) -> PyResult<FullSequenceAttentionKind> {

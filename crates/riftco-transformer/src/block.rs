@@ -2,6 +2,7 @@
 //! `x + Wo·Attn(RoPE(Wq·n1(x)), RoPE(Wk·n1(x)), Wv·n1(x))`, then `x + W2·(SiLU(W1·n2(x)) ⊙ W3·n2(x))`.
 
 use crate::error::Result;
+use crate::layout::{self, Entry, LayerParam, Parameter, Slot};
 use crate::linear::Linear;
 use crate::policy::FullSequenceAttentionKind;
 use riftco_autograd::ops::{AttentionKind, AttentionLayout};
@@ -19,7 +20,8 @@ impl From<FullSequenceAttentionKind> for AttentionKind {
     }
 }
 
-/// The parameters of one block (Hugging Face `LlamaDecoderLayer` names in comments).
+/// The parameters of one block (Hugging Face `LlamaDecoderLayer` names in comments; names,
+/// shapes and order come from [`layout::PARAMETERS`]).
 #[derive(Clone, Debug)]
 pub struct Layer {
     /// `input_layernorm.weight [d_model]`
@@ -43,30 +45,110 @@ pub struct Layer {
 }
 
 impl Layer {
-    /// The linear layers with their Hugging Face suffixes.
-    pub fn linears(&self) -> [(&'static str, &Linear); 7] {
-        [
-            ("self_attn.q_proj", &self.q),
-            ("self_attn.k_proj", &self.k),
-            ("self_attn.v_proj", &self.v),
-            ("self_attn.o_proj", &self.o),
-            ("mlp.gate_proj", &self.gate),
-            ("mlp.up_proj", &self.up),
-            ("mlp.down_proj", &self.down),
-        ]
+    /// Block `layer`, whose parameters `make` returns, called once per per-block row of
+    /// [`layout::PARAMETERS`], in table order (so random draws follow the state-dict order).
+    /// Linear layers start without adapters.
+    ///
+    /// # Errors
+    /// The first error of `make`.
+    pub fn try_from_rows(
+        layer: usize,
+        mut make: impl FnMut(Entry) -> Result<Variable>,
+    ) -> Result<Self> {
+        let mut values = Vec::with_capacity(layout::LAYER_ROWS);
+        for row in layout::layer_rows() {
+            values.push(make(row.at(layer))?);
+        }
+        // Index `i` holds the row of the `LayerParam` with index `i` (checked at compile time
+        // in `layout`).
+        let value = |p: LayerParam| values[p.index()].clone();
+        let linear = |p: LayerParam| Linear::new(value(p));
+        Ok(Self {
+            attn_norm: value(LayerParam::AttnNorm),
+            q: linear(LayerParam::Q),
+            k: linear(LayerParam::K),
+            v: linear(LayerParam::V),
+            o: linear(LayerParam::O),
+            mlp_norm: value(LayerParam::MlpNorm),
+            gate: linear(LayerParam::Gate),
+            up: linear(LayerParam::Up),
+            down: linear(LayerParam::Down),
+        })
     }
 
-    /// Mutable access to the linear layers, same order as [`Layer::linears`].
-    pub fn linears_mut(&mut self) -> [(&'static str, &mut Linear); 7] {
-        [
-            ("self_attn.q_proj", &mut self.q),
-            ("self_attn.k_proj", &mut self.k),
-            ("self_attn.v_proj", &mut self.v),
-            ("self_attn.o_proj", &mut self.o),
-            ("mlp.gate_proj", &mut self.gate),
-            ("mlp.up_proj", &mut self.up),
-            ("mlp.down_proj", &mut self.down),
-        ]
+    /// The field holding a row's tensor.
+    pub fn field(&self, p: LayerParam) -> Field<&Variable, &Linear> {
+        match p {
+            LayerParam::AttnNorm => Field::Norm(&self.attn_norm),
+            LayerParam::Q => Field::Linear(&self.q),
+            LayerParam::K => Field::Linear(&self.k),
+            LayerParam::V => Field::Linear(&self.v),
+            LayerParam::O => Field::Linear(&self.o),
+            LayerParam::MlpNorm => Field::Norm(&self.mlp_norm),
+            LayerParam::Gate => Field::Linear(&self.gate),
+            LayerParam::Up => Field::Linear(&self.up),
+            LayerParam::Down => Field::Linear(&self.down),
+        }
+    }
+
+    /// Mutable [`Layer::field`].
+    pub fn field_mut(&mut self, p: LayerParam) -> Field<&mut Variable, &mut Linear> {
+        match p {
+            LayerParam::AttnNorm => Field::Norm(&mut self.attn_norm),
+            LayerParam::Q => Field::Linear(&mut self.q),
+            LayerParam::K => Field::Linear(&mut self.k),
+            LayerParam::V => Field::Linear(&mut self.v),
+            LayerParam::O => Field::Linear(&mut self.o),
+            LayerParam::MlpNorm => Field::Norm(&mut self.mlp_norm),
+            LayerParam::Gate => Field::Linear(&mut self.gate),
+            LayerParam::Up => Field::Linear(&mut self.up),
+            LayerParam::Down => Field::Linear(&mut self.down),
+        }
+    }
+
+    /// The base tensor of a row: the norm weight, or the linear layer's base weight.
+    pub fn parameter(&self, p: LayerParam) -> &Variable {
+        match self.field(p) {
+            Field::Norm(v) => v,
+            Field::Linear(l) => &l.weight,
+        }
+    }
+
+    /// Mutable [`Layer::parameter`].
+    pub fn parameter_mut(&mut self, p: LayerParam) -> &mut Variable {
+        match self.field_mut(p) {
+            Field::Norm(v) => v,
+            Field::Linear(l) => &mut l.weight,
+        }
+    }
+
+    /// The linear layers with their table rows, in table order.
+    pub fn linears(&self) -> impl Iterator<Item = (&'static Parameter, &Linear)> {
+        layout::layer_rows().filter_map(move |row| match row.slot {
+            Slot::Layer(p) => match self.field(p) {
+                Field::Linear(l) => Some((row, l)),
+                Field::Norm(_) => None,
+            },
+            Slot::Model(_) => None,
+        })
+    }
+
+    /// Calls `f` on every linear layer with its table row, in table order.
+    ///
+    /// # Errors
+    /// The first error of `f`.
+    pub fn try_for_each_linear_mut(
+        &mut self,
+        mut f: impl FnMut(&'static Parameter, &mut Linear) -> Result<()>,
+    ) -> Result<()> {
+        for row in layout::layer_rows() {
+            if let Slot::Layer(p) = row.slot {
+                if let Field::Linear(l) = self.field_mut(p) {
+                    f(row, l)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every leaf the block's forward reads: all base parameters plus every active LoRA
@@ -79,6 +161,15 @@ impl Layer {
         }
         v
     }
+}
+
+/// The field of a [`Layer`] that holds one row's tensor.
+#[derive(Debug)]
+pub enum Field<N, L> {
+    /// An RMSNorm weight.
+    Norm(N),
+    /// A linear layer (base weight and optional adapter).
+    Linear(L),
 }
 
 /// What a block needs besides its parameters.

@@ -7,6 +7,7 @@
 //! - [`Adam`]: Adam/AdamW with bias correction (PyTorch defaults).
 //! - [`DecodeSession`]: incremental `decode_token()` with a per-layer K/V cache; never
 //!   checkpointed, builds no graph.
+//! - [`layout`]: the parameter table (Hugging Face names, shapes, roles, init, LoRA targets).
 //! - [`state`]: model state and LoRA adapters as safetensors (Hugging Face Llama / PEFT names).
 
 pub mod block;
@@ -14,6 +15,7 @@ pub mod config;
 pub mod decode;
 pub mod device;
 pub mod error;
+pub mod layout;
 pub mod linear;
 pub mod model;
 pub mod optim;
@@ -26,5 +28,8 @@ pub use error::{Result, TransformerError};
 pub use linear::{LoraConfig, LoraTargets};
 pub use model::{DecoderOnlyTransformer, Weights};
 pub use optim::Adam;
-pub use policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
+pub use policy::{
+    ActivationCheckpointingKind, FullSequenceAttentionKind, OptionRow, OptionTable,
+    ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS,
+};
 pub use state::{load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model};

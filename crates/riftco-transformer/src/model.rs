@@ -5,6 +5,7 @@
 use crate::block::{block_forward, block_forward_for, BlockContext, Layer};
 use crate::config::TransformerConfig;
 use crate::error::{Result, TransformerError};
+use crate::layout::{self, Entry, Init, ModelParam, Place, Slot};
 use crate::linear::{Linear, LoraAdapter, LoraConfig};
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
 use riftco_autograd::{checkpoint_with_pass, ops, Variable};
@@ -32,41 +33,112 @@ pub struct Weights {
 }
 
 impl Weights {
-    /// Every base parameter with its Hugging Face name, in state-dict order.
-    pub fn named_base_parameters(&self) -> Vec<(String, Variable)> {
-        let mut out = vec![("model.embed_tokens.weight".to_string(), self.embed.clone())];
-        for (i, layer) in self.layers.iter().enumerate() {
-            let p = format!("model.layers.{i}");
-            out.push((
-                format!("{p}.input_layernorm.weight"),
-                layer.attn_norm.clone(),
-            ));
-            for (suffix, lin) in layer.linears().into_iter().take(4) {
-                out.push((format!("{p}.{suffix}.weight"), lin.weight.clone()));
-            }
-            out.push((
-                format!("{p}.post_attention_layernorm.weight"),
-                layer.mlp_norm.clone(),
-            ));
-            for (suffix, lin) in layer.linears().into_iter().skip(4) {
-                out.push((format!("{p}.{suffix}.weight"), lin.weight.clone()));
+    /// Weights for `config` whose tensors `make` returns, called once per entry of
+    /// [`layout::entries`], in that (Hugging Face state-dict) order.
+    ///
+    /// # Errors
+    /// The first error of `make`; `TensorError::OutOfMemory` when the layer list cannot be
+    /// allocated.
+    pub fn try_from_entries(
+        config: &TransformerConfig,
+        rope: Arc<RopeTable>,
+        mut make: impl FnMut(Entry) -> Result<Variable>,
+    ) -> Result<Self> {
+        let mut model = Vec::with_capacity(layout::MODEL_ROWS);
+        let mut layers =
+            riftco_tensor::alloc::try_vec_with_capacity("model layers", config.n_layers)?;
+        let mut layers_built = false;
+        for row in layout::PARAMETERS.iter() {
+            match row.slot {
+                Slot::Model(_) => model.push(make(row.at(0))?),
+                // The per-block rows are contiguous: every block is built at the first of them.
+                Slot::Layer(_) if !layers_built => {
+                    layers_built = true;
+                    for i in 0..config.n_layers {
+                        layers.push(Arc::new(Layer::try_from_rows(i, &mut make)?));
+                    }
+                }
+                Slot::Layer(_) => {}
             }
         }
-        out.push(("model.norm.weight".to_string(), self.final_norm.clone()));
-        out.push(("lm_head.weight".to_string(), self.lm_head.clone()));
-        out
+        // Index `i` holds the row of the `ModelParam` with index `i` (checked at compile time in
+        // `layout`).
+        let value = |p: ModelParam| model[p.index()].clone();
+        Ok(Self {
+            config: config.clone(),
+            embed: value(ModelParam::Embedding),
+            layers,
+            final_norm: value(ModelParam::FinalNorm),
+            lm_head: value(ModelParam::LmHead),
+            rope,
+        })
+    }
+
+    /// The tensor of a model-level row.
+    pub fn model_parameter(&self, p: ModelParam) -> &Variable {
+        match p {
+            ModelParam::Embedding => &self.embed,
+            ModelParam::FinalNorm => &self.final_norm,
+            ModelParam::LmHead => &self.lm_head,
+        }
+    }
+
+    fn model_parameter_mut(&mut self, p: ModelParam) -> &mut Variable {
+        match p {
+            ModelParam::Embedding => &mut self.embed,
+            ModelParam::FinalNorm => &mut self.final_norm,
+            ModelParam::LmHead => &mut self.lm_head,
+        }
+    }
+
+    /// The base tensor at `place`; `None` for a block index past the last block.
+    pub fn parameter(&self, place: Place) -> Option<&Variable> {
+        match place {
+            Place::Model(p) => Some(self.model_parameter(p)),
+            Place::Layer(i, p) => self.layers.get(i).map(|l| l.parameter(p)),
+        }
+    }
+
+    /// Mutable [`Weights::parameter`]; a block shared with other weight sets is copied first.
+    fn parameter_mut(&mut self, place: Place) -> Option<&mut Variable> {
+        match place {
+            Place::Model(p) => Some(self.model_parameter_mut(p)),
+            Place::Layer(i, p) => self
+                .layers
+                .get_mut(i)
+                .map(|l| Arc::make_mut(l).parameter_mut(p)),
+        }
+    }
+
+    /// Every base parameter with its layout entry, in state-dict order.
+    pub fn base_parameters(&self) -> impl Iterator<Item = (Entry, &Variable)> {
+        layout::entries(self.layers.len())
+            .filter_map(move |e| self.parameter(e.place).map(|v| (e, v)))
+    }
+
+    /// Every linear layer with its layout entry, in state-dict order.
+    pub fn linears(&self) -> impl Iterator<Item = (Entry, &Linear)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| l.linears().map(move |(row, lin)| (row.at(i), lin)))
+    }
+
+    /// Every base parameter with its Hugging Face name, in state-dict order.
+    pub fn named_base_parameters(&self) -> Vec<(String, Variable)> {
+        self.base_parameters()
+            .map(|(e, v)| (e.hf_name(), v.clone()))
+            .collect()
     }
 
     /// Every LoRA parameter with its PEFT name (`base_model.model.<layer>.lora_A.weight`).
     pub fn named_lora_parameters(&self) -> Vec<(String, Variable)> {
         let mut out = Vec::new();
-        for (i, layer) in self.layers.iter().enumerate() {
-            for (suffix, lin) in layer.linears() {
-                if let Some(l) = &lin.lora {
-                    let base = format!("base_model.model.model.layers.{i}.{suffix}");
-                    out.push((format!("{base}.lora_A.weight"), l.a.clone()));
-                    out.push((format!("{base}.lora_B.weight"), l.b.clone()));
-                }
+        for (e, lin) in self.linears() {
+            if let Some(l) = &lin.lora {
+                let [a, b] = e.peft_lora_names();
+                out.push((a, l.a.clone()));
+                out.push((b, l.b.clone()));
             }
         }
         out
@@ -86,58 +158,18 @@ fn init_weights(config: &TransformerConfig) -> Result<Weights> {
                 .saturating_mul(4),
         },
     )?;
-    // Hugging Face Llama initialisation: N(0, 0.02) for embeddings and linear weights, ones for
-    // RMSNorm weights. Drawn in state-dict order from one seeded generator.
+    // Each parameter by its layout row's rule, drawn in state-dict order from one seeded
+    // generator.
     let mut rng = Rng::new(config.seed);
-    let (d, ff, v) = (config.d_model, config.d_ff, config.vocab_size);
-    let mut normal = |shape: [usize; 2], name: String| -> Result<Variable> {
-        Ok(Variable::named_leaf(
-            Tensor::try_randn_with(shape, 0.0, 0.02, &mut rng, MemoryCategory::Parameter)?,
-            true,
-            name,
-        ))
-    };
-    let embed = normal([v, d], "model.embed_tokens.weight".into())?;
-    let ones = |name: String| -> Result<Variable> {
-        Ok(Variable::named_leaf(
-            Tensor::try_ones([d], MemoryCategory::Parameter)?,
-            true,
-            name,
-        ))
-    };
-    let mut layers = riftco_tensor::alloc::try_vec_with_capacity("model layers", config.n_layers)?;
-    for i in 0..config.n_layers {
-        let p = format!("model.layers.{i}");
-        let attn_norm = ones(format!("{p}.input_layernorm.weight"))?;
-        let q = Linear::new(normal([d, d], format!("{p}.self_attn.q_proj.weight"))?);
-        let k = Linear::new(normal([d, d], format!("{p}.self_attn.k_proj.weight"))?);
-        let v_ = Linear::new(normal([d, d], format!("{p}.self_attn.v_proj.weight"))?);
-        let o = Linear::new(normal([d, d], format!("{p}.self_attn.o_proj.weight"))?);
-        let mlp_norm = ones(format!("{p}.post_attention_layernorm.weight"))?;
-        let gate = Linear::new(normal([ff, d], format!("{p}.mlp.gate_proj.weight"))?);
-        let up = Linear::new(normal([ff, d], format!("{p}.mlp.up_proj.weight"))?);
-        let down = Linear::new(normal([d, ff], format!("{p}.mlp.down_proj.weight"))?);
-        layers.push(Arc::new(Layer {
-            attn_norm,
-            q,
-            k,
-            v: v_,
-            o,
-            mlp_norm,
-            gate,
-            up,
-            down,
-        }));
-    }
-    let final_norm = ones("model.norm.weight".into())?;
-    let lm_head = normal([v, d], "lm_head.weight".into())?;
-    Ok(Weights {
-        rope: Arc::new(rope),
-        config: config.clone(),
-        embed,
-        layers,
-        final_norm,
-        lm_head,
+    Weights::try_from_entries(config, Arc::new(rope), |e| {
+        let shape = e.shape(config);
+        let tensor = match e.parameter.init {
+            Init::Normal { std } => {
+                Tensor::try_randn_with(shape, 0.0, std, &mut rng, MemoryCategory::Parameter)?
+            }
+            Init::Ones => Tensor::try_ones(shape, MemoryCategory::Parameter)?,
+        };
+        Ok(Variable::named_leaf(tensor, true, e.hf_name()))
     })
 }
 
@@ -392,23 +424,19 @@ impl DecoderOnlyTransformer {
         }
         let mut rng = Rng::new(lora.seed);
         let mut w = freeze(&self.weights, true);
+        // A in state-dict order of the targeted weights, from one seeded generator.
         for (i, layer) in w.layers.iter_mut().enumerate() {
-            let layer = Arc::make_mut(layer);
-            for (j, (suffix, lin)) in layer.linears_mut().into_iter().enumerate() {
-                let wanted = if j < 4 {
-                    lora.targets.attention
-                } else {
-                    lora.targets.mlp
-                };
-                if wanted {
+            Arc::make_mut(layer).try_for_each_linear_mut(|row, lin| {
+                if row.role.targeted_by(&lora.targets) {
                     let (o, inp) = lin.dims();
-                    let name = format!("model.layers.{i}.{suffix}.weight");
+                    let name = row.at(i).hf_name();
                     lin.lora = Some(LoraAdapter::new(
                         &name, o, inp, lora.rank, lora.alpha, &mut rng,
                     )?);
                     lin.lora_active = true;
                 }
-            }
+                Ok(())
+            })?;
         }
         self.set_weights(w, "enable_lora");
         Ok(())
@@ -421,11 +449,9 @@ impl DecoderOnlyTransformer {
 
     /// Whether adapters exist and are active.
     pub fn lora_active(&self) -> bool {
-        self.weights.layers.iter().any(|l| {
-            l.linears()
-                .iter()
-                .any(|(_, lin)| lin.lora.is_some() && lin.lora_active)
-        })
+        self.weights
+            .linears()
+            .any(|(_, lin)| lin.lora.is_some() && lin.lora_active)
     }
 
     /// Activates or deactivates existing adapters (base weights stay frozen while adapters
@@ -441,21 +467,21 @@ impl DecoderOnlyTransformer {
                 message: "the model has no adapters".into(),
             });
         }
-        let unchanged = self.weights.layers.iter().all(|l| {
-            l.linears()
-                .iter()
-                .all(|(_, lin)| lin.lora.is_none() || lin.lora_active == active)
-        });
+        let unchanged = self
+            .weights
+            .linears()
+            .all(|(_, lin)| lin.lora.is_none() || lin.lora_active == active);
         if unchanged {
             return Ok(());
         }
         let mut w = (*self.weights).clone();
         for layer in w.layers.iter_mut() {
-            for (_, lin) in Arc::make_mut(layer).linears_mut() {
+            Arc::make_mut(layer).try_for_each_linear_mut(|_, lin| {
                 if lin.lora.is_some() {
                     lin.lora_active = active;
                 }
-            }
+                Ok(())
+            })?;
         }
         self.set_weights(w, "set_lora_active");
         Ok(())
@@ -475,7 +501,7 @@ impl DecoderOnlyTransformer {
         }
         let mut w = freeze(&self.weights, false);
         for layer in w.layers.iter_mut() {
-            for (_, lin) in Arc::make_mut(layer).linears_mut() {
+            Arc::make_mut(layer).try_for_each_linear_mut(|_, lin| {
                 if lin.lora.is_some() {
                     if lin.lora_active {
                         let merged = lin.effective_weight()?;
@@ -485,7 +511,8 @@ impl DecoderOnlyTransformer {
                     lin.lora = None;
                     lin.lora_active = false;
                 }
-            }
+                Ok(())
+            })?;
         }
         self.set_weights(w, "merge_lora");
         Ok(())
@@ -505,22 +532,11 @@ fn freeze(w: &Weights, frozen: bool) -> Weights {
         Variable::named_leaf(v.value().clone(), !frozen, name)
     };
     let mut out = w.clone();
-    out.embed = re(&w.embed);
-    out.final_norm = re(&w.final_norm);
-    out.lm_head = re(&w.lm_head);
-    out.layers = w
-        .layers
-        .iter()
-        .map(|l| {
-            let mut l = (**l).clone();
-            l.attn_norm = re(&l.attn_norm);
-            l.mlp_norm = re(&l.mlp_norm);
-            for (_, lin) in l.linears_mut() {
-                lin.weight = re(&lin.weight);
-            }
-            Arc::new(l)
-        })
-        .collect();
+    for e in layout::entries(w.layers.len()) {
+        if let Some(v) = out.parameter_mut(e.place) {
+            *v = re(v);
+        }
+    }
     out
 }
 

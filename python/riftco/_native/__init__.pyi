@@ -12,6 +12,8 @@ from . import functional as functional
 
 __all__ = [
     "__version__",
+    "ATTENTION_KINDS",
+    "ACTIVATION_CHECKPOINTING_POLICIES",
     "RiftcoError",
     "ShapeError",
     "ConfigError",
@@ -33,6 +35,7 @@ __all__ = [
     "TransformerConfig",
     "DecoderOnlyTransformer",
     "DecodeSession",
+    "write_file_atomic",
     "Adam",
     "AdamW",
     "memory_stats",
@@ -43,6 +46,10 @@ __all__ = [
 ]
 
 __version__: str
+
+# The valid option names, from the Rust option tables (default first).
+ATTENTION_KINDS: tuple[str, ...]
+ACTIVATION_CHECKPOINTING_POLICIES: tuple[str, ...]
 
 # ---------------------------------------------------------------------------------------------
 # Exceptions: RiftcoError is the root; input problems are also ValueError, state and device
@@ -271,8 +278,9 @@ _TokenArray = npt.ArrayLike
 class DecoderOnlyTransformer:
     """A LLaMA-style decoder-only transformer.
 
-    ``attention``: ``"flash"`` | ``"materialized"``; ``activation_checkpointing``:
-    ``"disabled"`` | ``"block"``. Unknown strings raise ``ConfigError`` listing the valid ones.
+    ``attention``: one of ``ATTENTION_KINDS``; ``activation_checkpointing``: one of
+    ``ACTIVATION_CHECKPOINTING_POLICIES``. Unknown strings raise ``ConfigError`` listing the
+    valid ones.
     """
 
     def __new__(
@@ -394,3 +402,10 @@ class AdamW:
     @property
     def steps(self) -> int: ...
     def parameters(self) -> list[Variable]: ...
+
+def write_file_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Writes ``data`` to ``path`` atomically, as the model files are written: a fresh temporary
+    ``.{name}.tmp.{pid}.{n}`` in the same folder (mode ``0644``), fsync, rename over ``path``,
+    fsync of the folder; temporaries of ``path`` left by killed processes are removed first.
+    Raises ``OSError`` when the folder is missing or not writable (``path`` intact) and
+    ``ModelStateError`` when ``path`` has no file name or is a FIFO, device or socket."""

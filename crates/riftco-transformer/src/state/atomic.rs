@@ -112,6 +112,30 @@ impl Drop for AtomicGroup {
     }
 }
 
+/// Writes `bytes` to the file `path` atomically, as the model files are written: into a fresh
+/// temporary `.{file name}.tmp.{pid}.{n}` beside it (mode `0644` on Unix), fsynced, renamed over
+/// `path`, then the folder fsynced. A process killed at any moment leaves `path` entirely old or
+/// entirely new; temporaries of `path` left by killed processes are removed first.
+///
+/// # Errors
+/// [`TransformerError::Io`](crate::TransformerError::Io) naming `path` when the folder is
+/// missing or not writable (`path` is left intact);
+/// [`TransformerError::State`](crate::TransformerError::State) when `path` has no file name or
+/// is a FIFO, device or socket (never replaced).
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| state_err(path, "the path has no file name"))?
+        .to_string_lossy()
+        .into_owned();
+    remove_stale_temporaries(&parent_dir(path), &[&name]);
+    let mut group = AtomicGroup::new();
+    group.stage(path, |out| {
+        out.write_all(bytes).map_err(|source| io_err(path, source))
+    })?;
+    group.commit()
+}
+
 /// `.{name}.tmp.`: the start of every temporary file name of the destination `name`.
 fn temporary_prefix(name: &str) -> String {
     format!(".{name}.tmp.")

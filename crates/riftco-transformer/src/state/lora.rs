@@ -6,10 +6,10 @@ use super::read::{
 };
 use super::{
     io_err, state_err, ADAPTER_CONFIG_FILE, ADAPTER_CONFIG_METADATA_KEY, ADAPTER_MODEL_FILE,
-    ATTENTION_MODULES, MLP_MODULES,
 };
 use crate::error::{Result, TransformerError};
-use crate::linear::{LoraConfig, LoraTargets};
+use crate::layout;
+use crate::linear::LoraConfig;
 use crate::model::DecoderOnlyTransformer;
 use riftco_tensor::Tensor;
 use serde::Deserialize;
@@ -40,23 +40,19 @@ use std::path::Path;
 pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<()> {
     let weights = model.weights();
     let params = weights.named_lora_parameters();
-    let Some(first) = weights
-        .layers
-        .iter()
-        .flat_map(|l| l.linears())
-        .find_map(|(_, lin)| lin.lora.clone())
-    else {
+    let Some(first) = weights.linears().find_map(|(_, lin)| lin.lora.clone()) else {
         return Err(TransformerError::Lora {
             message: "the model has no adapters".into(),
         });
     };
     let rank = first.a.dims()[0];
     let alpha = alpha_from_scale(first.scale, rank);
-    let has = |suffix: &str| {
-        let mut linears = weights.layers.iter().flat_map(|l| l.linears());
-        linears.any(|(s, lin)| s == suffix && lin.lora.is_some())
-    };
-    let target_modules = target_module_names(has("self_attn.q_proj"), has("mlp.gate_proj"));
+    let targets = layout::lora_targets(|role| {
+        weights
+            .linears()
+            .any(|(e, lin)| e.parameter.role == role && lin.lora.is_some())
+    });
+    let target_modules = layout::target_modules(&targets);
     let adapter_config = json!({
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
@@ -139,14 +135,12 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
     };
     let lora = peft.to_lora_config(&config_path, model.config().d_model)?;
     let mut expected = Vec::new();
-    for (i, layer) in model.weights().layers.iter().enumerate() {
-        for (j, (suffix, lin)) in layer.linears().into_iter().enumerate() {
-            if (j < 4 && lora.targets.attention) || (j >= 4 && lora.targets.mlp) {
-                let (out_f, in_f) = lin.dims();
-                let base = format!("base_model.model.model.layers.{i}.{suffix}");
-                expected.push((format!("{base}.lora_A.weight"), vec![lora.rank, in_f]));
-                expected.push((format!("{base}.lora_B.weight"), vec![out_f, lora.rank]));
-            }
+    for (e, lin) in model.weights().linears() {
+        if e.parameter.role.targeted_by(&lora.targets) {
+            let (out_f, in_f) = lin.dims();
+            let [a, b] = e.peft_lora_names();
+            expected.push((a, vec![lora.rank, in_f]));
+            expected.push((b, vec![out_f, lora.rank]));
         }
     }
     let context = format!("r {}, target_modules {:?}", lora.rank, peft.target_modules);
@@ -260,16 +254,19 @@ impl PeftLoraConfig {
                 self.target_modules
             ));
         }
-        let has_all = |modules: &[&str]| modules.iter().all(|m| got.contains(m));
-        let (attention, mlp) = (has_all(&ATTENTION_MODULES), has_all(&MLP_MODULES));
-        if got != target_module_names(attention, mlp).into_iter().collect() || got.is_empty() {
+        let targets =
+            layout::lora_targets(|role| layout::peft_modules(role).iter().all(|m| got.contains(m)));
+        if got != layout::target_modules(&targets).into_iter().collect() || got.is_empty() {
+            let groups: Vec<String> = layout::LORA_TARGET_GROUPS
+                .iter()
+                .map(|g| format!("all of {:?}", layout::peft_modules(g.value)))
+                .collect();
             return unsupported(format!(
-                "target_modules {:?}: expected all of {ATTENTION_MODULES:?}, all of \
-                 {MLP_MODULES:?}, or both",
-                self.target_modules
+                "target_modules {:?}: expected {}, or both",
+                self.target_modules,
+                groups.join(", ")
             ));
         }
-        let targets = LoraTargets { attention, mlp };
         let lora = LoraConfig {
             rank: self.r,
             alpha: self.lora_alpha,
@@ -279,18 +276,6 @@ impl PeftLoraConfig {
         lora.validate(d_model).map_err(|e| state_err(path, e))?;
         Ok(lora)
     }
-}
-
-/// PEFT `target_modules` of adapters on the attention and/or MLP projections.
-fn target_module_names(attention: bool, mlp: bool) -> Vec<&'static str> {
-    let mut names = Vec::new();
-    if attention {
-        names.extend(ATTENTION_MODULES);
-    }
-    if mlp {
-        names.extend(MLP_MODULES);
-    }
-    names
 }
 
 /// `alpha` with `alpha / rank == scale` bitwise, preferring a whole number (PEFT configs usually

@@ -26,6 +26,7 @@ mod read;
 use crate::error::TransformerError;
 use std::path::{Path, PathBuf};
 
+pub use atomic::write_file_atomic;
 pub use hf_config::hf_config_json;
 pub use lora::{load_lora_adapter, save_lora_adapter};
 pub use model_file::{
@@ -47,9 +48,6 @@ pub const ADAPTER_CONFIG_METADATA_KEY: &str = "riftco_adapter_config";
 pub const ADAPTER_MODEL_FILE: &str = "adapter_model.safetensors";
 /// PEFT adapter config file name.
 pub const ADAPTER_CONFIG_FILE: &str = "adapter_config.json";
-
-pub(super) const ATTENTION_MODULES: [&str; 4] = ["q_proj", "k_proj", "v_proj", "o_proj"];
-pub(super) const MLP_MODULES: [&str; 3] = ["gate_proj", "up_proj", "down_proj"];
 
 /// The 64-bit FNV-1a hash of `bytes` as 16 lowercase hex digits (offset basis
 /// `0xcbf29ce484222325`, prime `0x100000001b3`). It identifies a file's content; it is not a

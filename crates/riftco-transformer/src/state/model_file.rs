@@ -7,11 +7,12 @@ use super::read::{
     Header,
 };
 use super::{
-    fnv1a64_hex, io_err, parent_dir, state_err, ATTENTION_MODULES, CONFIG_METADATA_KEY,
-    HF_CONFIG_FILE, HF_CONFIG_HASH_KEY,
+    fnv1a64_hex, io_err, parent_dir, state_err, CONFIG_METADATA_KEY, HF_CONFIG_FILE,
+    HF_CONFIG_HASH_KEY,
 };
 use crate::config::TransformerConfig;
 use crate::error::Result;
+use crate::layout;
 use crate::model::DecoderOnlyTransformer;
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
 use riftco_tensor::Tensor;
@@ -184,22 +185,9 @@ pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<
 /// Hugging Face name and shape of every base parameter of `config`, in state-dict order (equal
 /// to [`crate::Weights::named_base_parameters`] of a model built from `config`).
 pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usize>)> {
-    let (v, d, ff) = (config.vocab_size, config.d_model, config.d_ff);
-    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, d])];
-    for i in 0..config.n_layers {
-        let p = format!("model.layers.{i}");
-        out.push((format!("{p}.input_layernorm.weight"), vec![d]));
-        for m in ATTENTION_MODULES {
-            out.push((format!("{p}.self_attn.{m}.weight"), vec![d, d]));
-        }
-        out.push((format!("{p}.post_attention_layernorm.weight"), vec![d]));
-        out.push((format!("{p}.mlp.gate_proj.weight"), vec![ff, d]));
-        out.push((format!("{p}.mlp.up_proj.weight"), vec![ff, d]));
-        out.push((format!("{p}.mlp.down_proj.weight"), vec![d, ff]));
-    }
-    out.push(("model.norm.weight".to_string(), vec![d]));
-    out.push(("lm_head.weight".to_string(), vec![v, d]));
-    out
+    layout::entries(config.n_layers)
+        .map(|e| (e.hf_name(), e.shape(config)))
+        .collect()
 }
 
 /// The config of a model-state file: its `riftco_config` metadata, else `config.json` beside it
