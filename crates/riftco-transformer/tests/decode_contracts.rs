@@ -85,3 +85,27 @@ fn value_changes_and_no_op_calls_keep_the_session_open() {
     session.decode_token(3).unwrap();
     assert_eq!(session.position(), 3);
 }
+
+/// Decoding runs the block's own forward against the K/V cache, so it follows the model's
+/// attention kind: materialized attention (queries of one position against `pos + 1` cached
+/// keys, the causal mask offset by `seq_k − seq_q`) matches the full-sequence logits too.
+#[test]
+fn decode_with_materialized_attention_matches_full_sequence_logits() {
+    for lora in [false, true] {
+        let m = common::model(Attn::Materialized, Ck::Disabled, lora);
+        let tokens = common::block(1, 24, 64);
+        let full = m.logits(&tokens, 1, 24).unwrap().value().to_vec();
+        let mut session = m.decode_session().unwrap();
+        for (pos, &t) in tokens.iter().enumerate() {
+            let logits = session.decode_token(t).unwrap();
+            common::rel_close(
+                &logits,
+                &full[pos * 64..(pos + 1) * 64],
+                1e-5,
+                &format!("lora {lora} pos {pos}"),
+            );
+        }
+        // The cache is full at max_seq_len (24 here): the next token is refused.
+        assert!(session.decode_token(0).is_err());
+    }
+}
