@@ -197,8 +197,9 @@ def _validation_loss(
     return total / count
 
 
-def _peak_bytes() -> dict[str, int]:
-    return {k: int(v["peak_bytes"]) for k, v in memory_stats().items()}
+def _peak_bytes(device: str) -> dict[str, int]:
+    """Peak bytes by category on ``device`` (the model's: each device has its own counters)."""
+    return {k: int(v["peak_bytes"]) for k, v in memory_stats(device=device).items()}
 
 
 class _Progress:
@@ -362,7 +363,7 @@ def _train_guarded(
             dt = time.perf_counter() - t0
             value = float(loss.item())
             del loss
-            for k, v in _peak_bytes().items():
+            for k, v in _peak_bytes(model.device).items():
                 peaks[k] = max(peaks.get(k, 0), v)
             losses.append(value)
             lrs.append(lr)

@@ -77,3 +77,18 @@ def test_a_graph_recorded_before_the_move_is_stale_and_mixing_devices_is_an_erro
     w = dict(m.named_parameters())["model.layers.0.self_attn.q_proj.weight"]
     with pytest.raises(riftco.RiftcoError, match="different devices.*cpu.*privateuseone"):
         riftco.functional.linear(x, w)
+
+
+def test_lora_on_a_moved_model_lives_on_its_device_and_repr_names_the_device() -> None:
+    riftco._native._install_mirror_backend()
+    cpu = model("flash", "block")
+    dev = model("flash", "block").to("privateuseone")
+    assert 'device="privateuseone"' in repr(dev) and 'device="cpu"' in repr(cpu)
+    before = riftco.memory_stats()["parameter"]["current_bytes"]
+    cpu.enable_lora(rank=4)
+    after_cpu = riftco.memory_stats()["parameter"]["current_bytes"]
+    dev.enable_lora(rank=4)
+    # The device model's adapters took no host memory (the CPU model's did).
+    assert riftco.memory_stats()["parameter"]["current_bytes"] == after_cpu > before
+    block = tokens(2, 9)
+    assert cpu.loss(block).numpy().tobytes() == dev.loss(block).numpy().tobytes()

@@ -479,10 +479,11 @@ impl PyModel {
         let m = self.read();
         format!(
             "DecoderOnlyTransformer({}, attention={:?}, activation_checkpointing={:?}, \
-             device=\"cpu\", has_lora={})",
+             device={:?}, has_lora={})",
             PyTransformerConfig(m.config().clone()).__repr__(),
             m.attention_kind().name(),
             m.activation_checkpointing_kind().name(),
+            m.device().name(),
             if m.has_lora() { "True" } else { "False" },
         )
     }

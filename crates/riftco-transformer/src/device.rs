@@ -38,32 +38,36 @@ impl DecoderOnlyTransformer {
                 .into_iter()
                 .map(|(_, p)| p),
         );
-        let mut moved = Vec::with_capacity(2 * params.len());
-        let mut result = Ok(());
-        for p in &params {
-            let mut tensors = vec![p.value().clone()];
-            tensors.extend(p.grad());
-            for mut t in tensors {
-                let back = t.clone();
-                if let Err(e) = t.transfer_to(device) {
-                    result = Err(e);
-                    break;
-                }
-                moved.push(back);
-            }
-            if result.is_err() {
-                break;
-            }
-        }
-        if let Err(e) = result {
-            for mut t in moved {
-                // Moving back into memory just released: a failure here leaves that tensor
-                // on `device`, which later ops report as a DeviceMismatch.
-                let _ = t.transfer_to(from);
-            }
-            return Err(e.into());
-        }
+        move_parameters(&params, from, device)?;
         self.revision().bump("to_device");
         Ok(())
     }
+}
+
+/// Moves every parameter of `params` (and its gradient) from `from` to `device`; on a failure
+/// moves back those already moved, so they are never split across devices.
+pub(crate) fn move_parameters(params: &[Variable], from: Device, device: Device) -> Result<()> {
+    let mut moved = Vec::with_capacity(2 * params.len());
+    let mut result = Ok(());
+    'outer: for p in params {
+        let mut tensors = vec![p.value().clone()];
+        tensors.extend(p.grad());
+        for mut t in tensors {
+            let back = t.clone();
+            if let Err(e) = t.transfer_to(device) {
+                result = Err(e);
+                break 'outer;
+            }
+            moved.push(back);
+        }
+    }
+    if let Err(e) = result {
+        for mut t in moved {
+            // Moving back into memory just released: a failure here leaves that tensor on
+            // `device`, which later ops report as a DeviceMismatch.
+            let _ = t.transfer_to(from);
+        }
+        return Err(e.into());
+    }
+    Ok(())
 }

@@ -438,6 +438,16 @@ impl DecoderOnlyTransformer {
                 Ok(())
             })?;
         }
+        // New adapters live on the model's device, like its weights.
+        let device = self.device();
+        if device != riftco_tensor::Device::Cpu {
+            let adapters: Vec<Variable> = w
+                .named_lora_parameters()
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect();
+            crate::device::move_parameters(&adapters, riftco_tensor::Device::Cpu, device)?;
+        }
         self.set_weights(w, "enable_lora");
         Ok(())
     }

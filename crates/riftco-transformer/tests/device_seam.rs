@@ -255,3 +255,40 @@ fn memory_is_accounted_per_device() {
                 .sum::<usize>()
     );
 }
+
+/// Adapters added to a moved model live on its device (before: on the CPU, so the next loss
+/// was a DeviceMismatch and the model was split across devices).
+#[test]
+fn lora_enabled_on_a_moved_model_lives_on_its_device() {
+    mirror::install();
+    let lora = riftco_transformer::LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        targets: riftco_transformer::LoraTargets {
+            attention: true,
+            mlp: true,
+        },
+        seed: 3,
+    };
+    let mut cpu = model(Attn::Flash, Ck::TransformerBlock, false);
+    let mut dev = model(Attn::Flash, Ck::TransformerBlock, false);
+    dev.to_device(DEV).unwrap();
+    cpu.enable_lora(&lora).unwrap();
+    dev.enable_lora(&lora).unwrap();
+    for (name, p) in dev.weights().named_lora_parameters() {
+        assert_eq!(p.value().device(), DEV, "{name}");
+    }
+    let toks = block(2, 9, 64);
+    let (lc, ld) = (
+        cpu.loss(&toks, 2, 9).unwrap(),
+        dev.loss(&toks, 2, 9).unwrap(),
+    );
+    assert_eq!(bits(lc.value()), bits(ld.value()));
+    ld.backward().unwrap();
+    cpu.merge_lora().unwrap();
+    dev.merge_lora().unwrap();
+    for ((name, pc), (_, pd)) in params(&cpu).iter().zip(params(&dev)) {
+        assert_eq!(pd.value().device(), DEV, "{name}");
+        assert_eq!(bits(pc.value()), bits(pd.value()), "{name} after merge");
+    }
+}

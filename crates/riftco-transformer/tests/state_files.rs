@@ -535,3 +535,43 @@ fn written_config_json_states_rope_parameters_for_transformers_5() {
         json!({"rope_type": "default", "rope_theta": 25000.0})
     );
 }
+
+/// Saving to a folder (or a path ending in a separator) used to rename the new `config.json`
+/// over the one in the folder's parent before the state's own rename failed on the folder,
+/// destroying a file outside the destination. Now the save is refused before any rename.
+#[test]
+fn a_save_to_a_folder_is_refused_before_anything_is_replaced() {
+    let d = tmp_dir("save-to-folder");
+    let mine = b"{\"mine\": true}";
+    fs::write(d.join("config.json"), mine).unwrap();
+    fs::create_dir(d.join("out")).unwrap();
+    let m = model(config(1));
+    for target in [
+        d.join("out"),
+        PathBuf::from(format!("{}/out/", d.display())),
+    ] {
+        let msg = error_text(save_model(&m, &target));
+        assert!(msg.contains("is a folder, not a file"), "{msg}");
+        assert_eq!(
+            fs::read(d.join("config.json")).unwrap(),
+            mine,
+            "{}",
+            target.display()
+        );
+        assert!(
+            fs::read_dir(d.join("out")).unwrap().next().is_none(),
+            "nothing written inside"
+        );
+        let leftovers: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp."))
+            .collect();
+        assert!(leftovers.is_empty(), "temporaries left: {leftovers:?}");
+    }
+    // A missing folder named with a trailing separator is refused the same way.
+    let msg = error_text(save_model(&m, &d.join("new/")));
+    assert!(msg.contains("is a folder, not a file"), "{msg}");
+    assert_eq!(fs::read(d.join("config.json")).unwrap(), mine);
+}

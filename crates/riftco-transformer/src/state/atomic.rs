@@ -51,11 +51,24 @@ impl AtomicGroup {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
+        // A folder (or a path ending in a separator, which names one) is refused here, before
+        // any file of the group is renamed: a group whose later rename failed on a folder would
+        // already have replaced its earlier files (the config.json beside it).
+        let names_folder = path
+            .as_os_str()
+            .to_string_lossy()
+            .ends_with(std::path::is_separator);
+        if names_folder || fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+            return Err(state_err(
+                path,
+                "the destination is a folder, not a file: give the file's own path \
+                 (e.g. <folder>/model.safetensors)",
+            ));
+        }
         // Only a regular file is ever replaced: renaming over a device node, a FIFO or a socket
-        // would destroy it, and the loaders refuse such paths anyway (a folder makes the rename
-        // fail with an I/O error naming it).
+        // would destroy it, and the loaders refuse such paths anyway.
         if let Ok(existing) = fs::metadata(path) {
-            if !existing.is_file() && !existing.is_dir() {
+            if !existing.is_file() {
                 return Err(state_err(
                     path,
                     format!(
