@@ -7,6 +7,18 @@ use riftco_tensor::{ClassifiedError, ErrorKind, TensorError};
 /// was expected.
 #[derive(Debug, thiserror::Error)]
 pub enum TransformerError {
+    /// An optimizer step found a parameter, its gradient or its moments on different devices
+    /// (an optimizer built before `to_device` holds its moments on the old device).
+    #[error(
+        "optimizer step: parameter {parameter} is on device {parameter_device} but {what} is on \
+         {other_device}; build the optimizer after moving the model (model.to(device))"
+    )]
+    OptimizerDevice {
+        parameter: String,
+        parameter_device: riftco_tensor::Device,
+        what: &'static str,
+        other_device: riftco_tensor::Device,
+    },
     /// A configuration field is invalid.
     #[error("invalid config: {field} = {value}: {reason}")]
     Config {
@@ -74,6 +86,7 @@ impl TransformerError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             TransformerError::Config { .. } => ErrorKind::Config,
+            TransformerError::OptimizerDevice { .. } => ErrorKind::DeviceMismatch,
             TransformerError::Tokens { .. }
             | TransformerError::TokenOutOfVocabulary { .. }
             | TransformerError::SequenceTooLong { .. } => ErrorKind::Tokens,

@@ -156,7 +156,21 @@ impl Adam {
                 continue;
             };
             // Every operand on one device, checked for all before any is updated.
-            riftco_tensor::backend_of("Adam.step", &[p.value(), &g, &state.m, &state.v])?;
+            let pd = p.value().device();
+            for (what, t) in [
+                ("its gradient", &g),
+                ("its first moment", &state.m),
+                ("its second moment", &state.v),
+            ] {
+                if t.device() != pd {
+                    return Err(TransformerError::OptimizerDevice {
+                        parameter: p.describe(),
+                        parameter_device: pd,
+                        what,
+                        other_device: t.device(),
+                    });
+                }
+            }
             if g.dims() != p.dims() {
                 return Err(TransformerError::Config {
                     field: "gradient",

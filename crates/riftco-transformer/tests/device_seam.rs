@@ -151,7 +151,16 @@ fn mixing_devices_in_one_op_is_a_device_mismatch_naming_both() {
     let mut w = m.weights().final_norm.value().clone();
     w.transfer_to(DEV).unwrap();
     let err = opt.step().unwrap_err();
-    assert!(err.to_string().contains("different devices"), "{err}");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, TransformerError::OptimizerDevice { .. })
+            && err.kind() == riftco_tensor::ErrorKind::DeviceMismatch,
+        "{msg}"
+    );
+    assert!(
+        msg.contains("model.norm.weight") && msg.contains("privateuseone") && msg.contains("cpu"),
+        "the error names the parameter and both devices: {msg}"
+    );
     let after: Vec<Vec<f32>> = params(&m).iter().map(|(_, p)| p.value().to_vec()).collect();
     assert_eq!(
         before, after,
