@@ -4,7 +4,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# `step NAME` prints the wall and CPU time of the step before it; the summary at exit lists
+# every step's times and the total.
+source scripts/steps.sh
+trap steps_summary EXIT
 
 step "setup"
 bash scripts/setup.sh
@@ -55,4 +58,6 @@ run_c_tests() {
 }
 run_c_tests
 
-step "all checks passed"
+steps_summary
+trap - EXIT
+printf '\n==> all checks passed\n'

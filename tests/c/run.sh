@@ -21,9 +21,10 @@ CFLAGS=(-std=c11 -Wall -Wextra -Wpedantic -Werror -g -O1 -I"$INCLUDE")
 VALGRIND=(valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite
           --show-leak-kinds=definite --track-origins=yes -q)
 SCRATCH="$(mktemp -d)"
-trap 'rm -rf "$SCRATCH"' EXIT
-
-step() { printf '\n--> C ABI: %s\n' "$*"; }
+# `step NAME` prints the wall and CPU time of the step before it; the summary at exit lists them.
+STEPS_TAG="--> C ABI:"
+source "$ROOT/scripts/steps.sh"
+trap 'steps_summary; rm -rf "$SCRATCH"' EXIT
 
 step "header drift: cargo test -p riftco-capi --test header"
 cargo test -q -p riftco-capi --test header
@@ -70,4 +71,6 @@ if [[ "$(wc -l < "$SCRATCH/c.txt")" -lt 8 ]] || ! diff -u "$SCRATCH/rust.txt" "$
 fi
 echo "C and Rust agree bit for bit on $(grep -c '^step ' "$SCRATCH/c.txt") step losses, the eval loss and the decoded tokens"
 
-step "all C ABI checks passed"
+steps_summary
+trap 'rm -rf "$SCRATCH"' EXIT
+printf '\n--> C ABI: all C ABI checks passed\n'
