@@ -20,6 +20,12 @@ PY_DEPS=(
 )
 
 log() { printf '[setup] %s\n' "$*" >&2; }
+# Runs a command and logs how long it took (whole seconds).
+timed() {
+    local t0=$SECONDS
+    "$@"
+    log "  ... $((SECONDS - t0)) s"
+}
 
 if [[ ! -x "$PY" ]]; then
     log "creating $VENV with $(python3 --version 2>&1)"
@@ -31,7 +37,7 @@ deps_stamp="$VENV/.riftco-deps"
 deps_key="$(printf '%s\n' "${PY_DEPS[@]}")"
 if [[ ! -f "$deps_stamp" ]] || [[ "$(cat "$deps_stamp")" != "$deps_key" ]]; then
     log "installing Python build and test dependencies"
-    "$PY" -m pip install --quiet --disable-pip-version-check "${PY_DEPS[@]}"
+    timed "$PY" -m pip install --quiet --disable-pip-version-check "${PY_DEPS[@]}"
     printf '%s' "$deps_key" >"$deps_stamp"
 fi
 
@@ -55,7 +61,7 @@ build_key="$(
 if [[ ! -f "$build_stamp" ]] || [[ "$(cat "$build_stamp")" != "$build_key" ]] \
     || ! "$PY" -c 'import riftco._native' >/dev/null 2>&1; then
     log "building riftco (maturin develop --release)"
-    VIRTUAL_ENV="$PWD/$VENV" "$VENV/bin/maturin" develop --release --quiet
+    VIRTUAL_ENV="$PWD/$VENV" timed "$VENV/bin/maturin" develop --release --quiet
     printf '%s' "$build_key" >"$build_stamp"
 else
     log "riftco is up to date in $VENV"

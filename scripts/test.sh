@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
 # Every check the project has: Rust formatting, lints, tests, doc tests and bench builds, the
-# hand-written Python stubs against the built module, and the Python tests.
+# hand-written Python stubs against the built module, the Python tests and the C tests.
+#
+# The workspace is compiled in as few configurations as the checks allow, and each cargo
+# command is chosen so that it reuses what an earlier one built: cargo resolves features per
+# command over the selected packages (and their dev-dependencies only when a test, bench or
+# example target is built), and a unit compiled with other features is compiled again.
+#   - target/debug, check: clippy; `cargo doc --examples` resolves with the dev-dependencies
+#     like `clippy --all-targets`, so it only runs rustdoc on the workspace crates;
+#   - target/debug, test profile: nextest, the doc tests, the C header test;
+#   - target/release: maturin (riftco-python alone, with pyo3/extension-module), then
+#     `cargo bench --workspace` and the C library and reference program of tests/c/run.sh
+#     (`--workspace --example`), which share one feature resolution.
+# Each step prints its wall and CPU time; the summary at the end lists them all.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+source scripts/steps.sh
+trap steps_summary EXIT
 
 step "setup"
 bash scripts/setup.sh
@@ -14,6 +27,12 @@ cargo fmt --all --check
 
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+# --examples: the dependencies are then resolved with the dev-dependencies' features, as for
+# clippy above, so their checked metadata is reused (without it every dependency is checked
+# again). The one example, crates/riftco-capi/examples/reference_losses.rs, is documented too.
+step "cargo doc --workspace --no-deps --examples (warnings are errors: broken intra-doc links)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --examples
 
 if cargo nextest --version >/dev/null 2>&1; then
     step "cargo nextest run --workspace"
@@ -26,11 +45,11 @@ fi
 step "cargo test --workspace --doc"
 cargo test --workspace --doc
 
-step "cargo doc --workspace --no-deps (warnings are errors: broken intra-doc links)"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
-
 step "cargo bench --workspace --no-run"
 cargo bench --workspace --no-run
+
+step "C tests (tests/c/run.sh)"
+bash tests/c/run.sh
 
 step "mypy.stubtest riftco._native"
 .venv/bin/python -m mypy.stubtest riftco._native
@@ -41,18 +60,6 @@ step "mypy (strict; python/riftco, tests/python, examples)"
 step "pytest tests/python"
 .venv/bin/python -m pytest tests/python -q
 
-# ---------------------------------------------------------------------------------------------
-# C tests: tests/c/run.sh builds the C ABI library and the C programs against its header and
-# runs them. It does not exist yet; this step runs it as soon as it does.
-# ---------------------------------------------------------------------------------------------
-run_c_tests() {
-    if [[ -f tests/c/run.sh ]]; then
-        step "C tests (tests/c/run.sh)"
-        bash tests/c/run.sh
-    else
-        step "C tests: tests/c/run.sh not present yet, skipped"
-    fi
-}
-run_c_tests
-
-step "all checks passed"
+steps_summary
+trap - EXIT
+printf '\n==> all checks passed\n'

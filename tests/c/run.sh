@@ -8,12 +8,12 @@
 #   4. both run under valgrind with no invalid access and no "definitely lost" block;
 #   5. the loss sequence, eval loss and greedy decode of train.c equal those of the Rust program
 #      crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule).
-# Honours CARGO_TARGET_DIR (default: target/). Exits non-zero on any failure.
+# The Rust side is built as `cargo build --release --workspace` and `cargo test --workspace`
+# resolve it, so after scripts/test.sh's bench and test builds this compiles almost nothing.
+# Honours CARGO_TARGET_DIR. Exits non-zero on any failure.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-LIB="$TARGET/release"
 INCLUDE="$ROOT/crates/riftco-capi/include"
 CC="${CC:-cc}"
 CXX="${CXX:-c++}"
@@ -21,17 +21,58 @@ CFLAGS=(-std=c11 -Wall -Wextra -Wpedantic -Werror -g -O1 -I"$INCLUDE")
 VALGRIND=(valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite
           --show-leak-kinds=definite --track-origins=yes -q)
 SCRATCH="$(mktemp -d)"
-trap 'rm -rf "$SCRATCH"' EXIT
+# `step NAME` prints the wall and CPU time of the step before it; the summary at exit lists them.
+STEPS_TAG="--> C ABI:"
+source "$ROOT/scripts/steps.sh"
+trap 'steps_summary; rm -rf "$SCRATCH"' EXIT
 
-step() { printf '\n--> C ABI: %s\n' "$*"; }
+# Both cargo commands select the whole workspace: features are resolved per command over the
+# selected packages, so `-p riftco-capi` would compile the dependency graph a second time with
+# other features instead of reusing what `cargo nextest run --workspace` and
+# `cargo bench --workspace` built.
+step "header drift: cargo test --workspace --test header"
+cargo test -q --workspace --test header
 
-step "header drift: cargo test -p riftco-capi --test header"
-cargo test -q -p riftco-capi --test header
+step "cargo build --release --workspace --example reference_losses (libriftco.so, libriftco.a)"
+# The library is a dependency of the example here, and cargo copies only the targets it was
+# asked for up to target/release; the library's files (in target/release/deps) and the
+# example's executable are taken from cargo's artifact messages, so a stale copy in
+# target/release is never linked.
+LIB="$SCRATCH/lib"
+mkdir "$LIB"
+cargo build -q --release --workspace --example reference_losses \
+    --message-format=json-render-diagnostics >"$SCRATCH/artifacts.json"
+python3 - "$SCRATCH/artifacts.json" "$LIB" <<'EOF'
+import json
+import shutil
+import sys
 
-step "cargo build -p riftco-capi --release (libriftco.so, libriftco.a) + reference_losses"
-cargo build -q -p riftco-capi --release
-cargo build -q -p riftco-capi --release --example reference_losses
-test -f "$LIB/libriftco.so" && test -f "$LIB/libriftco.a"
+messages, lib = sys.argv[1], sys.argv[2]
+found = {}
+with open(messages, encoding="utf-8") as f:
+    for line in f:
+        if not line.startswith("{"):
+            continue
+        m = json.loads(line)
+        if m.get("reason") != "compiler-artifact":
+            continue
+        target = m["target"]
+        if target["name"] == "riftco" and "cdylib" in target["crate_types"]:
+            for path in m["filenames"]:
+                for suffix in (".so", ".a"):
+                    if path.endswith("/libriftco" + suffix):
+                        found[suffix] = path
+        elif target["name"] == "reference_losses" and target["kind"] == ["example"]:
+            found["reference_losses"] = m["executable"]
+missing = {".so", ".a", "reference_losses"} - found.keys()
+if missing:
+    sys.exit(f"cargo reported no artifact for {sorted(missing)} (libriftco.so, libriftco.a "
+             "and the reference_losses example were expected)")
+for key, path in found.items():
+    shutil.copy2(path, lib)
+    print(f"{key}: {path}")
+EOF
+test -f "$LIB/libriftco.so" && test -f "$LIB/libriftco.a" && test -x "$LIB/reference_losses"
 
 step "header compiles as C11 and as C++17"
 "$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -x c "$INCLUDE/riftco.h"
@@ -59,7 +100,7 @@ step "train.c (static library) vs the Rust reference: losses, eval loss, greedy 
 mkdir -p "$SCRATCH/native"
 "$SCRATCH/train_static" examples/c/train.c "$SCRATCH/native/model.safetensors" \
     > "$SCRATCH/train_c.txt"
-"$TARGET/release/examples/reference_losses" examples/c/train.c > "$SCRATCH/train_rust.txt"
+"$LIB/reference_losses" examples/c/train.c > "$SCRATCH/train_rust.txt"
 pick() { grep -E '^(step |eval loss |decode )' "$1"; }
 pick "$SCRATCH/train_c.txt" > "$SCRATCH/c.txt"
 pick "$SCRATCH/train_rust.txt" > "$SCRATCH/rust.txt"
@@ -70,4 +111,6 @@ if [[ "$(wc -l < "$SCRATCH/c.txt")" -lt 8 ]] || ! diff -u "$SCRATCH/rust.txt" "$
 fi
 echo "C and Rust agree bit for bit on $(grep -c '^step ' "$SCRATCH/c.txt") step losses, the eval loss and the decoded tokens"
 
-step "all C ABI checks passed"
+steps_summary
+trap 'rm -rf "$SCRATCH"' EXIT
+printf '\n--> C ABI: all C ABI checks passed\n'
