@@ -59,10 +59,13 @@ impl AtomicGroup {
             .to_string_lossy()
             .ends_with(std::path::is_separator);
         if names_folder || fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-            return Err(state_err(
+            return Err(io_err(
                 path,
-                "the destination is a folder, not a file: give the file's own path \
-                 (e.g. <folder>/model.safetensors)",
+                std::io::Error::new(
+                    std::io::ErrorKind::IsADirectory,
+                    "the destination is a folder, not a file: give the file's own path \
+                     (e.g. <folder>/model.safetensors)",
+                ),
             ));
         }
         // Only a regular file is ever replaced: renaming over a device node, a FIFO or a socket
