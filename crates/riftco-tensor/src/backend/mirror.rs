@@ -5,6 +5,11 @@
 //! ([`Tensor::read`]) is an error, so an op that bypassed [`Backend`] fails on it, and one that
 //! goes through it gives bitwise the CPU's result. [`kernel_calls`] counts the calls.
 //! Register it with [`install`].
+//!
+//! Its host copies are real CPU tensors: while a kernel runs, the operands' and results' bytes
+//! are counted in the CPU's memory counters too (workspace for operands, the result's category
+//! for results), so CPU peaks measured around mirror work include them. Its tensors themselves
+//! are counted on [`Device::PrivateUse1`] only.
 
 use super::cpu::CpuBackend;
 use super::{AdamHyper, AttentionDims, AttentionLayout, Backend, MatmulSpec, Pair, RopeTable};

@@ -352,7 +352,10 @@ pub fn for_device(device: Device) -> Result<&'static dyn Backend> {
     match device {
         Device::PrivateUse1 => Err(TensorError::DeviceUnavailable {
             device,
-            reason: "no backend is registered for it (riftco_tensor::backend::register)".into(),
+            reason: "no backend is registered for it (Rust: riftco_tensor::backend::register; \
+                     the mirror test backend: riftco_tensor::backend::mirror::install, from \
+                     Python riftco._native._install_mirror_backend())"
+                .into(),
         }),
         _ => device
             .check_available()
