@@ -131,3 +131,13 @@ def test_each_reachable_kind_raises_its_class(tmp_path: Path) -> None:
     with pytest.raises(riftco.RiftcoError, match="does not require grad") as info:
         frozen.backward()
     assert type(info.value) is riftco.RiftcoError
+
+
+def test_any_int_given_to_decode_token_is_checked_as_a_token_id() -> None:
+    session = model().decode_session()
+    for bad in [-1, 2**32, 2**63, -(2**70)]:
+        with pytest.raises(riftco.TokenError, match=rf"token id {bad} is outside the vocabulary \(vocab_size 64\)"):
+            session.decode_token(bad)
+    with pytest.raises(riftco.TokenError, match="must be an int"):
+        session.decode_token(1.5)  # type: ignore[arg-type]
+    assert session.position == 0, "nothing was decoded"

@@ -527,13 +527,24 @@ impl PyDecodeSession {
     fn decode_token<'py>(
         &self,
         py: Python<'py>,
-        token: i64,
+        token: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        let token = u32::try_from(token).map_err(|_| {
+        // Any Python int (however large) is a token id to check, not an OverflowError.
+        let value: i128 = token.extract().map_err(|_| {
             Exc::Token.err(format!(
-                "invalid tokens: token id {token} is outside the vocabulary"
+                "invalid tokens: a token id must be an int in [0, vocab_size); got {}",
+                token.repr().map_or_else(|_| "?".into(), |r| r.to_string())
             ))
         })?;
+        let vocab = self.lock().vocab_size();
+        let token = u32::try_from(value)
+            .ok()
+            .filter(|&t| (t as usize) < vocab)
+            .ok_or_else(|| {
+                Exc::Token.err(format!(
+                "invalid tokens: token id {value} is outside the vocabulary (vocab_size {vocab})"
+            ))
+            })?;
         let logits = compute(py, || self.lock().decode_token(token))?;
         Ok(logits.into_pyarray(py))
     }

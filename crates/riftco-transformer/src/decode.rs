@@ -63,6 +63,11 @@ impl DecodeSession {
         })
     }
 
+    /// The vocabulary size of the session's weights (valid token ids are `0..vocab_size`).
+    pub fn vocab_size(&self) -> usize {
+        self.weights.config.vocab_size
+    }
+
     /// Tokens decoded so far (the position of the next token).
     pub fn position(&self) -> usize {
         self.len
