@@ -6,6 +6,20 @@ use crate::storage::{Buffer, HostRead, HostWrite, Storage};
 use crate::{Device, Result, Shape, TensorError};
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
+/// Checks that `shape` is valid and holds `len` elements.
+fn check_len(op: &'static str, shape: &Shape, len: usize) -> Result<()> {
+    let numel = shape.check(op)?;
+    if len != numel {
+        return Err(TensorError::LengthMismatch {
+            op,
+            shape: shape.dims().to_vec(),
+            expected: numel,
+            got: len,
+        });
+    }
+    Ok(())
+}
+
 /// A contiguous, row-major `f32` tensor on one [`Device`].
 ///
 /// Cloning a `Tensor` is cheap and shares storage (and therefore the version counter and the
@@ -31,15 +45,7 @@ impl Tensor {
         category: MemoryCategory,
     ) -> Result<Self> {
         let shape = shape.into();
-        let numel = shape.check("Tensor::from_vec")?;
-        if data.len() != numel {
-            return Err(TensorError::LengthMismatch {
-                op: "Tensor::from_vec",
-                shape: shape.dims().to_vec(),
-                expected: numel,
-                got: data.len(),
-            });
-        }
+        check_len("Tensor::from_vec", &shape, data.len())?;
         Ok(Self::from_vec_unchecked(data, shape, category))
     }
 
@@ -70,15 +76,7 @@ impl Tensor {
         category: MemoryCategory,
     ) -> Result<Self> {
         let shape = shape.into();
-        let numel = shape.check("Tensor::from_buffer")?;
-        if buffer.len() != numel {
-            return Err(TensorError::LengthMismatch {
-                op: "Tensor::from_buffer",
-                shape: shape.dims().to_vec(),
-                expected: numel,
-                got: buffer.len(),
-            });
-        }
+        check_len("Tensor::from_buffer", &shape, buffer.len())?;
         if matches!(buffer, Buffer::Host(_)) != (device == Device::Cpu) {
             return Err(TensorError::InvalidArgument {
                 op: "Tensor::from_buffer",
