@@ -92,3 +92,20 @@ def test_lora_on_a_moved_model_lives_on_its_device_and_repr_names_the_device() -
     assert riftco.memory_stats()["parameter"]["current_bytes"] == after_cpu > before
     block = tokens(2, 9)
     assert cpu.loss(block).numpy().tobytes() == dev.loss(block).numpy().tobytes()
+
+
+def test_variables_report_their_device_and_copies_of_trainable_ones_are_parameters() -> None:
+    riftco._native._install_mirror_backend()
+    m = model("flash", "disabled").to("privateuseone")
+    w = dict(m.named_parameters())["model.norm.weight"]
+    assert w.device == "privateuseone"
+    assert riftco.Variable(np.ones(3, np.float32)).device == "cpu"
+    loss = m.loss(tokens(1, 5))
+    assert loss.device == "privateuseone"
+    before = riftco.memory_stats(device="privateuseone")
+    copy = riftco.Variable(w, requires_grad=True)
+    after = riftco.memory_stats(device="privateuseone")
+    assert copy.device == "privateuseone"
+    n = 4 * w.numpy().size
+    assert after["parameter"]["current_bytes"] - before["parameter"]["current_bytes"] == n
+    assert after["workspace"]["current_bytes"] == before["workspace"]["current_bytes"]

@@ -96,23 +96,32 @@ impl PyVariable {
     #[new]
     #[pyo3(signature = (array, requires_grad = false, name = None))]
     fn new(array: &Bound<'_, PyAny>, requires_grad: bool, name: Option<String>) -> PyResult<Self> {
-        if let Ok(v) = array.cast::<PyVariable>() {
-            let t = v
-                .get()
-                .0
-                .value()
-                .try_deep_clone(MemoryCategory::Workspace)
-                .map_err(crate::errors::tensor_err)?;
-            return Ok(Self(make_leaf(t, requires_grad, name)));
-        }
-        let (data, shape) = float32_data(array)?;
+        // A trainable leaf's value is a parameter, any other input workspace, whatever the
+        // source (a NumPy array or another Variable, copied on its device).
         let category = if requires_grad {
             MemoryCategory::Parameter
         } else {
             MemoryCategory::Workspace
         };
+        if let Ok(v) = array.cast::<PyVariable>() {
+            let t = v
+                .get()
+                .0
+                .value()
+                .try_deep_clone(category)
+                .map_err(crate::errors::tensor_err)?;
+            return Ok(Self(make_leaf(t, requires_grad, name)));
+        }
+        let (data, shape) = float32_data(array)?;
         let t = Tensor::from_vec(data, Shape::new(shape), category).map_err(tensor_err)?;
         Ok(Self(make_leaf(t, requires_grad, name)))
+    }
+
+    /// The device the value lives on (``"cpu"``, or the device of the model whose weights or
+    /// outputs this is).
+    #[getter]
+    fn device(&self) -> &'static str {
+        self.0.value().device().name()
     }
 
     /// The shape of the value.

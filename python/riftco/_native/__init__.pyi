@@ -147,6 +147,9 @@ class Variable:
         cls, array: npt.ArrayLike | Variable, requires_grad: bool = False, name: str | None = None
     ) -> Variable: ...
     @property
+    def device(self) -> str:
+        """The device the value lives on (``"cpu"`` unless it belongs to a moved model)."""
+    @property
     def shape(self) -> tuple[int, ...]:
         """The shape of the value."""
     @property
