@@ -39,6 +39,7 @@ pub use softmax::{causal_softmax, softmax};
 
 use crate::error::Result;
 use crate::variable::Variable;
+use riftco_tensor::backend::backend_of_devices;
 use riftco_tensor::{backend_of, Backend, MemoryCategory, Shape, Tensor};
 
 /// Forward values are activations.
@@ -52,8 +53,10 @@ pub(crate) const GRAD: MemoryCategory = MemoryCategory::Gradient;
 /// [`riftco_tensor::TensorError::DeviceMismatch`] naming `op` when they live on different
 /// devices.
 pub(crate) fn backend(op: &'static str, vars: &[&Variable]) -> Result<&'static dyn Backend> {
-    let values: Vec<&Tensor> = vars.iter().map(|v| v.value()).collect();
-    Ok(backend_of(op, &values)?)
+    Ok(backend_of_devices(
+        op,
+        vars.iter().map(|v| v.value().device()),
+    )?)
 }
 
 /// The backend of the device `tensors` live on (see [`backend`]).

@@ -63,10 +63,6 @@ fn foreign(op: &'static str) -> TensorError {
 }
 
 impl MirrorBackend {
-    fn count(&self) {
-        KERNEL_CALLS.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// A host copy of a mirror tensor (workspace memory).
     fn host(&self, op: &'static str, t: &Tensor) -> Result<Tensor> {
         let data = self.download(op, &t.buffer())?;
@@ -79,21 +75,80 @@ impl MirrorBackend {
         Tensor::from_buffer(buffer, t.shape().clone(), Device::PrivateUse1, t.category())
     }
 
-    fn dev2(&self, op: &'static str, (a, b): Pair) -> Result<Pair> {
-        Ok((self.dev(op, a)?, self.dev(op, b)?))
+    /// One kernel call: host copies of `inputs`, the CPU kernel `f` on them, its results
+    /// uploaded.
+    fn run<R: Results>(
+        &self,
+        op: &'static str,
+        inputs: &[&Tensor],
+        f: impl FnOnce(&[Tensor]) -> Result<R>,
+    ) -> Result<R> {
+        KERNEL_CALLS.fetch_add(1, Ordering::Relaxed);
+        let hosts = inputs
+            .iter()
+            .map(|t| self.host(op, t))
+            .collect::<Result<Vec<_>>>()?;
+        f(&hosts)?.upload(self, op)
     }
 
-    /// Writes the elements of host tensor `src` back into mirror tensor `dst` (bumps its version).
-    fn write_back(&self, op: &'static str, dst: &Tensor, src: &Tensor) -> Result<()> {
-        let bits = src.read()?.iter().map(|v| v.to_bits()).collect();
-        let mut guard = dst.buffer_mut();
-        match guard.as_mut() {
-            Some(b) => {
-                *b = MirrorBuffer(bits);
-                Ok(())
+    /// One in-place kernel call: host copies of `dsts` and `inputs`, the CPU kernel `f` on them,
+    /// the destinations' new elements written back (bumping their versions).
+    fn run_in_place(
+        &self,
+        op: &'static str,
+        dsts: &[&Tensor],
+        inputs: &[&Tensor],
+        f: impl FnOnce(&[Tensor], &[Tensor]) -> Result<()>,
+    ) -> Result<()> {
+        KERNEL_CALLS.fetch_add(1, Ordering::Relaxed);
+        let host = |ts: &[&Tensor]| {
+            ts.iter()
+                .map(|t| self.host(op, t))
+                .collect::<Result<Vec<_>>>()
+        };
+        let (hd, hi) = (host(dsts)?, host(inputs)?);
+        f(&hd, &hi)?;
+        for (dst, src) in dsts.iter().zip(&hd) {
+            let bits = src.read()?.iter().map(|v| v.to_bits()).collect();
+            let mut guard = dst.buffer_mut();
+            match guard.as_mut() {
+                Some(b) => *b = MirrorBuffer(bits),
+                None => return Err(foreign(op)),
             }
-            None => Err(foreign(op)),
         }
+        Ok(())
+    }
+}
+
+/// Kernel results a [`MirrorBackend`] uploads (a tensor, a pair, ...).
+trait Results: Sized {
+    fn upload(self, m: &MirrorBackend, op: &'static str) -> Result<Self>;
+}
+
+impl Results for Tensor {
+    fn upload(self, m: &MirrorBackend, op: &'static str) -> Result<Self> {
+        m.dev(op, self)
+    }
+}
+
+impl Results for (Tensor, Tensor) {
+    fn upload(self, m: &MirrorBackend, op: &'static str) -> Result<Self> {
+        Ok((m.dev(op, self.0)?, m.dev(op, self.1)?))
+    }
+}
+
+impl Results for (Tensor, Option<Tensor>) {
+    fn upload(self, m: &MirrorBackend, op: &'static str) -> Result<Self> {
+        Ok((
+            m.dev(op, self.0)?,
+            self.1.map(|t| m.dev(op, t)).transpose()?,
+        ))
+    }
+}
+
+impl Results for (Tensor, Tensor, Tensor) {
+    fn upload(self, m: &MirrorBackend, op: &'static str) -> Result<Self> {
+        Ok((m.dev(op, self.0)?, m.dev(op, self.1)?, m.dev(op, self.2)?))
     }
 }
 
@@ -156,54 +211,41 @@ impl Backend for MirrorBackend {
         src_offset: usize,
         len: usize,
     ) -> Result<()> {
-        self.count();
-        let (hd, hs) = (self.host(op, dst)?, self.host(op, src)?);
-        CpuBackend.copy_range(op, &hd, dst_offset, &hs, src_offset, len)?;
-        self.write_back(op, dst, &hd)
+        self.run_in_place(op, &[dst], &[src], |d, s| {
+            CpuBackend.copy_range(op, &d[0], dst_offset, &s[0], src_offset, len)
+        })
     }
 
     fn add(&self, op: &'static str, a: &Tensor, b: &Tensor, c: MemoryCategory) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.add(op, &self.host(op, a)?, &self.host(op, b)?, c)?;
-        self.dev(op, r)
+        self.run(op, &[a, b], |h| CpuBackend.add(op, &h[0], &h[1], c))
     }
 
     fn mul(&self, op: &'static str, a: &Tensor, b: &Tensor, c: MemoryCategory) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.mul(op, &self.host(op, a)?, &self.host(op, b)?, c)?;
-        self.dev(op, r)
+        self.run(op, &[a, b], |h| CpuBackend.mul(op, &h[0], &h[1], c))
     }
 
     fn scale(&self, op: &'static str, x: &Tensor, alpha: f32, c: MemoryCategory) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.scale(op, &self.host(op, x)?, alpha, c)?;
-        self.dev(op, r)
+        self.run(op, &[x], |h| CpuBackend.scale(op, &h[0], alpha, c))
     }
 
     fn add_assign(&self, op: &'static str, dst: &Tensor, src: &Tensor) -> Result<()> {
-        self.count();
-        let (hd, hs) = (self.host(op, dst)?, self.host(op, src)?);
-        CpuBackend.add_assign(op, &hd, &hs)?;
-        self.write_back(op, dst, &hd)
+        self.run_in_place(op, &[dst], &[src], |d, s| {
+            CpuBackend.add_assign(op, &d[0], &s[0])
+        })
     }
 
     fn axpy(&self, op: &'static str, alpha: f32, x: &Tensor, dst: &Tensor) -> Result<()> {
-        self.count();
-        let (hd, hx) = (self.host(op, dst)?, self.host(op, x)?);
-        CpuBackend.axpy(op, alpha, &hx, &hd)?;
-        self.write_back(op, dst, &hd)
+        self.run_in_place(op, &[dst], &[x], |d, s| {
+            CpuBackend.axpy(op, alpha, &s[0], &d[0])
+        })
     }
 
     fn sum(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.sum(op, &self.host(op, x)?, c)?;
-        self.dev(op, r)
+        self.run(op, &[x], |h| CpuBackend.sum(op, &h[0], c))
     }
 
     fn silu(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.silu(op, &self.host(op, x)?, c)?;
-        self.dev(op, r)
+        self.run(op, &[x], |h| CpuBackend.silu(op, &h[0], c))
     }
 
     fn silu_backward(
@@ -213,9 +255,9 @@ impl Backend for MirrorBackend {
         g: &Tensor,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.silu_backward(op, &self.host(op, x)?, &self.host(op, g)?, c)?;
-        self.dev(op, r)
+        self.run(op, &[x, g], |h| {
+            CpuBackend.silu_backward(op, &h[0], &h[1], c)
+        })
     }
 
     fn swiglu(
@@ -225,9 +267,7 @@ impl Backend for MirrorBackend {
         up: &Tensor,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.swiglu(op, &self.host(op, gate)?, &self.host(op, up)?, c)?;
-        self.dev(op, r)
+        self.run(op, &[gate, up], |h| CpuBackend.swiglu(op, &h[0], &h[1], c))
     }
 
     fn swiglu_backward(
@@ -238,10 +278,9 @@ impl Backend for MirrorBackend {
         g: &Tensor,
         c: MemoryCategory,
     ) -> Result<Pair> {
-        self.count();
-        let (hg, hu, hgr) = (self.host(op, gate)?, self.host(op, up)?, self.host(op, g)?);
-        let r = CpuBackend.swiglu_backward(op, &hg, &hu, &hgr, c)?;
-        self.dev2(op, r)
+        self.run(op, &[gate, up, g], |h| {
+            CpuBackend.swiglu_backward(op, &h[0], &h[1], &h[2], c)
+        })
     }
 
     fn rms_norm(
@@ -252,9 +291,9 @@ impl Backend for MirrorBackend {
         eps: f32,
         c: MemoryCategory,
     ) -> Result<Pair> {
-        self.count();
-        let r = CpuBackend.rms_norm(op, &self.host(op, x)?, &self.host(op, weight)?, eps, c)?;
-        self.dev2(op, r)
+        self.run(op, &[x, weight], |h| {
+            CpuBackend.rms_norm(op, &h[0], &h[1], eps, c)
+        })
     }
 
     fn rms_norm_backward(
@@ -267,14 +306,9 @@ impl Backend for MirrorBackend {
         weight_grad: bool,
         c: MemoryCategory,
     ) -> Result<(Tensor, Option<Tensor>)> {
-        self.count();
-        let (hx, hw) = (self.host(op, x)?, self.host(op, weight)?);
-        let (hr, hg) = (self.host(op, rstd)?, self.host(op, g)?);
-        let (dx, dw) = CpuBackend.rms_norm_backward(op, &hx, &hw, &hr, &hg, weight_grad, c)?;
-        Ok((
-            self.dev(op, dx)?,
-            dw.map(|dw| self.dev(op, dw)).transpose()?,
-        ))
+        self.run(op, &[x, weight, rstd, g], |h| {
+            CpuBackend.rms_norm_backward(op, &h[0], &h[1], &h[2], &h[3], weight_grad, c)
+        })
     }
 
     fn rope(
@@ -288,10 +322,9 @@ impl Backend for MirrorBackend {
         inverse: bool,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let hx = self.host(op, x)?;
-        let r = CpuBackend.rope(op, &hx, table, seq, heads, start_pos, inverse, c)?;
-        self.dev(op, r)
+        self.run(op, &[x], |h| {
+            CpuBackend.rope(op, &h[0], table, seq, heads, start_pos, inverse, c)
+        })
     }
 
     fn softmax(
@@ -301,9 +334,7 @@ impl Backend for MirrorBackend {
         cols: usize,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.softmax(op, &self.host(op, x)?, cols, c)?;
-        self.dev(op, r)
+        self.run(op, &[x], |h| CpuBackend.softmax(op, &h[0], cols, c))
     }
 
     fn softmax_backward(
@@ -315,10 +346,9 @@ impl Backend for MirrorBackend {
         scale: f32,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let (hy, hg) = (self.host(op, y)?, self.host(op, g)?);
-        let r = CpuBackend.softmax_backward(op, &hy, &hg, cols, scale, c)?;
-        self.dev(op, r)
+        self.run(op, &[y, g], |h| {
+            CpuBackend.softmax_backward(op, &h[0], &h[1], cols, scale, c)
+        })
     }
 
     fn causal_softmax(
@@ -330,9 +360,9 @@ impl Backend for MirrorBackend {
         causal: bool,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.causal_softmax(op, &self.host(op, scores)?, dims, scale, causal, c)?;
-        self.dev(op, r)
+        self.run(op, &[scores], |h| {
+            CpuBackend.causal_softmax(op, &h[0], dims, scale, causal, c)
+        })
     }
 
     fn matmul(
@@ -344,10 +374,9 @@ impl Backend for MirrorBackend {
         shape: Shape,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let (ha, hb) = (self.host(op, a)?, self.host(op, b)?);
-        let r = CpuBackend.matmul(op, spec, &ha, &hb, shape, c)?;
-        self.dev(op, r)
+        self.run(op, &[a, b], |h| {
+            CpuBackend.matmul(op, spec, &h[0], &h[1], shape, c)
+        })
     }
 
     fn batched_matmul(
@@ -360,10 +389,9 @@ impl Backend for MirrorBackend {
         shape: Shape,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let (ha, hb) = (self.host(op, a)?, self.host(op, b)?);
-        let r = CpuBackend.batched_matmul(op, batch, spec, &ha, &hb, shape, c)?;
-        self.dev(op, r)
+        self.run(op, &[a, b], |h| {
+            CpuBackend.batched_matmul(op, batch, spec, &h[0], &h[1], shape, c)
+        })
     }
 
     fn transpose_0213(
@@ -373,9 +401,7 @@ impl Backend for MirrorBackend {
         dims: [usize; 4],
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.transpose_0213(op, &self.host(op, x)?, dims, c)?;
-        self.dev(op, r)
+        self.run(op, &[x], |h| CpuBackend.transpose_0213(op, &h[0], dims, c))
     }
 
     fn embedding(
@@ -385,9 +411,7 @@ impl Backend for MirrorBackend {
         ids: &[u32],
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.embedding(op, &self.host(op, table)?, ids, c)?;
-        self.dev(op, r)
+        self.run(op, &[table], |h| CpuBackend.embedding(op, &h[0], ids, c))
     }
 
     fn embedding_backward(
@@ -398,9 +422,9 @@ impl Backend for MirrorBackend {
         vocab: usize,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let r = CpuBackend.embedding_backward(op, ids, &self.host(op, g)?, vocab, c)?;
-        self.dev(op, r)
+        self.run(op, &[g], |h| {
+            CpuBackend.embedding_backward(op, ids, &h[0], vocab, c)
+        })
     }
 
     fn cross_entropy(
@@ -410,9 +434,9 @@ impl Backend for MirrorBackend {
         targets: &[u32],
         c: MemoryCategory,
     ) -> Result<Pair> {
-        self.count();
-        let r = CpuBackend.cross_entropy(op, &self.host(op, logits)?, targets, c)?;
-        self.dev2(op, r)
+        self.run(op, &[logits], |h| {
+            CpuBackend.cross_entropy(op, &h[0], targets, c)
+        })
     }
 
     fn cross_entropy_backward(
@@ -424,14 +448,9 @@ impl Backend for MirrorBackend {
         g: &Tensor,
         c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.count();
-        let (hl, hs, hg) = (
-            self.host(op, logits)?,
-            self.host(op, lse)?,
-            self.host(op, g)?,
-        );
-        let r = CpuBackend.cross_entropy_backward(op, &hl, targets, &hs, &hg, c)?;
-        self.dev(op, r)
+        self.run(op, &[logits, lse, g], |h| {
+            CpuBackend.cross_entropy_backward(op, &h[0], targets, &h[1], &h[2], c)
+        })
     }
 
     fn flash_attention_forward(
@@ -446,11 +465,10 @@ impl Backend for MirrorBackend {
         causal: bool,
         c: MemoryCategory,
     ) -> Result<Pair> {
-        self.count();
-        let (hq, hk, hv) = (self.host(op, q)?, self.host(op, k)?, self.host(op, v)?);
-        let r = CpuBackend
-            .flash_attention_forward(op, &hq, &hk, &hv, dims, layout, scale, causal, c)?;
-        self.dev2(op, r)
+        self.run(op, &[q, k, v], |h| {
+            CpuBackend
+                .flash_attention_forward(op, &h[0], &h[1], &h[2], dims, layout, scale, causal, c)
+        })
     }
 
     fn flash_attention_backward(
@@ -468,13 +486,11 @@ impl Backend for MirrorBackend {
         causal: bool,
         c: MemoryCategory,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        self.count();
-        let (hq, hk, hv) = (self.host(op, q)?, self.host(op, k)?, self.host(op, v)?);
-        let (ho, hl, hg) = (self.host(op, out)?, self.host(op, lse)?, self.host(op, g)?);
-        let (dq, dk, dv) = CpuBackend.flash_attention_backward(
-            op, &hq, &hk, &hv, &ho, &hl, &hg, dims, layout, scale, causal, c,
-        )?;
-        Ok((self.dev(op, dq)?, self.dev(op, dk)?, self.dev(op, dv)?))
+        self.run(op, &[q, k, v, out, lse, g], |h| {
+            CpuBackend.flash_attention_backward(
+                op, &h[0], &h[1], &h[2], &h[3], &h[4], &h[5], dims, layout, scale, causal, c,
+            )
+        })
     }
 
     fn adam_update(
@@ -487,12 +503,8 @@ impl Backend for MirrorBackend {
         step: u64,
         hyper: AdamHyper,
     ) -> Result<()> {
-        self.count();
-        let (hp, hg) = (self.host(op, param)?, self.host(op, grad)?);
-        let (hm, hv) = (self.host(op, m)?, self.host(op, v)?);
-        CpuBackend.adam_update(op, &hp, &hg, &hm, &hv, step, hyper)?;
-        self.write_back(op, param, &hp)?;
-        self.write_back(op, m, &hm)?;
-        self.write_back(op, v, &hv)
+        self.run_in_place(op, &[param, m, v], &[grad], |d, g| {
+            CpuBackend.adam_update(op, &d[0], &g[0], &d[1], &d[2], step, hyper)
+        })
     }
 }

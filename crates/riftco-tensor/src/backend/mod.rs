@@ -372,8 +372,20 @@ pub fn for_device(device: Device) -> Result<&'static dyn Backend> {
 /// [`TensorError::DeviceMismatch`] naming `op` and the first two devices that differ;
 /// [`TensorError::DeviceUnavailable`] as [`for_device`].
 pub fn backend_of(op: &'static str, tensors: &[&Tensor]) -> Result<&'static dyn Backend> {
-    let device = tensors.first().map_or(Device::Cpu, |t| t.device());
-    if let Some(other) = tensors.iter().map(|t| t.device()).find(|d| *d != device) {
+    backend_of_devices(op, tensors.iter().map(|t| t.device()))
+}
+
+/// [`backend_of`] for the devices of some operands (no slice of tensors needs to be built).
+///
+/// # Errors
+/// As [`backend_of`].
+pub fn backend_of_devices(
+    op: &'static str,
+    devices: impl IntoIterator<Item = Device>,
+) -> Result<&'static dyn Backend> {
+    let mut devices = devices.into_iter();
+    let device = devices.next().unwrap_or(Device::Cpu);
+    if let Some(other) = devices.find(|d| *d != device) {
         return Err(TensorError::DeviceMismatch {
             op,
             lhs: device,
