@@ -23,6 +23,7 @@
 use crate::context::{panic_message, GradientContext};
 use crate::error::{AutogradError, CheckpointError, Result};
 use crate::grad_mode::{enable_grad, is_grad_enabled};
+use crate::named::{self, CheckpointOptions, SavedValues};
 use crate::variable::{peek_next_id, Variable};
 use riftco_tensor::{Device, Tensor};
 use std::cell::RefCell;
@@ -138,6 +139,33 @@ pub fn checkpoint_with_pass<F>(
 where
     F: Fn(&Variable, CheckpointPass) -> Result<Variable> + Send + Sync + 'static,
 {
+    checkpoint_with_options(
+        name,
+        input,
+        dependencies,
+        &CheckpointOptions::default(),
+        recompute,
+    )
+}
+
+/// [`checkpoint_with_pass`] with [`CheckpointOptions`]: a non-empty `options.save` makes it a
+/// selective checkpoint, whose forward run keeps the values of the [`crate::named`] calls with
+/// those names and whose replay reuses them instead of recomputing them (see
+/// [`crate::named`]'s module). Gradients are the plain checkpoint's, bit for bit.
+///
+/// # Errors
+/// Those of [`checkpoint`], and for a save set [`CheckpointError::SaveNameUnused`],
+/// [`CheckpointError::NamedOpCapturedNode`] and [`CheckpointError::NamedOpReplayDiverged`].
+pub fn checkpoint_with_options<F>(
+    name: &str,
+    input: &Variable,
+    dependencies: &[Variable],
+    options: &CheckpointOptions,
+    recompute: F,
+) -> Result<Variable>
+where
+    F: Fn(&Variable, CheckpointPass) -> Result<Variable> + Send + Sync + 'static,
+{
     let name = name.to_string();
     validate_dependencies(&name, dependencies)?;
     if !is_grad_enabled() {
@@ -147,7 +175,14 @@ where
     let versions: Vec<u64> = boundary.iter().map(|v| v.value().version()).collect();
     let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
     let start = peek_next_id();
-    let out = enable_grad(|| call(&recompute, &x0, CheckpointPass::Forward))?;
+    let save: Arc<[String]> = options.save.clone().into();
+    let forward = || enable_grad(|| call(&recompute, &x0, CheckpointPass::Forward));
+    let (out, saved) = if save.is_empty() {
+        (named::plain(forward)?, SavedValues::default())
+    } else {
+        named::record(&name, &save, &x0, forward)?
+    };
+    let saved = Arc::new(saved);
     check_unchanged(&boundary, &versions, "checkpoint callable (forward run)")?;
     validate_boundary(&name, &out, &x0, dependencies, start)?;
     let value = out.value().clone();
@@ -165,6 +200,7 @@ where
         let _marker = ReplayMarker::enter(token, &name)?;
         replay_vjp(
             &name,
+            (&save, &saved),
             &*recompute,
             parents,
             &versions,
@@ -204,6 +240,7 @@ fn check_unchanged(vars: &[&Variable], recorded: &[u64], op: &'static str) -> Re
 
 fn replay_vjp<F>(
     name: &str,
+    (save, saved): (&[String], &Arc<SavedValues>),
     recompute: &F,
     parents: &[Variable],
     versions: &[u64],
@@ -221,7 +258,12 @@ where
     let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
     let start = peek_next_id();
     // 2. evaluate the same block again, recording a local graph
-    let out = enable_grad(|| call(recompute, &x0, CheckpointPass::Replay))?;
+    let run = || enable_grad(|| call(recompute, &x0, CheckpointPass::Replay));
+    let out = if save.is_empty() {
+        named::plain(run)?
+    } else {
+        named::replay(name, save, saved, run)?
+    };
     // An optimizer step or a weight load inside the callable: the replay read other values
     // than the forward did.
     let boundary: Vec<&Variable> = parents.iter().collect();

@@ -62,6 +62,29 @@ pub enum CheckpointError {
         forward: riftco_tensor::Device,
         replay: riftco_tensor::Device,
     },
+    /// A name in the checkpoint's save set was not used by any `named` call of the forward run.
+    #[error("checkpoint {name:?}: save name {save_name:?} is not the name of any named value of the callable; names used: {used:?}")]
+    SaveNameUnused {
+        name: String,
+        save_name: String,
+        used: Vec<String>,
+    },
+    /// A saved `named` function read a graph value that is not one of its declared inputs.
+    #[error("checkpoint {name:?}: named value {op_name:?} reads graph node {node} (op {op}), which is not one of the inputs passed to named(); pass it in the inputs")]
+    NamedOpCapturedNode {
+        name: String,
+        op_name: String,
+        node: String,
+        op: &'static str,
+    },
+    /// The replay called the saved names in another order, or with other input shapes, than the
+    /// forward run.
+    #[error("checkpoint {name:?}: the replay diverged from the forward run: expected saved value {expected}, got {got}")]
+    NamedOpReplayDiverged {
+        name: String,
+        expected: String,
+        got: String,
+    },
 }
 
 /// Errors of the autograd layer.
@@ -115,7 +138,10 @@ impl CheckpointError {
             | CheckpointError::ReplayShapeChanged { .. }
             | CheckpointError::BackwardInsideReplay { .. }
             | CheckpointError::ReentrantReplay { .. }
-            | CheckpointError::ReplayDeviceChanged { .. } => ErrorKind::Checkpoint,
+            | CheckpointError::ReplayDeviceChanged { .. }
+            | CheckpointError::SaveNameUnused { .. }
+            | CheckpointError::NamedOpCapturedNode { .. }
+            | CheckpointError::NamedOpReplayDiverged { .. } => ErrorKind::Checkpoint,
         }
     }
 }

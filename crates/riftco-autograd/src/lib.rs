@@ -11,19 +11,25 @@
 //!   [`AutogradError::StaleGraph`].
 //! - [`checkpoint()`]: the replay primitive with its validation, after Chen et al. 2016,
 //!   "Training Deep Nets with Sublinear Memory Cost".
+//! - [`named`] and [`CheckpointOptions::save`]: selective checkpointing, where a checkpoint
+//!   keeps the values of chosen named ops from its forward run and its replay reuses them.
 //! - [`Variable::graph_statistics`]: reachable node count and elements owned by those nodes.
 
 pub mod checkpoint;
 pub mod context;
 pub mod error;
 pub mod grad_mode;
+pub mod named;
 pub mod ops;
 pub mod stats;
 pub mod variable;
 
-pub use checkpoint::{checkpoint, checkpoint_with_name, checkpoint_with_pass, CheckpointPass};
+pub use checkpoint::{
+    checkpoint, checkpoint_with_name, checkpoint_with_options, checkpoint_with_pass, CheckpointPass,
+};
 pub use context::{panic_message, GradientContext};
 pub use error::{AutogradError, CheckpointError, Result};
 pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
+pub use named::{named, CheckpointOptions};
 pub use stats::GraphStatistics;
 pub use variable::Variable;

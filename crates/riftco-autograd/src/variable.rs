@@ -30,7 +30,7 @@ pub(crate) struct OpRecord {
     pub(crate) name: &'static str,
     pub(crate) parents: Vec<Variable>,
     pub(crate) parent_versions: Vec<u64>,
-    pub(crate) vjp: Box<VjpFn>,
+    pub(crate) vjp: Arc<VjpFn>,
 }
 
 pub(crate) struct Node {
@@ -103,6 +103,17 @@ impl Variable {
             + Sync
             + 'static,
     ) -> Self {
+        Self::from_op_shared(name, value, parents, Arc::new(vjp))
+    }
+
+    /// [`Variable::from_op`] with a VJP rule shared with other nodes (a selective checkpoint
+    /// replay rebuilds a saved node around the VJP the forward recorded).
+    pub(crate) fn from_op_shared(
+        name: &'static str,
+        value: Tensor,
+        parents: Vec<Variable>,
+        vjp: Arc<VjpFn>,
+    ) -> Self {
         if !crate::grad_mode::is_grad_enabled() || parents.is_empty() {
             return Self::constant(value);
         }
@@ -116,7 +127,7 @@ impl Variable {
                 name,
                 parents,
                 parent_versions,
-                vjp: Box::new(vjp),
+                vjp,
             }),
             grad: Mutex::new(None),
             name: Mutex::new(None),
@@ -201,6 +212,11 @@ impl Variable {
 
     pub(crate) fn set_grad(&self, g: Tensor) {
         *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(g);
+    }
+
+    /// The op record of an op node (`None` for leaves).
+    pub(crate) fn op_record(&self) -> Option<&OpRecord> {
+        self.0.op.as_ref()
     }
 
     pub(crate) fn ptr_eq(&self, other: &Variable) -> bool {
