@@ -205,8 +205,7 @@ where
             parents,
             &versions,
             grad_out,
-            &forward_shape,
-            forward_device,
+            (&forward_shape, forward_device),
         )
     };
     Ok(Variable::from_op("checkpoint", value, parents, vjp))
@@ -245,8 +244,7 @@ fn replay_vjp<F>(
     parents: &[Variable],
     versions: &[u64],
     grad_out: &Tensor,
-    forward_shape: &[usize],
-    forward_device: Device,
+    (forward_shape, forward_device): (&[usize], Device),
 ) -> Result<Vec<Option<Tensor>>>
 where
     F: Fn(&Variable, CheckpointPass) -> Result<Variable>,
