@@ -46,9 +46,9 @@ pub fn no_grad<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Runs `f` with recording enabled (used by checkpoint replay, which may be reached from code
-/// that disabled recording).
-pub(crate) fn enable_grad<T>(f: impl FnOnce() -> T) -> T {
+/// Runs `f` with recording enabled, also inside [`no_grad`] (PyTorch's `torch.enable_grad`;
+/// used by checkpoint replay and by measurements that need a graph).
+pub fn enable_grad<T>(f: impl FnOnce() -> T) -> T {
     let previous = GRAD_ENABLED.with(|g| g.replace(true));
     struct Restore(bool);
     impl Drop for Restore {

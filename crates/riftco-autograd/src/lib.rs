@@ -29,7 +29,7 @@ pub use checkpoint::{
 };
 pub use context::{panic_message, GradientContext};
 pub use error::{AutogradError, CheckpointError, Result};
-pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
+pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, NoGradGuard};
 pub use named::{named, CheckpointOptions};
 pub use stats::GraphStatistics;
 pub use variable::Variable;

@@ -258,7 +258,7 @@ pub unsafe extern "C" fn rt_model_activation_checkpointing(
     guard("rt_model_activation_checkpointing", || {
         let out = out_ptr(out, "out")?;
         let model = in_ptr(model, "model")?;
-        *out = model.lock().model.activation_checkpointing_kind().to_int();
+        *out = model.lock().model.activation_checkpointing().c_kind();
         Ok(())
     })
 }

@@ -10,7 +10,7 @@ use riftco_tensor::Device;
 use riftco_transformer::state::{config_json_pairing, ConfigJsonPairing};
 use riftco_transformer::{
     load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model,
-    ActivationCheckpointingKind, DecodeSession, DecoderOnlyTransformer, FullSequenceAttentionKind,
+    ActivationCheckpointing, DecodeSession, DecoderOnlyTransformer, FullSequenceAttentionKind,
     LoraConfig, LoraTargets, OptionTable, TransformerError, ACTIVATION_CHECKPOINTING_POLICIES,
     ATTENTION_KINDS,
 };
@@ -64,7 +64,7 @@ fn attention_kind(s: &str) -> PyResult<FullSequenceAttentionKind> {
     s.parse().map_err(transformer_err)
 }
 
-fn checkpointing_kind(s: &str) -> PyResult<ActivationCheckpointingKind> {
+fn checkpointing_kind(s: &str) -> PyResult<ActivationCheckpointing> {
     s.parse().map_err(transformer_err)
 }
 
@@ -164,8 +164,8 @@ impl PyModel {
     /// The activation-checkpointing policy of later training forwards: ``"disabled"`` or
     /// ``"block"``.
     #[getter]
-    fn activation_checkpointing(&self) -> &'static str {
-        self.read().activation_checkpointing_kind().name()
+    fn activation_checkpointing(&self) -> String {
+        self.read().activation_checkpointing().to_string()
     }
 
     /// Changes the activation-checkpointing policy of later training forwards (graphs recorded
@@ -178,10 +178,7 @@ impl PyModel {
     ///     ConfigError: for another string (the message lists the valid ones).
     fn set_activation_checkpointing(&self, py: Python<'_>, kind: &str) -> PyResult<()> {
         let kind = checkpointing_kind(kind)?;
-        compute(py, || {
-            self.write().set_activation_checkpointing_kind(kind);
-            Ok::<_, TransformerError>(())
-        })
+        compute(py, || self.write().set_activation_checkpointing(kind))
     }
 
     /// The full-sequence attention kind: ``"flash"`` or ``"materialized"``.
@@ -482,7 +479,7 @@ impl PyModel {
              device={:?}, has_lora={})",
             PyTransformerConfig(m.config().clone()).__repr__(),
             m.attention_kind().name(),
-            m.activation_checkpointing_kind().name(),
+            m.activation_checkpointing(),
             m.device().name(),
             if m.has_lora() { "True" } else { "False" },
         )

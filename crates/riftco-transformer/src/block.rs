@@ -6,7 +6,7 @@ use crate::layout::{self, Entry, LayerParam, Parameter, Slot};
 use crate::linear::Linear;
 use crate::policy::FullSequenceAttentionKind;
 use riftco_autograd::ops::{AttentionKind, AttentionLayout};
-use riftco_autograd::{ops, CheckpointPass, Variable};
+use riftco_autograd::{named, ops, CheckpointPass, Variable};
 use riftco_tensor::backend::RopeTable;
 use riftco_tensor::{MemoryCategory, Shape, Tensor, TensorError};
 use std::sync::Arc;
@@ -331,37 +331,47 @@ fn block_forward_impl(
     let (b, t, h, dh) = (ctx.batch, ctx.seq, ctx.n_heads, ctx.d_head);
     let d_model = h * dh;
     let start_pos = cache.map_or(0, |(_, pos)| pos);
-    let n1 = ops::rms_norm(x, &layer.attn_norm, ctx.eps)?;
+    // Every value a selective checkpoint may save is named (`checkpointing::BLOCK_VALUE_NAMES`).
+    let n1 = named("attn_norm", &[x], || {
+        ops::rms_norm(x, &layer.attn_norm, ctx.eps)
+    })?;
     // Projections reshaped to [batch, seq, heads, d_head] (free), RoPE on q and k.
-    let heads = |lin: &Linear, rope: bool| -> Result<Variable> {
-        let y = ops::reshape(&lin.forward(&n1)?, [b, t, h, dh])?;
-        Ok(if rope {
-            ops::rope(&y, &ctx.rope, start_pos)?
-        } else {
-            y
+    let heads = |lin: &Linear, name: &str, rope: Option<&str>| -> Result<Variable> {
+        let y = ops::reshape(&lin.forward_named(name, &n1)?, [b, t, h, dh])?;
+        Ok(match rope {
+            Some(rope_name) => named(rope_name, &[&y], || ops::rope(&y, &ctx.rope, start_pos))?,
+            None => y,
         })
     };
     let (q, k, v) = (
-        heads(&layer.q, true)?,
-        heads(&layer.k, true)?,
-        heads(&layer.v, false)?,
+        heads(&layer.q, "q", Some("q_rope"))?,
+        heads(&layer.k, "k", Some("k_rope"))?,
+        heads(&layer.v, "v", None)?,
     );
     let (k, v) = match cache {
         Some((cache, pos)) => cache.append(&k, &v, pos)?,
         None => (k, v),
     };
     // [batch, seq, heads, d_head] in and out: flash attention reads this layout directly.
-    let attn = ops::causal_attention(
-        &q,
-        &k,
-        &v,
-        AttentionLayout::BatchSeqHead,
-        ctx.attention.into(),
-    )?;
+    let attn = named("attention", &[&q, &k, &v], || {
+        ops::causal_attention(
+            &q,
+            &k,
+            &v,
+            AttentionLayout::BatchSeqHead,
+            ctx.attention.into(),
+        )
+    })?;
     let attn = ops::reshape(&attn, [b, t, d_model])?;
-    let x1 = ops::add(x, &layer.o.forward(&attn)?)?;
-    let n2 = ops::rms_norm(&x1, &layer.mlp_norm, ctx.eps)?;
-    let act = ops::swiglu(&layer.gate.forward(&n2)?, &layer.up.forward(&n2)?)?;
+    let x1 = ops::add(x, &layer.o.forward_named("o", &attn)?)?;
+    let n2 = named("mlp_norm", &[&x1], || {
+        ops::rms_norm(&x1, &layer.mlp_norm, ctx.eps)
+    })?;
+    let (gate, up) = (
+        layer.gate.forward_named("gate", &n2)?,
+        layer.up.forward_named("up", &n2)?,
+    );
+    let act = named("swiglu", &[&gate, &up], || ops::swiglu(&gate, &up))?;
     Ok(match pass {
         CheckpointPass::Forward => ops::add(&x1, &layer.down.forward(&act)?)?,
         CheckpointPass::Replay => ops::add_graph_only(&x1, &layer.down.forward_graph_only(&act)?)?,

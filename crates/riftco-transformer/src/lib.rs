@@ -2,7 +2,8 @@
 //!
 //! - [`DecoderOnlyTransformer`]: materialized or flash attention
 //!   ([`FullSequenceAttentionKind`]), activation-checkpointing policy
-//!   ([`ActivationCheckpointingKind`]), LoRA adapters, training loss on `[batch, seq + 1]`
+//!   ([`ActivationCheckpointing`]: disabled, block, segments:K, auto, selective, per-block
+//!   lists, memory budgets; [`checkpointing`]), LoRA adapters, training loss on `[batch, seq + 1]`
 //!   token blocks.
 //! - [`Adam`]: Adam/AdamW with bias correction (PyTorch defaults).
 //! - [`DecodeSession`]: incremental `decode_token()` with a per-layer K/V cache; never
@@ -11,6 +12,7 @@
 //! - [`state`]: model state and LoRA adapters as safetensors (Hugging Face Llama / PEFT names).
 
 pub mod block;
+pub mod checkpointing;
 pub mod config;
 pub mod decode;
 pub mod device;
@@ -22,6 +24,9 @@ pub mod optim;
 pub mod policy;
 pub mod state;
 
+pub use checkpointing::{
+    ActivationCheckpointing, BlockPolicy, CheckpointPlan, SaveSet, SELECTIVE_POLICIES,
+};
 pub use config::{MemoryFootprint, TransformerConfig, MAX_MODEL_BYTES, MAX_N_LAYERS};
 pub use decode::DecodeSession;
 pub use error::{Result, TransformerError};

@@ -82,7 +82,17 @@ impl Linear {
     /// # Errors
     /// Shape mismatch on `x`'s last axis.
     pub fn forward(&self, x: &Variable) -> Result<Variable> {
-        self.forward_impl(x, true)
+        self.forward_impl(None, x, true)
+    }
+
+    /// [`Linear::forward`] whose base product `x·Wᵀ` is the named value `name`
+    /// (`riftco_autograd::named`): a selective checkpoint saving `name` keeps it and its replay
+    /// skips the product; the adapter's path (rank `r`, cheap) is recomputed.
+    ///
+    /// # Errors
+    /// As [`Linear::forward`].
+    pub fn forward_named(&self, name: &str, x: &Variable) -> Result<Variable> {
+        self.forward_impl(Some(name), x, true)
     }
 
     /// [`Linear::forward`] recorded for the VJP only, for the tail of a checkpoint replay whose
@@ -94,12 +104,12 @@ impl Linear {
     /// # Errors
     /// Shape mismatch on `x`'s last axis.
     pub fn forward_graph_only(&self, x: &Variable) -> Result<Variable> {
-        self.forward_impl(x, false)
+        self.forward_impl(None, x, false)
     }
 
     /// `y = x·Wᵀ (+ scale·(x·Aᵀ)·Bᵀ)`, with the plain ops when `evaluate`, else their graph-only
     /// variants (except `x·Aᵀ`, always evaluated).
-    fn forward_impl(&self, x: &Variable, evaluate: bool) -> Result<Variable> {
+    fn forward_impl(&self, name: Option<&str>, x: &Variable, evaluate: bool) -> Result<Variable> {
         type Binary = fn(&Variable, &Variable) -> riftco_autograd::Result<Variable>;
         type Scale = fn(&Variable, f32) -> riftco_autograd::Result<Variable>;
         let (linear, add, scale): (Binary, Binary, Scale) = if evaluate {
@@ -111,7 +121,10 @@ impl Linear {
                 ops::scale_graph_only,
             )
         };
-        let y = linear(x, &self.weight)?;
+        let y = match name {
+            Some(name) => riftco_autograd::named(name, &[x], || linear(x, &self.weight))?,
+            None => linear(x, &self.weight)?,
+        };
         match (&self.lora, self.lora_active) {
             (Some(l), true) => {
                 let down = ops::linear(x, &l.a)?;

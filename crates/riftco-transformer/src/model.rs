@@ -2,13 +2,14 @@
 //! L × block → RMSNorm → LM head, with a selectable attention kind and activation-checkpointing
 //! policy.
 
-use crate::block::{block_forward, block_forward_for, BlockContext, Layer};
+use crate::block::{BlockContext, Layer};
+use crate::checkpointing::{planner, ActivationCheckpointing, CheckpointPlan};
 use crate::config::TransformerConfig;
 use crate::error::{Result, TransformerError};
 use crate::layout::{self, Entry, Init, ModelParam, Place, Slot};
 use crate::linear::{Linear, LoraAdapter, LoraConfig};
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
-use riftco_autograd::{checkpoint_with_pass, ops, Variable};
+use riftco_autograd::{ops, Variable};
 use riftco_tensor::backend::RopeTable;
 use riftco_tensor::{MemoryCategory, Rng, Tensor, TensorError};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -196,9 +197,23 @@ fn init_weights(config: &TransformerConfig) -> Result<Weights> {
 pub struct DecoderOnlyTransformer {
     weights: Arc<Weights>,
     attention: FullSequenceAttentionKind,
-    checkpointing: ActivationCheckpointingKind,
+    checkpointing: ActivationCheckpointing,
+    /// The last resolved plan and what it was resolved for.
+    plan: Mutex<Option<(PlanKey, Arc<CheckpointPlan>)>>,
     block_calls: Arc<AtomicUsize>,
     revision: Arc<Revision>,
+}
+
+/// What a resolved plan depends on: the policy, the input shape, the attention kind and the
+/// weight set's revision (LoRA changes what a block retains).
+#[derive(Clone, Debug, PartialEq)]
+struct PlanKey {
+    policy: ActivationCheckpointing,
+    batch: usize,
+    seq: usize,
+    attention: FullSequenceAttentionKind,
+    revision: u64,
+    device: riftco_tensor::Device,
 }
 
 /// The structural revision of a model's weight set, shared with its decode sessions. Bumped by
@@ -226,13 +241,17 @@ impl DecoderOnlyTransformer {
     ///
     /// # Errors
     /// [`TransformerError::Config`] for an invalid config (including one too large for
-    /// addressable memory), `TensorError::OutOfMemory` when a weight cannot be allocated.
+    /// addressable memory) or a policy that does not fit it
+    /// ([`ActivationCheckpointing::validate`]), `TensorError::OutOfMemory` when a weight cannot
+    /// be allocated.
     pub fn new(
         config: TransformerConfig,
         attention: FullSequenceAttentionKind,
-        checkpointing: ActivationCheckpointingKind,
+        checkpointing: impl Into<ActivationCheckpointing>,
     ) -> Result<Self> {
         config.validate()?;
+        let checkpointing = checkpointing.into();
+        checkpointing.validate(config.n_layers)?;
         Ok(Self::from_weights(
             init_weights(&config)?,
             attention,
@@ -240,16 +259,18 @@ impl DecoderOnlyTransformer {
         ))
     }
 
-    /// A model around existing weights (used by loading).
+    /// A model around existing weights (used by loading). A policy that does not fit the
+    /// weights is reported by the first training forward.
     pub fn from_weights(
         weights: Weights,
         attention: FullSequenceAttentionKind,
-        checkpointing: ActivationCheckpointingKind,
+        checkpointing: impl Into<ActivationCheckpointing>,
     ) -> Self {
         Self {
             weights: Arc::new(weights),
             attention,
-            checkpointing,
+            checkpointing: checkpointing.into(),
+            plan: Mutex::new(None),
             block_calls: Arc::new(AtomicUsize::new(0)),
             revision: Arc::default(),
         }
@@ -287,14 +308,70 @@ impl DecoderOnlyTransformer {
     }
 
     /// The activation-checkpointing policy.
-    pub fn activation_checkpointing_kind(&self) -> ActivationCheckpointingKind {
-        self.checkpointing
+    pub fn activation_checkpointing(&self) -> &ActivationCheckpointing {
+        &self.checkpointing
     }
 
     /// Changes the policy of later training forwards. Safe while decode sessions exist (decoding
     /// never checkpoints) and while older graphs are alive (they keep their own structure).
+    ///
+    /// # Errors
+    /// [`TransformerError::Config`] for a policy that does not fit this model
+    /// ([`ActivationCheckpointing::validate`]); the policy is unchanged then.
+    pub fn set_activation_checkpointing(&mut self, policy: ActivationCheckpointing) -> Result<()> {
+        policy.validate(self.config().n_layers)?;
+        self.checkpointing = policy;
+        Ok(())
+    }
+
+    /// [`DecoderOnlyTransformer::set_activation_checkpointing`] with `disabled` or `block`
+    /// (which fit every model).
     pub fn set_activation_checkpointing_kind(&mut self, kind: ActivationCheckpointingKind) {
-        self.checkpointing = kind;
+        self.checkpointing = kind.into();
+    }
+
+    /// The per-block plan the policy resolves to for training inputs `[batch, seq]`. `auto` and
+    /// budgets are planned from measurements of this model at that shape
+    /// ([`planner`]), which takes a few block forwards and backwards the first time; the plan
+    /// is kept until the policy, the shape, the attention kind, the device or the weight set
+    /// (LoRA) changes.
+    ///
+    /// # Errors
+    /// [`TransformerError::Config`] for a policy that does not fit the model or a budget below
+    /// the smallest achievable peak (named in the message); errors of the measured passes.
+    pub fn activation_checkpointing_plan(
+        &self,
+        batch: usize,
+        seq: usize,
+    ) -> Result<Arc<CheckpointPlan>> {
+        let key = PlanKey {
+            policy: self.checkpointing.clone(),
+            batch,
+            seq,
+            attention: self.attention,
+            revision: self.revision.get().0,
+            device: self.device(),
+        };
+        let mut cached = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, plan)) = cached.as_ref() {
+            if *k == key {
+                return Ok(plan.clone());
+            }
+        }
+        let n_layers = self.config().n_layers;
+        let plan = match CheckpointPlan::fixed(&self.checkpointing, n_layers)? {
+            Some(plan) => plan,
+            None => {
+                let m = Arc::new(planner::measure(&self.weights, self.attention, batch, seq)?);
+                match self.checkpointing {
+                    ActivationCheckpointing::Budget(bytes) => planner::budget_plan(m, bytes)?,
+                    _ => planner::auto_plan(m),
+                }
+            }
+        };
+        let plan = Arc::new(plan);
+        *cached = Some((key, plan.clone()));
+        Ok(plan)
     }
 
     /// How many times a block forward has run (original forwards plus checkpoint replays).
@@ -340,28 +417,16 @@ impl DecoderOnlyTransformer {
         let x = ops::embedding(&w.embed, tokens)?;
         let mut x = ops::reshape(&x, [batch, seq, cfg.d_model])?;
         let ctx = BlockContext::new(cfg, &w.rope, batch, seq, self.attention);
-        for (i, layer) in w.layers.iter().enumerate() {
-            x = match self.checkpointing {
-                ActivationCheckpointingKind::Disabled => {
-                    self.block_calls.fetch_add(1, Ordering::Relaxed);
-                    block_forward(&x, layer, &ctx)?
-                }
-                ActivationCheckpointingKind::TransformerBlock => {
-                    let deps = layer.forward_leaves();
-                    let (layer, ctx, calls) =
-                        (layer.clone(), ctx.clone(), self.block_calls.clone());
-                    checkpoint_with_pass(
-                        &format!("model.layers.{i}"),
-                        &x,
-                        &deps,
-                        move |x, pass| {
-                            calls.fetch_add(1, Ordering::Relaxed);
-                            block_forward_for(x, &layer, &ctx, pass).map_err(into_autograd)
-                        },
-                    )?
-                }
-            };
-        }
+        // Without a graph (evaluation) no block retains anything: no plan is needed.
+        let plan = if riftco_autograd::is_grad_enabled() {
+            self.activation_checkpointing_plan(batch, seq)?
+        } else {
+            Arc::new(
+                CheckpointPlan::fixed(&ActivationCheckpointing::Disabled, cfg.n_layers)?
+                    .expect("disabled needs no measurement"),
+            )
+        };
+        x = plan.forward(x, &w.layers, &ctx, &self.block_calls)?;
         let x = ops::rms_norm(&x, &w.final_norm, cfg.rms_norm_eps)?;
         let x = ops::reshape(&x, [batch * seq, cfg.d_model])?;
         Ok(ops::linear(&x, &w.lm_head)?)
@@ -548,11 +613,4 @@ fn freeze(w: &Weights, frozen: bool) -> Weights {
         }
     }
     out
-}
-
-fn into_autograd(e: TransformerError) -> riftco_autograd::AutogradError {
-    match e {
-        TransformerError::Autograd(a) => a,
-        other => riftco_autograd::AutogradError::external(other),
-    }
 }

@@ -135,7 +135,10 @@ fn round_trip_is_bit_exact() {
     let back = load_model(&path, Attn::Materialized, Ck::TransformerBlock).unwrap();
     assert_eq!(back.config(), m.config());
     assert_eq!(back.attention_kind(), Attn::Materialized);
-    assert_eq!(back.activation_checkpointing_kind(), Ck::TransformerBlock);
+    assert_eq!(
+        *back.activation_checkpointing(),
+        Ck::TransformerBlock.into()
+    );
     assert_same_params(&m, &back);
     let back = load(&path).unwrap();
     assert_eq!(logits(&m), logits(&back));

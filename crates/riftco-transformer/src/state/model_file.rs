@@ -10,11 +10,12 @@ use super::{
     fnv1a64_hex, io_err, parent_dir, state_err, CONFIG_METADATA_KEY, HF_CONFIG_FILE,
     HF_CONFIG_HASH_KEY,
 };
+use crate::checkpointing::ActivationCheckpointing;
 use crate::config::TransformerConfig;
 use crate::error::Result;
 use crate::layout;
 use crate::model::DecoderOnlyTransformer;
-use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
+use crate::policy::FullSequenceAttentionKind;
 use riftco_tensor::Tensor;
 use std::collections::HashMap;
 use std::io::Write;
@@ -106,7 +107,7 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
 pub fn load_model(
     path: &Path,
     attention: FullSequenceAttentionKind,
-    checkpointing: ActivationCheckpointingKind,
+    checkpointing: impl Into<ActivationCheckpointing>,
 ) -> Result<DecoderOnlyTransformer> {
     let header = read_header(path)?;
     let config = resolve_config(path, &header)?;

@@ -1,0 +1,218 @@
+//! A resolved plan: which blocks form which checkpoint, and how the training forward runs it.
+
+use super::planner::BlockMeasurement;
+use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet};
+use crate::block::{block_forward_for, BlockContext, Layer};
+use crate::error::{Result, TransformerError};
+use riftco_autograd::{checkpoint_with_options, CheckpointOptions, CheckpointPass, Variable};
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Consecutive blocks run under one per-block policy: one block for `disabled` and
+/// `selective`, K blocks for a `segments:K` checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanSegment {
+    /// The block indices.
+    pub layers: Range<usize>,
+    /// What they do.
+    pub policy: BlockPolicy,
+}
+
+/// The per-block plan a policy resolves to for one input shape.
+#[derive(Clone, Debug)]
+pub struct CheckpointPlan {
+    /// The policy asked for.
+    pub policy: ActivationCheckpointing,
+    /// The segments, covering every block in order.
+    pub segments: Vec<PlanSegment>,
+    /// The segment length K a `segments:K`, `block` or `auto` policy uses.
+    pub segment_length: Option<usize>,
+    /// For `auto` and budgets: the peak activation bytes of a training step the planner
+    /// predicts from its measurements (see [`super::planner`]).
+    pub predicted_peak_bytes: Option<u64>,
+    /// For `auto` and budgets: the predicted forward + backward seconds of the blocks and the
+    /// head.
+    pub predicted_step_seconds: Option<f64>,
+    /// For `auto` and budgets: what the planner measured.
+    pub measurement: Option<Arc<BlockMeasurement>>,
+}
+
+impl CheckpointPlan {
+    /// The plan of a policy that needs no measurement (everything but `auto` and budgets), for
+    /// `n_layers` blocks; `None` for `auto` and budgets.
+    ///
+    /// # Errors
+    /// [`TransformerError::Config`] when the policy does not fit `n_layers`
+    /// ([`ActivationCheckpointing::validate`]).
+    pub fn fixed(policy: &ActivationCheckpointing, n_layers: usize) -> Result<Option<Self>> {
+        policy.validate(n_layers)?;
+        let each = |p: BlockPolicy| -> Vec<PlanSegment> {
+            (0..n_layers)
+                .map(|i| PlanSegment {
+                    layers: i..i + 1,
+                    policy: p.clone(),
+                })
+                .collect()
+        };
+        let (segments, k) = match policy {
+            ActivationCheckpointing::Disabled => (each(BlockPolicy::Disabled), None),
+            ActivationCheckpointing::Block => (each(BlockPolicy::Checkpoint), Some(1)),
+            ActivationCheckpointing::Segments(k) => (segments_of(*k, n_layers), Some(*k)),
+            ActivationCheckpointing::Selective(s) => {
+                (each(BlockPolicy::Selective(s.clone())), None)
+            }
+            ActivationCheckpointing::PerBlock(list) => (
+                list.iter()
+                    .enumerate()
+                    .map(|(i, p)| PlanSegment {
+                        layers: i..i + 1,
+                        policy: p.clone(),
+                    })
+                    .collect(),
+                None,
+            ),
+            ActivationCheckpointing::Auto | ActivationCheckpointing::Budget(_) => return Ok(None),
+        };
+        Ok(Some(Self {
+            policy: policy.clone(),
+            segments,
+            segment_length: k,
+            predicted_peak_bytes: None,
+            predicted_step_seconds: None,
+            measurement: None,
+        }))
+    }
+
+    /// The policy of each block, in order (`block` for every block of a multi-block segment).
+    pub fn per_block(&self) -> Vec<BlockPolicy> {
+        self.segments
+            .iter()
+            .flat_map(|s| s.layers.clone().map(move |_| s.policy.clone()))
+            .collect()
+    }
+
+    /// Runs the blocks on `x [batch, seq, d_model]` under this plan, recording the training
+    /// graph; `calls` counts block forwards (replays included).
+    ///
+    /// # Errors
+    /// Those of the block forward and of `checkpoint`.
+    pub fn forward(
+        &self,
+        x: Variable,
+        layers: &[Arc<Layer>],
+        ctx: &BlockContext,
+        calls: &Arc<AtomicUsize>,
+    ) -> Result<Variable> {
+        let mut x = x;
+        for seg in &self.segments {
+            x = run_segment(&x, &layers[seg.layers.clone()], seg, ctx, calls)?;
+        }
+        Ok(x)
+    }
+}
+
+/// `segments:k` over `n` blocks: `ceil(n / k)` segments, the last one shorter when `k` does
+/// not divide `n`.
+pub(crate) fn segments_of(k: usize, n: usize) -> Vec<PlanSegment> {
+    (0..n)
+        .step_by(k.max(1))
+        .map(|a| PlanSegment {
+            layers: a..(a + k).min(n),
+            policy: BlockPolicy::Checkpoint,
+        })
+        .collect()
+}
+
+/// One segment of the plan on `x`: plain blocks for `disabled`, one checkpoint over the
+/// segment's blocks (dependencies: the union of their leaves) otherwise.
+pub(crate) fn run_segment(
+    x: &Variable,
+    layers: &[Arc<Layer>],
+    seg: &PlanSegment,
+    ctx: &BlockContext,
+    calls: &Arc<AtomicUsize>,
+) -> Result<Variable> {
+    let save = match &seg.policy {
+        BlockPolicy::Disabled => {
+            let mut x = x.clone();
+            for layer in layers {
+                calls.fetch_add(1, Ordering::Relaxed);
+                x = block_forward_for(&x, layer, ctx, CheckpointPass::Forward)?;
+            }
+            return Ok(x);
+        }
+        BlockPolicy::Checkpoint => CheckpointOptions::default(),
+        BlockPolicy::Selective(s) => saving(s),
+    };
+    let deps: Vec<Variable> = layers.iter().flat_map(|l| l.forward_leaves()).collect();
+    let name = match seg.layers.len() {
+        1 => format!("model.layers.{}", seg.layers.start),
+        _ => format!(
+            "model.layers.{}-{}",
+            seg.layers.start,
+            seg.layers.end.saturating_sub(1)
+        ),
+    };
+    let (layers, ctx, calls) = (layers.to_vec(), ctx.clone(), calls.clone());
+    Ok(checkpoint_with_options(
+        &name,
+        x,
+        &deps,
+        &save,
+        move |x, pass| {
+            let mut x = x.clone();
+            let last = layers.len() - 1;
+            for (j, layer) in layers.iter().enumerate() {
+                calls.fetch_add(1, Ordering::Relaxed);
+                // Only the segment's output value is never read at replay; the inner blocks'
+                // outputs feed the next block.
+                let pass = if j == last {
+                    pass
+                } else {
+                    CheckpointPass::Forward
+                };
+                x = block_forward_for(&x, layer, &ctx, pass).map_err(into_autograd)?;
+            }
+            Ok(x)
+        },
+    )?)
+}
+
+fn saving(s: &SaveSet) -> CheckpointOptions {
+    CheckpointOptions::saving(s.names().iter().copied())
+}
+
+pub(crate) fn into_autograd(e: TransformerError) -> riftco_autograd::AutogradError {
+    match e {
+        TransformerError::Autograd(a) => a,
+        other => riftco_autograd::AutogradError::external(other),
+    }
+}
+
+impl fmt::Display for CheckpointPlan {
+    /// `segments:2 → block[0-1] block[2-3]; predicted peak 12.0 MiB`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} →", self.policy)?;
+        for s in &self.segments {
+            let (a, b) = (s.layers.start, s.layers.end.saturating_sub(1));
+            if a == b {
+                write!(f, " {}[{a}]", s.policy)?;
+            } else {
+                write!(f, " {}[{a}-{b}]", s.policy)?;
+            }
+        }
+        if let Some(p) = self.predicted_peak_bytes {
+            write!(
+                f,
+                "; predicted peak activation {:.1} MiB",
+                p as f64 / 1048576.0
+            )?;
+        }
+        if let Some(t) = self.predicted_step_seconds {
+            write!(f, ", predicted step {:.1} ms", t * 1e3)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,365 @@
+//! Measured planning: `auto` (segment length from measured bytes) and activation-memory
+//! budgets (per-block policies that fit a byte budget at the least recompute time).
+//!
+//! # What is measured
+//! For one input shape `[batch, seq]`, on the model's device, block 0 runs once per candidate
+//! per-block policy (`disabled`, every named selective policy, `block`), the candidates
+//! interleaved, twice each:
+//! - **retained bytes** `R(p)`: activation bytes alive after the block's forward (its output
+//!   included, its input excluded) — for `disabled` this is `M_layer`, for `block` `M_ckpt`
+//!   (the boundary tensor);
+//! - **transient bytes** `T(p)`: the activation peak of the block's backward above what was
+//!   alive before it (the replay's recomputed activations);
+//! - **seconds**: forward + backward wall time (the faster of the two runs).
+//!
+//! The head (embedding output, final RMSNorm, LM head, cross-entropy) is measured the same way.
+//! Planning resets the peak memory counters when it finishes (it runs before a step allocates
+//! anything, at the first training forward of a shape, or when asked for the plan).
+//!
+//! # The model
+//! Graph values stay alive until the graph is dropped, so a plan's activation peak is
+//! `R_head + Σ_segments R + max(T_head, max_segments T)`, where a K-block checkpoint segment
+//! retains `M_ckpt` and its replay holds `T(block) + (K − 1)·M_layer`. For `segments:K` this is
+//! Chen et al. 2016's `L/K · M_ckpt + K · M_layer` plus the head.
+//!
+//! - **auto**: K from the optimum of that formula, `k* = sqrt(L · M_ckpt / M_layer)`, the better
+//!   of `floor(k*)` and `ceil(k*)` by the formula (clamped to `1..=L`).
+//! - **budget**: among plans mixing at most two per-block policies (exact for the linear
+//!   relaxation, whose optimum uses at most two), the one with the least predicted time whose
+//!   predicted peak fits the budget; the block policies that save more memory go to the lower
+//!   layers. No plan fitting is a [`TransformerError::Config`] naming the smallest achievable
+//!   peak.
+
+use super::plan::{run_segment, segments_of, CheckpointPlan, PlanSegment};
+use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet, SELECTIVE_POLICIES};
+use crate::block::BlockContext;
+use crate::error::{Result, TransformerError};
+use crate::model::Weights;
+use crate::policy::FullSequenceAttentionKind;
+use riftco_autograd::{enable_grad, ops, GradientContext, Variable};
+use riftco_tensor::{memory_stats_for, reset_peak_memory_stats, Device, MemoryCategory, Tensor};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What one candidate per-block policy costs for one block, measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyCost {
+    /// The per-block policy.
+    pub policy: BlockPolicy,
+    /// Activation bytes alive after the forward (output included, input excluded).
+    pub retained_bytes: u64,
+    /// Activation peak of the backward above what was alive before it.
+    pub transient_bytes: u64,
+    /// Forward + backward wall seconds (the faster of two runs).
+    pub seconds: f64,
+}
+
+/// The planner's measurements for one input shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockMeasurement {
+    /// Batch size measured.
+    pub batch: usize,
+    /// Sequence length measured.
+    pub seq: usize,
+    /// Blocks in the model.
+    pub n_layers: usize,
+    /// `M_ckpt`: the retained bytes of a checkpointed block (its boundary tensor).
+    pub boundary_bytes: u64,
+    /// `M_layer`: the retained bytes of a block without checkpointing.
+    pub layer_bytes: u64,
+    /// Activation bytes the head retains (embedding output, final norm, logits, loss).
+    pub head_retained_bytes: u64,
+    /// Activation peak of the head's backward above what was alive before it.
+    pub head_transient_bytes: u64,
+    /// Head forward + backward seconds.
+    pub head_seconds: f64,
+    /// One entry per candidate per-block policy, `disabled` first and `block` last.
+    pub costs: Vec<PolicyCost>,
+}
+
+impl BlockMeasurement {
+    fn cost(&self, p: &BlockPolicy) -> &PolicyCost {
+        self.costs
+            .iter()
+            .find(|c| &c.policy == p)
+            .unwrap_or(&self.costs[self.costs.len() - 1])
+    }
+
+    /// Predicted `(retained, transient, seconds)` of one plan segment.
+    fn segment(&self, s: &PlanSegment) -> (u64, u64, f64) {
+        let k = s.layers.len() as u64;
+        let c = self.cost(&s.policy);
+        if k <= 1 {
+            return (c.retained_bytes, c.transient_bytes, c.seconds);
+        }
+        match s.policy {
+            BlockPolicy::Checkpoint => (
+                self.boundary_bytes,
+                c.transient_bytes + (k - 1) * self.layer_bytes,
+                c.seconds * k as f64,
+            ),
+            _ => (
+                c.retained_bytes * k,
+                c.transient_bytes,
+                c.seconds * k as f64,
+            ),
+        }
+    }
+
+    /// Predicted peak activation bytes and seconds of a plan's segments.
+    pub fn predict(&self, segments: &[PlanSegment]) -> (u64, f64) {
+        let mut retained = self.head_retained_bytes;
+        let mut transient = self.head_transient_bytes;
+        let mut seconds = self.head_seconds;
+        for s in segments {
+            let (r, t, sec) = self.segment(s);
+            retained += r;
+            transient = transient.max(t);
+            seconds += sec;
+        }
+        (retained + transient, seconds)
+    }
+
+    /// Chen et al. 2016's memory of `segments:k` over `n_layers` blocks,
+    /// `ceil(L/k) · M_ckpt + k · M_layer` (without the head).
+    pub fn segment_formula_bytes(&self, k: usize) -> u64 {
+        let n = self.n_layers.div_ceil(k.max(1)) as u64;
+        n * self.boundary_bytes + k as u64 * self.layer_bytes
+    }
+
+    /// The continuous optimum `k* = sqrt(L · M_ckpt / M_layer)`.
+    pub fn optimal_segment_length(&self) -> f64 {
+        (self.n_layers as f64 * self.boundary_bytes as f64 / self.layer_bytes.max(1) as f64).sqrt()
+    }
+}
+
+/// The candidate per-block policies, in measurement order: `disabled`, the named selective
+/// policies, `block`.
+fn candidates() -> Vec<BlockPolicy> {
+    let mut v = vec![BlockPolicy::Disabled];
+    v.extend(SELECTIVE_POLICIES.iter().map(|p| {
+        BlockPolicy::Selective(SaveSet::parse(p.name).expect("the named policies parse"))
+    }));
+    v.push(BlockPolicy::Checkpoint);
+    v
+}
+
+fn activation_bytes(device: Device) -> (u64, u64) {
+    let s = memory_stats_for(device).get(MemoryCategory::Activation);
+    (s.current_bytes as u64, s.peak_bytes as u64)
+}
+
+/// Runs `forward`, then a backward from its output, returning retained and transient bytes
+/// and the wall seconds.
+fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<(u64, u64, f64)> {
+    let (before, _) = activation_bytes(device);
+    let t0 = Instant::now();
+    let y = forward()?;
+    let (after, _) = activation_bytes(device);
+    reset_peak_memory_stats();
+    let transient = if y.requires_grad() {
+        let seed = Tensor::try_full_on(y.dims().to_vec(), 1.0, MemoryCategory::Gradient, device)?;
+        let grads = GradientContext::compute(&y, seed)?;
+        let (_, peak) = activation_bytes(device);
+        drop(grads);
+        peak.saturating_sub(after)
+    } else {
+        0
+    };
+    let seconds = t0.elapsed().as_secs_f64();
+    drop(y);
+    Ok((after.saturating_sub(before), transient, seconds))
+}
+
+/// Measures the head and block 0 of `weights` for inputs `[batch, seq]` (see the module
+/// documentation).
+///
+/// # Errors
+/// Those of the forward and backward passes (out of memory, devices).
+pub fn measure(
+    weights: &Weights,
+    attention: FullSequenceAttentionKind,
+    batch: usize,
+    seq: usize,
+) -> Result<BlockMeasurement> {
+    enable_grad(|| measure_impl(weights, attention, batch, seq))
+}
+
+fn measure_impl(
+    weights: &Weights,
+    attention: FullSequenceAttentionKind,
+    batch: usize,
+    seq: usize,
+) -> Result<BlockMeasurement> {
+    let cfg = &weights.config;
+    let device = weights.embed.value().device();
+    let ctx = BlockContext::new(cfg, &weights.rope, batch, seq, attention);
+    let layer = weights
+        .layers
+        .first()
+        .ok_or_else(|| TransformerError::Config {
+            field: "n_layers",
+            value: "0".into(),
+            reason: "planning needs at least one block".into(),
+        })?;
+    let input = || -> Result<Variable> {
+        let shape = vec![batch, seq, cfg.d_model];
+        let t = Tensor::try_full_on(shape, 0.5, MemoryCategory::Activation, device)?;
+        Ok(Variable::leaf(t, true))
+    };
+    let calls = Arc::new(AtomicUsize::new(0));
+    let policies = candidates();
+    let mut costs: Vec<Option<PolicyCost>> = vec![None; policies.len()];
+    for _ in 0..2 {
+        for (i, p) in policies.iter().enumerate() {
+            let x = input()?;
+            let seg = PlanSegment {
+                layers: 0..1,
+                policy: p.clone(),
+            };
+            let layers = std::slice::from_ref(layer);
+            let (r, t, s) = probe(device, || run_segment(&x, layers, &seg, &ctx, &calls))?;
+            let seconds = costs[i].as_ref().map_or(s, |c| c.seconds.min(s));
+            costs[i] = Some(PolicyCost {
+                policy: p.clone(),
+                retained_bytes: r,
+                transient_bytes: t,
+                seconds,
+            });
+        }
+    }
+    let costs: Vec<PolicyCost> = costs.into_iter().flatten().collect();
+    // The head: the embedding output, then final norm → LM head → cross-entropy from a leaf
+    // standing for the last block's output (counted with the blocks).
+    let tokens = vec![0u32; batch * seq];
+    let mut head = (0, 0, f64::INFINITY);
+    for _ in 0..2 {
+        let (before, _) = activation_bytes(device);
+        let t0 = Instant::now();
+        let embedded = ops::embedding(&weights.embed, &tokens)?;
+        let (after, _) = activation_bytes(device);
+        let h = input()?;
+        let (r, t, s) = probe(device, || {
+            let x = ops::rms_norm(&h, &weights.final_norm, cfg.rms_norm_eps)?;
+            let x = ops::reshape(&x, [batch * seq, cfg.d_model])?;
+            let logits = ops::linear(&x, &weights.lm_head)?;
+            Ok(ops::cross_entropy(&logits, &tokens)?)
+        })?;
+        let seconds = t0.elapsed().as_secs_f64();
+        drop(embedded);
+        debug_assert!(s <= seconds);
+        head = (r + after.saturating_sub(before), t, head.2.min(seconds));
+    }
+    reset_peak_memory_stats();
+    let retained = |p: &BlockPolicy| {
+        costs
+            .iter()
+            .find(|c| &c.policy == p)
+            .map_or(0, |c| c.retained_bytes)
+    };
+    Ok(BlockMeasurement {
+        batch,
+        seq,
+        n_layers: cfg.n_layers,
+        boundary_bytes: retained(&BlockPolicy::Checkpoint),
+        layer_bytes: retained(&BlockPolicy::Disabled),
+        head_retained_bytes: head.0,
+        head_transient_bytes: head.1,
+        head_seconds: head.2,
+        costs,
+    })
+}
+
+/// The `auto` plan: K from the measured `M_ckpt` and `M_layer` (see the module documentation).
+pub fn auto_plan(m: Arc<BlockMeasurement>) -> CheckpointPlan {
+    let l = m.n_layers.max(1);
+    let k_star = m.optimal_segment_length();
+    let lo = (k_star.floor() as usize).clamp(1, l);
+    let hi = (k_star.ceil() as usize).clamp(1, l);
+    let k = if m.segment_formula_bytes(hi) < m.segment_formula_bytes(lo) {
+        hi
+    } else {
+        lo
+    };
+    let segments = segments_of(k, l);
+    let (peak, seconds) = m.predict(&segments);
+    CheckpointPlan {
+        policy: ActivationCheckpointing::Auto,
+        segments,
+        segment_length: Some(k),
+        predicted_peak_bytes: Some(peak),
+        predicted_step_seconds: Some(seconds),
+        measurement: Some(m),
+    }
+}
+
+/// The budget plan: the least predicted time with a predicted peak `<= budget` (see the module
+/// documentation).
+///
+/// # Errors
+/// [`TransformerError::Config`] (field `activation_memory_budget`) naming the budget and the
+/// smallest achievable peak when no plan fits.
+pub fn budget_plan(m: Arc<BlockMeasurement>, budget: u64) -> Result<CheckpointPlan> {
+    let l = m.n_layers;
+    // Candidates ordered by retained bytes, most memory-saving first.
+    let mut order: Vec<&PolicyCost> = m.costs.iter().collect();
+    order.sort_by_key(|c| c.retained_bytes);
+    let plan_of = |a: &BlockPolicy, b: &BlockPolicy, n_a: usize| -> Vec<PlanSegment> {
+        (0..l)
+            .map(|i| PlanSegment {
+                layers: i..i + 1,
+                policy: if i < n_a { a.clone() } else { b.clone() },
+            })
+            .collect()
+    };
+    let mut best: Option<(f64, u64, Vec<PlanSegment>)> = None;
+    let mut smallest: Option<(u64, Vec<PlanSegment>)> = None;
+    for (i, a) in order.iter().enumerate() {
+        for b in &order[i..] {
+            for n_a in 0..=l {
+                let segments = plan_of(&a.policy, &b.policy, n_a);
+                let (peak, seconds) = m.predict(&segments);
+                if smallest.as_ref().is_none_or(|(p, _)| peak < *p) {
+                    smallest = Some((peak, segments.clone()));
+                }
+                if peak <= budget
+                    && best
+                        .as_ref()
+                        .is_none_or(|(s, p, _)| seconds < *s || (seconds == *s && peak < *p))
+                {
+                    best = Some((seconds, peak, segments));
+                }
+            }
+        }
+    }
+    match best {
+        Some((seconds, peak, segments)) => Ok(CheckpointPlan {
+            policy: ActivationCheckpointing::Budget(budget),
+            segments,
+            segment_length: None,
+            predicted_peak_bytes: Some(peak),
+            predicted_step_seconds: Some(seconds),
+            measurement: Some(m),
+        }),
+        None => {
+            let (peak, segments) = smallest.unwrap_or_default();
+            let per_block: Vec<String> = segments.iter().map(|s| s.policy.to_string()).collect();
+            let mut distinct = per_block.clone();
+            distinct.dedup();
+            Err(TransformerError::Config {
+                field: "activation_memory_budget",
+                value: format!("{budget} bytes ({:.2} MiB)", budget as f64 / 1048576.0),
+                reason: format!(
+                    "no plan fits: the smallest achievable peak activation at batch {}, seq {} \
+                     is {peak} bytes ({:.2} MiB, per-block {}); raise the budget or lower the \
+                     batch size or sequence length",
+                    m.batch,
+                    m.seq,
+                    peak as f64 / 1048576.0,
+                    distinct.join(" then ")
+                ),
+            })
+        }
+    }
+}
