@@ -186,6 +186,19 @@ fn rendezvous(count: &AtomicUsize, n: usize) {
     }
 }
 
+/// Releases the other thread's rendezvous when this thread panics, so that it fails at once.
+struct ReleaseOnPanic(Vec<Arc<AtomicUsize>>);
+
+impl Drop for ReleaseOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for count in &self.0 {
+                count.fetch_add(2, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
 #[test]
 fn concurrent_selective_checkpoints_on_two_threads_keep_their_own_frames() {
     let _serial = serial();
@@ -205,6 +218,7 @@ fn concurrent_selective_checkpoints_on_two_threads_keep_their_own_frames() {
         .map(|(kind, save)| {
             let (forward, replay) = (forward.clone(), replay.clone());
             std::thread::spawn(move || {
+                let _release = ReleaseOnPanic(vec![forward.clone(), replay.clone()]);
                 let x = Variable::leaf(rand(&[B, S, D], 1), true);
                 let p = block_params(10);
                 let (p2, calls) = (p.clone(), Calls::default());
