@@ -41,9 +41,23 @@ fn a_second_backward_after_a_failure_past_the_replay_reuses_the_saved_values() {
         loss.backward().unwrap();
         assert_eq!(grad_bits(&leaves), reference.grads, "backward {round}");
     }
-    // Three replays ran to the end; the saved functions ran at the forward only.
+    // A fourth pass accumulating onto the third: every gradient doubles (exact in f32).
+    loss.backward_accumulate().unwrap();
+    let doubled: Vec<Option<Vec<u32>>> = reference
+        .grads
+        .iter()
+        .map(|g| {
+            g.as_ref().map(|g| {
+                g.iter()
+                    .map(|&b| (2.0 * f32::from_bits(b)).to_bits())
+                    .collect()
+            })
+        })
+        .collect();
+    assert_eq!(grad_bits(&leaves), doubled, "backward_accumulate");
+    // Four replays ran to the end; the saved functions ran at the forward only.
     for name in NAMES {
-        let runs = if save.iter().any(|s| s == name) { 1 } else { 4 };
+        let runs = if save.iter().any(|s| s == name) { 1 } else { 5 };
         assert_eq!(calls.get(name), runs * calls_per_run(name), "{name}");
     }
 }
