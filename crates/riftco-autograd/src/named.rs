@@ -190,10 +190,10 @@ pub(crate) fn replay<T>(
     std::mem::forget(guard);
     let out = out?;
     if let Some(Frame::Replay { cursor, saved, .. }) = frame {
-        if cursor < saved.ops.len() {
+        if let Some(op) = saved.ops.get(cursor) {
             return Err(CheckpointError::NamedOpReplayDiverged {
                 name: checkpoint.to_string(),
-                expected: saved.ops[cursor].name.clone(),
+                expected: format!("{:?} with inputs {:?}", op.name, op.input_dims),
                 got: "the end of the callable".into(),
             }
             .into());
@@ -242,14 +242,20 @@ where
                 x0: *x0,
                 checkpoint: checkpoint.clone(),
             },
-            Some(Frame::Replay { save, .. }) if save.iter().any(|s| s == name) => Action::Rebuild,
+            // As at the forward run, a call without a graph was not recorded: it runs again.
+            Some(Frame::Replay { save, .. })
+                if is_grad_enabled() && save.iter().any(|s| s == name) =>
+            {
+                Action::Rebuild
+            }
             _ => Action::Run,
         }
     });
     match action {
         Action::Run => {
-            // Count the use of a save name even when grad mode is off, so that SaveNameUnused
-            // means the name is not in the callable at all.
+            // Count every name the forward run uses, also when grad mode is off, so that
+            // SaveNameUnused means the name is not in the callable at all and lists the names
+            // that are.
             mark_used(name);
             f()
         }
@@ -271,10 +277,8 @@ where
 
 fn mark_used(name: &str) {
     FRAMES.with(|frames| {
-        if let Some(Frame::Record { save, used, .. }) = frames.borrow_mut().last_mut() {
-            if save.iter().any(|s| s == name) {
-                *used.entry(name.to_string()).or_default() += 1;
-            }
+        if let Some(Frame::Record { used, .. }) = frames.borrow_mut().last_mut() {
+            *used.entry(name.to_string()).or_default() += 1;
         }
     });
 }
