@@ -17,6 +17,7 @@ PY_DEPS=(
     "numpy>=1.24"
     "mypy>=1.8"
     "tqdm>=4.60"
+    "matplotlib>=3.7"
 )
 
 log() { printf '[setup] %s\n' "$*" >&2; }

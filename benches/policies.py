@@ -1,0 +1,308 @@
+"""Activation-checkpointing policies measured: memory against depth, and step time against peak
+activation memory, for every policy riftco has.
+
+1. ``memory_vs_depth.png`` (Chen et al. 2016's figure, from measurements): peak activation bytes
+   of one training step (forward + backward) against ``n_layers`` for ``disabled``, ``block``,
+   ``segments:K`` with ``K = round(sqrt(L))`` (the √L strategy), ``auto`` and the default
+   selective policy, with the formula ``ceil(L/K) · M_ckpt + K · M_layer`` (plus the head) of
+   the √L curve from the planner's measured ``M_ckpt`` and ``M_layer``.
+2. ``pareto.png``: step time relative to ``disabled`` against peak activation bytes at the
+   reference configuration for every policy: ``disabled``, ``block``, ``segments:2``,
+   ``segments:4``, ``auto``, each named selective policy, and activation-memory budgets at 25 %,
+   50 % and 75 % of the way from ``block``'s peak to ``disabled``'s. The policies run
+   interleaved (one step of each in turn, ``--steps`` rounds after a warm-up round); the step
+   time is the median, the peak the largest seen. For budgets the planner's predicted peak is
+   printed beside the measured one.
+
+Reference configuration: vocab 256, d_model 256, 8 heads, 8 layers, d_ff 688, seq 256, batch 8,
+flash attention. Peaks come from ``riftco.memory_stats()["activation"]`` (reset before each
+step). Tables are printed as Markdown (and written to ``--out``/policies.md); pictures need
+matplotlib (``pip install matplotlib``) and are skipped with a message without it.
+
+    python benches/policies.py                     # reference configuration (a few minutes)
+    python benches/policies.py --quick --steps 1   # tiny configuration (smoke test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import riftco
+
+REFERENCE = dict(vocab_size=256, d_model=256, n_heads=8, n_layers=8, d_ff=688, max_seq_len=256)
+QUICK = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=4, d_ff=88, max_seq_len=32)
+MIB = 1024.0 * 1024.0
+
+
+def tokens(batch: int, seq: int, vocab: int) -> np.ndarray[Any, Any]:
+    return np.random.default_rng(0).integers(0, vocab, size=(batch, seq + 1), dtype=np.int64)
+
+
+def make_model(cfg: dict[str, int], policy: str) -> Any:
+    config = riftco.TransformerConfig(**cfg)
+    if policy.startswith("budget:"):
+        budget = policy.split(":", 1)[1]
+        return riftco.DecoderOnlyTransformer(config, activation_memory_budget=budget)
+    return riftco.DecoderOnlyTransformer(config, activation_checkpointing=policy)
+
+
+def step(model: Any, block: np.ndarray[Any, Any]) -> tuple[float, int, int]:
+    """One forward + backward; returns (seconds, retained bytes after forward, peak bytes)."""
+    before = riftco.memory_stats()["activation"]["current_bytes"]
+    riftco.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    loss = model.loss(block)
+    retained = riftco.memory_stats()["activation"]["current_bytes"] - before
+    loss.backward()
+    seconds = time.perf_counter() - t0
+    peak = int(riftco.memory_stats()["activation"]["peak_bytes"])
+    del loss
+    for p in model.parameters():
+        p.zero_grad()
+    return seconds, int(retained), peak
+
+
+def cpu_simd() -> str:
+    """The widest SIMD the CPU reports (the kernels dispatch at run time)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown SIMD"
+    if "avx512f" in flags:
+        return "AVX-512"
+    return "AVX2+FMA" if "avx2" in flags and "fma" in flags else "no AVX2"
+
+
+def plan_of(model: Any, batch: int, seq: int) -> dict[str, Any]:
+    plan: dict[str, Any] = model.activation_checkpointing_plan(batch, seq)
+    return plan
+
+
+def memory_vs_depth(
+    cfg: dict[str, int], depths: list[int], batch: int, seq: int
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for n_layers in depths:
+        c = dict(cfg, n_layers=n_layers)
+        k = max(1, round(math.sqrt(n_layers)))
+        block = tokens(batch, seq, c["vocab_size"])
+        auto = make_model(c, "auto")
+        m = plan_of(auto, batch, seq)["measurement"]
+        head = m["head_retained_bytes"] + m["head_transient_bytes"]
+        for policy in ["disabled", "block", f"segments:{k}", "auto", "selective"]:
+            model = auto if policy == "auto" else make_model(c, policy)
+            plan = plan_of(model, batch, seq)
+            _, retained, peak = step(model, block)
+            k_used = plan["segment_length"]
+            formula = None
+            if k_used is not None:
+                n_seg = math.ceil(n_layers / k_used)
+                formula = n_seg * m["boundary_bytes"] + k_used * m["layer_bytes"] + head
+            rows.append(
+                dict(
+                    n_layers=n_layers,
+                    policy=policy if policy != "auto" else f"auto (K={k_used})",
+                    curve="segments:√L" if policy == f"segments:{k}" else policy,
+                    retained=retained,
+                    peak=peak,
+                    formula=formula,
+                )
+            )
+            print(
+                f"  L={n_layers:3d} {rows[-1]['policy']:22s} retained {retained / MIB:8.1f} MiB"
+                f"  peak {peak / MIB:8.1f} MiB"
+                + (f"  formula {formula / MIB:8.1f} MiB" if formula else ""),
+                flush=True,
+            )
+    return rows
+
+
+def pareto(
+    cfg: dict[str, int], batch: int, seq: int, steps: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    block = tokens(batch, seq, cfg["vocab_size"])
+    # The budgets sit between block's and disabled's peaks, measured first.
+    _, _, peak_block = step(make_model(cfg, "block"), block)
+    _, _, peak_disabled = step(make_model(cfg, "disabled"), block)
+    budgets = [int(peak_block + f * (peak_disabled - peak_block)) for f in (0.25, 0.5, 0.75)]
+    policies = ["disabled", "block", "segments:2", "segments:4", "auto"]
+    policies += [f"selective:{name}" for name in riftco.SELECTIVE_POLICIES]
+    policies += [f"budget:{b}" for b in budgets]
+    if cfg["n_layers"] < 4:
+        policies = [p for p in policies if p != "segments:4"]
+    models = {p: make_model(cfg, p) for p in policies}
+    plans = {p: plan_of(models[p], batch, seq) for p in policies}
+    times: dict[str, list[float]] = {p: [] for p in policies}
+    peaks: dict[str, int] = {p: 0 for p in policies}
+    for r in range(steps + 1):
+        for p in policies:
+            seconds, _, peak = step(models[p], block)
+            peaks[p] = max(peaks[p], peak)
+            if r > 0:
+                times[p].append(seconds)
+    base_t = statistics.median(times["disabled"])
+    base_peak = peaks["disabled"]
+    rows = []
+    for p in policies:
+        t = statistics.median(times[p])
+        plan = plans[p]
+        rows.append(
+            dict(
+                policy=p if not p.startswith("budget:") else f"budget {int(p[7:]) / MIB:.1f} MiB",
+                budget=int(p[7:]) if p.startswith("budget:") else None,
+                plan=plan["summary"],
+                step_s=t,
+                time_ratio=t / base_t,
+                peak=peaks[p],
+                peak_ratio=peaks[p] / base_peak,
+                predicted=plan["predicted_peak_bytes"],
+            )
+        )
+    return rows, dict(block_step_s=statistics.median(times["block"]))
+
+
+def markdown_depth(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| n_layers | policy | retained MiB | peak MiB | formula MiB |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        f = f"{r['formula'] / MIB:.1f}" if r["formula"] else "–"
+        lines.append(
+            f"| {r['n_layers']} | {r['policy']} | {r['retained'] / MIB:.1f} | "
+            f"{r['peak'] / MIB:.1f} | {f} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown_pareto(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| policy | step vs disabled | peak activation MiB | peak vs disabled | predicted MiB |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        pred = f"{r['predicted'] / MIB:.1f}" if r["predicted"] else "–"
+        lines.append(
+            f"| {r['policy']} | {r['time_ratio']:.3f}× | {r['peak'] / MIB:.1f} | "
+            f"{r['peak_ratio']:.3f}× | {pred} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(depth: list[dict[str, Any]], front: list[dict[str, Any]], out: Path, title: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: skipping the pictures (pip install matplotlib)")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for r in depth:
+        curves.setdefault(r["curve"], []).append(r)
+    for name, rs in curves.items():
+        label = "auto" if name == "auto" else name
+        ax.plot([r["n_layers"] for r in rs], [r["peak"] / MIB for r in rs], "o-", label=label)
+    sq = curves.get(next((c for c in curves if c.startswith("segments")), ""), [])
+    if sq:
+        ax.plot(
+            [r["n_layers"] for r in sq],
+            [r["formula"] / MIB for r in sq],
+            "k--",
+            lw=1,
+            label="√L formula: ⌈L/K⌉·M_ckpt + K·M_layer + head",
+        )
+    ax.set_xlabel("n_layers (L)")
+    ax.set_ylabel("peak activation memory (MiB)")
+    ax.set_title(f"Activation memory against depth (measured)\n{title}", fontsize=10)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({r["n_layers"] for r in depth}))
+    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "memory_vs_depth.png", dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in front:
+        marker = "s" if r["budget"] else "o"
+        ax.plot(r["peak"] / MIB, r["time_ratio"], marker, ms=7)
+        ax.annotate(
+            r["policy"],
+            (r["peak"] / MIB, r["time_ratio"]),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=7,
+        )
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("peak activation memory (MiB)")
+    ax.set_ylabel("step time / disabled step time")
+    ax.set_title(f"Recompute overhead against memory (measured, interleaved)\n{title}", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "pareto.png", dpi=120)
+    plt.close(fig)
+    print(f"wrote {out / 'memory_vs_depth.png'} and {out / 'pareto.png'}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="tiny configuration (smoke test)")
+    p.add_argument("--steps", type=int, default=3, help="timed rounds (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=None, help="default: 8 (quick: 2)")
+    p.add_argument("--seq-len", type=int, default=None, help="default: 256 (quick: 16)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("benches/results"),
+        help="folder for the pictures and policies.md (default: %(default)s)",
+    )
+    args = p.parse_args()
+    cfg = QUICK if args.quick else REFERENCE
+    batch = args.batch_size or (2 if args.quick else 8)
+    seq = args.seq_len or (16 if args.quick else 256)
+    depths = [2, 4] if args.quick else [4, 8, 16, 32]
+    args.out.mkdir(parents=True, exist_ok=True)
+    info = cpu_simd()
+    title = (
+        f"d_model {cfg['d_model']}, d_ff {cfg['d_ff']}, {cfg['n_heads']} heads, "
+        f"seq {seq}, batch {batch}, flash, {riftco.num_threads()} threads"
+    )
+    print(f"riftco {riftco.__version__}, CPU with {info}; {title}")
+    print("memory against depth:")
+    depth = memory_vs_depth(cfg, depths, batch, seq)
+    print(f"pareto at n_layers {cfg['n_layers']} ({args.steps} interleaved rounds):")
+    front, extra = pareto(cfg, batch, seq, args.steps)
+    md = (
+        f"## Memory against depth\n\n{title}\n\n{markdown_depth(depth)}\n\n"
+        f"## Step time against peak activation memory\n\n{title}, n_layers "
+        f"{cfg['n_layers']}\n\n{markdown_pareto(front)}\n"
+    )
+    print(md)
+    for r in front:
+        if r["budget"]:
+            err = r["peak"] / r["predicted"] - 1
+            print(
+                f"{r['policy']}: measured peak {r['peak'] / MIB:.1f} MiB, predicted "
+                f"{r['predicted'] / MIB:.1f} MiB ({err:+.1%}), within budget: "
+                f"{r['peak'] <= r['budget']}, step {r['step_s'] / extra['block_step_s']:.3f}× "
+                f"block's; plan {r['plan']}"
+            )
+    (args.out / "policies.md").write_text(md)
+    plot(depth, front, args.out, title)
+
+
+if __name__ == "__main__":
+    main()
