@@ -9,9 +9,15 @@
 //! naming the value and what is accepted (at `new`, at `set_activation_checkpointing`, at the
 //! first training forward of `from_weights`); plan caching; the policy is not model state;
 //! evaluation under `no_grad` ignores the policy and never plans.
+//!
+//! `auto` and budgets plan from the process-wide memory counters, so every test that runs a
+//! model holds [`measure::lock`]: under `cargo test` (threads) another test's allocations would
+//! otherwise enter the planner's measurements.
 
 mod common;
+mod measure;
 use common::block;
+use measure::lock;
 use riftco_autograd::no_grad;
 use riftco_transformer::{
     load_model, save_model, ActivationCheckpointing as Policy, Adam, BlockPolicy, CheckpointPlan,
@@ -215,21 +221,25 @@ fn parity_of_every_policy(attn: Attn, lora: bool) {
 
 #[test]
 fn every_policy_is_bitwise_disabled_flash_base() {
+    let _g = lock();
     parity_of_every_policy(Attn::Flash, false);
 }
 
 #[test]
 fn every_policy_is_bitwise_disabled_materialized_base() {
+    let _g = lock();
     parity_of_every_policy(Attn::Materialized, false);
 }
 
 #[test]
 fn every_policy_is_bitwise_disabled_flash_lora() {
+    let _g = lock();
     parity_of_every_policy(Attn::Flash, true);
 }
 
 #[test]
 fn every_policy_is_bitwise_disabled_materialized_lora() {
+    let _g = lock();
     parity_of_every_policy(Attn::Materialized, true);
 }
 
@@ -301,6 +311,7 @@ fn bad_spellings_are_config_errors_naming_the_value_and_the_accepted_forms() {
 
 #[test]
 fn policies_that_do_not_fit_the_model_are_errors_at_new_and_at_set() {
+    let _g = lock();
     let too_long = format!("segments:{}", L + 1);
     let wrong_length: Policy = "block,disabled,block".parse().unwrap();
     let n_layers = format!("n_layers = {L}");
@@ -359,6 +370,7 @@ fn policies_that_do_not_fit_the_model_are_errors_at_new_and_at_set() {
 
 #[test]
 fn a_budget_below_the_smallest_peak_is_an_error_naming_it() {
+    let _g = lock();
     let m = model(Attn::Flash, Policy::Budget(1), false);
     let e = m.activation_checkpointing_plan(BATCH, SEQ).unwrap_err();
     let text = e.to_string();
@@ -393,11 +405,46 @@ fn a_budget_below_the_smallest_peak_is_an_error_naming_it() {
     );
 }
 
+#[test]
+fn planning_an_impossible_shape_is_an_error_not_a_panic() {
+    let _g = lock();
+    for policy in [Policy::Auto, Policy::Budget(1 << 30)] {
+        let m = model(Attn::Flash, policy.clone(), false);
+        for (batch, seq) in [(BATCH, 0), (0, SEQ)] {
+            let e = m.activation_checkpointing_plan(batch, seq).unwrap_err();
+            assert!(
+                matches!(e, TransformerError::Tokens { .. }),
+                "{policy} [{batch}, {seq}]: {e}"
+            );
+            assert!(
+                e.to_string()
+                    .contains(&format!("batch {batch} and seq {seq}")),
+                "{e}"
+            );
+        }
+        let e = m.activation_checkpointing_plan(BATCH, 25).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransformerError::SequenceTooLong {
+                    seq: 25,
+                    max_seq_len: 24
+                }
+            ),
+            "{policy}: {e}"
+        );
+        // Nothing was kept: the model still plans and trains at a valid shape.
+        let loss = m.loss(&tokens(), BATCH, SEQ + 1).unwrap();
+        loss.backward().unwrap();
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Plan caching and state
 
 #[test]
 fn the_plan_is_kept_until_shape_attention_policy_or_weights_change() {
+    let _g = lock();
     let mut m = model(Attn::Flash, Policy::Auto, false);
     let a = m.activation_checkpointing_plan(BATCH, SEQ).unwrap();
     let same = |x: &Arc<CheckpointPlan>, y: &Arc<CheckpointPlan>| Arc::ptr_eq(x, y);
@@ -477,6 +524,7 @@ fn the_plan_is_kept_until_shape_attention_policy_or_weights_change() {
 
 #[test]
 fn a_fixed_plan_is_replanned_when_the_weights_change() {
+    let _g = lock();
     let mut m = model(Attn::Flash, "segments:2".parse().unwrap(), false);
     let a = m.activation_checkpointing_plan(BATCH, SEQ).unwrap();
     assert!(Arc::ptr_eq(
@@ -491,6 +539,7 @@ fn a_fixed_plan_is_replanned_when_the_weights_change() {
 
 #[test]
 fn the_policy_is_not_model_state() {
+    let _g = lock();
     let dir = std::env::temp_dir().join(format!("riftco-policies-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("model.safetensors");
@@ -518,6 +567,7 @@ fn the_policy_is_not_model_state() {
 
 #[test]
 fn evaluation_ignores_the_policy_and_never_plans() {
+    let _g = lock();
     let input = &tokens()[..BATCH * SEQ];
     for attn in [Attn::Flash, Attn::Materialized] {
         let eval = |policy: Policy| {

@@ -185,7 +185,10 @@ fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<(
 /// documentation).
 ///
 /// # Errors
-/// Those of the forward and backward passes (out of memory, devices).
+/// [`TransformerError::Tokens`] when `batch` or `seq` is 0,
+/// [`TransformerError::SequenceTooLong`] when `seq` exceeds `max_seq_len` (the shapes a
+/// training forward refuses); those of the forward and backward passes (out of memory,
+/// devices).
 pub fn measure(
     weights: &Weights,
     attention: FullSequenceAttentionKind,
@@ -202,6 +205,17 @@ fn measure_impl(
     seq: usize,
 ) -> Result<BlockMeasurement> {
     let cfg = &weights.config;
+    if batch == 0 || seq == 0 {
+        return Err(TransformerError::Tokens {
+            message: format!("planning needs batch {batch} and seq {seq} both positive"),
+        });
+    }
+    if seq > cfg.max_seq_len {
+        return Err(TransformerError::SequenceTooLong {
+            seq,
+            max_seq_len: cfg.max_seq_len,
+        });
+    }
     let device = weights.embed.value().device();
     let ctx = BlockContext::new(cfg, &weights.rope, batch, seq, attention);
     let layer = weights
