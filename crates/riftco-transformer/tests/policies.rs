@@ -19,6 +19,7 @@ mod measure;
 use common::block;
 use measure::lock;
 use riftco_autograd::no_grad;
+use riftco_transformer::checkpointing::BLOCK_VALUE_NAMES;
 use riftco_transformer::{
     load_model, save_model, ActivationCheckpointing as Policy, Adam, BlockPolicy, CheckpointPlan,
     DecoderOnlyTransformer, FullSequenceAttentionKind as Attn, LoraConfig, LoraTargets,
@@ -241,6 +242,70 @@ fn every_policy_is_bitwise_disabled_flash_lora() {
 fn every_policy_is_bitwise_disabled_materialized_lora() {
     let _g = lock();
     parity_of_every_policy(Attn::Materialized, true);
+}
+
+/// Every block value name saved alone, and all of them together, as custom selective sets:
+/// each is used by the block forward (an unused name would be `SaveNameUnused`) and keeps the
+/// step bitwise `disabled`'s.
+#[test]
+fn every_block_value_name_is_a_selective_set_bitwise_disabled() {
+    let _g = lock();
+    let all: Vec<&str> = BLOCK_VALUE_NAMES.iter().map(|(n, _)| *n).collect();
+    let mut sets: Vec<String> = all.iter().map(|n| n.to_string()).collect();
+    sets.push(all.join("+"));
+    for attn in [Attn::Flash, Attn::Materialized] {
+        for lora in [false, true] {
+            let reference = step(attn, lora, Policy::Disabled);
+            for set in &sets {
+                let policy: Policy = format!("selective:{set}").parse().unwrap();
+                let s = step(attn, lora, policy);
+                assert_bitwise(
+                    &reference,
+                    &s,
+                    &format!("{attn:?} lora={lora} {}", s.policy),
+                );
+                assert_eq!(s.calls, (L, 2 * L), "{}", s.policy);
+            }
+        }
+    }
+}
+
+/// A graph recorded under one policy stays valid after the policy changes; two losses under
+/// different policies, backward after the switch, accumulate the gradients two `disabled`
+/// losses do.
+#[test]
+fn graphs_recorded_before_a_policy_switch_keep_their_policy() {
+    let _g = lock();
+    let run = |first: &str, second: &str| {
+        let mut m = model(Attn::Flash, first.parse().unwrap(), false);
+        let a = m.loss(&tokens(), BATCH, SEQ + 1).unwrap();
+        m.set_activation_checkpointing(second.parse().unwrap())
+            .unwrap();
+        let b = m.loss(&tokens(), BATCH, SEQ + 1).unwrap();
+        a.backward().unwrap();
+        b.backward().unwrap();
+        let grads: Vec<Vec<u32>> = m
+            .trainable_parameters()
+            .iter()
+            .map(|p| bits(&p.grad().unwrap().to_vec()))
+            .collect();
+        (grads, m.block_forward_count())
+    };
+    let (reference, calls) = run("disabled", "disabled");
+    assert_eq!(calls, 2 * L);
+    for (first, second, replays) in [
+        ("block", "disabled", L),
+        ("segments:2", "selective:dots", 2 * L),
+        ("auto", "disabled,block,disabled,block,disabled", L + 2),
+    ] {
+        let (grads, calls) = run(first, second);
+        assert_eq!(calls, 2 * L + replays, "{first} then {second}");
+        for (i, (a, b)) in reference.iter().zip(&grads).enumerate() {
+            if let Some((j, x, y)) = first_difference(a, b) {
+                panic!("{first} then {second}: grad {i}[{j}] {x} (disabled) vs {y}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -594,6 +659,14 @@ fn evaluation_ignores_the_policy_and_never_plans() {
             let (logits, m) = eval(s.parse().unwrap());
             if let Some((j, x, y)) = first_difference(&reference, &logits) {
                 panic!("{attn:?} {s}: logit {j} {x} (disabled) vs {y}");
+            }
+            if s == "auto" {
+                // Asked for explicitly, a plan is measured with recording on, also inside
+                // `no_grad`.
+                let plan = no_grad(|| m.activation_checkpointing_plan(BATCH, SEQ)).unwrap();
+                let meas = plan.measurement.clone().unwrap();
+                assert!(meas.layer_bytes > meas.boundary_bytes, "{meas:?}");
+                assert_eq!(m.block_forward_count(), L);
             }
             // With recording on, the policy applies again (the budget fails to plan).
             match m.loss(&tokens(), BATCH, SEQ + 1) {
