@@ -27,8 +27,11 @@
 //! - **budget**: among plans mixing at most two per-block policies (exact for the linear
 //!   relaxation, whose optimum uses at most two), the one with the least predicted time whose
 //!   predicted peak fits the budget; the block policies that save more memory go to the lower
-//!   layers. No plan fitting is a [`TransformerError::Config`] naming the smallest achievable
-//!   peak.
+//!   layers. A checkpointed block is predicted no faster than a plain one (it runs everything
+//!   `disabled` runs plus a replay: a faster measurement is timing noise), and among plans
+//!   predicted equally fast the one checkpointing fewer blocks wins, so a budget `disabled`
+//!   fits gives the all-`disabled` plan. No plan fitting is a [`TransformerError::Config`]
+//!   naming the smallest achievable peak.
 
 use super::plan::{run_segment, segments_of, CheckpointPlan, PlanSegment};
 use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet, SELECTIVE_POLICIES};
@@ -90,20 +93,26 @@ impl BlockMeasurement {
     fn segment(&self, s: &PlanSegment) -> (u64, u64, f64) {
         let k = s.layers.len() as u64;
         let c = self.cost(&s.policy);
+        let seconds = self.block_seconds(c);
         if k <= 1 {
-            return (c.retained_bytes, c.transient_bytes, c.seconds);
+            return (c.retained_bytes, c.transient_bytes, seconds);
         }
         match s.policy {
             BlockPolicy::Checkpoint => (
                 self.boundary_bytes,
                 c.transient_bytes + (k - 1) * self.layer_bytes,
-                c.seconds * k as f64,
+                seconds * k as f64,
             ),
-            _ => (
-                c.retained_bytes * k,
-                c.transient_bytes,
-                c.seconds * k as f64,
-            ),
+            _ => (c.retained_bytes * k, c.transient_bytes, seconds * k as f64),
+        }
+    }
+
+    /// Predicted seconds of one block under `c`'s policy: its measured seconds, but never
+    /// less than `disabled`'s (a checkpoint runs everything `disabled` runs plus a replay).
+    fn block_seconds(&self, c: &PolicyCost) -> f64 {
+        match c.policy {
+            BlockPolicy::Disabled => c.seconds,
+            _ => c.seconds.max(self.cost(&BlockPolicy::Disabled).seconds),
         }
     }
 
@@ -176,7 +185,10 @@ fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<(
 /// documentation).
 ///
 /// # Errors
-/// Those of the forward and backward passes (out of memory, devices).
+/// [`TransformerError::Tokens`] when `batch` or `seq` is 0,
+/// [`TransformerError::SequenceTooLong`] when `seq` exceeds `max_seq_len` (the shapes a
+/// training forward refuses); those of the forward and backward passes (out of memory,
+/// devices).
 pub fn measure(
     weights: &Weights,
     attention: FullSequenceAttentionKind,
@@ -193,6 +205,17 @@ fn measure_impl(
     seq: usize,
 ) -> Result<BlockMeasurement> {
     let cfg = &weights.config;
+    if batch == 0 || seq == 0 {
+        return Err(TransformerError::Tokens {
+            message: format!("planning needs batch {batch} and seq {seq} both positive"),
+        });
+    }
+    if seq > cfg.max_seq_len {
+        return Err(TransformerError::SequenceTooLong {
+            seq,
+            max_seq_len: cfg.max_seq_len,
+        });
+    }
     let device = weights.embed.value().device();
     let ctx = BlockContext::new(cfg, &weights.rope, batch, seq, attention);
     let layer = weights
@@ -313,7 +336,7 @@ pub fn budget_plan(m: Arc<BlockMeasurement>, budget: u64) -> Result<CheckpointPl
             })
             .collect()
     };
-    let mut best: Option<(f64, u64, Vec<PlanSegment>)> = None;
+    let mut best: Option<((f64, usize, u64), Vec<PlanSegment>)> = None;
     let mut smallest: Option<(u64, Vec<PlanSegment>)> = None;
     for (i, a) in order.iter().enumerate() {
         for b in &order[i..] {
@@ -323,18 +346,20 @@ pub fn budget_plan(m: Arc<BlockMeasurement>, budget: u64) -> Result<CheckpointPl
                 if smallest.as_ref().is_none_or(|(p, _)| peak < *p) {
                     smallest = Some((peak, segments.clone()));
                 }
-                if peak <= budget
-                    && best
-                        .as_ref()
-                        .is_none_or(|(s, p, _)| seconds < *s || (seconds == *s && peak < *p))
-                {
-                    best = Some((seconds, peak, segments));
+                // Least time, then fewest checkpointed blocks, then least memory.
+                let checkpointed = segments
+                    .iter()
+                    .filter(|s| s.policy != BlockPolicy::Disabled)
+                    .count();
+                let rank = (seconds, checkpointed, peak);
+                if peak <= budget && best.as_ref().is_none_or(|(r, _)| rank < *r) {
+                    best = Some((rank, segments));
                 }
             }
         }
     }
     match best {
-        Some((seconds, peak, segments)) => Ok(CheckpointPlan {
+        Some(((seconds, _, peak), segments)) => Ok(CheckpointPlan {
             policy: ActivationCheckpointing::Budget(budget),
             segments,
             segment_length: None,
