@@ -23,3 +23,20 @@ fn rms_norm_rejects_eps_that_is_not_finite_and_positive() {
     let y = ops::rms_norm(&x, &w, f32::from_bits(1)).unwrap();
     assert!(y.value().to_vec().iter().all(|v| v.is_finite()));
 }
+
+/// RoPE of a tensor without elements (batch, seq or n_heads of 0) is an empty tensor with an
+/// empty gradient, not a kernel assertion (the kernel divides by `seq · n_heads · d_head`).
+#[test]
+fn rope_of_an_empty_tensor_is_empty() {
+    use riftco_tensor::backend::RopeTable;
+    use std::sync::Arc;
+    let table = Arc::new(RopeTable::try_new(8, 4, 10000.0).unwrap());
+    for dims in [[0, 3, 2, 4], [2, 0, 2, 4], [2, 3, 0, 4]] {
+        let x = Variable::leaf(rand(&dims, 3), true);
+        let y = ops::rope(&x, &table, 0).unwrap();
+        assert_eq!(y.dims(), &dims);
+        let s = ops::sum(&y).unwrap();
+        s.backward().unwrap();
+        assert_eq!(x.grad().unwrap().dims(), &dims);
+    }
+}

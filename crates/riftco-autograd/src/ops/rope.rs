@@ -1,6 +1,6 @@
 //! Rotary position embedding (Su et al. 2021) with the rotate-half pairing.
 
-use super::{backend, ACT, GRAD};
+use super::{backend, unfilled, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_tensor::backend::RopeTable;
@@ -36,6 +36,16 @@ pub fn rope(x: &Variable, table: &Arc<RopeTable>, start_pos: usize) -> Result<Va
         }
     }
     let be = backend("rope", &[x])?;
+    if x.value().numel() == 0 {
+        // Nothing to rotate (batch, seq or n_heads is 0): an empty output, an empty VJP.
+        let value = unfilled(be, "rope", x.value().shape().clone())?;
+        return Ok(Variable::from_op(
+            "rope",
+            value,
+            vec![x.clone()],
+            |_, _, g| Ok(vec![Some(g.clone())]),
+        ));
+    }
     let value = be.rope("rope", x.value(), table, seq, heads, start_pos, false, ACT)?;
     let table = table.clone();
     Ok(Variable::from_op(

@@ -311,8 +311,9 @@ impl FromStr for ActivationCheckpointing {
             return Ok(Self::Selective(SaveSet::parse(name)?));
         }
         if let Some(k) = s.strip_prefix("segments:") {
+            let digits = !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit());
             return match k.parse::<usize>() {
-                Ok(k) if k >= 1 => Ok(Self::Segments(k)),
+                Ok(k) if k >= 1 && digits => Ok(Self::Segments(k)),
                 _ => Err(bad(format!(
                     "segments:K needs an integer K >= 1 (at most n_layers), got {k:?}"
                 ))),
@@ -426,6 +427,8 @@ mod tests {
             ("segments:0", "segments:0"),
             ("segments:-1", "segments:-1"),
             ("segments:", "segments:"),
+            ("segments:+2", "segments:+2"),
+            ("segments: 2", "segments: 2"),
             ("selective:fast", "\"fast\""),
             ("selective:q+nope", "\"nope\""),
             ("full", "\"full\""),
