@@ -678,9 +678,8 @@ rt_status rt_model_activation_checkpointing_policy(const struct rt_model *model,
  *
  * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_SHAPE (batch = 0, seq = 0, seq > max_seq_len, or
  * one activation of `batch * seq * max(d_model, d_ff, vocab_size)` floats above 2^47 bytes),
- * RT_ERROR_INVALID_ARGUMENT (a budget below the smallest achievable peak, named in bytes; a
- * policy that does not fit a loaded model), RT_ERROR_OUT_OF_MEMORY (the measurement),
- * RT_ERROR_BUFFER_TOO_SMALL.
+ * RT_ERROR_INVALID_ARGUMENT (a budget below the smallest achievable peak, named in bytes),
+ * RT_ERROR_OUT_OF_MEMORY (the measurement), RT_ERROR_BUFFER_TOO_SMALL.
  */
 rt_status rt_model_activation_checkpointing_plan(const struct rt_model *model,
                                                  size_t batch,
