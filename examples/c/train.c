@@ -1,13 +1,15 @@
 /*
  * riftco C ABI example: train a small byte-level model on a text file, switching the
- * activation-checkpointing policy to transformer-block checkpointing and back, save it, reload
- * it and decode a few tokens greedily.
+ * activation-checkpointing policy to POLICY for steps 2 and 3 and back, save it, reload it and
+ * decode a few tokens greedily.
  *
- *   train [TEXT_FILE [MODEL_PATH]]
+ *   train [TEXT_FILE [MODEL_PATH [POLICY]]]
  *
- * TEXT_FILE defaults to this source file, MODEL_PATH to riftco_train_c.safetensors. The
- * "step", "eval" and "decode" lines are compared by tests/c/run.sh with the output of the Rust
- * program crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule).
+ * TEXT_FILE defaults to this source file, MODEL_PATH to riftco_train_c.safetensors, POLICY to
+ * "block" (any spelling of rt_model_set_activation_checkpointing_policy: "segments:2", "auto",
+ * "selective:dots", "disabled,block", "budget:1MiB", ...). With the default POLICY the "step",
+ * "eval" and "decode" lines are compared by tests/c/run.sh with the output of the Rust program
+ * crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule).
  *
  * Data: step s, row b uses bytes [start, start + SEQ_PLUS_ONE) with
  * start = ((s * BATCH + b) * STRIDE) % (n - SEQ_PLUS_ONE + 1).
@@ -44,10 +46,6 @@ static uint32_t float_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
-}
-
-static const char *policy_name(uint32_t policy) {
-    return policy == RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK ? "block" : "disabled";
 }
 
 static unsigned char *read_file(const char *path, size_t *len) {
@@ -103,6 +101,7 @@ static size_t argmax(const float *x, size_t n) {
 int main(int argc, char **argv) {
     const char *text_path = argc > 1 ? argv[1] : __FILE__;
     const char *model_path = argc > 2 ? argv[2] : "riftco_train_c.safetensors";
+    const char *checkpointed = argc > 3 ? argv[3] : "block";
     int ok = 0;
     size_t n = 0;
     unsigned char *data = NULL;
@@ -146,15 +145,21 @@ int main(int argc, char **argv) {
     CHECK(rt_adam_create(model, LR, &adam));
 
     for (size_t step = 0; step < STEPS; step++) {
-        /* Steps 2 and 3 run with block checkpointing, the others without. */
-        uint32_t policy = (step == 2 || step == 3) ? RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK
-                                                   : RT_ACTIVATION_CHECKPOINTING_DISABLED;
-        CHECK(rt_model_set_activation_checkpointing(model, policy));
-        uint32_t current = 99;
-        CHECK(rt_model_activation_checkpointing(model, &current));
-        if (current != policy) {
-            fprintf(stderr, "policy read back as %" PRIu32 ", set %" PRIu32 "\n", current, policy);
-            goto done;
+        /* Steps 2 and 3 run with POLICY, the others without checkpointing. */
+        if (step == 2 || step == 3) {
+            CHECK(rt_model_set_activation_checkpointing_policy(model, checkpointed));
+        } else {
+            CHECK(rt_model_set_activation_checkpointing(model,
+                                                        RT_ACTIVATION_CHECKPOINTING_DISABLED));
+        }
+        char policy[256]; /* the spelling read back: "selective" reads "selective:attention_ffn" */
+        size_t needed = 0;
+        CHECK(rt_model_activation_checkpointing_policy(model, policy, sizeof policy, &needed));
+        if (step == 2) {
+            char plan[1024];
+            CHECK(rt_model_activation_checkpointing_plan(model, BATCH, SEQ_PLUS_ONE - 1, plan,
+                                                         sizeof plan, &needed));
+            printf("plan %s\n", plan);
         }
         fill_block(data, n, step, block);
         float loss = 0.0f;
@@ -162,7 +167,7 @@ int main(int argc, char **argv) {
         rt_graph_statistics graph;
         CHECK(rt_model_last_graph_statistics(model, &graph));
         CHECK(rt_adam_step(adam));
-        printf("step %zu policy %s loss %.6f bits 0x%08" PRIx32 "\n", step, policy_name(policy),
+        printf("step %zu policy %s loss %.6f bits 0x%08" PRIx32 "\n", step, policy,
                (double)loss, float_bits(loss));
         printf("  graph nodes %" PRIu64 " elements %" PRIu64 "\n", graph.node_count,
                graph.element_count);

@@ -2,10 +2,10 @@
 # C tests of the riftco C ABI (crates/riftco-capi):
 #   1. the checked-in header equals the pinned cbindgen's output (cargo test --test header);
 #   2. the header compiles as C11 and as C++17 with -Wall -Wextra -Wpedantic -Werror;
-#   3. examples/c/train.c and tests/c/test_errors.c build with
+#   3. examples/c/train.c, tests/c/test_errors.c and tests/c/test_policies.c build with
 #      cc -std=c11 -Wall -Wextra -Wpedantic -Werror against libriftco.so (train.c also against
 #      libriftco.a);
-#   4. both run under valgrind with no invalid access and no "definitely lost" block;
+#   4. the three run under valgrind with no invalid access and no "definitely lost" block;
 #   5. the loss sequence, eval loss and greedy decode of train.c equal those of the Rust program
 #      crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule).
 # The Rust side is built as `cargo build --release --workspace` and `cargo test --workspace`
@@ -78,17 +78,23 @@ step "header compiles as C11 and as C++17"
 "$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -x c "$INCLUDE/riftco.h"
 "$CXX" -std=c++17 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -x c++ "$INCLUDE/riftco.h"
 
-step "compile examples/c/train.c and tests/c/test_errors.c (${CFLAGS[*]})"
+step "compile examples/c/train.c, tests/c/test_errors.c and tests/c/test_policies.c (${CFLAGS[*]})"
 "$CC" "${CFLAGS[@]}" examples/c/train.c -o "$SCRATCH/train" \
     -L"$LIB" -lriftco -Wl,-rpath,"$LIB"
 "$CC" "${CFLAGS[@]}" tests/c/test_errors.c -o "$SCRATCH/test_errors" \
     -L"$LIB" -lriftco -Wl,-rpath,"$LIB" -lm
+"$CC" "${CFLAGS[@]}" tests/c/test_policies.c -o "$SCRATCH/test_policies" \
+    -L"$LIB" -lriftco -Wl,-rpath,"$LIB"
 "$CC" "${CFLAGS[@]}" examples/c/train.c -o "$SCRATCH/train_static" \
     "$LIB/libriftco.a" -lpthread -ldl -lm
 
 step "valgrind tests/c/test_errors"
 mkdir -p "$SCRATCH/errors"
 "${VALGRIND[@]}" "$SCRATCH/test_errors" "$SCRATCH/errors"
+
+step "valgrind tests/c/test_policies"
+mkdir -p "$SCRATCH/policies"
+"${VALGRIND[@]}" "$SCRATCH/test_policies" "$SCRATCH/policies"
 
 step "valgrind examples/c/train.c (shared library)"
 mkdir -p "$SCRATCH/vg"

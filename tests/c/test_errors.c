@@ -7,6 +7,7 @@
  *
  * Run by tests/c/run.sh under valgrind. Exits non-zero on the first failed expectation.
  */
+#include "check.h"
 #include "riftco.h"
 
 #include <inttypes.h>
@@ -14,41 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int checks = 0;
-static int failures = 0;
-
-static const char *last_error(void) {
-    static char message[1024];
-    size_t needed = 0;
-    if (rt_last_error_message(message, sizeof message, &needed) != RT_OK) {
-        return "<rt_last_error_message failed>";
-    }
-    return message;
-}
-
-static void expect_status(const char *what, rt_status got, rt_status want, int line) {
-    checks++;
-    if (got != want) {
-        failures++;
-        fprintf(stderr, "line %d: %s returned %s, expected %s (last error: %s)\n", line, what,
-                rt_status_name(got), rt_status_name(want), last_error());
-    }
-}
-
-static void expect_true(const char *what, int cond, int line) {
-    checks++;
-    if (!cond) {
-        failures++;
-        fprintf(stderr, "line %d: expected %s\n", line, what);
-    }
-}
-
-#define EXPECT(call, status) expect_status(#call, (call), (status), __LINE__)
-#define EXPECT_OK(call) expect_status(#call, (call), RT_OK, __LINE__)
-#define EXPECT_TRUE(cond) expect_true(#cond, (cond) ? 1 : 0, __LINE__)
-#define EXPECT_MESSAGE_HAS(text) \
-    expect_true("last error contains \"" text "\"", strstr(last_error(), (text)) != NULL, __LINE__)
 
 enum { VOCAB = 256, BATCH = 2, SEQ_PLUS_ONE = 9, MAX_SEQ = 16 };
 

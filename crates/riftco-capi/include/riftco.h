@@ -1,5 +1,5 @@
 /*
- * riftco C ABI 2.0: LLaMA-style decoder-only transformer training with activation
+ * riftco C ABI 2.2: LLaMA-style decoder-only transformer training with activation
  * checkpointing.
  *
  * Conventions
@@ -11,6 +11,9 @@
  *   the matching *_free, which accepts NULL. A graph, optimizer or decode session keeps the
  *   weights it uses alive: releasing the model handle first leaves them valid.
  * - Enum arguments are uint32_t and validated (RT_ERROR_INVALID_ENUM).
+ * - String results are written NUL-terminated into caller buffers (buf, cap, needed): *needed
+ *   receives the size including the NUL; cap = 0 queries it; a smaller buffer gets a truncated
+ *   prefix and RT_ERROR_BUFFER_TOO_SMALL.
  * - No Rust panic crosses this boundary: it becomes RT_ERROR_PANIC.
  * - Handles are internally synchronised; a handle may be used from any thread.
  */
@@ -34,7 +37,7 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 1
+#define RT_ABI_VERSION_MINOR 2
 
 /**
  * Status of every fallible function. Values are stable: a code is never renumbered or reused.
@@ -126,7 +129,15 @@ typedef uint32_t rt_status;
 #endif // __cplusplus
 
 /**
- * Activation-checkpointing policy of later training forwards. Passed as `uint32_t`; not part of `rt_transformer_config` nor of saved state.
+ * The form of an activation-checkpointing policy of later training forwards. Passed as
+ * `uint32_t`; not part of `rt_transformer_config` nor of saved state.
+ * `rt_model_activation_checkpointing` reports the form of the current policy;
+ * `rt_model_activation_checkpointing_policy` its full spelling.
+ *
+ * `rt_model_create`, `rt_model_load` and `rt_model_set_activation_checkpointing` accept the
+ * forms without parameters: DISABLED, TRANSFORMER_BLOCK and AUTO (since 2.2). The others
+ * (since 2.2) are set with their own setters and rejected there with RT_ERROR_INVALID_ENUM, the
+ * message naming the setter.
  */
 enum rt_activation_checkpointing
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -134,14 +145,44 @@ enum rt_activation_checkpointing
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
     /**
-     * Every activation inside every block is retained (the default).
+     * Every activation inside every block is retained (the default; spelling `"disabled"`).
      */
     RT_ACTIVATION_CHECKPOINTING_DISABLED = 0,
     /**
      * Every transformer block is checkpointed: only block boundaries are retained and each
-     * block's forward runs again during backward.
+     * block's forward runs again during backward (`"block"`, the same as `"segments:1"`).
      */
     RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK = 1,
+    /**
+     * K consecutive blocks form one checkpoint, the last one shorter when K does not divide
+     * n_layers (`"segments:K"`, 1 <= K <= n_layers). Since 2.2; set with
+     * `rt_model_set_activation_checkpointing_segments`.
+     */
+    RT_ACTIVATION_CHECKPOINTING_SEGMENTS = 2,
+    /**
+     * Segments of K blocks with K chosen from this model's measured per-block activation bytes
+     * (`k* = sqrt(n_layers * M_ckpt / M_layer)`, measured at the first training forward of a
+     * shape; `rt_model_activation_checkpointing_plan` reports the K). Spelling `"auto"`.
+     * Since 2.2.
+     */
+    RT_ACTIVATION_CHECKPOINTING_AUTO = 3,
+    /**
+     * Every block is a selective checkpoint: the values of a named policy are saved at forward
+     * and reused by the replay, the others recomputed (`"selective[:NAME]"`). Since 2.2; set
+     * with `rt_model_set_activation_checkpointing_selective`.
+     */
+    RT_ACTIVATION_CHECKPOINTING_SELECTIVE = 4,
+    /**
+     * One policy per block (`"disabled"`, `"block"` or `"selective[:NAME]"`, comma-separated,
+     * one per layer). Since 2.2; set with `rt_model_set_activation_checkpointing_policy`.
+     */
+    RT_ACTIVATION_CHECKPOINTING_PER_BLOCK = 5,
+    /**
+     * Per-block policies planned from measurements to fit an activation-memory budget at the
+     * least recompute time (`"budget:SIZE"`). Since 2.2; set with
+     * `rt_model_set_activation_memory_budget`.
+     */
+    RT_ACTIVATION_CHECKPOINTING_BUDGET = 6,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -474,10 +515,12 @@ rt_status rt_transformer_config_default(struct rt_transformer_config *out);
  * Creates a model with freshly initialised weights (seeded by `config->seed`).
  *
  * `attention` is an rt_attention_kind, `activation_checkpointing` an
- * rt_activation_checkpointing. On success `*out` receives a new handle owned by the caller
+ * rt_activation_checkpointing without parameters (DISABLED, TRANSFORMER_BLOCK or AUTO; set
+ * the others afterwards with their setters). On success `*out` receives a new handle owned by the caller
  * (release it with rt_model_free); on failure `*out` is set to NULL.
  *
- * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM, RT_ERROR_INVALID_ARGUMENT (a config
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM (an unknown value, or a policy form
+ * that needs parameters: the message names its setter), RT_ERROR_INVALID_ARGUMENT (a config
  * field, named in the message; also sizes whose parameters, gradients, Adam state, RoPE table
  * and decode K/V cache together exceed 2^47 bytes, with the byte count), RT_ERROR_OUT_OF_MEMORY
  * (the weights passed that check but could not be allocated).
@@ -508,16 +551,23 @@ void rt_model_free(struct rt_model *model);
 rt_status rt_model_config(const struct rt_model *model, struct rt_transformer_config *out);
 
 /**
- * Sets the activation-checkpointing policy (an rt_activation_checkpointing) of later training
- * forwards. Graphs recorded before and live decode sessions are unaffected.
+ * Sets the activation-checkpointing policy of later training forwards to a form without
+ * parameters: RT_ACTIVATION_CHECKPOINTING_DISABLED, _TRANSFORMER_BLOCK or _AUTO. The forms
+ * with parameters have their own setters (rt_model_set_activation_checkpointing_segments,
+ * _selective, _policy, rt_model_set_activation_memory_budget). Graphs recorded before and live
+ * decode sessions are unaffected.
  *
- * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM (the policy is left unchanged).
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM (an unknown value, or SEGMENTS,
+ * SELECTIVE, PER_BLOCK or BUDGET: the message names the setter to call). On error the policy is
+ * unchanged.
  */
 rt_status rt_model_set_activation_checkpointing(struct rt_model *model,
                                                 uint32_t activation_checkpointing);
 
 /**
- * Writes the current activation-checkpointing policy (an rt_activation_checkpointing value).
+ * Writes the form of the current activation-checkpointing policy (an
+ * rt_activation_checkpointing value, 0 to 6; the parameters are in the spelling that
+ * rt_model_activation_checkpointing_policy writes).
  *
  * Errors: RT_ERROR_NULL_POINTER.
  */
@@ -549,6 +599,96 @@ rt_status rt_model_attention(const struct rt_model *model, uint32_t *out);
 rt_status rt_model_enable_lora(struct rt_model *model, const struct rt_lora_config *config);
 
 /**
+ * Sets `segments:K`: K consecutive blocks form one checkpoint (the last one shorter when K does
+ * not divide n_layers); `k` = 1 is TRANSFORMER_BLOCK's plan. K is not clamped.
+ *
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ARGUMENT (`k` = 0 or `k` > n_layers; the
+ * message names `segments:K` and n_layers). On error the policy is unchanged.
+ */
+rt_status rt_model_set_activation_checkpointing_segments(struct rt_model *model, uint32_t k);
+
+/**
+ * Sets `selective:NAME`: every block is a selective checkpoint whose forward saves the values
+ * of policy `name` and whose replay recomputes the others. `name` (NUL-terminated UTF-8) is a
+ * named policy (`"attention_ffn"`, the default; `"dots"`, the matrix products; `"attention"`,
+ * the attention output with its logsumexp) or block value names joined by `'+'`
+ * (`"q+k+v"`); NULL means the default named policy.
+ *
+ * Errors: RT_ERROR_NULL_POINTER (model), RT_ERROR_INVALID_STRING (not UTF-8),
+ * RT_ERROR_INVALID_ARGUMENT (an unknown name; the message names it and lists the policies and
+ * the value names). On error the policy is unchanged.
+ */
+rt_status rt_model_set_activation_checkpointing_selective(struct rt_model *model, const char *name);
+
+/**
+ * Sets `budget:BYTES`: at the first training forward of a shape (or
+ * rt_model_activation_checkpointing_plan) a planner measures this model's per-block bytes and
+ * times and picks per-block policies with the least predicted recompute time whose predicted
+ * peak activation bytes are at most `bytes`.
+ *
+ * Errors: RT_ERROR_NULL_POINTER. Any value is accepted here; a budget below the smallest
+ * achievable peak fails at plan time (rt_model_train_step, rt_model_loss,
+ * rt_model_activation_checkpointing_plan) with RT_ERROR_INVALID_ARGUMENT naming the budget and
+ * the smallest achievable peak in bytes.
+ */
+rt_status rt_model_set_activation_memory_budget(struct rt_model *model, uint64_t bytes);
+
+/**
+ * Sets a policy from its spelling (NUL-terminated UTF-8): `"disabled"`, `"block"`,
+ * `"segments:K"` (1 <= K <= n_layers), `"auto"`, `"selective"`, `"selective:NAME"`, a
+ * comma-separated per-block list of `"disabled"` / `"block"` / `"selective[:NAME]"` with one
+ * entry per layer (`"disabled,block,selective:dots"`), or `"budget:SIZE"` with SIZE a byte
+ * count and an optional unit B, kB, MB, GB, TB, KiB, MiB, GiB or TiB (`"budget:64MiB"`).
+ *
+ * Errors: RT_ERROR_NULL_POINTER (model or spec), RT_ERROR_INVALID_STRING (not UTF-8),
+ * RT_ERROR_INVALID_ARGUMENT (an unknown spelling, K out of range, a per-block list of another
+ * length than n_layers, an unknown selective name or size unit; the message names the value and
+ * what is accepted). On error the policy is unchanged.
+ */
+rt_status rt_model_set_activation_checkpointing_policy(struct rt_model *model, const char *spec);
+
+/**
+ * Writes the current policy's spelling (as rt_model_set_activation_checkpointing_policy
+ * accepts it; `"selective"` reads back as `"selective:attention_ffn"`, a budget as
+ * `"budget:BYTES"`) into `buf` (`cap` bytes), NUL-terminated.
+ *
+ * `*needed` (when `needed` is not NULL) receives the bytes the spelling needs, NUL included.
+ * As for rt_last_error_message: `cap` = 0 (`buf` may then be NULL) queries the size and
+ * returns RT_ERROR_BUFFER_TOO_SMALL; a smaller `cap` receives a truncated NUL-terminated
+ * prefix and RT_ERROR_BUFFER_TOO_SMALL.
+ *
+ * Errors: RT_ERROR_NULL_POINTER (model; buf with `cap` > 0), RT_ERROR_BUFFER_TOO_SMALL.
+ */
+rt_status rt_model_activation_checkpointing_policy(const struct rt_model *model,
+                                                   char *buf,
+                                                   size_t cap,
+                                                   size_t *needed);
+
+/**
+ * Resolves the current policy for training inputs `[batch, seq]` (the token block of
+ * rt_model_train_step is `[batch, seq + 1]`) and writes the plan into `buf` (`cap` bytes),
+ * NUL-terminated: the policy, then each segment's per-block policy and blocks, and for `auto`
+ * and budgets the predicted peak activation and step time, e.g.
+ * `"segments:2 → block[0-1] block[2-3]"` (UTF-8).
+ *
+ * `auto` and budgets measure this model at that shape the first time (a few block forwards
+ * and backwards); the plan is kept for later calls and training steps until the policy, the
+ * shape, the attention kind or LoRA changes, so a size query followed by the call measures
+ * once. `*needed` and small buffers as in rt_model_activation_checkpointing_policy.
+ *
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_SHAPE (batch = 0, seq = 0, seq > max_seq_len, or
+ * one activation of `batch * seq * max(d_model, d_ff, vocab_size)` floats above 2^47 bytes),
+ * RT_ERROR_INVALID_ARGUMENT (a budget below the smallest achievable peak, named in bytes),
+ * RT_ERROR_OUT_OF_MEMORY (the measurement), RT_ERROR_BUFFER_TOO_SMALL.
+ */
+rt_status rt_model_activation_checkpointing_plan(const struct rt_model *model,
+                                                 size_t batch,
+                                                 size_t seq,
+                                                 char *buf,
+                                                 size_t cap,
+                                                 size_t *needed);
+
+/**
  * Saves the model's base weights to `path` (a safetensors file; a `config.json` is written
  * beside it, so the folder must exist and be writable). The two are saved atomically as a
  * pair: a process killed at any moment leaves a folder that loads as the old or the new model.
@@ -564,7 +704,8 @@ rt_status rt_model_save(const struct rt_model *model, const char *path);
 /**
  * Loads a model saved by rt_model_save (or a Hugging Face Llama safetensors file with its
  * config). `attention` (an rt_attention_kind) and `activation_checkpointing` (an
- * rt_activation_checkpointing) are chosen by the caller: they are not part of the state.
+ * rt_activation_checkpointing without parameters: DISABLED, TRANSFORMER_BLOCK or AUTO) are
+ * chosen by the caller: they are not part of the state.
  * `*out` receives a new handle owned by the caller (NULL on failure).
  *
  * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING, RT_ERROR_INVALID_ENUM, RT_ERROR_IO

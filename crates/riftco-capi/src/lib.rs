@@ -1,4 +1,13 @@
-//! The riftco C ABI 2.1 (2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH).
+//! The riftco C ABI 2.2.
+//!
+//! 2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH. 2.2 added the
+//! activation-checkpointing policies beyond `disabled` and `block`: the constants
+//! RT_ACTIVATION_CHECKPOINTING_SEGMENTS (2), _AUTO (3), _SELECTIVE (4), _PER_BLOCK (5) and
+//! _BUDGET (6), AUTO accepted by `rt_model_create`, `rt_model_load` and
+//! `rt_model_set_activation_checkpointing`, the setters
+//! `rt_model_set_activation_checkpointing_segments`, `_selective`, `_policy` and
+//! `rt_model_set_activation_memory_budget`, and the string getters
+//! `rt_model_activation_checkpointing_policy` and `rt_model_activation_checkpointing_plan`.
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -23,6 +32,7 @@ mod decode;
 mod error;
 mod memory;
 mod model;
+mod policy;
 mod state;
 mod train;
 
@@ -30,13 +40,14 @@ pub use decode::*;
 pub use error::*;
 pub use memory::*;
 pub use model::*;
+pub use policy::*;
 pub use state::*;
 pub use train::*;
 
 /// Major version of the C ABI. A change means existing callers may need source changes.
 pub const RT_ABI_VERSION_MAJOR: u32 = 2;
 /// Minor version of the C ABI. A change only adds functions, constants or status codes.
-pub const RT_ABI_VERSION_MINOR: u32 = 1;
+pub const RT_ABI_VERSION_MINOR: u32 = 2;
 
 /// Writes the run-time ABI version of the loaded library (compare with the compile-time
 /// `RT_ABI_VERSION_MAJOR` / `RT_ABI_VERSION_MINOR` of the header).
@@ -53,15 +64,43 @@ pub unsafe extern "C" fn rt_abi_version(major: *mut u32, minor: *mut u32) -> rt_
     })
 }
 
-/// Activation-checkpointing policy of later training forwards. Passed as `uint32_t`; not part of `rt_transformer_config` nor of saved state.
+/// The form of an activation-checkpointing policy of later training forwards. Passed as
+/// `uint32_t`; not part of `rt_transformer_config` nor of saved state.
+/// `rt_model_activation_checkpointing` reports the form of the current policy;
+/// `rt_model_activation_checkpointing_policy` its full spelling.
+///
+/// `rt_model_create`, `rt_model_load` and `rt_model_set_activation_checkpointing` accept the
+/// forms without parameters: DISABLED, TRANSFORMER_BLOCK and AUTO (since 2.2). The others
+/// (since 2.2) are set with their own setters and rejected there with RT_ERROR_INVALID_ENUM, the
+/// message naming the setter.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum rt_activation_checkpointing {
-    /// Every activation inside every block is retained (the default).
+    /// Every activation inside every block is retained (the default; spelling `"disabled"`).
     RT_ACTIVATION_CHECKPOINTING_DISABLED = 0,
     /// Every transformer block is checkpointed: only block boundaries are retained and each
-    /// block's forward runs again during backward.
+    /// block's forward runs again during backward (`"block"`, the same as `"segments:1"`).
     RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK = 1,
+    /// K consecutive blocks form one checkpoint, the last one shorter when K does not divide
+    /// n_layers (`"segments:K"`, 1 <= K <= n_layers). Since 2.2; set with
+    /// `rt_model_set_activation_checkpointing_segments`.
+    RT_ACTIVATION_CHECKPOINTING_SEGMENTS = 2,
+    /// Segments of K blocks with K chosen from this model's measured per-block activation bytes
+    /// (`k* = sqrt(n_layers * M_ckpt / M_layer)`, measured at the first training forward of a
+    /// shape; `rt_model_activation_checkpointing_plan` reports the K). Spelling `"auto"`.
+    /// Since 2.2.
+    RT_ACTIVATION_CHECKPOINTING_AUTO = 3,
+    /// Every block is a selective checkpoint: the values of a named policy are saved at forward
+    /// and reused by the replay, the others recomputed (`"selective[:NAME]"`). Since 2.2; set
+    /// with `rt_model_set_activation_checkpointing_selective`.
+    RT_ACTIVATION_CHECKPOINTING_SELECTIVE = 4,
+    /// One policy per block (`"disabled"`, `"block"` or `"selective[:NAME]"`, comma-separated,
+    /// one per layer). Since 2.2; set with `rt_model_set_activation_checkpointing_policy`.
+    RT_ACTIVATION_CHECKPOINTING_PER_BLOCK = 5,
+    /// Per-block policies planned from measurements to fit an activation-memory budget at the
+    /// least recompute time (`"budget:SIZE"`). Since 2.2; set with
+    /// `rt_model_set_activation_memory_budget`.
+    RT_ACTIVATION_CHECKPOINTING_BUDGET = 6,
 }
 
 /// Full-sequence (training) attention kind. Passed as `uint32_t`.
@@ -107,6 +146,8 @@ mod tests {
             got.sort();
             assert_eq!(got, want, "{}", table.what);
         }
+        // The two-value kind table names the forms without parameters of 2.0 and 2.1; the
+        // forms of 2.2 are checked against `ActivationCheckpointing::c_kind` below.
         check(
             &ACTIVATION_CHECKPOINTING_POLICIES,
             &[
@@ -132,16 +173,61 @@ mod tests {
         assert_eq!(got, want, "LoRA target bits");
     }
 
+    /// Every `rt_activation_checkpointing` constant is the `c_kind()` of the policy form it
+    /// names (the getter writes `c_kind()`), and the constants are 0..=6 without gaps.
+    #[test]
+    fn checkpointing_constants_are_the_c_kinds() {
+        use riftco_transformer::ActivationCheckpointing;
+        use rt_activation_checkpointing::*;
+        let forms = [
+            (RT_ACTIVATION_CHECKPOINTING_DISABLED, "disabled"),
+            (RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK, "block"),
+            (RT_ACTIVATION_CHECKPOINTING_SEGMENTS, "segments:2"),
+            (RT_ACTIVATION_CHECKPOINTING_AUTO, "auto"),
+            (RT_ACTIVATION_CHECKPOINTING_SELECTIVE, "selective:dots"),
+            (RT_ACTIVATION_CHECKPOINTING_PER_BLOCK, "block,disabled"),
+            (RT_ACTIVATION_CHECKPOINTING_BUDGET, "budget:64MiB"),
+        ];
+        for (i, (constant, spelling)) in forms.iter().enumerate() {
+            let policy: ActivationCheckpointing = spelling.parse().unwrap();
+            assert_eq!(policy.c_kind(), *constant as u32, "{spelling}");
+            assert_eq!(*constant as usize, i, "{constant:?}");
+            assert_eq!(crate::policy::FORMS[i].0, *constant);
+        }
+        assert_eq!(crate::policy::FORMS.len(), forms.len());
+    }
+
     #[test]
     fn unknown_enum_arguments_name_every_valid_constant() {
-        let e = crate::model::checkpointing_kind(2).unwrap_err();
+        let e = crate::policy::checkpointing_arg(7).unwrap_err();
         assert_eq!(e.status, rt_status::RT_ERROR_INVALID_ENUM);
         assert_eq!(
             e.message,
-            "activation checkpointing policy 2 is unknown; expected \
-             RT_ACTIVATION_CHECKPOINTING_DISABLED (0) or \
-             RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK (1)"
+            "activation checkpointing policy 7 is unknown; expected \
+             RT_ACTIVATION_CHECKPOINTING_DISABLED (0), \
+             RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK (1) or \
+             RT_ACTIVATION_CHECKPOINTING_AUTO (3)"
         );
+        for (v, setter) in [
+            (2, "rt_model_set_activation_checkpointing_segments"),
+            (4, "rt_model_set_activation_checkpointing_selective"),
+            (5, "rt_model_set_activation_checkpointing_policy"),
+            (6, "rt_model_set_activation_memory_budget"),
+        ] {
+            let e = crate::policy::checkpointing_arg(v).unwrap_err();
+            assert_eq!(e.status, rt_status::RT_ERROR_INVALID_ENUM, "{v}");
+            assert!(
+                e.message.starts_with(&format!(
+                    "activation checkpointing policy {v} (RT_ACTIVATION_CHECKPOINTING_"
+                )) && e.message.contains(&format!("set it with {setter} ")),
+                "{}",
+                e.message
+            );
+        }
+        use riftco_transformer::ActivationCheckpointing as P;
+        for (v, want) in [(0, P::Disabled), (1, P::Block), (3, P::Auto)] {
+            assert_eq!(crate::policy::checkpointing_arg(v).unwrap(), want);
+        }
         let e = crate::model::attention_kind(7).unwrap_err();
         assert_eq!(
             e.message,
@@ -157,7 +243,7 @@ mod tests {
             unsafe { rt_abi_version(&mut major, &mut minor) },
             rt_status::RT_OK
         );
-        assert_eq!((major, minor), (2, 1));
+        assert_eq!((major, minor), (2, 2));
         assert_eq!(
             unsafe { rt_abi_version(std::ptr::null_mut(), &mut minor) },
             rt_status::RT_ERROR_NULL_POINTER

@@ -1,10 +1,11 @@
 //! The model handle: creation from a config, policy and attention kind, LoRA.
 
 use crate::error::{err, guard, guard_void, in_ptr, out_ptr, rt_status, Result};
+use crate::policy::checkpointing_arg;
 use riftco_autograd::GraphStatistics;
 use riftco_transformer::{
-    layout, ActivationCheckpointingKind, DecoderOnlyTransformer, FullSequenceAttentionKind,
-    LoraConfig, OptionTable, TransformerConfig, ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS,
+    layout, DecoderOnlyTransformer, FullSequenceAttentionKind, LoraConfig, OptionTable,
+    TransformerConfig, ATTENTION_KINDS,
 };
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -114,10 +115,6 @@ pub(crate) fn attention_kind(v: u32) -> Result<FullSequenceAttentionKind> {
     enum_arg(&ATTENTION_KINDS, v)
 }
 
-pub(crate) fn checkpointing_kind(v: u32) -> Result<ActivationCheckpointingKind> {
-    enum_arg(&ACTIVATION_CHECKPOINTING_POLICIES, v)
-}
-
 /// The value of enum argument `v`, validated against the option's table; an unknown value is
 /// RT_ERROR_INVALID_ENUM naming it and every valid constant.
 fn enum_arg<T: Copy + PartialEq + std::fmt::Debug>(
@@ -157,10 +154,12 @@ pub unsafe extern "C" fn rt_transformer_config_default(
 /// Creates a model with freshly initialised weights (seeded by `config->seed`).
 ///
 /// `attention` is an rt_attention_kind, `activation_checkpointing` an
-/// rt_activation_checkpointing. On success `*out` receives a new handle owned by the caller
+/// rt_activation_checkpointing without parameters (DISABLED, TRANSFORMER_BLOCK or AUTO; set
+/// the others afterwards with their setters). On success `*out` receives a new handle owned by the caller
 /// (release it with rt_model_free); on failure `*out` is set to NULL.
 ///
-/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM, RT_ERROR_INVALID_ARGUMENT (a config
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM (an unknown value, or a policy form
+/// that needs parameters: the message names its setter), RT_ERROR_INVALID_ARGUMENT (a config
 /// field, named in the message; also sizes whose parameters, gradients, Adam state, RoPE table
 /// and decode K/V cache together exceed 2^47 bytes, with the byte count), RT_ERROR_OUT_OF_MEMORY
 /// (the weights passed that check but could not be allocated).
@@ -176,7 +175,7 @@ pub unsafe extern "C" fn rt_model_create(
         *out = std::ptr::null_mut();
         let config = in_ptr(config, "config")?;
         let attention = attention_kind(attention)?;
-        let policy = checkpointing_kind(activation_checkpointing)?;
+        let policy = checkpointing_arg(activation_checkpointing)?;
         let model = DecoderOnlyTransformer::new(config.into(), attention, policy)?;
         *out = rt_model::new(model);
         Ok(())
@@ -230,10 +229,15 @@ pub unsafe extern "C" fn rt_model_config(
     })
 }
 
-/// Sets the activation-checkpointing policy (an rt_activation_checkpointing) of later training
-/// forwards. Graphs recorded before and live decode sessions are unaffected.
+/// Sets the activation-checkpointing policy of later training forwards to a form without
+/// parameters: RT_ACTIVATION_CHECKPOINTING_DISABLED, _TRANSFORMER_BLOCK or _AUTO. The forms
+/// with parameters have their own setters (rt_model_set_activation_checkpointing_segments,
+/// _selective, _policy, rt_model_set_activation_memory_budget). Graphs recorded before and live
+/// decode sessions are unaffected.
 ///
-/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM (the policy is left unchanged).
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ENUM (an unknown value, or SEGMENTS,
+/// SELECTIVE, PER_BLOCK or BUDGET: the message names the setter to call). On error the policy is
+/// unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn rt_model_set_activation_checkpointing(
     model: *mut rt_model,
@@ -241,13 +245,15 @@ pub unsafe extern "C" fn rt_model_set_activation_checkpointing(
 ) -> rt_status {
     guard("rt_model_set_activation_checkpointing", || {
         let model = in_ptr(model, "model")?;
-        let policy = checkpointing_kind(activation_checkpointing)?;
-        model.lock().model.set_activation_checkpointing_kind(policy);
+        let policy = checkpointing_arg(activation_checkpointing)?;
+        model.lock().model.set_activation_checkpointing(policy)?;
         Ok(())
     })
 }
 
-/// Writes the current activation-checkpointing policy (an rt_activation_checkpointing value).
+/// Writes the form of the current activation-checkpointing policy (an
+/// rt_activation_checkpointing value, 0 to 6; the parameters are in the spelling that
+/// rt_model_activation_checkpointing_policy writes).
 ///
 /// Errors: RT_ERROR_NULL_POINTER.
 #[no_mangle]

@@ -1,7 +1,8 @@
 //! Saving and loading model state (safetensors with Hugging Face Llama names).
 
 use crate::error::{err, guard, in_ptr, out_ptr, rt_status, Result};
-use crate::model::{attention_kind, checkpointing_kind, rt_model};
+use crate::model::{attention_kind, rt_model};
+use crate::policy::checkpointing_arg;
 use riftco_transformer::state::{load_model, save_model};
 use std::ffi::{c_char, CStr};
 use std::path::PathBuf;
@@ -54,7 +55,8 @@ pub unsafe extern "C" fn rt_model_save(model: *const rt_model, path: *const c_ch
 
 /// Loads a model saved by rt_model_save (or a Hugging Face Llama safetensors file with its
 /// config). `attention` (an rt_attention_kind) and `activation_checkpointing` (an
-/// rt_activation_checkpointing) are chosen by the caller: they are not part of the state.
+/// rt_activation_checkpointing without parameters: DISABLED, TRANSFORMER_BLOCK or AUTO) are
+/// chosen by the caller: they are not part of the state.
 /// `*out` receives a new handle owned by the caller (NULL on failure).
 ///
 /// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING, RT_ERROR_INVALID_ENUM, RT_ERROR_IO
@@ -73,7 +75,7 @@ pub unsafe extern "C" fn rt_model_load(
         *out = std::ptr::null_mut();
         let path = path_arg(path, "path")?;
         let attention = attention_kind(attention)?;
-        let policy = checkpointing_kind(activation_checkpointing)?;
+        let policy = checkpointing_arg(activation_checkpointing)?;
         *out = rt_model::new(load_model(&path, attention, policy)?);
         Ok(())
     })
