@@ -191,8 +191,23 @@ pub(crate) fn into_autograd(e: TransformerError) -> riftco_autograd::AutogradErr
     }
 }
 
+/// `123 B`, `12.1 KiB`, `3.5 MiB`, `1.2 GiB`.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
 impl fmt::Display for CheckpointPlan {
-    /// `segments:2 → block[0-1] block[2-3]; predicted peak 12.0 MiB`
+    /// `auto → block[0-1] block[2-3]; predicted peak activation 12.0 MiB, predicted step 80.1 ms`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} →", self.policy)?;
         for s in &self.segments {
@@ -204,11 +219,7 @@ impl fmt::Display for CheckpointPlan {
             }
         }
         if let Some(p) = self.predicted_peak_bytes {
-            write!(
-                f,
-                "; predicted peak activation {:.1} MiB",
-                p as f64 / 1048576.0
-            )?;
+            write!(f, "; predicted peak activation {}", human_bytes(p))?;
         }
         if let Some(t) = self.predicted_step_seconds {
             write!(f, ", predicted step {:.1} ms", t * 1e3)?;

@@ -33,7 +33,7 @@
 //!   fits gives the all-`disabled` plan. No plan fitting is a [`TransformerError::Config`]
 //!   naming the smallest achievable peak.
 
-use super::plan::{run_segment, segments_of, CheckpointPlan, PlanSegment};
+use super::plan::{human_bytes, run_segment, segments_of, CheckpointPlan, PlanSegment};
 use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet, SELECTIVE_POLICIES};
 use crate::block::BlockContext;
 use crate::error::{Result, TransformerError};
@@ -374,14 +374,14 @@ pub fn budget_plan(m: Arc<BlockMeasurement>, budget: u64) -> Result<CheckpointPl
             distinct.dedup();
             Err(TransformerError::Config {
                 field: "activation_memory_budget",
-                value: format!("{budget} bytes ({:.2} MiB)", budget as f64 / 1048576.0),
+                value: format!("{budget} bytes ({})", human_bytes(budget)),
                 reason: format!(
                     "no plan fits: the smallest achievable peak activation at batch {}, seq {} \
-                     is {peak} bytes ({:.2} MiB, per-block {}); raise the budget or lower the \
-                     batch size or sequence length",
+                     is {peak} bytes ({}, per-block {}); raise the budget or lower the batch \
+                     size or sequence length",
                     m.batch,
                     m.seq,
-                    peak as f64 / 1048576.0,
+                    human_bytes(peak),
                     distinct.join(" then ")
                 ),
             })
