@@ -24,7 +24,7 @@ pub use error::{Result, TensorError};
 pub use error_kind::{ClassifiedError, ErrorKind};
 pub use memory::{
     memory_stats, memory_stats_for, reset_peak_memory_stats, CategoryStats, MemoryCategory,
-    MemoryStats,
+    MemoryStats, ThreadMemoryScope,
 };
 pub use random::Rng;
 pub use shape::{Shape, MAX_ELEMENTS};

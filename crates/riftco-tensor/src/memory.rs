@@ -116,12 +116,112 @@ pub(crate) fn record_alloc(device: Device, category: MemoryCategory, bytes: usiz
     let c = &COUNTERS[device.index()];
     c.categories[category.index()].add(bytes);
     c.total.add(bytes);
+    record_in_scopes(device, category, bytes as i64);
 }
 
 pub(crate) fn record_free(device: Device, category: MemoryCategory, bytes: usize) {
     let c = &COUNTERS[device.index()];
     c.categories[category.index()].sub(bytes);
     c.total.sub(bytes);
+    record_in_scopes(device, category, -(bytes as i64));
+}
+
+/// This thread's allocations and frees of one device and category since a scope began.
+#[derive(Clone, Copy, Debug, Default)]
+struct ScopeCounter {
+    current: i64,
+    peak: i64,
+}
+
+struct Scope {
+    id: u64,
+    device: Device,
+    category: MemoryCategory,
+    counter: ScopeCounter,
+}
+
+thread_local! {
+    static SCOPES: std::cell::RefCell<Vec<Scope>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+static NEXT_SCOPE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn record_in_scopes(device: Device, category: MemoryCategory, delta: i64) {
+    // `try_with`: storages dropped while the thread's locals are destroyed count nowhere.
+    let _ = SCOPES.try_with(|scopes| {
+        if let Ok(mut scopes) = scopes.try_borrow_mut() {
+            for s in scopes.iter_mut() {
+                if s.device == device && s.category == category {
+                    s.counter.current += delta;
+                    s.counter.peak = s.counter.peak.max(s.counter.current);
+                }
+            }
+        }
+    });
+}
+
+/// Counts the bytes of one device and category that **this thread** allocates and frees while
+/// it lives, unaffected by other threads (the process-wide counters of [`memory_stats_for`] see
+/// every thread). A measurement tool: riftco's checkpointing planner measures its probe passes
+/// with it. Frees of storages allocated before the scope count too (`current` can go
+/// negative); storages dropped on other threads do not.
+#[derive(Debug)]
+pub struct ThreadMemoryScope {
+    id: u64,
+    /// Bound to its thread (not `Send`): its counter lives in that thread's locals.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl ThreadMemoryScope {
+    /// Starts counting `category` on `device` for this thread.
+    pub fn new(device: Device, category: MemoryCategory) -> Self {
+        let id = NEXT_SCOPE.fetch_add(1, Ordering::Relaxed);
+        SCOPES.with(|s| {
+            s.borrow_mut().push(Scope {
+                id,
+                device,
+                category,
+                counter: ScopeCounter::default(),
+            })
+        });
+        Self {
+            id,
+            _thread: std::marker::PhantomData,
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut ScopeCounter) -> T) -> T {
+        SCOPES.with(|s| {
+            let mut s = s.borrow_mut();
+            let scope = s
+                .iter_mut()
+                .find(|x| x.id == self.id)
+                .expect("a live scope is registered on its thread");
+            f(&mut scope.counter)
+        })
+    }
+
+    /// Bytes allocated minus bytes freed by this thread since the scope began.
+    pub fn current_bytes(&self) -> i64 {
+        self.with(|c| c.current)
+    }
+
+    /// The highest [`ThreadMemoryScope::current_bytes`] since the scope began or the last
+    /// [`ThreadMemoryScope::reset_peak`].
+    pub fn peak_bytes(&self) -> i64 {
+        self.with(|c| c.peak)
+    }
+
+    /// Sets the peak to the current value.
+    pub fn reset_peak(&self) {
+        self.with(|c| c.peak = c.current)
+    }
+}
+
+impl Drop for ThreadMemoryScope {
+    fn drop(&mut self) {
+        let _ = SCOPES.try_with(|s| s.borrow_mut().retain(|x| x.id != self.id));
+    }
 }
 
 /// Current and peak bytes of one category.

@@ -13,8 +13,10 @@
 //! - **seconds**: forward + backward wall time (the faster of the two runs).
 //!
 //! The head (embedding output, final RMSNorm, LM head, cross-entropy) is measured the same way.
-//! Planning resets the peak memory counters when it finishes (it runs before a step allocates
-//! anything, at the first training forward of a shape, or when asked for the plan).
+//! The bytes are this thread's own allocations ([`riftco_tensor::ThreadMemoryScope`]): other
+//! threads allocating meanwhile do not disturb a plan, and the process-wide counters of
+//! `memory_stats` are left as they are (the probes, one block at a time, peak well below a
+//! training step of the whole model).
 //!
 //! # The model
 //! Graph values stay alive until the graph is dropped, so a plan's activation peak is
@@ -40,7 +42,7 @@ use crate::error::{Result, TransformerError};
 use crate::model::Weights;
 use crate::policy::FullSequenceAttentionKind;
 use riftco_autograd::{enable_grad, ops, GradientContext, Variable};
-use riftco_tensor::{memory_stats_for, reset_peak_memory_stats, Device, MemoryCategory, Tensor};
+use riftco_tensor::{Device, MemoryCategory, Tensor, ThreadMemoryScope};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -154,31 +156,27 @@ fn candidates() -> Vec<BlockPolicy> {
     v
 }
 
-fn activation_bytes(device: Device) -> (u64, u64) {
-    let s = memory_stats_for(device).get(MemoryCategory::Activation);
-    (s.current_bytes as u64, s.peak_bytes as u64)
-}
-
 /// Runs `forward`, then a backward from its output, returning retained and transient bytes
-/// and the wall seconds.
+/// and the wall seconds. Counts only this thread's activation allocations
+/// ([`ThreadMemoryScope`]), so other threads allocating meanwhile do not disturb it.
 fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<(u64, u64, f64)> {
-    let (before, _) = activation_bytes(device);
+    let scope = ThreadMemoryScope::new(device, MemoryCategory::Activation);
     let t0 = Instant::now();
     let y = forward()?;
-    let (after, _) = activation_bytes(device);
-    reset_peak_memory_stats();
+    let after = scope.current_bytes();
+    scope.reset_peak();
     let transient = if y.requires_grad() {
         let seed = Tensor::try_full_on(y.dims().to_vec(), 1.0, MemoryCategory::Gradient, device)?;
         let grads = GradientContext::compute(&y, seed)?;
-        let (_, peak) = activation_bytes(device);
+        let peak = scope.peak_bytes();
         drop(grads);
-        peak.saturating_sub(after)
+        (peak - after).max(0) as u64
     } else {
         0
     };
     let seconds = t0.elapsed().as_secs_f64();
     drop(y);
-    Ok((after.saturating_sub(before), transient, seconds))
+    Ok((after.max(0) as u64, transient, seconds))
 }
 
 /// Measures the head and block 0 of `weights` for inputs `[batch, seq]` (see the module
@@ -258,12 +256,12 @@ fn measure_impl(
     let tokens = vec![0u32; batch * seq];
     let mut head = (0, 0, f64::INFINITY);
     for _ in 0..2 {
-        let (before, _) = activation_bytes(device);
+        let scope = ThreadMemoryScope::new(device, MemoryCategory::Activation);
         let t0 = Instant::now();
         let embedded = ops::embedding(&weights.embed, &tokens)?;
-        let (after, _) = activation_bytes(device);
+        let embedded_bytes = scope.current_bytes().max(0) as u64;
         let h = input()?;
-        let (r, t, s) = probe(device, || {
+        let (r, t, _) = probe(device, || {
             let x = ops::rms_norm(&h, &weights.final_norm, cfg.rms_norm_eps)?;
             let x = ops::reshape(&x, [batch * seq, cfg.d_model])?;
             let logits = ops::linear(&x, &weights.lm_head)?;
@@ -271,10 +269,8 @@ fn measure_impl(
         })?;
         let seconds = t0.elapsed().as_secs_f64();
         drop(embedded);
-        debug_assert!(s <= seconds);
-        head = (r + after.saturating_sub(before), t, head.2.min(seconds));
+        head = (r + embedded_bytes, t, head.2.min(seconds));
     }
-    reset_peak_memory_stats();
     let retained = |p: &BlockPolicy| {
         costs
             .iter()
