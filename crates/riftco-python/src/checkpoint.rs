@@ -12,7 +12,12 @@ use crate::variable::{variables, PyVariable};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(checkpoint, m)?)?;
-    m.add_function(wrap_pyfunction!(named, m)?)?;
+    let named = wrap_pyfunction!(named, m)?;
+    m.add_function(named.clone())?;
+    // The same function object is also `functional.named`, beside the ops it names.
+    m.getattr("functional")?
+        .cast_into::<PyModule>()?
+        .add("named", named)?;
     Ok(())
 }
 
@@ -180,11 +185,7 @@ fn save_names(save: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
 ///     (2, 3)
 #[pyfunction]
 #[pyo3(signature = (name, r#fn, *inputs))]
-pub(crate) fn named(
-    name: &str,
-    r#fn: Py<PyAny>,
-    inputs: &Bound<'_, PyTuple>,
-) -> PyResult<PyVariable> {
+fn named(name: &str, r#fn: Py<PyAny>, inputs: &Bound<'_, PyTuple>) -> PyResult<PyVariable> {
     let mut vars = Vec::with_capacity(inputs.len());
     for (i, item) in inputs.iter().enumerate() {
         let v = item.cast::<PyVariable>().map_err(|_| {

@@ -29,8 +29,6 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sum, &m)?)?;
     m.add_function(wrap_pyfunction!(reshape, &m)?)?;
     m.add_function(wrap_pyfunction!(cross_entropy, &m)?)?;
-    // `riftco.named`, also here beside the ops it names.
-    m.add_function(wrap_pyfunction!(crate::checkpoint::named, &m)?)?;
     parent.add_submodule(&m)?;
     // `import riftco._native.functional` and stubtest find it through sys.modules.
     m.setattr("__name__", "riftco._native.functional")?;
