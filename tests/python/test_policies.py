@@ -143,6 +143,10 @@ def test_spellings_read_back_canonical() -> None:
     assert model.activation_checkpointing == "block,disabled,selective:dots,block"
     model.set_activation_checkpointing(activation_memory_budget="1KiB")
     assert model.activation_checkpointing == "budget:1024"
+    model.set_activation_checkpointing(activation_memory_budget=np.int64(4096))
+    assert model.activation_checkpointing == "budget:4096"
+    model.set_activation_checkpointing(activation_memory_budget=2**63 - 1)
+    assert model.activation_checkpointing == f"budget:{2**63 - 1}"
     model.set_activation_checkpointing("disabled", activation_memory_budget=2048)
     assert model.activation_checkpointing == "budget:2048"
     model.set_activation_checkpointing()
@@ -383,6 +387,8 @@ BAD: list[tuple[dict[str, Any], list[str]]] = [
     (dict(activation_memory_budget="MiB"), ['"MiB"', "no number"]),
     (dict(activation_memory_budget=-1), ["-1", "between 0 and 2^63"]),
     (dict(activation_memory_budget=2**64), [str(2**64), "between 0 and 2^63"]),
+    (dict(activation_memory_budget=2**63), [str(2**63), "between 0 and 2^63"]),
+    (dict(activation_memory_budget=2**200), [str(2**200), "between 0 and 2^63"]),
     (dict(activation_memory_budget=1.5e6), ["1500000.0", "int (bytes) or a size string"]),
     (dict(activation_memory_budget=True), ["True", "int (bytes) or a size string"]),
     (

@@ -106,22 +106,30 @@ fn policy_of(obj: &Bound<'_, PyAny>) -> PyResult<ActivationCheckpointing> {
     Ok(ActivationCheckpointing::PerBlock(list))
 }
 
-/// An activation-memory budget argument: an int of bytes or a size string (`"64MiB"`).
+/// An activation-memory budget argument: an integer of bytes (a Python int or anything with
+/// `__index__`, such as a NumPy integer; not a bool) or a size string (`"64MiB"`).
 fn budget_of(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(s) = obj.cast::<PyString>() {
         return parse_size(s.to_str()?).map_err(transformer_err);
     }
-    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
-        if let Ok(v) = obj.extract::<u64>() {
-            if v < 1 << 63 {
-                return Ok(v);
-            }
-        }
-        return Err(config_err(
+    let range = || {
+        config_err(
             "activation_memory_budget",
             repr(obj),
             "a budget in bytes must be between 0 and 2^63 - 1".into(),
-        ));
+        )
+    };
+    if !obj.is_instance_of::<PyBool>() {
+        match obj.extract::<i128>() {
+            Ok(v) => {
+                return u64::try_from(v)
+                    .ok()
+                    .filter(|&v| v < 1 << 63)
+                    .ok_or_else(range)
+            }
+            Err(_) if obj.is_instance_of::<PyInt>() => return Err(range()),
+            Err(_) => {}
+        }
     }
     Err(config_err(
         "activation_memory_budget",

@@ -3,7 +3,7 @@
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, final
+from typing import Any, SupportsIndex, final
 
 import numpy as np
 import numpy.typing as npt
@@ -73,7 +73,7 @@ BLOCK_VALUE_NAMES: tuple[str, ...]
 ``"swiglu"``); ``"selective:q+k+v"`` keeps the ones joined by ``+``."""
 
 _Policy = str | list[str] | tuple[str, ...]
-_Budget = int | str
+_Budget = SupportsIndex | str
 
 def parse_byte_size(text: str) -> int:
     """Bytes of a size string: a number with an optional unit ``B``, ``kB``, ``MB``, ``GB``,
