@@ -8,6 +8,8 @@ trains every weight and writes ``model.safetensors`` instead.
 
     python examples/post_train.py
     python examples/post_train.py --fine-tuning-method full --activation-checkpointing block
+    python examples/post_train.py --activation-checkpointing selective:dots
+    python examples/post_train.py --activation-memory-budget 8MiB
     python examples/post_train.py --model runs/pretrain --data my_notes/ --lora-rank 16
 
 Exit codes: 0 done, 2 bad input (one ``error:`` line on stderr), 130 interrupted with Ctrl-C
@@ -22,6 +24,7 @@ import sys
 import riftco
 from riftco.cli import (
     ArgumentParser,
+    add_checkpointing_arguments,
     check_sample_args,
     fail,
     int_range,
@@ -55,11 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="output folder (default: %(default)s)",
     )
     p.add_argument("--fine-tuning-method", choices=riftco.FINE_TUNING_METHODS, default="lora")
-    p.add_argument(
-        "--activation-checkpointing",
-        choices=riftco.ACTIVATION_CHECKPOINTING_POLICIES,
-        default="disabled",
-    )
+    add_checkpointing_arguments(p)
     p.add_argument("--attention", choices=riftco.ATTENTION_KINDS, default="flash")
     p.add_argument("--lora-rank", type=int_range(1), default=8)
     p.add_argument("--lora-alpha", type=float, default=16.0)
@@ -94,7 +93,10 @@ def log(line: str) -> None:
 def main() -> None:
     args = parse_args()
     model = riftco.load_model(
-        args.model, attention=args.attention, activation_checkpointing=args.activation_checkpointing
+        args.model,
+        attention=args.attention,
+        activation_checkpointing=args.activation_checkpointing,
+        activation_memory_budget=args.activation_memory_budget,
     )
     max_seq_len = int(model.config.max_seq_len)
     seq_len = max_seq_len if args.seq_len is None else args.seq_len
@@ -107,6 +109,7 @@ def main() -> None:
     config = riftco.PostTrainingConfig(
         fine_tuning_method=args.fine_tuning_method,
         activation_checkpointing=args.activation_checkpointing,
+        activation_memory_budget=args.activation_memory_budget,
         attention=args.attention,
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,

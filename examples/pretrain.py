@@ -7,6 +7,8 @@ generated sample. ``--data PATH...`` trains on given text files or folders inste
 
     python examples/pretrain.py                                  # the README's main job
     python examples/pretrain.py --activation-checkpointing block --steps 100
+    python examples/pretrain.py --activation-checkpointing segments:2
+    python examples/pretrain.py --activation-memory-budget 64MiB     # planned per block
     python examples/pretrain.py --data notes/ book.txt --out runs/mine
 
 Exit codes: 0 done, 2 bad input (one ``error:`` line on stderr), 130 interrupted with Ctrl-C
@@ -21,6 +23,7 @@ import sys
 import riftco
 from riftco.cli import (
     ArgumentParser,
+    add_checkpointing_arguments,
     check_sample_args,
     fail,
     int_range,
@@ -46,12 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out", default="runs/pretrain", metavar="DIR", help="output folder (default: %(default)s)"
     )
     train = p.add_argument_group("training")
-    train.add_argument(
-        "--activation-checkpointing",
-        choices=riftco.ACTIVATION_CHECKPOINTING_POLICIES,
-        default="disabled",
-        help="checkpointing policy (default: %(default)s)",
-    )
+    add_checkpointing_arguments(train)
     train.add_argument(
         "--attention",
         choices=riftco.ATTENTION_KINDS,
@@ -110,6 +108,7 @@ def main() -> None:
     config = riftco.PretrainingConfig(
         attention=args.attention,
         activation_checkpointing=args.activation_checkpointing,
+        activation_memory_budget=args.activation_memory_budget,
         steps=args.steps,
         batch_size=args.batch_size,
         seq_len=args.seq_len,
@@ -132,7 +131,13 @@ def main() -> None:
     log(
         f"model: d_model {args.d_model}, {args.n_heads} heads, {args.n_layers} layers, d_ff "
         f"{args.d_ff}; attention {args.attention}, activation checkpointing "
-        f"{args.activation_checkpointing}; {riftco.num_threads()} kernel threads"
+        f"{args.activation_checkpointing}"
+        + (
+            ""
+            if args.activation_memory_budget is None
+            else f", activation memory budget {args.activation_memory_budget:,} bytes"
+        )
+        + f"; {riftco.num_threads()} kernel threads"
     )
     metadata = riftco.run_pretraining(
         model_config, config, corpus, out, progress=not args.no_progress, log=log

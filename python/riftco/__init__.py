@@ -3,9 +3,12 @@
 The compute runs in a Rust core (``riftco._native``, released GIL during every compute call);
 this package is its Python front:
 
-- autograd: ``Variable`` (``tensor``), ``functional`` ops, ``checkpoint(fn, x, dependencies)``;
+- autograd: ``Variable`` (``tensor``), ``functional`` ops, ``checkpoint(fn, x, dependencies,
+  save=...)`` and ``named(name, fn, *inputs)`` (selective checkpointing);
 - the model: ``TransformerConfig``, ``DecoderOnlyTransformer``, ``DecodeSession``,
-  ``Adam``/``AdamW``;
+  ``Adam``/``AdamW``; activation-checkpointing policies (``ACTIVATION_CHECKPOINTING_POLICIES``,
+  ``ACTIVATION_CHECKPOINTING_FORMS``, ``SELECTIVE_POLICIES``, ``BLOCK_VALUE_NAMES``,
+  ``parse_activation_checkpointing``, ``parse_byte_size``);
 - memory accounting: ``memory_stats()``, ``reset_peak_memory_stats()``, and the buffer pool's
   ``cached_bytes()`` / ``empty_cache()``;
 - training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
@@ -15,6 +18,8 @@ this package is its Python front:
 """
 
 from riftco._native import (
+    BLOCK_VALUE_NAMES,
+    SELECTIVE_POLICIES,
     Adam,
     AdamW,
     CheckpointError,
@@ -40,7 +45,10 @@ from riftco._native import (
     functional,
     matmul,
     memory_stats,
+    named,
     num_threads,
+    parse_activation_checkpointing,
+    parse_byte_size,
     reset_peak_memory_stats,
     tensor,
 )
@@ -52,6 +60,8 @@ from riftco.stages import *  # noqa: F403
 from riftco.stages import load_model
 
 __all__ = [
+    "BLOCK_VALUE_NAMES",
+    "SELECTIVE_POLICIES",
     "Adam",
     "AdamW",
     "CheckpointError",
@@ -77,7 +87,10 @@ __all__ = [
     "functional",
     "matmul",
     "memory_stats",
+    "named",
     "num_threads",
+    "parse_activation_checkpointing",
+    "parse_byte_size",
     "reset_peak_memory_stats",
     "tensor",
     "load_model",

@@ -12,7 +12,8 @@ Anything else is a bug and keeps its traceback.
 :class:`ArgumentParser` reports a malformed flag the same way (one ``error:`` line, exit 2,
 instead of argparse's usage block), and :func:`int_range` / :func:`non_negative_float` are
 argument types that reject out-of-range numbers while the command line is parsed, before any
-work starts.
+work starts. :func:`add_checkpointing_arguments` adds the shared ``--activation-checkpointing``
+and ``--activation-memory-budget`` flags, checked by the native parser the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ import threading
 from collections.abc import Callable
 from typing import NoReturn
 
-from riftco._native import RiftcoError, TokenError
+from riftco._native import (
+    BLOCK_VALUE_NAMES,
+    SELECTIVE_POLICIES,
+    ConfigError,
+    RiftcoError,
+    TokenError,
+    parse_activation_checkpointing,
+    parse_byte_size,
+)
 from riftco.generation import check_generation_args
 from riftco.stages import TrainingInterrupted, _SigintGuard
 
@@ -41,6 +50,9 @@ __all__ = [
     "ArgumentParser",
     "U64_MAX",
     "UsageError",
+    "activation_checkpointing_arg",
+    "add_checkpointing_arguments",
+    "byte_size_arg",
     "check_sample_args",
     "fail",
     "int_range",
@@ -93,6 +105,69 @@ def non_negative_float(text: str) -> float:
     if not (math.isfinite(value) and value >= 0.0):
         raise argparse.ArgumentTypeError(f"must be finite and >= 0; got {text}")
     return value
+
+
+def activation_checkpointing_arg(text: str) -> str:
+    """An argparse ``type``: an activation-checkpointing policy spelling, checked with
+    :func:`riftco.parse_activation_checkpointing` (what does not depend on the model: the layer
+    count is checked when the model is built). Returns ``text`` as given."""
+    try:
+        parse_activation_checkpointing(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+activation_checkpointing_arg.__name__ = "policy"
+
+
+def byte_size_arg(text: str) -> int:
+    """An argparse ``type``: a byte size (``"64MiB"``, ``"1.5GB"``, ``"1000000"``) parsed by
+    :func:`riftco.parse_byte_size`, in bytes."""
+    try:
+        return parse_byte_size(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+byte_size_arg.__name__ = "size"
+
+
+def add_checkpointing_arguments(group: argparse._ActionsContainer) -> None:
+    """Adds ``--activation-checkpointing POLICY`` (default ``disabled``) and
+    ``--activation-memory-budget SIZE`` (default none) to a parser or argument group, with help
+    listing every form and the named selective policies (the default first)."""
+    names = list(SELECTIVE_POLICIES)
+    selective = ", ".join(
+        f"{n} (saves {'+'.join(SELECTIVE_POLICIES[n])}{'; the default' if i == 0 else ''})"
+        for i, n in enumerate(names)
+    )
+    group.add_argument(
+        "--activation-checkpointing",
+        type=activation_checkpointing_arg,
+        default="disabled",
+        metavar="POLICY",
+        help=(
+            "which activations the training forward keeps: disabled (all) | block (each block "
+            "recomputed during backward) | segments:K (K consecutive blocks per checkpoint, "
+            "1 <= K <= n_layers) | auto (K from measured bytes, sqrt(n_layers * M_ckpt / "
+            "M_layer)) | selective[:NAME] (each block keeps some values and recomputes the "
+            f"rest; NAME is {selective}, or block values joined by '+': "
+            f"{', '.join(BLOCK_VALUE_NAMES)}) | a comma-separated per-block list of "
+            "disabled/block/selective[:NAME], one per layer (default: %(default)s)"
+        ),
+    )
+    group.add_argument(
+        "--activation-memory-budget",
+        type=byte_size_arg,
+        default=None,
+        metavar="SIZE",
+        help=(
+            "plan per-block policies whose predicted peak activation bytes fit SIZE (e.g. "
+            "64MiB, 1.5GB, 1000000) with the least recompute time; only with "
+            "--activation-checkpointing disabled"
+        ),
+    )
 
 
 def check_sample_args(

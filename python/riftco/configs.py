@@ -4,6 +4,14 @@ Both are frozen dataclasses taking keyword arguments only, validated on construc
 choice string raises :class:`riftco.ConfigError` listing the valid ones, a non-positive (or
 otherwise out-of-range) number raises it naming the field and the value.
 
+``activation_checkpointing`` takes every spelling the model takes (checked by the native parser,
+:func:`riftco.parse_activation_checkpointing`; a per-block list is one comma-separated string
+here), and ``activation_memory_budget`` a byte budget for the planner (an int of bytes or a size
+string such as ``"64MiB"``, only with ``activation_checkpointing="disabled"``). What a policy
+does not know without the model (``segments:K`` with K above ``n_layers``, a per-block list of
+the wrong length, a budget below the smallest achievable peak) is reported when the stage builds
+the model or plans its first step, as a :class:`riftco.ConfigError` naming the value.
+
 The learning-rate schedule (``lr_schedule``) is a linear warm-up from ``lr / warmup_steps`` to
 ``lr`` over the first ``warmup_steps`` steps, then either ``"cosine"`` decay to
 ``lr * min_lr_ratio`` at the last step or ``"constant"`` ``lr``. The optimizer is
@@ -18,15 +26,23 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from riftco._native import ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS, ConfigError
+from riftco._native import (
+    ACTIVATION_CHECKPOINTING_FORMS,
+    ACTIVATION_CHECKPOINTING_POLICIES,
+    ATTENTION_KINDS,
+    ConfigError,
+    parse_activation_checkpointing,
+)
 
-# ATTENTION_KINDS and ACTIVATION_CHECKPOINTING_POLICIES come from the Rust option tables (the
-# names the model accepts, default first). The two options below exist only in this package's
-# stage runners; each tuple is their one table.
+# ATTENTION_KINDS comes from the Rust option table, ACTIVATION_CHECKPOINTING_POLICIES (the policy
+# names without a parameter) and ACTIVATION_CHECKPOINTING_FORMS (every accepted form) from the
+# Rust policy spellings; default first. The two options below exist only in this package's stage
+# runners; each tuple is their one table.
 FINE_TUNING_METHODS: tuple[str, ...] = ("lora", "full")
 LR_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
 
 __all__ = [
+    "ACTIVATION_CHECKPOINTING_FORMS",
     "ACTIVATION_CHECKPOINTING_POLICIES",
     "ATTENTION_KINDS",
     "FINE_TUNING_METHODS",
@@ -40,6 +56,17 @@ def _check_choice(field: str, value: object, valid: tuple[str, ...]) -> None:
     if not isinstance(value, str) or value not in valid:
         choices = ", ".join(repr(v) for v in valid)
         raise ConfigError(f"{field} must be one of {choices}; got {value!r}")
+
+
+def _check_policy(policy: object, budget: int | str | None) -> None:
+    """Checks ``activation_checkpointing`` and ``activation_memory_budget`` with the native
+    parser (the model's own); its ``ConfigError`` names the value and what is accepted."""
+    if not isinstance(policy, str):
+        raise ConfigError(
+            f"activation_checkpointing must be a policy string ({ACTIVATION_CHECKPOINTING_FORMS}; "
+            f"a per-block list is one comma-separated string here); got {policy!r}"
+        )
+    parse_activation_checkpointing(policy, budget)
 
 
 def _check_int(field: str, value: object, minimum: int) -> None:
@@ -70,6 +97,7 @@ class _LoopConfig:
     """Fields shared by both stages (documented on the subclasses)."""
 
     activation_checkpointing: str = ACTIVATION_CHECKPOINTING_POLICIES[0]
+    activation_memory_budget: int | str | None = None
     attention: str = ATTENTION_KINDS[0]
     steps: int = 300
     batch_size: int = 8
@@ -86,11 +114,7 @@ class _LoopConfig:
     validation_fraction: float = 0.05
 
     def __post_init__(self) -> None:
-        _check_choice(
-            "activation_checkpointing",
-            self.activation_checkpointing,
-            ACTIVATION_CHECKPOINTING_POLICIES,
-        )
+        _check_policy(self.activation_checkpointing, self.activation_memory_budget)
         _check_choice("attention", self.attention, ATTENTION_KINDS)
         _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         for name in ("steps", "batch_size", "seq_len", "log_every", "save_every", "eval_batches"):
@@ -126,9 +150,21 @@ class PretrainingConfig(_LoopConfig):
 
     Attributes:
         attention: ``"flash"`` (FlashAttention-2, O(seq) memory) or ``"materialized"``.
-        activation_checkpointing: ``"disabled"`` (keep every activation) or ``"block"``
-            (recompute each transformer block during backward). Recorded as metadata; it does
-            not change the loss or the weights.
+        activation_checkpointing: which activations the training forward keeps (it changes
+            memory and time, never the loss or the weights; recorded in the metadata, with the
+            resolved per-block plan, but not in the model state): ``"disabled"`` (keep
+            everything), ``"block"`` (recompute each transformer block during backward),
+            ``"segments:K"`` (K blocks per checkpoint, ``1 <= K <= n_layers``), ``"auto"`` (K
+            from measured bytes, ``sqrt(n_layers * M_ckpt / M_layer)``), ``"selective"`` /
+            ``"selective:NAME"`` (keep the values of a ``riftco.SELECTIVE_POLICIES`` entry,
+            default ``"attention_ffn"``, recompute the rest), a comma-separated per-block list of
+            ``"disabled"`` / ``"block"`` / ``"selective[:NAME]"`` (one per layer), or
+            ``"budget:SIZE"``.
+        activation_memory_budget: ``None``, or bytes (int) or a size string (``"64MiB"``): the
+            planner picks per-block policies whose predicted peak activation bytes fit it, with
+            the least predicted recompute time (only with ``activation_checkpointing`` left
+            ``"disabled"``; a budget below the smallest achievable peak raises ``ConfigError``
+            naming that peak before the first step).
         steps: optimizer steps.
         batch_size: sequences per step; each is ``seq_len + 1`` tokens (inputs and targets).
         seq_len: tokens per sequence (at most the model's ``max_seq_len``).

@@ -5,8 +5,12 @@ a corpus, and writes into ``out_dir``:
 
 - ``model.safetensors`` + ``config.json`` (the model state, Hugging Face Llama layout) — for
   pretraining and full fine-tuning; ``adapter/`` (PEFT layout) for LoRA post-training;
-- ``training_metadata.json``: stage, configs, activation-checkpointing policy, attention kind,
-  optimizer, corpus summary, per-step losses, learning rates and step times, tokens/s, peak
+- ``training_metadata.json``: stage, configs, activation-checkpointing policy (its canonical
+  spelling, ``activation_checkpointing``) and the per-block plan it resolved to for the training
+  batch shape (``activation_checkpointing_plan``: the dict of
+  ``DecoderOnlyTransformer.activation_checkpointing_plan``, computed once before the first step,
+  with the planner's measurements for ``auto`` and budgets), attention kind, optimizer, corpus
+  summary, per-step losses, learning rates and step times, tokens/s, peak
   memory by category (``riftco.memory_stats()``; the peak is reset at the start of every step and
   the maximum over steps is recorded), validation loss before and after, wall time.
 
@@ -306,7 +310,7 @@ def _train_guarded(
     metadata.update(
         stage=stage,
         riftco_version=__version__,
-        activation_checkpointing=cfg.activation_checkpointing,
+        activation_checkpointing=model.activation_checkpointing,
         attention=cfg.attention,
         optimizer=optimizer_name,
         lr_schedule=cfg.lr_schedule,
@@ -330,6 +334,13 @@ def _train_guarded(
     )
     if log is not None:
         log(f"validation loss before {stage}: {metadata['validation_loss_before']:.4f}")
+    # Planned after the validation passes (another shape would replace the model's cached plan):
+    # the training steps of this shape run exactly the recorded plan. A budget below the smallest
+    # achievable peak raises ConfigError here, before any step.
+    plan = model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
+    metadata["activation_checkpointing_plan"] = plan
+    if log is not None:
+        log(f"activation checkpointing plan: {plan['summary']}")
 
     def save(step: int) -> None:
         train_time_s = sum(step_times_s)
@@ -415,7 +426,10 @@ def run_pretraining(
     tqdm bar; otherwise ``log`` (when given) receives a line every ``log_every`` steps.
 
     Raises:
-        ConfigError: ``seq_len`` above ``max_seq_len`` or ``vocab_size < 256``.
+        ConfigError: ``seq_len`` above ``max_seq_len``, ``vocab_size < 256``, a checkpointing
+            policy that does not fit the model (``segments:K`` with K above ``n_layers``, a
+            per-block list of another length), or a budget below the smallest achievable peak
+            (the message names it).
         OutputDirError: ``out_dir`` cannot be written.
         CorpusError: the corpus is too small for ``seq_len``.
         TrainingInterrupted: on Ctrl-C, after the last completed save (left intact).
@@ -424,7 +438,10 @@ def run_pretraining(
     _check_fits(model_config, cfg)
     out = prepare_out_dir(out_dir)
     model = DecoderOnlyTransformer(
-        model_config, attention=cfg.attention, activation_checkpointing=cfg.activation_checkpointing
+        model_config,
+        attention=cfg.attention,
+        activation_checkpointing=cfg.activation_checkpointing,
+        activation_memory_budget=cfg.activation_memory_budget,
     )
     metadata: dict[str, Any] = {
         "model_config": model_config.to_dict(),
@@ -461,13 +478,25 @@ def resolve_model_state(model_path: str | os.PathLike[str]) -> Path:
 def load_model(
     model_path: str | os.PathLike[str],
     attention: str = ATTENTION_KINDS[0],
-    activation_checkpointing: str = ACTIVATION_CHECKPOINTING_POLICIES[0],
+    activation_checkpointing: str | list[str] | tuple[str, ...] = (
+        ACTIVATION_CHECKPOINTING_POLICIES[0]
+    ),
+    activation_memory_budget: int | str | None = None,
 ) -> DecoderOnlyTransformer:
-    """Loads ``model.safetensors`` from a stage output folder (or a given file)."""
+    """Loads ``model.safetensors`` from a stage output folder (or a given file).
+
+    ``attention``, ``activation_checkpointing`` and ``activation_memory_budget`` are those of
+    :class:`riftco.DecoderOnlyTransformer` (the file records no policy).
+
+    Raises:
+        ModelStateError: no or invalid model state at the path.
+        ConfigError: an unknown option or a policy that does not fit the saved model (named).
+    """
     return DecoderOnlyTransformer.load(
         str(resolve_model_state(model_path)),
         attention=attention,
         activation_checkpointing=activation_checkpointing,
+        activation_memory_budget=activation_memory_budget,
     )
 
 
@@ -501,10 +530,17 @@ def run_post_training(
     if isinstance(model_or_path, DecoderOnlyTransformer):
         model = model_or_path
         model.set_attention(cfg.attention)
-        model.set_activation_checkpointing(cfg.activation_checkpointing)
+        model.set_activation_checkpointing(
+            cfg.activation_checkpointing, activation_memory_budget=cfg.activation_memory_budget
+        )
     else:
         base_path = str(resolve_model_state(model_or_path))
-        model = load_model(base_path, cfg.attention, cfg.activation_checkpointing)
+        model = load_model(
+            base_path,
+            cfg.attention,
+            cfg.activation_checkpointing,
+            activation_memory_budget=cfg.activation_memory_budget,
+        )
     _check_fits(model.config, cfg)
     out = prepare_out_dir(out_dir)
     metadata: dict[str, Any] = {

@@ -1,5 +1,8 @@
-"""The option names the Python layer offers come from the Rust option tables: the native tuples
-are what the model accepts and what its errors list, and ``riftco.configs`` re-exports them."""
+"""The option names the Python layer offers come from the Rust tables: the native tuples are what
+the model accepts and what its errors list, and ``riftco.configs`` re-exports them. The
+activation-checkpointing policies are spellings with parameters (``segments:K``, ...): their
+tuple holds the names without one, and errors list every form, ``ACTIVATION_CHECKPOINTING_FORMS``
+(the Rust parser's own list)."""
 
 from __future__ import annotations
 
@@ -54,7 +57,12 @@ def test_every_name_is_accepted_and_the_first_is_the_default(
     assert getattr(riftco.PretrainingConfig(), field) == native[0]
     for name in native:
         model = riftco.DecoderOnlyTransformer(tiny_config(), **kw(field, name))
-        assert getattr(model, field) == name
+        # The model reads back the canonical spelling: plain "selective" is the first named
+        # selective policy; every other simple name is its own canonical form.
+        canonical = (
+            f"selective:{next(iter(riftco.SELECTIVE_POLICIES))}" if name == "selective" else name
+        )
+        assert getattr(model, field) == canonical
         assert getattr(riftco.PostTrainingConfig(**kw(field, name)), field) == name
 
 
@@ -62,6 +70,19 @@ def test_every_name_is_accepted_and_the_first_is_the_default(
 def test_errors_list_exactly_the_table_in_order(
     field: str, native: tuple[str, ...], exported: tuple[str, ...]
 ) -> None:
+    if field == "activation_checkpointing":
+        # The model and the stage configs share the native parser and its list of forms, which
+        # starts with the simple names in table order.
+        forms = riftco.ACTIVATION_CHECKPOINTING_FORMS
+        assert forms.startswith('"disabled", "block"') and all(f'"{n}"' in forms for n in native)
+        for make in (
+            lambda: riftco.DecoderOnlyTransformer(tiny_config(), **kw(field, "nope")),
+            lambda: riftco.PretrainingConfig(**kw(field, "nope")),
+        ):
+            expected = re.escape(f'"nope": expected one of {forms}')
+            with pytest.raises(riftco.ConfigError, match=expected):
+                make()
+        return
     listed = ", ".join(f'"{n}"' for n in native)
     with pytest.raises(riftco.ConfigError, match=re.escape(f'"nope"; expected one of {listed}')):
         riftco.DecoderOnlyTransformer(tiny_config(), **kw(field, "nope"))

@@ -1,30 +1,47 @@
-//! `checkpoint(fn, x, dependencies)`: the activation-checkpointing primitive with a
-//! Python callable.
+//! `checkpoint(fn, x, dependencies, save=...)`: the activation-checkpointing primitive with a
+//! Python callable, and `named(name, fn, *inputs)`: the named values a selective checkpoint
+//! keeps.
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use riftco_autograd::{AutogradError, Variable};
+use pyo3::types::PyTuple;
+use riftco_autograd::{AutogradError, CheckpointOptions, Variable};
 
 use crate::errors::{autograd_err, guarded, PythonError};
 use crate::variable::{variables, PyVariable};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(checkpoint, m)?)?;
+    let named = wrap_pyfunction!(named, m)?;
+    m.add_function(named.clone())?;
+    // The same function object is also `functional.named`, beside the ops it names.
+    m.getattr("functional")?
+        .cast_into::<PyModule>()?
+        .add("named", named)?;
     Ok(())
 }
 
-/// Calls the Python callable with the GIL held; a Python exception travels as
-/// `AutogradError::External(PythonError)` and is re-raised unchanged at the boundary.
-fn call_python(f: &Py<PyAny>, x: &Variable) -> Result<Variable, AutogradError> {
+/// Calls the Python callable on `args` with the GIL held; a Python exception travels as
+/// `AutogradError::External(PythonError)` and is re-raised unchanged at the boundary. `what`
+/// names the caller in the type error for a result that is not a Variable.
+fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable, AutogradError> {
     Python::attach(|py| {
-        let out = f.bind(py).call1((PyVariable(x.clone()),)).and_then(|o| {
-            o.cast_into::<PyVariable>()
-                .map(|v| v.get().inner().clone())
-                .map_err(|e| {
-                    pyo3::exceptions::PyTypeError::new_err(format!(
-                        "checkpoint: the callable must return a riftco.Variable ({e})"
-                    ))
-                })
-        });
+        let out = PyTuple::new(py, args.iter().map(|v| PyVariable(v.clone())))
+            .and_then(|args| f.bind(py).call1(args))
+            .and_then(|o| {
+                let type_name = o
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string());
+                o.cast_into::<PyVariable>()
+                    .map(|v| v.get().inner().clone())
+                    .map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "{what}: the callable must return a riftco.Variable; it returned \
+                             {type_name}"
+                        ))
+                    })
+            });
         out.map_err(|e| AutogradError::external(PythonError::new(py, e)))
     })
 }
@@ -46,10 +63,19 @@ fn call_python(f: &Py<PyAny>, x: &Variable) -> Result<Variable, AutogradError> {
 /// (an optimizer ``step()``, ``load_weights``, ``merge_lora``): the outer ``backward()`` then
 /// raises ``StaleGraphError`` naming the tensor and commits nothing.
 ///
+/// Selective checkpointing: values ``fn`` computes through ``named(name, f, *inputs)`` whose
+/// name is in ``save`` are kept from the first run, and at the replay ``named`` returns them
+/// (with the graph ``f`` recorded, so every VJP sees the same values) instead of calling ``f``
+/// again; everything else is recomputed. Gradients are those of ``save=None`` bit for bit;
+/// the memory is that of the kept values. This is the save-list form of JAX's
+/// ``save_only_these_names`` remat policy and PyTorch's selective activation checkpointing.
+///
 /// Args:
 ///     fn: callable ``fn(Variable) -> Variable``.
 ///     x: the input Variable (its gradient flows through the checkpoint).
 ///     dependencies: the distinct leaf Variables ``fn`` reads besides ``x``.
+///     save: names of ``named`` values to keep from the first run (a list or tuple of str;
+///         ``None`` or empty: recompute everything, the plain checkpoint).
 ///
 /// Returns:
 ///     Variable: a node with the output's value whose parents are ``x`` and ``dependencies``.
@@ -58,7 +84,12 @@ fn call_python(f: &Py<PyAny>, x: &Variable) -> Result<Variable, AutogradError> {
 ///     CheckpointError: duplicate or non-leaf dependencies, a leaf read but not declared, a
 ///         captured graph node from outside, a new trainable leaf created inside, an output not
 ///         depending on ``x`` or on a dependency, a replay changing the output shape; from the
-///         outer ``backward()``, ``fn`` calling ``backward()`` during its replay.
+///         outer ``backward()``, ``fn`` calling ``backward()`` during its replay. With ``save``:
+///         a name in ``save`` that no ``named`` call of the first run used (the message lists
+///         the names used), a saved ``named`` function reading a graph value that is not one of
+///         its ``inputs``, or a replay calling the saved names in another order or with other
+///         input shapes than the first run.
+///     TypeError: ``save`` is a str or holds a non-str.
 ///     StaleGraphError: ``fn`` changed ``x`` or a dependency during this first run.
 ///     Exception: whatever ``fn`` raises.
 ///
@@ -71,18 +102,107 @@ fn call_python(f: &Py<PyAny>, x: &Variable) -> Result<Variable, AutogradError> {
 ///     >>> F.sum(y).backward()
 ///     >>> w.grad.shape
 ///     (3, 3)
+///     >>> def block(h):
+///     ...     z = riftco.named("z", lambda a: F.linear(a, w), h)
+///     ...     return F.silu(z)
+///     >>> y = riftco.checkpoint(block, x, [w], save=["z"])  # the replay reuses z
 #[pyfunction]
-#[pyo3(signature = (r#fn, x, dependencies = Vec::new()))]
+#[pyo3(signature = (r#fn, x, dependencies = Vec::new(), *, save = None))]
 fn checkpoint(
     r#fn: Py<PyAny>,
     x: PyRef<'_, PyVariable>,
     dependencies: Vec<Bound<'_, PyVariable>>,
+    save: Option<Bound<'_, PyAny>>,
 ) -> PyResult<PyVariable> {
+    let options = CheckpointOptions::saving(save_names(save.as_ref())?);
     let deps = variables(&dependencies);
     let input = x.inner().clone();
     guarded(move || {
         let f = r#fn;
-        riftco_autograd::checkpoint(&input, &deps, move |x| call_python(&f, x))
+        riftco_autograd::checkpoint_with_options(
+            "checkpoint",
+            &input,
+            &deps,
+            &options,
+            move |x, _| call_python(&f, std::slice::from_ref(x), "checkpoint"),
+        )
+        .map(PyVariable)
+        .map_err(autograd_err)
+    })
+}
+
+/// The names of `save`: `None`, or a list or tuple of str (a lone str is refused: it would be
+/// read as its characters).
+fn save_names(save: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
+    let Some(save) = save.filter(|s| !s.is_none()) else {
+        return Ok(Vec::new());
+    };
+    if save.is_instance_of::<pyo3::types::PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "checkpoint: save must be a list or tuple of names, not a str; got {}",
+            save.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        )));
+    }
+    save.extract::<Vec<String>>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "checkpoint: save must be None or a list or tuple of str names; got {}",
+            save.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })
+}
+
+/// Names the value ``fn(*inputs)``: inside a ``checkpoint`` whose ``save`` lists ``name``, the
+/// first run keeps the value (and the graph ``fn`` recorded) and the replay returns it instead
+/// of calling ``fn`` again; anywhere else it is just ``fn(*inputs)``.
+///
+/// ``fn`` may read, besides ``inputs``, only leaves (parameters, constants); a saved name keeps
+/// every value ``fn`` recorded, so wrap the one expensive op rather than a large group. Nested
+/// ``named`` calls inside a saved ``fn`` just run.
+///
+/// Args:
+///     name: the value's name (what ``checkpoint(..., save=[...])`` lists).
+///     fn: callable ``fn(*inputs) -> Variable``.
+///     *inputs: the Variables ``fn`` computes from (graph values of the checkpoint's callable:
+///         the replay passes its recomputed ones, with the same shapes).
+///
+/// Returns:
+///     Variable: ``fn(*inputs)`` (at a saving replay: the kept value, as a node of the replay's
+///     graph).
+///
+/// Raises:
+///     CheckpointError: inside a checkpoint saving ``name``, when ``fn`` read a graph value that
+///         is not in ``inputs``, or when the replay calls the saved names in another order or
+///         with other input shapes than the first run.
+///     TypeError: an input that is not a Variable, or ``fn`` returning something else.
+///     Exception: whatever ``fn`` raises, unchanged.
+///
+/// Example:
+///     >>> import numpy as np, riftco
+///     >>> from riftco import functional as F
+///     >>> w = riftco.Variable(np.ones((3, 3)), requires_grad=True)
+///     >>> x = riftco.Variable(np.ones((2, 3)))
+///     >>> riftco.named("z", lambda a: F.linear(a, w), x).shape
+///     (2, 3)
+#[pyfunction]
+#[pyo3(signature = (name, r#fn, *inputs))]
+fn named(name: &str, r#fn: Py<PyAny>, inputs: &Bound<'_, PyTuple>) -> PyResult<PyVariable> {
+    let mut vars = Vec::with_capacity(inputs.len());
+    for (i, item) in inputs.iter().enumerate() {
+        let v = item.cast::<PyVariable>().map_err(|_| {
+            let type_name = item
+                .get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string());
+            PyTypeError::new_err(format!(
+                "named({name:?}): input {i} must be a riftco.Variable; got {type_name}"
+            ))
+        })?;
+        vars.push(v.get().inner().clone());
+    }
+    guarded(move || {
+        let refs: Vec<&Variable> = vars.iter().collect();
+        let what = format!("named({name:?})");
+        riftco_autograd::named(name, &refs, || call_python(&r#fn, &vars, &what))
             .map(PyVariable)
             .map_err(autograd_err)
     })

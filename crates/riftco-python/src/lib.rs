@@ -5,8 +5,9 @@
 //!
 //! - `errors`: the exception hierarchy, error mapping, GIL release and panic guard.
 //! - `variable`: `Variable` and NumPy conversions; `functional`: differentiable ops;
-//!   `checkpoint`: `checkpoint()` with a Python callable.
-//! - `config`, `model`: `TransformerConfig`, `DecoderOnlyTransformer`, `DecodeSession`.
+//!   `checkpoint`: `checkpoint()` with a Python callable and `named()`.
+//! - `config`, `model`: `TransformerConfig`, `DecoderOnlyTransformer`, `DecodeSession`;
+//!   `policy`: activation-checkpointing policy arguments, plans as dicts, the policy tables.
 //! - `optim`: `Adam`, `AdamW`; `memory`: `memory_stats()`; `kernels`: raw kernels on NumPy;
 //!   `devices`: the test backend switch.
 
@@ -21,6 +22,7 @@ mod kernels;
 mod memory;
 mod model;
 mod optim;
+mod policy;
 mod tokens;
 mod variable;
 
@@ -34,6 +36,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     functional::register(m)?;
     checkpoint::register(m)?;
     model::register(m)?;
+    policy::register(m)?;
     optim::register(m)?;
     memory::register(m)?;
     devices::register(m)?;

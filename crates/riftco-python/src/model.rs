@@ -5,18 +5,18 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 use riftco_tensor::Device;
 use riftco_transformer::state::{config_json_pairing, ConfigJsonPairing};
 use riftco_transformer::{
-    load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model,
-    ActivationCheckpointing, DecodeSession, DecoderOnlyTransformer, FullSequenceAttentionKind,
-    LoraConfig, LoraTargets, OptionTable, TransformerError, ACTIVATION_CHECKPOINTING_POLICIES,
-    ATTENTION_KINDS,
+    load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model, DecodeSession,
+    DecoderOnlyTransformer, FullSequenceAttentionKind, LoraConfig, LoraTargets, OptionTable,
+    TransformerError, ATTENTION_KINDS,
 };
 
 use crate::config::PyTransformerConfig;
 use crate::errors::{compute, tensor_err, transformer_err, Exc};
+use crate::policy::{plan_dict, policy_from};
 use crate::tokens::token_ids;
 use crate::variable::PyVariable;
 
@@ -25,13 +25,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModel>()?;
     m.add_class::<PyDecodeSession>()?;
     m.add_function(wrap_pyfunction!(write_file_atomic, m)?)?;
-    // The valid option names, from the Rust option tables (default first).
-    let py = m.py();
-    m.add("ATTENTION_KINDS", names(py, &ATTENTION_KINDS)?)?;
-    m.add(
-        "ACTIVATION_CHECKPOINTING_POLICIES",
-        names(py, &ACTIVATION_CHECKPOINTING_POLICIES)?,
-    )?;
+    // The valid attention kinds, from the Rust option table (default first); the policy
+    // tables are registered by `policy`.
+    m.add("ATTENTION_KINDS", names(m.py(), &ATTENTION_KINDS)?)?;
     Ok(())
 }
 
@@ -64,10 +60,6 @@ fn attention_kind(s: &str) -> PyResult<FullSequenceAttentionKind> {
     s.parse().map_err(transformer_err)
 }
 
-fn checkpointing_kind(s: &str) -> PyResult<ActivationCheckpointing> {
-    s.parse().map_err(transformer_err)
-}
-
 /// A LLaMA-style decoder-only transformer: token embedding, ``n_layers`` pre-norm blocks
 /// (RMSNorm, causal multi-head attention with RoPE, RMSNorm, SwiGLU MLP), final RMSNorm and an
 /// untied LM head. Weights are initialised like Hugging Face Llama from ``config.seed``.
@@ -79,13 +71,38 @@ fn checkpointing_kind(s: &str) -> PyResult<ActivationCheckpointing> {
 ///     config: the TransformerConfig.
 ///     attention: ``"flash"`` (FlashAttention-2, O(seq) retained memory per head) or
 ///         ``"materialized"`` (scores and probabilities kept for backward).
-///     activation_checkpointing: ``"disabled"`` (every activation retained) or ``"block"``
-///         (each transformer block checkpointed: only block boundaries are retained and each
-///         block runs again during backward).
+///     activation_checkpointing: which activations a training forward retains (it never changes
+///         the loss or the gradients, only memory and time; not part of the saved state):
+///
+///         - ``"disabled"`` (default): every activation retained;
+///         - ``"block"``: every block a checkpoint (only block inputs retained; each block runs
+///           again during backward), the same as ``"segments:1"``;
+///         - ``"segments:K"``: K consecutive blocks form one checkpoint (the last may be
+///           shorter), ``1 <= K <= n_layers`` (a larger K is an error, not clamped);
+///         - ``"auto"``: K from this model's measured per-layer bytes,
+///           ``k* = sqrt(n_layers * M_ckpt / M_layer)`` (Chen et al. 2016), measured at the
+///           first training forward of each input shape;
+///         - ``"selective"`` / ``"selective:NAME"``: every block a selective checkpoint that
+///           keeps some named values from the forward (a name of ``SELECTIVE_POLICIES``, default
+///           ``"attention_ffn"``, or ``BLOCK_VALUE_NAMES`` joined by ``+``, e.g.
+///           ``"selective:q+k+v"``) and recomputes the rest;
+///         - a list or tuple of per-block strings, one per layer (``"disabled"``, ``"block"``,
+///           ``"selective[:NAME]"``), or the same comma-separated in one string;
+///         - ``"budget:SIZE"``: as ``activation_memory_budget``.
+///     activation_memory_budget: bytes (int) or a size string (``"64MiB"``, ``"1.5GB"``, see
+///         ``parse_byte_size``): a planner measures one block under each candidate policy at the
+///         first training forward of each input shape and picks the per-block policies with the
+///         least predicted recompute time whose predicted peak activation bytes fit the budget
+///         (``activation_checkpointing_plan`` shows the plan). Only with
+///         ``activation_checkpointing="disabled"``.
 ///
 /// Raises:
-///     ConfigError: for an unknown ``attention`` or ``activation_checkpointing`` string (the
-///         message lists the valid ones).
+///     ConfigError: naming the value and what is accepted, for an unknown ``attention`` or
+///         policy spelling, ``segments:K`` outside ``1..=n_layers``, an unknown selective name,
+///         a per-block list of another length than ``n_layers``, a malformed budget, or a budget
+///         together with a policy other than ``"disabled"``. A budget below the smallest
+///         achievable peak raises ``ConfigError`` (naming that peak) at the first training
+///         forward or ``activation_checkpointing_plan`` call.
 ///
 /// Example:
 ///     >>> import riftco
@@ -93,6 +110,9 @@ fn checkpointing_kind(s: &str) -> PyResult<ActivationCheckpointing> {
 ///     >>> model = riftco.DecoderOnlyTransformer(config, activation_checkpointing="block").to("cpu")
 ///     >>> model.activation_checkpointing
 ///     'block'
+///     >>> model.set_activation_checkpointing(["selective:dots", "block"])
+///     >>> model.activation_checkpointing
+///     'selective:dots,block'
 #[pyclass(name = "DecoderOnlyTransformer", module = "riftco._native", frozen)]
 pub struct PyModel {
     inner: RwLock<DecoderOnlyTransformer>,
@@ -115,15 +135,24 @@ impl PyModel {
 #[pymethods]
 impl PyModel {
     #[new]
-    #[pyo3(signature = (config, attention = "flash", activation_checkpointing = "disabled"))]
+    #[pyo3(
+        signature = (config, attention = "flash", activation_checkpointing = None,
+                     activation_memory_budget = None),
+        text_signature = "(config, attention='flash', activation_checkpointing='disabled', \
+                          activation_memory_budget=None)"
+    )]
     fn new(
         py: Python<'_>,
         config: PyRef<'_, PyTransformerConfig>,
         attention: &str,
-        activation_checkpointing: &str,
+        activation_checkpointing: Option<Bound<'_, PyAny>>,
+        activation_memory_budget: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let attention = attention_kind(attention)?;
-        let checkpointing = checkpointing_kind(activation_checkpointing)?;
+        let checkpointing = policy_from(
+            activation_checkpointing.as_ref(),
+            activation_memory_budget.as_ref(),
+        )?;
         let config = config.0.clone();
         compute(py, move || {
             DecoderOnlyTransformer::new(config, attention, checkpointing)
@@ -161,24 +190,100 @@ impl PyModel {
         self.read().device().name()
     }
 
-    /// The activation-checkpointing policy of later training forwards: ``"disabled"`` or
-    /// ``"block"``.
+    /// The activation-checkpointing policy of later training forwards, in its canonical
+    /// spelling: ``"disabled"``, ``"block"``, ``"segments:K"``, ``"auto"``,
+    /// ``"selective:NAME"``, a comma-separated per-block list, or ``"budget:BYTES"``.
     #[getter]
     fn activation_checkpointing(&self) -> String {
         self.read().activation_checkpointing().to_string()
     }
 
     /// Changes the activation-checkpointing policy of later training forwards (graphs recorded
-    /// before keep their structure; decoding never checkpoints).
+    /// before keep their structure; decoding never checkpoints). The policy is not model state:
+    /// ``save()`` does not record it.
     ///
     /// Args:
-    ///     kind: ``"disabled"`` or ``"block"``.
+    ///     policy: any form the constructor's ``activation_checkpointing`` accepts (a spelling
+    ///         or a list of per-block strings); ``None`` means ``"disabled"``.
+    ///     activation_memory_budget: bytes (int) or a size string: the budget policy (with
+    ///         ``policy`` ``None`` or ``"disabled"`` only).
     ///
     /// Raises:
-    ///     ConfigError: for another string (the message lists the valid ones).
-    fn set_activation_checkpointing(&self, py: Python<'_>, kind: &str) -> PyResult<()> {
-        let kind = checkpointing_kind(kind)?;
-        compute(py, || self.write().set_activation_checkpointing(kind))
+    ///     ConfigError: as the constructor (naming the value); the policy is unchanged then.
+    #[pyo3(
+        signature = (policy = None, *, activation_memory_budget = None),
+        text_signature = "($self, policy=None, *, activation_memory_budget=None)"
+    )]
+    fn set_activation_checkpointing(
+        &self,
+        py: Python<'_>,
+        policy: Option<Bound<'_, PyAny>>,
+        activation_memory_budget: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let policy = policy_from(policy.as_ref(), activation_memory_budget.as_ref())?;
+        compute(py, || self.write().set_activation_checkpointing(policy))
+    }
+
+    /// The per-block plan the policy resolves to for training inputs ``[batch, seq]`` (what
+    /// ``loss()`` on a ``[batch, seq + 1]`` block runs). ``"auto"`` and budgets are planned
+    /// from measurements of this model at that shape: one block and the head run forward and
+    /// backward under each candidate policy, on the model's device (this takes a moment the first
+    /// time, with the GIL released, and resets the peak counters of ``memory_stats()``); the
+    /// plan is kept until the policy, the shape, the attention kind, the device or LoRA changes,
+    /// so the next ``loss()`` of that shape runs exactly this plan.
+    ///
+    /// Args:
+    ///     batch: sequences per step, ``>= 1``.
+    ///     seq: tokens per sequence, ``1 <= seq <= max_seq_len``.
+    ///
+    /// Returns:
+    ///     dict: ``policy`` (str, canonical spelling); ``summary`` (str, one line, e.g.
+    ///     ``"segments:2 → block[0-1] block[2-3]"``); ``per_block`` (list of str, one per
+    ///     layer: ``"disabled"``, ``"block"`` or ``"selective:NAME"``); ``segments`` (list of
+    ///     ``{"layers": [start, stop], "policy": str}``, consecutive blocks forming one
+    ///     checkpoint, ``stop`` exclusive); ``segment_length`` (int K of ``block``,
+    ///     ``segments:K`` and ``auto``, else ``None``); ``predicted_peak_bytes`` (int) and
+    ///     ``predicted_step_seconds`` (float, forward + backward of the blocks and the head) for
+    ///     ``auto`` and budgets, else ``None``; ``measurement``: ``None``, or for ``auto`` and
+    ///     budgets what the planner measured: ``batch``, ``seq``, ``n_layers``,
+    ///     ``boundary_bytes`` (``M_ckpt``, bytes a checkpointed block retains),
+    ///     ``layer_bytes`` (``M_layer``, bytes a block retains without checkpointing),
+    ///     ``head_retained_bytes``, ``head_transient_bytes``, ``head_seconds``,
+    ///     ``optimal_segment_length`` (float ``k* = sqrt(n_layers * M_ckpt / M_layer)``) and
+    ///     ``costs`` (one ``{"policy", "retained_bytes", "transient_bytes", "seconds"}`` per
+    ///     candidate per-block policy; transient bytes are the backward's peak above what was
+    ///     alive before it).
+    ///
+    /// Raises:
+    ///     ConfigError: for ``batch`` or ``seq`` out of range, a policy that does not fit the
+    ///         model, or a budget below the smallest achievable peak (the message names that
+    ///         peak and the per-block plan reaching it).
+    ///     OutOfMemoryError: when a measured pass cannot allocate.
+    fn activation_checkpointing_plan<'py>(
+        &self,
+        py: Python<'py>,
+        batch: i64,
+        seq: i64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let max_seq = self.read().config().max_seq_len;
+        let batch = usize::try_from(batch)
+            .ok()
+            .filter(|&b| b >= 1)
+            .ok_or_else(|| {
+                Exc::Config.err(format!(
+                    "invalid config: batch = {batch}: a plan needs batch >= 1"
+                ))
+            })?;
+        let seq = usize::try_from(seq)
+            .ok()
+            .filter(|&s| (1..=max_seq).contains(&s))
+            .ok_or_else(|| {
+                Exc::Config.err(format!(
+                    "invalid config: seq = {seq}: a plan needs 1 <= seq <= max_seq_len = {max_seq}"
+                ))
+            })?;
+        let plan = compute(py, || self.read().activation_checkpointing_plan(batch, seq))?;
+        plan_dict(py, &plan)
     }
 
     /// The full-sequence attention kind: ``"flash"`` or ``"materialized"``.
@@ -374,7 +479,9 @@ impl PyModel {
     /// Args:
     ///     path: the ``.safetensors`` file.
     ///     attention: ``"flash"`` or ``"materialized"``.
-    ///     activation_checkpointing: ``"disabled"`` or ``"block"``.
+    ///     activation_checkpointing: any policy form the constructor accepts (the file records
+    ///         none).
+    ///     activation_memory_budget: bytes (int) or a size string, as for the constructor.
     ///
     /// Returns:
     ///     DecoderOnlyTransformer: a new model with the saved config and weights.
@@ -384,22 +491,32 @@ impl PyModel {
     ///         an invalid declared config, or a path that is not a regular file (a FIFO, a
     ///         device such as ``/dev/zero``, a socket).
     ///     OSError: when the file cannot be read (``IsADirectoryError`` for a directory).
-    ///     ConfigError: for an unknown option string.
+    ///     ConfigError: for an unknown option string or a policy that does not fit the saved
+    ///         config (as the constructor).
     ///
     /// Warns:
     ///     RuntimeWarning: when the ``config.json`` beside the file is not the one saved with it
     ///         (a save killed between its two renames, or an edited file). The state's own config
     ///         is what loads; a Hugging Face loader would read the other one until the next save.
     #[staticmethod]
-    #[pyo3(signature = (path, attention = "flash", activation_checkpointing = "disabled"))]
+    #[pyo3(
+        signature = (path, attention = "flash", activation_checkpointing = None,
+                     activation_memory_budget = None),
+        text_signature = "(path, attention='flash', activation_checkpointing='disabled', \
+                          activation_memory_budget=None)"
+    )]
     fn load(
         py: Python<'_>,
         path: PathBuf,
         attention: &str,
-        activation_checkpointing: &str,
+        activation_checkpointing: Option<Bound<'_, PyAny>>,
+        activation_memory_budget: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let attention = attention_kind(attention)?;
-        let checkpointing = checkpointing_kind(activation_checkpointing)?;
+        let checkpointing = policy_from(
+            activation_checkpointing.as_ref(),
+            activation_memory_budget.as_ref(),
+        )?;
         let (model, pairing) = compute(py, move || {
             let model = load_model(&path, attention, checkpointing)?;
             Ok::<_, riftco_transformer::TransformerError>((model, config_json_pairing(&path)?))
@@ -479,7 +596,7 @@ impl PyModel {
              device={:?}, has_lora={})",
             PyTransformerConfig(m.config().clone()).__repr__(),
             m.attention_kind().name(),
-            m.activation_checkpointing(),
+            m.activation_checkpointing().to_string(),
             m.device().name(),
             if m.has_lora() { "True" } else { "False" },
         )

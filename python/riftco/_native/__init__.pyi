@@ -3,7 +3,7 @@
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, final
+from typing import Any, SupportsIndex, final
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +14,11 @@ __all__ = [
     "__version__",
     "ATTENTION_KINDS",
     "ACTIVATION_CHECKPOINTING_POLICIES",
+    "ACTIVATION_CHECKPOINTING_FORMS",
+    "SELECTIVE_POLICIES",
+    "BLOCK_VALUE_NAMES",
+    "parse_byte_size",
+    "parse_activation_checkpointing",
     "RiftcoError",
     "ShapeError",
     "ConfigError",
@@ -32,6 +37,7 @@ __all__ = [
     "tensor",
     "functional",
     "checkpoint",
+    "named",
     "TransformerConfig",
     "DecoderOnlyTransformer",
     "DecodeSession",
@@ -47,9 +53,43 @@ __all__ = [
 
 __version__: str
 
-# The valid option names, from the Rust option tables (default first).
+# The valid attention kinds, from the Rust option table (default first).
 ATTENTION_KINDS: tuple[str, ...]
+
+# Activation-checkpointing policies (riftco_transformer::checkpointing).
 ACTIVATION_CHECKPOINTING_POLICIES: tuple[str, ...]
+"""The policies spelled by a name alone, default first: ``("disabled", "block", "auto",
+"selective")`` (``"selective"`` is ``"selective:"`` + the first of ``SELECTIVE_POLICIES``). The
+parameterised forms are listed in ``ACTIVATION_CHECKPOINTING_FORMS``."""
+ACTIVATION_CHECKPOINTING_FORMS: str
+"""Every accepted form, as error messages list them: ``"disabled"``, ``"block"``,
+``"segments:K"``, ``"auto"``, ``"selective"``, ``"selective:NAME"``, a per-block list,
+``"budget:SIZE"``."""
+SELECTIVE_POLICIES: dict[str, tuple[str, ...]]
+"""The named selective policies (``"selective:NAME"``): name -> the ``BLOCK_VALUE_NAMES`` it
+keeps from the forward; the first is what plain ``"selective"`` means."""
+BLOCK_VALUE_NAMES: tuple[str, ...]
+"""The values a transformer block names, in forward order (``"attn_norm"``, ``"q"``, ...,
+``"swiglu"``); ``"selective:q+k+v"`` keeps the ones joined by ``+``."""
+
+_Policy = str | list[str] | tuple[str, ...]
+_Budget = SupportsIndex | str
+
+def parse_byte_size(text: str) -> int:
+    """Bytes of a size string: a number with an optional unit ``B``, ``kB``, ``MB``, ``GB``,
+    ``TB`` (powers of 1000) or ``KiB``, ``MiB``, ``GiB``, ``TiB`` (powers of 1024),
+    case-insensitive (``"64MiB"`` -> 67108864), rounded down. ``ConfigError`` naming the text
+    for an unknown unit, a missing or negative number, or 2**63 bytes or more."""
+
+def parse_activation_checkpointing(
+    policy: _Policy | None = None,
+    activation_memory_budget: _Budget | None = None,
+    *,
+    n_layers: int | None = None,
+) -> str:
+    """The canonical spelling of a policy (``"selective"`` -> ``"selective:attention_ffn"``, a
+    list -> its comma-separated form, a budget -> ``"budget:BYTES"``), checked as the model
+    checks it (against ``n_layers`` when given). ``ConfigError`` naming the value."""
 
 # ---------------------------------------------------------------------------------------------
 # Exceptions: RiftcoError is the root; input problems are also ValueError, state and device
@@ -198,10 +238,18 @@ def tensor(
     """A leaf ``Variable`` from an array-like (alias of the ``Variable`` constructor)."""
 
 def checkpoint(
-    fn: Callable[[Variable], Variable], x: Variable, dependencies: Sequence[Variable] = ...
+    fn: Callable[[Variable], Variable],
+    x: Variable,
+    dependencies: Sequence[Variable] = ...,
+    *,
+    save: list[str] | tuple[str, ...] | None = None,
 ) -> Variable:
     """Activation checkpointing (Chen et al. 2016): ``fn(x)`` now, keeping only its output value,
     and once more during backward. ``dependencies`` lists every pre-existing leaf ``fn`` reads.
+
+    ``save`` lists names of ``named`` values inside ``fn`` to keep from the first run: the
+    replay reuses them instead of calling their functions again (gradients unchanged, bit for
+    bit). A name no ``named`` call used raises ``CheckpointError`` listing the names used.
 
     An exception raised by ``fn`` (now or at replay) propagates unchanged and leaves every
     public gradient untouched. Contract violations raise ``CheckpointError``. During its replay
@@ -209,6 +257,13 @@ def checkpoint(
     the graph read, e.g. an optimizer ``step()`` (``StaleGraphError`` from the outer
     ``backward()``, nothing committed).
     """
+
+def named(name: str, fn: Callable[..., Variable], *inputs: Variable) -> Variable:
+    """``fn(*inputs)`` as the value ``name``: inside a ``checkpoint`` whose ``save`` lists
+    ``name`` the first run keeps it and the replay returns it without calling ``fn``; elsewhere
+    just ``fn(*inputs)``. ``fn`` may read only ``inputs`` and leaves (``CheckpointError``
+    otherwise, and when the replay calls saved names in another order or with other input
+    shapes); ``TypeError`` for a non-Variable input or result; ``fn``'s exceptions propagate."""
 
 # ---------------------------------------------------------------------------------------------
 # The transformer
@@ -281,16 +336,20 @@ _TokenArray = npt.ArrayLike
 class DecoderOnlyTransformer:
     """A LLaMA-style decoder-only transformer.
 
-    ``attention``: one of ``ATTENTION_KINDS``; ``activation_checkpointing``: one of
-    ``ACTIVATION_CHECKPOINTING_POLICIES``. Unknown strings raise ``ConfigError`` listing the
-    valid ones.
+    ``attention``: one of ``ATTENTION_KINDS``. ``activation_checkpointing``: a policy spelling
+    (``"disabled"``, ``"block"``, ``"segments:K"``, ``"auto"``, ``"selective[:NAME]"``, a
+    comma-separated per-block list, ``"budget:SIZE"``) or a list/tuple of per-block strings, one
+    per layer (``None``: ``"disabled"``). ``activation_memory_budget``: bytes or a size string
+    (``"64MiB"``), the budget planner's policy (only with ``"disabled"``). Bad values raise
+    ``ConfigError`` naming the value and what is accepted.
     """
 
     def __new__(
         cls,
         config: TransformerConfig,
         attention: str = "flash",
-        activation_checkpointing: str = "disabled",
+        activation_checkpointing: _Policy | None = "disabled",
+        activation_memory_budget: _Budget | None = None,
     ) -> DecoderOnlyTransformer: ...
     def to(self, device: str) -> DecoderOnlyTransformer:
         """Moves every parameter and gradient to ``device`` in place and returns the model;
@@ -299,8 +358,24 @@ class DecoderOnlyTransformer:
     @property
     def device(self) -> str: ...
     @property
-    def activation_checkpointing(self) -> str: ...
-    def set_activation_checkpointing(self, kind: str) -> None: ...
+    def activation_checkpointing(self) -> str:
+        """The policy's canonical spelling (``"selective"`` reads back as
+        ``"selective:attention_ffn"``, a list as its comma-separated form, a budget as
+        ``"budget:BYTES"``)."""
+    def set_activation_checkpointing(
+        self, policy: _Policy | None = None, *, activation_memory_budget: _Budget | None = None
+    ) -> None:
+        """Changes the policy of later training forwards (the constructor's forms; ``None``:
+        ``"disabled"``). ``ConfigError`` naming the value, the policy unchanged then."""
+    def activation_checkpointing_plan(self, batch: int, seq: int) -> dict[str, Any]:
+        """The per-block plan for training inputs ``[batch, seq]`` (GIL released; ``auto`` and
+        budgets measure this model at that shape the first time): ``policy``, ``summary``,
+        ``per_block``, ``segments`` (``{"layers": [start, stop], "policy"}``),
+        ``segment_length``, ``predicted_peak_bytes``, ``predicted_step_seconds`` and
+        ``measurement`` (``None``, or bytes and seconds per candidate policy, ``boundary_bytes``
+        ``M_ckpt``, ``layer_bytes`` ``M_layer``, ``optimal_segment_length`` ``k*``). ``ConfigError``
+        for a budget below the smallest achievable peak (named) or ``batch``/``seq`` out of
+        range."""
     @property
     def attention(self) -> str: ...
     def set_attention(self, kind: str) -> None: ...
@@ -339,7 +414,8 @@ class DecoderOnlyTransformer:
     def load(
         path: str | os.PathLike[str],
         attention: str = "flash",
-        activation_checkpointing: str = "disabled",
+        activation_checkpointing: _Policy | None = "disabled",
+        activation_memory_budget: _Budget | None = None,
     ) -> DecoderOnlyTransformer:
         """A model from a file written by ``save()``; ``ModelStateError`` / ``OSError``."""
     def load_weights(self, path: str | os.PathLike[str]) -> None: ...

@@ -1,7 +1,7 @@
 """Differentiable ops on riftco Variables (thin wrappers over ``riftco_autograd::ops``). Every
 function releases the GIL while computing; shape problems raise ``riftco.ShapeError``."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy.typing as npt
 
@@ -20,6 +20,7 @@ __all__ = [
     "sum",
     "reshape",
     "cross_entropy",
+    "named",
 ]
 
 def add(a: Variable, b: Variable) -> Variable:
@@ -61,3 +62,7 @@ def reshape(x: Variable, shape: Sequence[int]) -> Variable:
 def cross_entropy(logits: Variable, targets: npt.ArrayLike) -> Variable:
     """Mean softmax cross-entropy of ``logits [rows, vocab]`` and integer ``targets [rows]``
     (``TokenError`` for a target outside ``[0, vocab)``)."""
+
+def named(name: str, fn: Callable[..., Variable], *inputs: Variable) -> Variable:
+    """``fn(*inputs)`` as the value ``name`` (``riftco.named``): kept by a ``checkpoint`` whose
+    ``save`` lists ``name`` and not recomputed at its replay."""
