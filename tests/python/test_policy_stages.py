@@ -189,7 +189,7 @@ def test_help_lists_the_policy_forms(name: str) -> None:
         "auto",
         "selective[:NAME]",
         "list of disabled/block/selective[:NAME], one per layer",
-        "attention_ffn (saves attention+gate+up; the default)",
+        "attention_ffn (saves attention+o+gate+up; the default)",
         "dots (saves",
         "(default: disabled)",
         "64MiB",

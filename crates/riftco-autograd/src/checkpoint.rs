@@ -186,6 +186,9 @@ where
     check_unchanged(&boundary, &versions, "checkpoint callable (forward run)")?;
     validate_boundary(&name, &out, &x0, dependencies, start)?;
     let value = out.value().clone();
+    if value.is_placeholder() {
+        return Err(CheckpointError::GraphOnlyForwardOutput { name }.into());
+    }
     let (forward_shape, forward_device) = (value.dims().to_vec(), value.device());
     // Discard the internal block graph: only the output value is kept.
     drop(out);

@@ -62,6 +62,10 @@ pub enum CheckpointError {
         forward: riftco_tensor::Device,
         replay: riftco_tensor::Device,
     },
+    /// The forward run returned a graph-only value (a placeholder holding no data): the
+    /// graph-only op variants are for the replay's tail only.
+    #[error("checkpoint {name:?}: the callable's forward run returned a value holding no data (a graph-only op's placeholder); use the graph-only variants only on CheckpointPass::Replay")]
+    GraphOnlyForwardOutput { name: String },
     /// A name in the checkpoint's save set was not used by any `named` call of the forward run.
     #[error("checkpoint {name:?}: save name {save_name:?} is not the name of any named value of the callable; names used: {used:?}")]
     SaveNameUnused {
@@ -139,6 +143,7 @@ impl CheckpointError {
             | CheckpointError::BackwardInsideReplay { .. }
             | CheckpointError::ReentrantReplay { .. }
             | CheckpointError::ReplayDeviceChanged { .. }
+            | CheckpointError::GraphOnlyForwardOutput { .. }
             | CheckpointError::SaveNameUnused { .. }
             | CheckpointError::NamedOpCapturedNode { .. }
             | CheckpointError::NamedOpReplayDiverged { .. } => ErrorKind::Checkpoint,

@@ -64,6 +64,11 @@ pub enum TensorError {
     /// [`crate::Tensor::transfer_to`] first.
     #[error("{op}: the tensor lives on device {device}, not on the host; copy it to the host first (to_host / numpy)")]
     NotOnHost { op: &'static str, device: Device },
+    /// The tensor is a placeholder holding no elements: the value of a graph-only node, recorded
+    /// for its VJP only (see `riftco_autograd::ops`, "Graph-only variants"), which nothing may
+    /// read.
+    #[error("{op}: the tensor holds no data (the value of a graph-only node, recorded for its VJP only); it cannot be read")]
+    NoData { op: &'static str },
     /// A shape's element count does not fit in memory arithmetic: the product of its non-zero
     /// dimensions exceeds [`crate::shape::MAX_ELEMENTS`] (`4 · numel` bytes would exceed
     /// `isize::MAX`).
@@ -95,7 +100,9 @@ impl TensorError {
                 ErrorKind::DeviceMismatch
             }
             TensorError::OutOfMemory { .. } => ErrorKind::OutOfMemory,
-            TensorError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            TensorError::InvalidArgument { .. } | TensorError::NoData { .. } => {
+                ErrorKind::InvalidArgument
+            }
         }
     }
 }

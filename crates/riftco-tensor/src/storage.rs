@@ -35,6 +35,9 @@ pub enum Buffer {
     Host(Vec<f32>),
     /// Memory of a device backend (GPU, or a test backend).
     Device(Box<dyn DeviceBuffer>),
+    /// No memory at all: a placeholder for this many elements, on any device, that nothing may
+    /// read (reads are [`TensorError::NoData`]). The value of a graph-only node.
+    Placeholder(usize),
 }
 
 impl Buffer {
@@ -43,6 +46,7 @@ impl Buffer {
         match self {
             Buffer::Host(v) => v.len(),
             Buffer::Device(b) => b.len(),
+            Buffer::Placeholder(n) => *n,
         }
     }
 
@@ -55,6 +59,7 @@ impl Buffer {
         match self {
             Buffer::Host(v) => v.capacity() * std::mem::size_of::<f32>(),
             Buffer::Device(b) => b.len() * std::mem::size_of::<f32>(),
+            Buffer::Placeholder(_) => 0,
         }
     }
 }
@@ -82,7 +87,7 @@ impl Deref for HostRead<'_> {
         match &*self.0 {
             Buffer::Host(v) => v,
             // Constructed only over host buffers (checked under the same lock).
-            Buffer::Device(_) => &[],
+            Buffer::Device(_) | Buffer::Placeholder(_) => &[],
         }
     }
 }
@@ -95,7 +100,7 @@ impl Deref for HostWrite<'_> {
     fn deref(&self) -> &[f32] {
         match &*self.0 {
             Buffer::Host(v) => v,
-            Buffer::Device(_) => &[],
+            Buffer::Device(_) | Buffer::Placeholder(_) => &[],
         }
     }
 }
@@ -104,7 +109,7 @@ impl DerefMut for HostWrite<'_> {
     fn deref_mut(&mut self) -> &mut [f32] {
         match &mut *self.0 {
             Buffer::Host(v) => v,
-            Buffer::Device(_) => &mut [],
+            Buffer::Device(_) | Buffer::Placeholder(_) => &mut [],
         }
     }
 }
@@ -152,6 +157,7 @@ impl Storage {
         match &*guard {
             Buffer::Host(_) => Ok(HostRead(guard)),
             Buffer::Device(_) => Err(self.not_on_host("Tensor::read")),
+            Buffer::Placeholder(_) => Err(TensorError::NoData { op: "Tensor::read" }),
         }
     }
 
@@ -167,6 +173,9 @@ impl Storage {
                 Ok(HostWrite(guard))
             }
             Buffer::Device(_) => Err(self.not_on_host("Tensor::write")),
+            Buffer::Placeholder(_) => Err(TensorError::NoData {
+                op: "Tensor::write",
+            }),
         }
     }
 
@@ -223,6 +232,7 @@ fn give_back(buffer: Buffer) {
         Buffer::Host(v) => crate::pool::give(v),
         // A device buffer returns its memory to its backend when dropped.
         Buffer::Device(b) => drop(b),
+        Buffer::Placeholder(_) => {}
     }
 }
 

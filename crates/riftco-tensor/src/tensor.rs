@@ -77,7 +77,8 @@ impl Tensor {
     ) -> Result<Self> {
         let shape = shape.into();
         check_len("Tensor::from_buffer", &shape, buffer.len())?;
-        if matches!(buffer, Buffer::Host(_)) != (device == Device::Cpu) {
+        let placeholder = matches!(buffer, Buffer::Placeholder(_));
+        if !placeholder && matches!(buffer, Buffer::Host(_)) != (device == Device::Cpu) {
             return Err(TensorError::InvalidArgument {
                 op: "Tensor::from_buffer",
                 message: format!(
@@ -98,6 +99,27 @@ impl Tensor {
             storage: Arc::new(storage),
             shape,
         })
+    }
+
+    /// A tensor of `shape` on `device` that holds no elements and owns no memory (accounted as
+    /// 0 bytes): every read is [`TensorError::NoData`]. The value of a graph-only node, which
+    /// only its VJP is recorded for.
+    ///
+    /// # Errors
+    /// [`TensorError::ShapeOverflow`] for an invalid shape.
+    pub fn placeholder(
+        shape: impl Into<Shape>,
+        device: Device,
+        category: MemoryCategory,
+    ) -> Result<Self> {
+        let shape = shape.into();
+        let numel = shape.check("Tensor::placeholder")?;
+        Self::from_buffer(Buffer::Placeholder(numel), shape, device, category)
+    }
+
+    /// Whether this tensor is a [`Tensor::placeholder`].
+    pub fn is_placeholder(&self) -> bool {
+        matches!(*self.buffer(), Buffer::Placeholder(_))
     }
 
     /// All elements equal to `value`, on `device`, allocated fallibly by its backend.
@@ -388,6 +410,9 @@ impl Tensor {
                 Ok(out)
             }
             Buffer::Device(_) => self.backend()?.download("Tensor::to_host", &buffer),
+            Buffer::Placeholder(_) => Err(TensorError::NoData {
+                op: "Tensor::to_host",
+            }),
         }
     }
 

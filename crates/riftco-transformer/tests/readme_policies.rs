@@ -32,15 +32,22 @@ fn readme_selective_primitive_snippet() -> Result<(), Box<dyn std::error::Error>
     use riftco_autograd::{checkpoint_with_options, named, ops, CheckpointOptions, Variable};
     use riftco_tensor::{MemoryCategory, Tensor};
 
-    let x = Variable::leaf(Tensor::randn(vec![3, 4], 0.0, 1.0, 1, MemoryCategory::Workspace), true);
-    let w = Variable::leaf(Tensor::randn(vec![5, 4], 0.0, 0.1, 2, MemoryCategory::Parameter), true);
+    let x = Variable::leaf(
+        Tensor::randn(vec![3, 4], 0.0, 1.0, 1, MemoryCategory::Workspace),
+        true,
+    );
+    let w = Variable::leaf(
+        Tensor::randn(vec![5, 4], 0.0, 0.1, 2, MemoryCategory::Parameter),
+        true,
+    );
     let w2 = w.clone();
     // The forward run keeps the value named "mm"; the replay rebuilds it instead of
     // recomputing x·wᵀ, and recomputes only the SiLU.
     let save = CheckpointOptions::saving(["mm"]);
-    let y = checkpoint_with_options("mlp", &x, &[w.clone()], &save, move |x, _pass| {
-        let h = named("mm", &[x], || ops::linear(x, &w2))?;
-        ops::silu(&h)
+    let deps = std::slice::from_ref(&w);
+    let y = checkpoint_with_options("mlp", &x, deps, &save, move |x, _pass| {
+        let h = named("mm", &[x], || ops::linear(x, &w2))?; // kept; not recomputed at replay
+        ops::silu(&h) // recomputed
     })?;
     ops::sum(&y)?.backward()?;
     // --- end ---

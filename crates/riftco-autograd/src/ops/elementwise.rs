@@ -1,6 +1,6 @@
 //! Element-wise primitives: add, mul, scale, SiLU, SwiGLU, sum.
 
-use super::{backend, evaluate_value, unfilled, ACT, GRAD};
+use super::{backend, evaluate_value, placeholder, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_tensor::{Tensor, TensorError};
@@ -26,7 +26,7 @@ pub fn add(a: &Variable, b: &Variable) -> Result<Variable> {
 }
 
 /// [`add`] recorded for its VJP only (see the
-/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is unspecified (NaN in debug builds), not `a + b`.
+/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value holds no data (a placeholder: reading it is an error), not `a + b`.
 ///
 /// # Errors
 /// As [`add`].
@@ -40,8 +40,8 @@ fn add_impl(a: &Variable, b: &Variable, evaluate: bool) -> Result<Variable> {
     let value = if evaluate_value(evaluate, &[a, b]) {
         be.add("add", a.value(), b.value(), ACT)?
     } else {
-        // Never read (graph-only): an unfilled buffer, not zeroed.
-        unfilled(be, "add", a.value().shape().clone())?
+        // Never read (graph-only): a placeholder without memory.
+        placeholder(be, a.value().shape().clone())?
     };
     Ok(Variable::from_op(
         "add",
@@ -89,7 +89,7 @@ pub fn scale(x: &Variable, alpha: f32) -> Result<Variable> {
 }
 
 /// [`scale`] recorded for its VJP only (see the
-/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is unspecified (NaN in debug builds), not `alpha · x`.
+/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value holds no data (a placeholder: reading it is an error), not `alpha · x`.
 ///
 /// # Errors
 /// Out of memory.
@@ -102,8 +102,8 @@ fn scale_impl(x: &Variable, alpha: f32, evaluate: bool) -> Result<Variable> {
     let value = if evaluate_value(evaluate, &[x]) {
         be.scale("scale", x.value(), alpha, ACT)?
     } else {
-        // Never read (graph-only): an unfilled buffer, not zeroed.
-        unfilled(be, "scale", x.value().shape().clone())?
+        // Never read (graph-only): a placeholder without memory.
+        placeholder(be, x.value().shape().clone())?
     };
     Ok(Variable::from_op(
         "scale",

@@ -1,6 +1,6 @@
 //! Matrix products: `linear` (x·Wᵀ, Hugging Face weight layout), 2-D `matmul`, batched `bmm`.
 
-use super::{backend, evaluate_value, output_shape, unfilled, ACT, GRAD};
+use super::{backend, evaluate_value, output_shape, placeholder, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_tensor::backend::MatmulSpec;
@@ -18,7 +18,7 @@ pub fn linear(x: &Variable, w: &Variable) -> Result<Variable> {
 }
 
 /// [`linear`] recorded for its VJP only (see the
-/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value is unspecified (NaN in debug builds), not `x · Wᵀ`; the VJP is `linear`'s (it reads `x` and
+/// [graph-only variants](crate::ops#graph-only-variants)). While a graph is recorded the returned value holds no data (a placeholder: reading it is an error), not `x · Wᵀ`; the VJP is `linear`'s (it reads `x` and
 /// `W`, never the output).
 ///
 /// # Errors
@@ -58,8 +58,8 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
         let spec = MatmulSpec::new(m, in_f, out_f).trans_b(true);
         be.matmul("linear", spec, x.value(), w.value(), shape, ACT)?
     } else {
-        // Never read (graph-only): an unfilled buffer, not zeroed.
-        unfilled(be, "linear", shape)?
+        // Never read (graph-only): a placeholder without memory.
+        placeholder(be, shape)?
     };
     Ok(Variable::from_op(
         "linear",

@@ -5,8 +5,9 @@
 //!
 //! # Graph-only variants
 //! [`linear_graph_only`], [`add_graph_only`] and [`scale_graph_only`] record the same node and
-//! VJP as their plain op but skip the forward kernel: the node's value has the right shape but
-//! unspecified contents (a pooled buffer left unfilled; NaN in debug builds). They exist for the
+//! VJP as their plain op but skip the forward kernel: the node's value has the right shape and
+//! device but holds no data ([`riftco_tensor::Tensor::placeholder`]: no memory, and reading it
+//! is a [`riftco_tensor::TensorError::NoData`] error rather than garbage). They exist for the
 //! tail of a checkpoint replay ([`crate::checkpoint::CheckpointPass::Replay`]): there only the recorded graph is
 //! differentiated and the callable's returned value is never read, so ops whose value feeds
 //! nothing but that output, and whose VJPs read only their inputs, need not be evaluated (in a
@@ -64,11 +65,10 @@ pub(crate) fn backend_t(op: &'static str, tensors: &[&Tensor]) -> Result<&'stati
     Ok(backend_of(op, tensors)?)
 }
 
-/// An activation of `shape` whose contents are never read (graph-only values): an unfilled
-/// buffer of the backend (pooled on the CPU; NaN in debug builds).
-pub(crate) fn unfilled(be: &dyn Backend, op: &'static str, shape: Shape) -> Result<Tensor> {
-    let buffer = be.alloc(op, shape.numel(), None)?;
-    Ok(Tensor::from_buffer(buffer, shape, be.device(), ACT)?)
+/// The value of a graph-only node: a [`Tensor::placeholder`] of `shape` on the backend's
+/// device, which owns no memory and whose every read is a `TensorError::NoData`.
+pub(crate) fn placeholder(be: &dyn Backend, shape: Shape) -> Result<Tensor> {
+    Ok(Tensor::placeholder(shape, be.device(), ACT)?)
 }
 
 /// The shape `dims` of an op's output, checked so that its element count cannot wrap.

@@ -1,10 +1,10 @@
 //! Rotary position embedding (Su et al. 2021) with the rotate-half pairing.
 
-use super::{backend, unfilled, ACT, GRAD};
+use super::{backend, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_tensor::backend::RopeTable;
-use riftco_tensor::TensorError;
+use riftco_tensor::{Tensor, TensorError};
 use std::sync::Arc;
 
 /// Rotates `x [batch, seq, n_heads, d_head]`; the token at sequence index `s` has position
@@ -38,7 +38,8 @@ pub fn rope(x: &Variable, table: &Arc<RopeTable>, start_pos: usize) -> Result<Va
     let be = backend("rope", &[x])?;
     if x.value().numel() == 0 {
         // Nothing to rotate (batch, seq or n_heads is 0): an empty output, an empty VJP.
-        let value = unfilled(be, "rope", x.value().shape().clone())?;
+        let buffer = be.alloc("rope", 0, None)?;
+        let value = Tensor::from_buffer(buffer, x.value().shape().clone(), be.device(), ACT)?;
         return Ok(Variable::from_op(
             "rope",
             value,

@@ -61,6 +61,7 @@ impl Backend for CpuBackend {
                 op,
                 message: "the CPU backend cannot read a device buffer".into(),
             }),
+            Buffer::Placeholder(_) => Err(TensorError::NoData { op }),
         }
     }
 

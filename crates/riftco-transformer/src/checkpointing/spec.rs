@@ -77,10 +77,11 @@ pub struct SelectivePolicy {
 pub const SELECTIVE_POLICIES: &[SelectivePolicy] = &[
     SelectivePolicy {
         name: "attention_ffn",
-        save: &["attention", "gate", "up"],
-        description: "saves the attention output with its logsumexp and the MLP gate and up \
-                      products; the replay recomputes the norms, the q/k/v/o products, RoPE and \
-                      SwiGLU, and skips the attention core and two thirds of the MLP",
+        save: &["attention", "o", "gate", "up"],
+        description: "saves the attention sublayer's output (the attention core's output with \
+                      its logsumexp, and the output projection) and the MLP gate and up \
+                      products; the replay recomputes the norms, the q/k/v products, RoPE and \
+                      SwiGLU",
     },
     SelectivePolicy {
         name: "dots",
