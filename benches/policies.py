@@ -21,11 +21,13 @@ matplotlib (``pip install matplotlib``) and are skipped with a message without i
 
     python benches/policies.py                     # reference configuration (a few minutes)
     python benches/policies.py --quick --steps 1   # tiny configuration (smoke test)
+    python benches/policies.py --replot            # redraw from benches/results/policies.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import time
@@ -158,6 +160,7 @@ def pareto(
                 policy=p if not p.startswith("budget:") else f"budget {int(p[7:]) / MIB:.1f} MiB",
                 budget=int(p[7:]) if p.startswith("budget:") else None,
                 plan=plan["summary"],
+                segment_length=plan["segment_length"],
                 step_s=t,
                 time_ratio=t / base_t,
                 peak=peaks[p],
@@ -209,9 +212,24 @@ def plot(depth: list[dict[str, Any]], front: list[dict[str, Any]], out: Path, ti
     curves: dict[str, list[dict[str, Any]]] = {}
     for r in depth:
         curves.setdefault(r["curve"], []).append(r)
+    # auto often resolves to block (K=1): drawn thinner on top, so both stay visible.
+    styles = {
+        "disabled": dict(marker="o", lw=2),
+        "block": dict(marker="s", lw=5, alpha=0.45),
+        "auto": dict(marker="x", lw=1.5, ls="--", ms=9),
+        "selective": dict(marker="^", lw=2),
+    }
     for name, rs in curves.items():
-        label = "auto" if name == "auto" else name
-        ax.plot([r["n_layers"] for r in rs], [r["peak"] / MIB for r in rs], "o-", label=label)
+        label = name
+        if name == "auto":
+            ks = ", ".join(r["policy"].split("=")[1].rstrip(")") for r in rs)
+            label = f"auto (K = {ks})"
+        elif name == "selective":
+            label = f"selective:{next(iter(riftco.SELECTIVE_POLICIES))}"
+        style = styles.get(name, dict(marker="D", lw=2))
+        ax.plot(
+            [r["n_layers"] for r in rs], [r["peak"] / MIB for r in rs], label=label, **style
+        )
     sq = curves.get(next((c for c in curves if c.startswith("segments")), ""), [])
     if sq:
         ax.plot(
@@ -236,6 +254,8 @@ def plot(depth: list[dict[str, Any]], front: list[dict[str, Any]], out: Path, ti
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in front:
         marker = "s" if r["budget"] else "o"
+        if r["policy"] == "auto":
+            r = dict(r, policy=f"auto (K={r['segment_length']})")
         ax.plot(r["peak"] / MIB, r["time_ratio"], marker, ms=7)
         ax.annotate(
             r["policy"],
@@ -269,7 +289,16 @@ def main() -> None:
         default=Path("benches/results"),
         help="folder for the pictures and policies.md (default: %(default)s)",
     )
+    p.add_argument(
+        "--replot",
+        action="store_true",
+        help="redraw the pictures from --out/policies.json without measuring",
+    )
     args = p.parse_args()
+    if args.replot:
+        saved = json.loads((args.out / "policies.json").read_text())
+        plot(saved["depth"], saved["pareto"], args.out, saved["title"])
+        return
     cfg = QUICK if args.quick else REFERENCE
     batch = args.batch_size or (2 if args.quick else 8)
     seq = args.seq_len or (16 if args.quick else 256)
@@ -301,6 +330,9 @@ def main() -> None:
                 f"block's; plan {r['plan']}"
             )
     (args.out / "policies.md").write_text(md)
+    (args.out / "policies.json").write_text(
+        json.dumps(dict(title=title, depth=depth, pareto=front), indent=1)
+    )
     plot(depth, front, args.out, title)
 
 

@@ -4,13 +4,14 @@
 //! # What is measured
 //! For one input shape `[batch, seq]`, on the model's device, block 0 runs once per candidate
 //! per-block policy (`disabled`, every named selective policy, `block`), the candidates
-//! interleaved, twice each:
+//! interleaved, [`PROBE_ROUNDS`] times each:
 //! - **retained bytes** `R(p)`: activation bytes alive after the block's forward (its output
 //!   included, its input excluded) — for `disabled` this is `M_layer`, for `block` `M_ckpt`
 //!   (the boundary tensor);
 //! - **transient bytes** `T(p)`: the activation peak of the block's backward above what was
 //!   alive before it (the replay's recomputed activations);
-//! - **seconds**: forward + backward wall time (the faster of the two runs).
+//! - **seconds**: forward + backward wall time (the fastest run), kept between `disabled`'s and
+//!   `block`'s for a selective policy (its replay does part of `block`'s work).
 //!
 //! The head (embedding output, final RMSNorm, LM head, cross-entropy) is measured the same way.
 //! The bytes are this thread's own allocations ([`riftco_tensor::ThreadMemoryScope`]): other
@@ -47,6 +48,10 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// How many times each candidate runs, interleaved; its seconds are the fastest run (other
+/// work on the machine only ever slows a run down).
+const PROBE_ROUNDS: usize = 5;
+
 /// What one candidate per-block policy costs for one block, measured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyCost {
@@ -56,7 +61,7 @@ pub struct PolicyCost {
     pub retained_bytes: u64,
     /// Activation peak of the backward above what was alive before it.
     pub transient_bytes: u64,
-    /// Forward + backward wall seconds (the faster of two runs).
+    /// Forward + backward wall seconds (the fastest of [`PROBE_ROUNDS`] runs).
     pub seconds: f64,
 }
 
@@ -109,12 +114,17 @@ impl BlockMeasurement {
         }
     }
 
-    /// Predicted seconds of one block under `c`'s policy: its measured seconds, but never
-    /// less than `disabled`'s (a checkpoint runs everything `disabled` runs plus a replay).
+    /// Predicted seconds of one block under `c`'s policy: its measured seconds, kept within
+    /// what the work implies — never less than `disabled`'s (a checkpoint runs everything
+    /// `disabled` runs plus a replay), and for a selective checkpoint never more than `block`'s
+    /// (its replay recomputes a part of what `block`'s recomputes).
     fn block_seconds(&self, c: &PolicyCost) -> f64 {
+        let disabled = self.cost(&BlockPolicy::Disabled).seconds;
+        let block = self.cost(&BlockPolicy::Checkpoint).seconds.max(disabled);
         match c.policy {
             BlockPolicy::Disabled => c.seconds,
-            _ => c.seconds.max(self.cost(&BlockPolicy::Disabled).seconds),
+            BlockPolicy::Checkpoint => block,
+            BlockPolicy::Selective(_) => c.seconds.clamp(disabled, block),
         }
     }
 
@@ -232,7 +242,7 @@ fn measure_impl(
     let calls = Arc::new(AtomicUsize::new(0));
     let policies = candidates();
     let mut costs: Vec<Option<PolicyCost>> = vec![None; policies.len()];
-    for _ in 0..2 {
+    for _ in 0..PROBE_ROUNDS {
         for (i, p) in policies.iter().enumerate() {
             let x = input()?;
             let seg = PlanSegment {
