@@ -6,13 +6,16 @@ activation memory, for every policy riftco has.
    ``segments:K`` with ``K = round(sqrt(L))`` (the √L strategy), ``auto`` and the default
    selective policy, with the formula ``ceil(L/K) · M_ckpt + K · M_layer`` (plus the head) of
    the √L curve from the planner's measured ``M_ckpt`` and ``M_layer``.
-2. ``pareto.png``: step time relative to ``disabled`` against peak activation bytes at the
+2. ``pareto.png``: training-step time (forward + backward + Adam, as in
+   ``benches/train_step.py``) relative to ``disabled`` against peak activation bytes at the
    reference configuration for every policy: ``disabled``, ``block``, ``segments:2``,
    ``segments:4``, ``auto``, each named selective policy, and activation-memory budgets at 25 %,
-   50 % and 75 % of the way from ``block``'s peak to ``disabled``'s. The policies run
-   interleaved (one step of each in turn, ``--steps`` rounds after a warm-up round); the step
-   time is the median, the peak the largest seen. For budgets the planner's predicted peak is
-   printed beside the measured one.
+   50 % and 75 % of the way from ``block``'s peak to ``disabled``'s. Each policy is timed in
+   pairs against one ``disabled`` model, interleaved (``--steps`` rounds after a warm-up round,
+   every other round in the other order), one policy's model at a time; its ratio is the median
+   over rounds of its step time over ``disabled``'s in the same round, its peak the largest
+   seen. For budgets the planner's predicted peak is printed beside the measured one, and the
+   step against ``block``'s (the ratio of their ratios).
 
 Reference configuration: vocab 256, d_model 256, 8 heads, 8 layers, d_ff 688, seq 256, batch 8,
 flash attention. Peaks come from ``riftco.memory_stats()["activation"]`` (reset before each
@@ -55,19 +58,26 @@ def make_model(cfg: dict[str, int], policy: str) -> Any:
     return riftco.DecoderOnlyTransformer(config, activation_checkpointing=policy)
 
 
-def step(model: Any, block: np.ndarray[Any, Any]) -> tuple[float, int, int]:
-    """One forward + backward; returns (seconds, retained bytes after forward, peak bytes)."""
+def step(
+    model: Any, block: np.ndarray[Any, Any], opt: Any = None
+) -> tuple[float, int, int]:
+    """One training step: forward + backward (+ the optimizer step when ``opt`` is given, as
+    in benches/train_step.py); returns (seconds, retained bytes after forward, peak bytes)."""
     before = riftco.memory_stats()["activation"]["current_bytes"]
     riftco.reset_peak_memory_stats()
     t0 = time.perf_counter()
     loss = model.loss(block)
     retained = riftco.memory_stats()["activation"]["current_bytes"] - before
     loss.backward()
+    if opt is not None:
+        opt.step()
+        opt.zero_grad()
     seconds = time.perf_counter() - t0
     peak = int(riftco.memory_stats()["activation"]["peak_bytes"])
     del loss
-    for p in model.parameters():
-        p.zero_grad()
+    if opt is None:
+        for p in model.parameters():
+            p.zero_grad()
     return seconds, int(retained), peak
 
 
@@ -139,36 +149,48 @@ def pareto(
     policies += [f"budget:{b}" for b in budgets]
     if cfg["n_layers"] < 4:
         policies = [p for p in policies if p != "segments:4"]
-    models = {p: make_model(cfg, p) for p in policies}
-    plans = {p: plan_of(models[p], batch, seq) for p in policies}
-    times: dict[str, list[float]] = {p: [] for p in policies}
-    peaks: dict[str, int] = {p: 0 for p in policies}
-    for r in range(steps + 1):
-        for p in policies:
-            seconds, _, peak = step(models[p], block)
-            peaks[p] = max(peaks[p], peak)
-            if r > 0:
-                times[p].append(seconds)
-    base_t = statistics.median(times["disabled"])
-    base_peak = peaks["disabled"]
-    rows = []
+    # Each policy is timed against disabled in pairs (disabled, policy, policy, disabled, ...):
+    # one model of each at a time, so every comparison sees the same machine state.
+    base = make_model(cfg, "disabled")
+    base_opt = riftco.Adam(base.parameters(), lr=1e-4)
+    times: dict[str, list[float]] = {}
+    rows: list[dict[str, Any]] = []
     for p in policies:
-        t = statistics.median(times[p])
-        plan = plans[p]
+        model = base if p == "disabled" else make_model(cfg, p)
+        opt = base_opt if p == "disabled" else riftco.Adam(model.parameters(), lr=1e-4)
+        plan = plan_of(model, batch, seq)
+        mine: list[float] = []
+        ref: list[float] = []
+        peak = 0
+        for r in range(steps + 1):
+            pair = [(base, base_opt, ref), (model, opt, mine)]
+            for m, o, out in pair if r % 2 == 0 else pair[::-1]:
+                seconds, _, pk = step(m, block, o)
+                if m is model:
+                    peak = max(peak, pk)
+                if r > 0:
+                    out.append(seconds)
+        times[p] = mine
+        # The median over rounds of the policy's step over disabled's step in the same round.
+        ratio = statistics.median(a / b for a, b in zip(mine, ref))
         rows.append(
             dict(
                 policy=p if not p.startswith("budget:") else f"budget {int(p[7:]) / MIB:.1f} MiB",
                 budget=int(p[7:]) if p.startswith("budget:") else None,
                 plan=plan["summary"],
                 segment_length=plan["segment_length"],
-                step_s=t,
-                time_ratio=t / base_t,
-                peak=peaks[p],
-                peak_ratio=peaks[p] / base_peak,
+                step_s=statistics.median(mine),
+                time_ratio=ratio,
+                peak=peak,
                 predicted=plan["predicted_peak_bytes"],
             )
         )
-    return rows, dict(block_step_s=statistics.median(times["block"]))
+        print(f"  {rows[-1]['policy']:26s} step {ratio:.3f}× disabled, peak {peak / MIB:7.1f} MiB")
+    block_ratio = next(r["time_ratio"] for r in rows if r["policy"] == "block")
+    for row in rows:
+        row["peak_ratio"] = row["peak"] / rows[0]["peak"]
+        row["vs_block"] = row["time_ratio"] / block_ratio
+    return rows, dict(times=times)
 
 
 def markdown_depth(rows: list[dict[str, Any]]) -> str:
@@ -213,7 +235,7 @@ def plot(depth: list[dict[str, Any]], front: list[dict[str, Any]], out: Path, ti
     for r in depth:
         curves.setdefault(r["curve"], []).append(r)
     # auto often resolves to block (K=1): drawn thinner on top, so both stay visible.
-    styles = {
+    styles: dict[str, dict[str, Any]] = {
         "disabled": dict(marker="o", lw=2),
         "block": dict(marker="s", lw=5, alpha=0.45),
         "auto": dict(marker="x", lw=1.5, ls="--", ms=9),
@@ -267,7 +289,7 @@ def plot(depth: list[dict[str, Any]], front: list[dict[str, Any]], out: Path, ti
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("peak activation memory (MiB)")
     ax.set_ylabel("step time / disabled step time")
-    ax.set_title(f"Recompute overhead against memory (measured, interleaved)\n{title}", fontsize=10)
+    ax.set_title(f"Training-step time against peak activation memory (measured, each paired with disabled)\n{title}", fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / "pareto.png", dpi=120)
@@ -313,7 +335,7 @@ def main() -> None:
     print("memory against depth:")
     depth = memory_vs_depth(cfg, depths, batch, seq)
     print(f"pareto at n_layers {cfg['n_layers']} ({args.steps} interleaved rounds):")
-    front, extra = pareto(cfg, batch, seq, args.steps)
+    front, _ = pareto(cfg, batch, seq, args.steps)
     md = (
         f"## Memory against depth\n\n{title}\n\n{markdown_depth(depth)}\n\n"
         f"## Step time against peak activation memory\n\n{title}, n_layers "
@@ -326,7 +348,7 @@ def main() -> None:
             print(
                 f"{r['policy']}: measured peak {r['peak'] / MIB:.1f} MiB, predicted "
                 f"{r['predicted'] / MIB:.1f} MiB ({err:+.1%}), within budget: "
-                f"{r['peak'] <= r['budget']}, step {r['step_s'] / extra['block_step_s']:.3f}× "
+                f"{r['peak'] <= r['budget']}, step {r['vs_block']:.3f}× "
                 f"block's; plan {r['plan']}"
             )
     (args.out / "policies.md").write_text(md)
