@@ -67,7 +67,7 @@ pub enum CheckpointError {
     #[error("checkpoint {name:?}: the callable's forward run returned a value holding no data (a graph-only op's placeholder); use the graph-only variants only on CheckpointPass::Replay")]
     GraphOnlyForwardOutput { name: String },
     /// A name in the checkpoint's save set was not used by any `named` call of the forward run.
-    #[error("checkpoint {name:?}: save name {save_name:?} is not the name of any named value of the callable; names used: {used:?}")]
+    #[error("checkpoint {name:?}: save name {save_name:?} is not used by the callable at this checkpoint's level (a name inside the function of another saved name is saved with it; names used: {used:?})")]
     SaveNameUnused {
         name: String,
         save_name: String,

@@ -338,15 +338,15 @@ impl DecoderOnlyTransformer {
     ///
     /// # Errors
     /// [`TransformerError::Config`] for a policy that does not fit the model or a budget below
-    /// the smallest achievable peak (named in the message); for `auto` and budgets
-    /// [`TransformerError::Tokens`] for a batch or sequence length of 0 and
-    /// [`TransformerError::SequenceTooLong`] beyond `max_seq_len`; errors of the measured
-    /// passes.
+    /// the smallest achievable peak (named in the message); [`TransformerError::Tokens`] for
+    /// a batch or sequence length of 0 and [`TransformerError::SequenceTooLong`] beyond
+    /// `max_seq_len` (for every policy); errors of the measured passes.
     pub fn activation_checkpointing_plan(
         &self,
         batch: usize,
         seq: usize,
     ) -> Result<Arc<CheckpointPlan>> {
+        planner::check_shape(self.config(), batch, seq)?;
         let key = PlanKey {
             policy: self.checkpointing.clone(),
             batch,

@@ -189,6 +189,27 @@ fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<(
     Ok((after.max(0) as u64, transient, seconds))
 }
 
+/// Checks a training input shape `[batch, seq]` for planning: both positive, `seq` at most
+/// `max_seq_len` (the shapes a training forward accepts).
+///
+/// # Errors
+/// [`TransformerError::Tokens`] when `batch` or `seq` is 0,
+/// [`TransformerError::SequenceTooLong`] when `seq` exceeds `max_seq_len`.
+pub(crate) fn check_shape(cfg: &crate::TransformerConfig, batch: usize, seq: usize) -> Result<()> {
+    if batch == 0 || seq == 0 {
+        return Err(TransformerError::Tokens {
+            message: format!("planning needs batch {batch} and seq {seq} both positive"),
+        });
+    }
+    if seq > cfg.max_seq_len {
+        return Err(TransformerError::SequenceTooLong {
+            seq,
+            max_seq_len: cfg.max_seq_len,
+        });
+    }
+    Ok(())
+}
+
 /// Measures the head and block 0 of `weights` for inputs `[batch, seq]` (see the module
 /// documentation).
 ///
@@ -213,17 +234,7 @@ fn measure_impl(
     seq: usize,
 ) -> Result<BlockMeasurement> {
     let cfg = &weights.config;
-    if batch == 0 || seq == 0 {
-        return Err(TransformerError::Tokens {
-            message: format!("planning needs batch {batch} and seq {seq} both positive"),
-        });
-    }
-    if seq > cfg.max_seq_len {
-        return Err(TransformerError::SequenceTooLong {
-            seq,
-            max_seq_len: cfg.max_seq_len,
-        });
-    }
+    check_shape(cfg, batch, seq)?;
     let device = weights.embed.value().device();
     let ctx = BlockContext::new(cfg, &weights.rope, batch, seq, attention);
     let layer = weights
