@@ -10,7 +10,8 @@ use crate::variable::Variable;
 pub struct GraphStatistics {
     /// Nodes reachable from the variable, itself included.
     pub node_count: usize,
-    /// Elements of the values and gradients owned by those nodes.
+    /// Elements of the values and gradients owned by those nodes (graph-only placeholders own
+    /// none).
     pub element_count: usize,
 }
 
@@ -20,7 +21,10 @@ impl Variable {
         let mut stats = GraphStatistics::default();
         self.walk(&|_| false, &mut |v| {
             stats.node_count += 1;
-            stats.element_count += v.value().numel();
+            // A graph-only value is a placeholder that owns no elements.
+            if !v.value().is_placeholder() {
+                stats.element_count += v.value().numel();
+            }
             if let Some(g) = v.grad() {
                 stats.element_count += g.numel();
             }

@@ -175,3 +175,16 @@ fn linear_with_zero_input_features_gives_zeros_of_the_right_shape() {
     // The graph-only variant records the same shape (its value is never evaluated).
     assert_eq!(ops::linear_graph_only(&x, &w).unwrap().dims(), [3, 5]);
 }
+
+/// Graph statistics count the elements a graph owns: a graph-only placeholder owns none.
+#[test]
+fn graph_statistics_do_not_count_placeholders() {
+    let x = Variable::leaf(rand(&[6, 8], 1), true);
+    let w = Variable::leaf(rand(&[5, 8], 2), true);
+    let plain = ops::linear(&x, &w).unwrap();
+    let lazy = ops::linear_graph_only(&x, &w).unwrap();
+    let (p, l) = (plain.graph_statistics(), lazy.graph_statistics());
+    assert_eq!(p.node_count, l.node_count);
+    assert_eq!(p.element_count, 6 * 8 + 5 * 8 + 6 * 5);
+    assert_eq!(l.element_count, 6 * 8 + 5 * 8);
+}
