@@ -368,7 +368,11 @@ fn rebuild(name: &str, inputs: &[&Variable]) -> Result<Variable> {
         got,
     };
     let Some(op) = saved.ops.get(index) else {
-        return Err(diverged("no further saved value".into(), format!("{name:?}")).into());
+        return Err(diverged(
+            "no more (the forward run saved no further value)".into(),
+            format!("{name:?}"),
+        )
+        .into());
     };
     let dims: Vec<Vec<usize>> = inputs.iter().map(|v| v.dims().to_vec()).collect();
     if op.name != name || op.input_dims != dims {

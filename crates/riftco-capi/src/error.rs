@@ -290,7 +290,8 @@ pub unsafe extern "C" fn rt_last_error_message(
         }
         // SAFETY: non-NULL, valid for `len` bytes by contract.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
-        let copy = bytes.len().min(len - 1);
+        // A truncated prefix ends on a character boundary: it stays valid UTF-8.
+        let copy = message.floor_char_boundary(len - 1);
         out[..copy].copy_from_slice(&bytes[..copy]);
         out[copy] = 0;
         if copy < bytes.len() {

@@ -98,8 +98,8 @@ unsafe fn set_policy(model: *mut rt_model, policy: ActivationCheckpointing) -> R
 /// Copies `text` NUL-terminated into the caller buffer `buf` of `cap` bytes, the convention of
 /// `rt_last_error_message`: `*needed` (when `needed` is not NULL) receives the bytes `text`
 /// needs, NUL included; a too-small buffer (`cap` > 0) receives a truncated NUL-terminated
-/// prefix and RT_ERROR_BUFFER_TOO_SMALL is returned, as it is for `cap` = 0 (`buf` may be NULL
-/// then: a size query).
+/// prefix (cut at a UTF-8 character boundary) and RT_ERROR_BUFFER_TOO_SMALL is returned, as it
+/// is for `cap` = 0 (`buf` may be NULL then: a size query).
 unsafe fn write_string(
     text: &str,
     what: &str,
@@ -130,7 +130,8 @@ unsafe fn write_string(
     }
     // SAFETY: non-NULL, valid for `cap` bytes by contract.
     let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), cap) };
-    let copy = bytes.len().min(cap - 1);
+    // A truncated prefix ends on a character boundary: it stays valid UTF-8.
+    let copy = text.floor_char_boundary(cap - 1);
     out[..copy].copy_from_slice(&bytes[..copy]);
     out[copy] = 0;
     if copy < bytes.len() {

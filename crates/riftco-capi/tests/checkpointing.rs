@@ -427,6 +427,24 @@ fn string_getters_follow_the_last_error_buffer_convention() {
         unsafe { CStr::from_ptr(small.as_ptr()) }.to_bytes(),
         b"selecti"
     );
+    // A cut inside a multi-byte character ("→" is 3 bytes after "selective:dots ", 15 bytes)
+    // ends before it: the prefix stays valid UTF-8.
+    for cap in [16, 17, 18] {
+        let mut buf = vec![1 as c_char; cap];
+        let s = unsafe {
+            rt_model_activation_checkpointing_plan(m.0, 2, 8, buf.as_mut_ptr(), cap, null_mut())
+        };
+        assert_eq!(s, rt_status::RT_ERROR_BUFFER_TOO_SMALL);
+        let got = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap();
+        assert_eq!(got, "selective:dots ", "cap {cap}");
+    }
+    let mut buf = vec![1 as c_char; 19];
+    let s = unsafe {
+        rt_model_activation_checkpointing_plan(m.0, 2, 8, buf.as_mut_ptr(), 19, null_mut())
+    };
+    assert_eq!(s, rt_status::RT_ERROR_BUFFER_TOO_SMALL);
+    let got = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap();
+    assert_eq!(got, "selective:dots →");
 }
 
 /// A training step's loss under every policy form is `disabled`'s, bit for bit: the forward

@@ -198,11 +198,16 @@ pub struct DecoderOnlyTransformer {
     weights: Arc<Weights>,
     attention: FullSequenceAttentionKind,
     checkpointing: ActivationCheckpointing,
-    /// The last resolved plan and what it was resolved for.
-    plan: Mutex<Option<(PlanKey, Arc<CheckpointPlan>)>>,
+    /// The last resolved plans (most recent first, at most [`PLAN_CACHE_SIZE`]) and what each
+    /// was resolved for.
+    plans: Mutex<Vec<(PlanKey, Arc<CheckpointPlan>)>>,
     block_calls: Arc<AtomicUsize>,
     revision: Arc<Revision>,
 }
+
+/// How many resolved plans a model keeps: training that alternates a few shapes (a smaller last
+/// batch, several sequence lengths) plans each shape once.
+const PLAN_CACHE_SIZE: usize = 8;
 
 /// What a resolved plan depends on: the policy, the input shape, the attention kind and the
 /// weight set's revision (LoRA changes what a block retains).
@@ -270,7 +275,7 @@ impl DecoderOnlyTransformer {
             weights: Arc::new(weights),
             attention,
             checkpointing: checkpointing.into(),
-            plan: Mutex::new(None),
+            plans: Mutex::new(Vec::new()),
             block_calls: Arc::new(AtomicUsize::new(0)),
             revision: Arc::default(),
         }
@@ -332,9 +337,9 @@ impl DecoderOnlyTransformer {
 
     /// The per-block plan the policy resolves to for training inputs `[batch, seq]`. `auto` and
     /// budgets are planned from measurements of this model at that shape
-    /// ([`planner`]), which takes a few block forwards and backwards the first time; the plan
-    /// is kept until the policy, the shape, the attention kind, the device or the weight set
-    /// (LoRA) changes.
+    /// ([`planner`]), which takes a few block forwards and backwards the first time; the model
+    /// keeps the plans of its last 8 combinations of policy, shape, attention kind, device and
+    /// weight set (LoRA), so alternating shapes plan each once.
     ///
     /// # Errors
     /// [`TransformerError::Config`] for a policy that does not fit the model or a budget below
@@ -355,11 +360,12 @@ impl DecoderOnlyTransformer {
             revision: self.revision.get().0,
             device: self.device(),
         };
-        let mut cached = self.plan.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((k, plan)) = cached.as_ref() {
-            if *k == key {
-                return Ok(plan.clone());
-            }
+        let mut cached = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = cached.iter().position(|(k, _)| *k == key) {
+            let hit = cached.remove(i);
+            let plan = hit.1.clone();
+            cached.insert(0, hit);
+            return Ok(plan);
         }
         let n_layers = self.config().n_layers;
         let plan = match CheckpointPlan::fixed(&self.checkpointing, n_layers)? {
@@ -373,7 +379,8 @@ impl DecoderOnlyTransformer {
             }
         };
         let plan = Arc::new(plan);
-        *cached = Some((key, plan.clone()));
+        cached.insert(0, (key, plan.clone()));
+        cached.truncate(PLAN_CACHE_SIZE);
         Ok(plan)
     }
 

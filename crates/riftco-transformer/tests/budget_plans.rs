@@ -222,3 +222,48 @@ fn a_larger_budget_never_predicts_a_slower_plan() {
     }
     assert!(all_disabled(&budget_plan(meas.clone(), hi).unwrap()));
 }
+
+/// On a deep model whose block activations dwarf its boundary tensor, `segments:2` reaches a
+/// lower peak than any per-block plan; a budget between the two is planned with segments
+/// (it was refused, naming `block`'s peak as the smallest achievable), and the smallest
+/// achievable peak the error names is the segments plan's.
+#[test]
+fn a_budget_only_multi_block_segments_meet_is_planned_with_them() {
+    let cost = |policy: BlockPolicy, retained, transient, seconds| PolicyCost {
+        policy,
+        retained_bytes: retained,
+        transient_bytes: transient,
+        seconds,
+    };
+    let l = 64;
+    let m = Arc::new(BlockMeasurement {
+        batch: 2,
+        seq: 16,
+        n_layers: l,
+        boundary_bytes: 1024,
+        layer_bytes: 8192,
+        head_retained_bytes: 500,
+        head_transient_bytes: 0,
+        head_seconds: 0.1,
+        costs: vec![
+            cost(BlockPolicy::Disabled, 8192, 0, 1.0),
+            cost(BlockPolicy::Checkpoint, 1024, 8192, 1.3),
+        ],
+    });
+    let fixed = |p: Policy| CheckpointPlan::fixed(&p, l).unwrap().unwrap();
+    let (block_peak, _) = m.predict(&fixed(Policy::Block).segments);
+    let (seg2_peak, _) = m.predict(&fixed(Policy::Segments(2)).segments);
+    assert_eq!(block_peak, 500 + 64 * 1024 + 8192);
+    assert_eq!(seg2_peak, 500 + 32 * 1024 + 8192 + 8192);
+    assert!(seg2_peak < block_peak);
+    let plan = budget_plan(m.clone(), seg2_peak).unwrap();
+    assert_eq!(plan.predicted_peak_bytes, Some(seg2_peak), "{plan}");
+    assert!(plan.segments.iter().any(|s| s.layers.len() > 1), "{plan}");
+    let smallest = (2..=l)
+        .map(|k| m.predict(&fixed(Policy::Segments(k)).segments).0)
+        .min()
+        .unwrap();
+    let e = budget_plan(m, smallest - 1).unwrap_err().to_string();
+    assert!(e.contains(&format!("is {smallest} bytes")), "{e}");
+    assert!(e.contains("segments of"), "{e}");
+}

@@ -546,8 +546,13 @@ fn the_plan_is_kept_until_shape_attention_policy_or_weights_change() {
     let b2 = m.activation_checkpointing_plan(1, SEQ / 2).unwrap();
     assert!(!same(&b, &b2));
     assert_eq!(b2.measurement.as_ref().unwrap().batch, 1);
+    // Going back to a shape planned before reuses its plan (the model keeps its last 8).
     let c = m.activation_checkpointing_plan(BATCH, SEQ).unwrap();
-    assert!(!same(&a, &c));
+    assert!(same(&a, &c));
+    assert!(same(
+        &b,
+        &m.activation_checkpointing_plan(BATCH, SEQ / 2).unwrap()
+    ));
     assert!(same(
         &c,
         &m.activation_checkpointing_plan(BATCH, SEQ).unwrap()
@@ -688,4 +693,29 @@ fn evaluation_ignores_the_policy_and_never_plans() {
             }
         }
     }
+}
+
+/// The model keeps the plans of its last 8 shapes: a 9th evicts the least recently used.
+#[test]
+fn the_plan_cache_keeps_the_last_eight_shapes() {
+    let m = model(Attn::Flash, Policy::Block, false);
+    let first = m.activation_checkpointing_plan(1, 1).unwrap();
+    for seq in 2..=8 {
+        m.activation_checkpointing_plan(1, seq).unwrap();
+    }
+    let again = m.activation_checkpointing_plan(1, 1).unwrap();
+    assert!(Arc::ptr_eq(&first, &again), "8 shapes fit");
+    // Touch seq 2 then 3..=8: seq 1 is the least recently used, and the 9th shape evicts it;
+    // one more new shape evicts seq 2.
+    let second = m.activation_checkpointing_plan(1, 2).unwrap();
+    for seq in 3..=9 {
+        m.activation_checkpointing_plan(1, seq).unwrap();
+    }
+    let kept = m.activation_checkpointing_plan(1, 2).unwrap();
+    assert!(Arc::ptr_eq(&second, &kept), "seq 2 was used more recently");
+    m.activation_checkpointing_plan(2, 9).unwrap();
+    assert!(!Arc::ptr_eq(
+        &first,
+        &m.activation_checkpointing_plan(1, 1).unwrap()
+    ));
 }

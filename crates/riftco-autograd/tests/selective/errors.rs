@@ -214,5 +214,8 @@ fn a_replay_with_fewer_or_more_saved_calls_is_an_error_and_commits_nothing() {
     );
     let (err, _) = replay_error(&["mm"], twice_at(CheckpointPass::Replay));
     let (expected, got) = diverged(&err);
-    assert_eq!((expected, got), ("no further saved value", "\"mm\""));
+    assert_eq!(
+        (expected, got),
+        ("no more (the forward run saved no further value)", "\"mm\"")
+    );
 }

@@ -15,9 +15,9 @@
 //!
 //! The head (embedding output, final RMSNorm, LM head, cross-entropy) is measured the same way.
 //! The bytes are this thread's own allocations ([`riftco_tensor::ThreadMemoryScope`]): other
-//! threads allocating meanwhile do not disturb a plan, and the process-wide counters of
-//! `memory_stats` are left as they are (the probes, one block at a time, peak well below a
-//! training step of the whole model).
+//! threads allocating meanwhile do not disturb a plan. Planning never resets the process-wide
+//! counters of `memory_stats`; its probes' allocations count in them like any other (one block
+//! and the head at a time, below what a training step of the whole model allocates).
 //!
 //! # The model
 //! Graph values stay alive until the graph is dropped, so a plan's activation peak is
@@ -28,9 +28,10 @@
 //! - **auto**: K from the optimum of that formula, `k* = sqrt(L · M_ckpt / M_layer)`, the better
 //!   of `floor(k*)` and `ceil(k*)` by the formula (clamped to `1..=L`).
 //! - **budget**: among plans mixing at most two per-block policies (exact for the linear
-//!   relaxation, whose optimum uses at most two), the one with the least predicted time whose
-//!   predicted peak fits the budget; the block policies that save more memory go to the lower
-//!   layers. A checkpointed block is predicted no faster than a plain one (it runs everything
+//!   relaxation, whose optimum uses at most two) and the `segments:K` plans (K >= 2, which on
+//!   deep models reach lower peaks than any per-block plan), the one with the least predicted
+//!   time whose predicted peak fits the budget; the block policies that save more memory go to
+//!   the lower layers. A checkpointed block is predicted no faster than a plain one (it runs everything
 //!   `disabled` runs plus a replay: a faster measurement is timing noise), and among plans
 //!   predicted equally fast the one checkpointing fewer blocks wins, so a budget `disabled`
 //!   fits gives the all-`disabled` plan. No plan fitting is a [`TransformerError::Config`]
@@ -353,26 +354,33 @@ pub fn budget_plan(m: Arc<BlockMeasurement>, budget: u64) -> Result<CheckpointPl
             })
             .collect()
     };
-    let mut best: Option<((f64, usize, u64), Vec<PlanSegment>)> = None;
-    let mut smallest: Option<(u64, Vec<PlanSegment>)> = None;
+    // Per-block mixes of at most two policies, and multi-block checkpoint segments
+    // (`segments:K`, K >= 2), which on deep models reach peaks no per-block plan does.
+    let mut candidates: Vec<Vec<PlanSegment>> = Vec::new();
     for (i, a) in order.iter().enumerate() {
         for b in &order[i..] {
             for n_a in 0..=l {
-                let segments = plan_of(&a.policy, &b.policy, n_a);
-                let (peak, seconds) = m.predict(&segments);
-                if smallest.as_ref().is_none_or(|(p, _)| peak < *p) {
-                    smallest = Some((peak, segments.clone()));
-                }
-                // Least time, then fewest checkpointed blocks, then least memory.
-                let checkpointed = segments
-                    .iter()
-                    .filter(|s| s.policy != BlockPolicy::Disabled)
-                    .count();
-                let rank = (seconds, checkpointed, peak);
-                if peak <= budget && best.as_ref().is_none_or(|(r, _)| rank < *r) {
-                    best = Some((rank, segments));
-                }
+                candidates.push(plan_of(&a.policy, &b.policy, n_a));
             }
+        }
+    }
+    candidates.extend((2..=l).map(|k| segments_of(k, l)));
+    let mut best: Option<((f64, usize, u64), Vec<PlanSegment>)> = None;
+    let mut smallest: Option<(u64, Vec<PlanSegment>)> = None;
+    for segments in candidates {
+        let (peak, seconds) = m.predict(&segments);
+        if smallest.as_ref().is_none_or(|(p, _)| peak < *p) {
+            smallest = Some((peak, segments.clone()));
+        }
+        // Least time, then fewest checkpointed blocks, then least memory.
+        let checkpointed: usize = segments
+            .iter()
+            .filter(|s| s.policy != BlockPolicy::Disabled)
+            .map(|s| s.layers.len())
+            .sum();
+        let rank = (seconds, checkpointed, peak);
+        if peak <= budget && best.as_ref().is_none_or(|(r, _)| rank < *r) {
+            best = Some((rank, segments));
         }
     }
     match best {
@@ -386,8 +394,13 @@ pub fn budget_plan(m: Arc<BlockMeasurement>, budget: u64) -> Result<CheckpointPl
         }),
         None => {
             let (peak, segments) = smallest.unwrap_or_default();
-            let per_block: Vec<String> = segments.iter().map(|s| s.policy.to_string()).collect();
-            let mut distinct = per_block.clone();
+            let mut distinct: Vec<String> = segments
+                .iter()
+                .map(|s| match s.layers.len() {
+                    1 => s.policy.to_string(),
+                    k => format!("segments of {k} blocks"),
+                })
+                .collect();
             distinct.dedup();
             Err(TransformerError::Config {
                 field: "activation_memory_budget",

@@ -145,7 +145,8 @@ impl SaveSet {
             }
         }
         Ok(Self {
-            spelling: spec.to_string(),
+            // Each name once, in the order given (`q+q` is `q`).
+            spelling: names.join("+"),
             names,
         })
     }
@@ -178,6 +179,7 @@ impl BlockPolicy {
     /// # Errors
     /// [`TransformerError::Config`] for anything else.
     pub fn parse(s: &str) -> Result<Self> {
+        let s = s.trim();
         match s {
             "disabled" => Ok(Self::Disabled),
             "block" => Ok(Self::Checkpoint),
@@ -289,6 +291,8 @@ impl FromStr for ActivationCheckpointing {
     type Err = TransformerError;
 
     fn from_str(s: &str) -> Result<Self> {
+        // Surrounding whitespace is ignored, around the whole spelling and each list item.
+        let s = s.trim();
         let bad = |reason: String| TransformerError::Config {
             field: "activation_checkpointing",
             value: format!("{s:?}"),
@@ -371,6 +375,9 @@ pub fn parse_byte_size(text: &str) -> Result<u64> {
         ),
     };
     let t = text.trim();
+    if t.starts_with('-') {
+        return Err(bad("a negative size"));
+    }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
@@ -378,22 +385,29 @@ pub fn parse_byte_size(text: &str) -> Result<u64> {
     if number.is_empty() {
         return Err(bad("no number"));
     }
-    let value: f64 = number.parse().map_err(|_| bad("not a number"))?;
-    let scale: f64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
         _ => return Err(bad(&format!("unknown unit {unit:?}"))),
     };
-    let bytes = value * scale;
-    if !bytes.is_finite() || bytes >= 9.223_372_036_854_776e18 {
-        return Err(bad("too large"));
+    let too_large = || bad(&format!("too large (at most {} bytes)", u64::MAX));
+    // Whole numbers exactly (every u64 round-trips through its spelling); decimals in f64.
+    if number.bytes().all(|b| b.is_ascii_digit()) {
+        let value: u64 = number.parse().map_err(|_| too_large())?;
+        return value.checked_mul(scale).ok_or_else(too_large);
+    }
+    let value: f64 = number.parse().map_err(|_| bad("not a number"))?;
+    let bytes = value * scale as f64;
+    // 2^64 as f64: anything at or above it does not fit.
+    if !bytes.is_finite() || bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(too_large());
     }
     Ok(bytes as u64)
 }
@@ -420,6 +434,21 @@ mod tests {
         }
         let p: ActivationCheckpointing = "selective".parse().unwrap();
         assert_eq!(p.to_string(), "selective:attention_ffn");
+        // Whitespace around the spelling and around list items is ignored; repeated value
+        // names are one.
+        for (given, canonical) in [
+            (" block ", "block"),
+            ("\tsegments:2\n", "segments:2"),
+            (
+                " block, disabled ,selective:dots ",
+                "block,disabled,selective:dots",
+            ),
+            ("selective:q+q+k", "selective:q+k"),
+            ("budget: 1 MiB", "budget:1048576"),
+        ] {
+            let p: ActivationCheckpointing = given.parse().unwrap();
+            assert_eq!(p.to_string(), canonical, "{given:?}");
+        }
     }
 
     #[test]
@@ -432,6 +461,7 @@ mod tests {
             ("segments: 2", "segments: 2"),
             ("selective:fast", "\"fast\""),
             ("selective:q+nope", "\"nope\""),
+            ("selective:q+", "\"\""),
             ("full", "\"full\""),
             ("block,full", "\"full\""),
             ("budget:12XB", "\"12XB\""),
@@ -462,9 +492,35 @@ mod tests {
         assert_eq!(parse_byte_size("1.5 GB").unwrap(), 1_500_000_000);
         assert_eq!(parse_byte_size("1000").unwrap(), 1000);
         assert_eq!(parse_byte_size("2kib").unwrap(), 2048);
-        for bad in ["12XB", "", "MiB", "-5MiB", "1e99TB", "1.2.3MB"] {
+        for bad in [
+            "12XB",
+            "",
+            "MiB",
+            "-5MiB",
+            "1e99TB",
+            "1.2.3MB",
+            "18446744073709551616",
+        ] {
             let e = parse_byte_size(bad).unwrap_err().to_string();
             assert!(e.contains("activation_memory_budget"), "{bad}: {e}");
+        }
+        assert!(parse_byte_size("-5")
+            .unwrap_err()
+            .to_string()
+            .contains("negative"));
+        assert!(parse_byte_size("16777216TiB")
+            .unwrap_err()
+            .to_string()
+            .contains("too large"));
+        // Whole numbers are exact, up to u64::MAX, and a budget's spelling parses back.
+        assert_eq!(
+            parse_byte_size("9007199254740993").unwrap(),
+            9007199254740993
+        );
+        assert_eq!(parse_byte_size(&u64::MAX.to_string()).unwrap(), u64::MAX);
+        for b in [u64::MAX, (1 << 60) + 1, 9223372036854775807] {
+            let p = ActivationCheckpointing::Budget(b);
+            assert_eq!(p.to_string().parse::<ActivationCheckpointing>().unwrap(), p);
         }
     }
 
