@@ -256,6 +256,16 @@ pub(crate) unsafe fn out_slice<'a, T>(p: *mut T, len: usize, what: &str) -> Resu
     Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
 }
 
+/// The length of the longest prefix of `s` of at most `max` bytes that ends on a character
+/// boundary (so a truncated copy stays valid UTF-8).
+pub(crate) fn char_prefix(s: &str, max: usize) -> usize {
+    let mut i = max.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
 /// Copies the calling thread's last error message into `buf` as a NUL-terminated string.
 ///
 /// `*needed` (when `needed` is not NULL) receives the size the message needs, terminating NUL
@@ -291,7 +301,7 @@ pub unsafe extern "C" fn rt_last_error_message(
         // SAFETY: non-NULL, valid for `len` bytes by contract.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
         // A truncated prefix ends on a character boundary: it stays valid UTF-8.
-        let copy = message.floor_char_boundary(len - 1);
+        let copy = char_prefix(&message, len - 1);
         out[..copy].copy_from_slice(&bytes[..copy]);
         out[copy] = 0;
         if copy < bytes.len() {

@@ -131,7 +131,7 @@ unsafe fn write_string(
     // SAFETY: non-NULL, valid for `cap` bytes by contract.
     let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), cap) };
     // A truncated prefix ends on a character boundary: it stays valid UTF-8.
-    let copy = text.floor_char_boundary(cap - 1);
+    let copy = crate::error::char_prefix(text, cap - 1);
     out[..copy].copy_from_slice(&bytes[..copy]);
     out[copy] = 0;
     if copy < bytes.len() {
