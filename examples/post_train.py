@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import riftco
 from riftco.cli import (
@@ -29,6 +30,7 @@ from riftco.cli import (
     fail,
     int_range,
     non_negative_float,
+    output_folder,
     run_cli,
 )
 
@@ -124,7 +126,22 @@ def main() -> None:
         log_every=args.log_every,
     )
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
-    out = riftco.prepare_out_dir(args.out)
+    # A budget below the smallest achievable peak fails here, before the sample and before any
+    # folder exists (run_post_training plans again with the adapters).
+    model.activation_checkpointing_plan(config.batch_size, config.seq_len)
+    with output_folder(args.out) as out:
+        train(args, model, config, corpus, out, prompt, n_new)
+
+
+def train(
+    args: argparse.Namespace,
+    model: riftco.DecoderOnlyTransformer,
+    config: riftco.PostTrainingConfig,
+    corpus: riftco.Corpus,
+    out: Path,
+    prompt: bytes,
+    n_new: int,
+) -> None:
     log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
 
     def sample(when: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import riftco
 from riftco.cli import (
@@ -28,6 +29,7 @@ from riftco.cli import (
     fail,
     int_range,
     non_negative_float,
+    output_folder,
     run_cli,
 )
 
@@ -125,8 +127,24 @@ def main() -> None:
     prompt, n_new = check_sample_args(
         args.prompt, args.sample_tokens, args.temperature, args.top_k, args.seed, args.max_seq_len
     )
+    # The policy against the model's depth before anything is created (exit 2, no folder).
+    riftco.parse_activation_checkpointing(
+        args.activation_checkpointing, args.activation_memory_budget, n_layers=args.n_layers
+    )
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
-    out = riftco.prepare_out_dir(args.out)
+    with output_folder(args.out) as out:
+        train(args, model_config, config, corpus, out, prompt, n_new)
+
+
+def train(
+    args: argparse.Namespace,
+    model_config: riftco.TransformerConfig,
+    config: riftco.PretrainingConfig,
+    corpus: riftco.Corpus,
+    out: Path,
+    prompt: bytes,
+    n_new: int,
+) -> None:
     log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
     log(
         f"model: d_model {args.d_model}, {args.n_heads} heads, {args.n_layers} layers, d_ff "

@@ -19,12 +19,14 @@ and ``--activation-memory-budget`` flags, checked by the native parser the same 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import NoReturn
 
 from riftco._native import (
@@ -37,7 +39,7 @@ from riftco._native import (
     parse_byte_size,
 )
 from riftco.generation import check_generation_args
-from riftco.stages import TrainingInterrupted, _SigintGuard
+from riftco.stages import TrainingInterrupted, _SigintGuard, prepare_out_dir
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -57,6 +59,7 @@ __all__ = [
     "fail",
     "int_range",
     "non_negative_float",
+    "output_folder",
     "run_cli",
 ]
 
@@ -154,7 +157,9 @@ def add_checkpointing_arguments(group: argparse._ActionsContainer) -> None:
             "M_layer)) | selective[:NAME] (each block keeps some values and recomputes the "
             f"rest; NAME is {selective}, or block values joined by '+': "
             f"{', '.join(BLOCK_VALUE_NAMES)}) | a comma-separated per-block list of "
-            "disabled/block/selective[:NAME], one per layer (default: %(default)s)"
+            "disabled/block/selective[:NAME], one per layer | budget:SIZE (the planner picks "
+            "per-block policies whose predicted peak activation bytes fit SIZE, as "
+            "--activation-memory-budget) (default: %(default)s)"
         ),
     )
     group.add_argument(
@@ -168,6 +173,30 @@ def add_checkpointing_arguments(group: argparse._ActionsContainer) -> None:
             "--activation-checkpointing disabled"
         ),
     )
+
+
+@contextlib.contextmanager
+def output_folder(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
+    """Creates ``out_dir`` with :func:`riftco.prepare_out_dir` (``OutputDirError`` when it cannot
+    be written) for the ``with`` block; when the block raises, the folders this call created
+    are removed again while they are empty, so bad input found inside the block (a budget below
+    the smallest achievable peak, a corpus too small) leaves no empty output folder behind.
+    Folders that existed before, or that hold anything, are kept."""
+    created: list[Path] = []
+    p = Path(out_dir).absolute()
+    while not p.exists() and p != p.parent:
+        created.append(p)
+        p = p.parent
+    out = prepare_out_dir(out_dir)
+    try:
+        yield out
+    except BaseException:
+        for folder in created:  # the deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def check_sample_args(

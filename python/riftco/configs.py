@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +116,11 @@ class _LoopConfig:
 
     def __post_init__(self) -> None:
         _check_policy(self.activation_checkpointing, self.activation_memory_budget)
+        budget = self.activation_memory_budget
+        if budget is not None and not isinstance(budget, str):
+            # Accepted by the parser, so an int or an __index__ integer (a NumPy integer): kept
+            # as a plain int, so that to_dict() stays JSON-native.
+            object.__setattr__(self, "activation_memory_budget", operator.index(budget))
         _check_choice("attention", self.attention, ATTENTION_KINDS)
         _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         for name in ("steps", "batch_size", "seq_len", "log_every", "save_every", "eval_batches"):
@@ -164,7 +170,8 @@ class PretrainingConfig(_LoopConfig):
             planner picks per-block policies whose predicted peak activation bytes fit it, with
             the least predicted recompute time (only with ``activation_checkpointing`` left
             ``"disabled"``; a budget below the smallest achievable peak raises ``ConfigError``
-            naming that peak before the first step).
+            naming that peak before the first step). An integer budget of another type (a
+            NumPy integer) is stored as a plain ``int``.
         steps: optimizer steps.
         batch_size: sequences per step; each is ``seq_len + 1`` tokens (inputs and targets).
         seq_len: tokens per sequence (at most the model's ``max_seq_len``).

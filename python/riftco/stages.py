@@ -429,20 +429,23 @@ def run_pretraining(
         ConfigError: ``seq_len`` above ``max_seq_len``, ``vocab_size < 256``, a checkpointing
             policy that does not fit the model (``segments:K`` with K above ``n_layers``, a
             per-block list of another length), or a budget below the smallest achievable peak
-            (the message names it).
+            (the message names it); all raised before ``out_dir`` is created.
         OutputDirError: ``out_dir`` cannot be written.
         CorpusError: the corpus is too small for ``seq_len``.
         TrainingInterrupted: on Ctrl-C, after the last completed save (left intact).
     """
     cfg = pretraining_config
     _check_fits(model_config, cfg)
-    out = prepare_out_dir(out_dir)
+    # The model and its plan before the output folder: a policy that does not fit the model or
+    # a budget below the smallest achievable peak fails with nothing created.
     model = DecoderOnlyTransformer(
         model_config,
         attention=cfg.attention,
         activation_checkpointing=cfg.activation_checkpointing,
         activation_memory_budget=cfg.activation_memory_budget,
     )
+    model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
+    out = prepare_out_dir(out_dir)
     metadata: dict[str, Any] = {
         "model_config": model_config.to_dict(),
         "files": [MODEL_STATE_FILE, "config.json", METADATA_FILE],
@@ -542,7 +545,6 @@ def run_post_training(
             activation_memory_budget=cfg.activation_memory_budget,
         )
     _check_fits(model.config, cfg)
-    out = prepare_out_dir(out_dir)
     metadata: dict[str, Any] = {
         "model_config": model.config.to_dict(),
         "base_model": base_path,
@@ -565,6 +567,10 @@ def run_post_training(
         def save_state() -> None:
             model.save(str(out / MODEL_STATE_FILE))
 
+    # Planned (with the adapters, which change the plan) before the output folder exists, as in
+    # run_pretraining.
+    model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
+    out = prepare_out_dir(out_dir)
     return _train(
         stage=f"post_training_{cfg.fine_tuning_method}",
         model=model,

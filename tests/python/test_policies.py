@@ -559,3 +559,73 @@ def test_budget_plan() -> None:
     assert len(plan["per_block"]) == 4
     assert [s["policy"] for s in plan["segments"]] == plan["per_block"]
     assert plan["summary"].startswith(f"budget:{budget} → ")
+
+
+@pytest.mark.parametrize(
+    ("batch", "seq", "needle"),
+    [
+        (2**63, 8, "batch 9223372036854775808"),
+        (2**200, 8, "batch = "),
+        (2, 2**64, "seq = "),
+        (True, 8, "not a bool"),
+        (2, False, "not a bool"),
+        (2.0, 8, "expected an int"),
+        ("2", 8, "expected an int"),
+    ],
+    ids=repr,
+)
+def test_plan_shape_of_the_wrong_type_or_size_is_a_config_error(
+    batch: Any, seq: Any, needle: str
+) -> None:
+    # An int too large for the platform or a bool was an OverflowError or silently batch 1.
+    for policy in ("disabled", "block", "auto"):
+        model = riftco.DecoderOnlyTransformer(small_config(), activation_checkpointing=policy)
+        with pytest.raises(riftco.ConfigError, match=re.escape(needle)):
+            model.activation_checkpointing_plan(batch, seq)
+
+
+def test_plan_shape_whose_activations_cannot_exist_is_a_config_error() -> None:
+    # max(d_model, d_ff, vocab) = 88 here: 2^47 bytes is 4·88·batch·seq at batch ≈ 2.5·10^10
+    # for seq 16. Fixed policies used to return a plan for it; nothing is allocated here.
+    model = riftco.DecoderOnlyTransformer(small_config(), activation_checkpointing="block")
+    batch = 2**47 // (4 * 88 * 16) + 1
+    with pytest.raises(riftco.ConfigError, match=r"above the bound of 140737488355328 bytes"):
+        model.activation_checkpointing_plan(batch, 16)
+    # The largest batch within the bound still plans (a fixed policy allocates nothing).
+    assert model.activation_checkpointing_plan(batch - 1, 16)["per_block"] == ["block"] * 4
+
+
+@pytest.mark.parametrize("n_layers", [-1, 0, 2**64, True, 2.0], ids=repr)
+def test_parse_n_layers_of_the_wrong_type_or_size_is_a_config_error(n_layers: Any) -> None:
+    with pytest.raises(riftco.ConfigError, match="n_layers"):
+        riftco.parse_activation_checkpointing("segments:1", n_layers=n_layers)
+    assert riftco.parse_activation_checkpointing("segments:1", n_layers=1) == "segments:1"
+
+
+@pytest.mark.xfail(strict=False, reason="needs the Rust trim from main")
+def test_spaces_around_policy_items_are_accepted() -> None:
+    # Whole strings and list items are passed to the Rust parser unchanged, which trims them,
+    # as it already did for the items of a comma-separated string.
+    assert riftco.parse_activation_checkpointing(" block ") == "block"
+    assert riftco.parse_activation_checkpointing([" block"] * 4, n_layers=4) == (
+        "block,block,block,block"
+    )
+    model = riftco.DecoderOnlyTransformer(small_config(), activation_checkpointing=[" block"] * 4)
+    assert model.activation_checkpointing == "block,block,block,block"
+    assert (
+        riftco.parse_activation_checkpointing("block, block ,block,block")
+        == "block,block,block,block"
+    )
+
+
+def test_planning_does_not_reset_the_peak_counters() -> None:
+    # The docstring used to say planning resets them; it does not: a peak reached before the
+    # plan survives it, and the probes' own allocations count like any other.
+    doc = riftco.DecoderOnlyTransformer.activation_checkpointing_plan.__doc__ or ""
+    assert "resets the peak" not in doc and "does not reset the peak counters" in doc, doc
+    model = riftco.DecoderOnlyTransformer(small_config(), activation_checkpointing="auto")
+    big = riftco.Variable(np.zeros((1024, 1024), dtype=np.float32), requires_grad=True)
+    before = riftco.memory_stats()["total"]["peak_bytes"]
+    del big
+    model.activation_checkpointing_plan(BATCH, SEQ)
+    assert riftco.memory_stats()["total"]["peak_bytes"] >= before

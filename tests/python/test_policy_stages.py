@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import riftco
@@ -137,14 +138,56 @@ def test_stage_policies_that_do_not_fit_the_model(tmp_path: Path) -> None:
         (dict(activation_memory_budget=1000), "smallest achievable peak"),
     ]
     for kwargs, needle in cases:
+        out = tmp_path / "out"
         with pytest.raises(riftco.ConfigError, match=needle):
             riftco.run_pretraining(
                 stage_model_config(),
                 tiny_stage(**kwargs),
                 stage_corpus(),
-                tmp_path,
+                out,
                 progress=False,
             )
+        # Checked before the output folder is created.
+        assert not out.exists(), (kwargs, sorted(out.iterdir()))
+        model = riftco.DecoderOnlyTransformer(stage_model_config())
+        post = riftco.PostTrainingConfig(
+            steps=2, batch_size=2, seq_len=16, warmup_steps=1, eval_batches=1, **kwargs
+        )
+        with pytest.raises(riftco.ConfigError, match=needle):
+            riftco.run_post_training(model, post, stage_corpus(), out, progress=False)
+        assert not out.exists(), (kwargs, sorted(out.iterdir()))
+
+
+@pytest.mark.parametrize("stage", ["pretraining", "post_training"])
+def test_an_integer_budget_of_another_type_is_stored_as_an_int(tmp_path: Path, stage: str) -> None:
+    # np.int64 was accepted, kept, and then crashed json.dump of training_metadata.json after
+    # training, leaving no metadata.
+    budget = np.int64(64 * 2**20)
+    common: dict[str, Any] = dict(
+        steps=2, batch_size=2, seq_len=16, warmup_steps=1, eval_batches=1, save_every=2
+    )
+    if stage == "pretraining":
+        cfg: riftco.PretrainingConfig | riftco.PostTrainingConfig = riftco.PretrainingConfig(
+            activation_memory_budget=budget, **common
+        )
+    else:
+        cfg = riftco.PostTrainingConfig(activation_memory_budget=budget, **common)
+    assert type(cfg.activation_memory_budget) is int
+    assert cfg.activation_memory_budget == 64 * 2**20
+    assert json.loads(json.dumps(cfg.to_dict()))["activation_memory_budget"] == 64 * 2**20
+    out = tmp_path / "out"
+    if isinstance(cfg, riftco.PretrainingConfig):
+        meta = riftco.run_pretraining(
+            stage_model_config(), cfg, stage_corpus(), out, progress=False
+        )
+    else:
+        model = riftco.DecoderOnlyTransformer(stage_model_config())
+        meta = riftco.run_post_training(model, cfg, stage_corpus(), out, progress=False)
+    written = json.loads((out / riftco.METADATA_FILE).read_text())
+    assert written == json.loads(json.dumps(meta))
+    assert written["training_config"]["activation_memory_budget"] == 64 * 2**20
+    assert written["activation_checkpointing"] == "budget:67108864"
+    assert written["complete"] is True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,6 +236,7 @@ def test_help_lists_the_policy_forms(name: str) -> None:
         "dots (saves",
         "(default: disabled)",
         "64MiB",
+        "| budget:SIZE (",
     ):
         assert needle in text, (needle, text)
 
@@ -242,6 +286,30 @@ def test_pretrain_with_a_budget_then_post_train_selective(tmp_path: Path, text_f
     assert "activation checkpointing plan: selective:dots,block → " in r.stderr
     meta = json.loads((post / riftco.METADATA_FILE).read_text())
     assert meta["activation_checkpointing_plan"]["per_block"] == ["selective:dots", "block"]
+    # A budget below the smallest achievable peak: exit 2 before any training, no folder.
+    refused = tmp_path / "refused"
+    r = run_example(
+        "post_train.py",
+        "--model",
+        out,
+        "--data",
+        text_file,
+        "--out",
+        refused,
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--no-progress",
+        "--activation-memory-budget",
+        "1kB",
+    )
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "smallest achievable peak" in r.stderr.strip().splitlines()[-1], r.stderr
+    assert "--- sample" not in r.stdout
+    assert not refused.exists()
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +325,8 @@ def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--activation-checkpointing", "segments:0"], ['"segments:0"']),
         (["--activation-checkpointing", "selective:fast"], ['"fast"', '"dots"']),
         (["--activation-checkpointing", "segments:3"], ['"segments:3"', "n_layers = 2"]),
+        (["--activation-checkpointing", "segments:9"], ['"segments:9"', "n_layers = 2"]),
+        (["--activation-checkpointing", "block,block,block"], ["3 given"]),
         (["--activation-memory-budget", "12XB"], ['"12XB"']),
         (["--activation-memory-budget", "1kB"], ["1000 bytes", "smallest achievable peak"]),
         (
@@ -269,11 +339,34 @@ def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_bad_flags_are_one_line_errors(
     tmp_path: Path, text_file: Path, args: list[str], needles: list[str]
 ) -> None:
+    out = tmp_path / "out"
     r = run_example(
-        "pretrain.py", *TINY_MODEL, *TINY_TRAIN, "--data", text_file, "--out", tmp_path, *args
+        "pretrain.py", *TINY_MODEL, *TINY_TRAIN, "--data", text_file, "--out", out, *args
     )
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert "Traceback" not in r.stderr and "error:" in lines[-1], r.stderr
     for needle in needles:
         assert needle in lines[-1], (needle, r.stderr)
+    # Bad input fails before anything is created (a policy that does not fit the model or a
+    # budget below the smallest peak used to leave an empty output folder).
+    assert not out.exists(), sorted(out.iterdir())
+
+
+def test_output_folder_removes_only_the_empty_folders_it_created(tmp_path: Path) -> None:
+    from riftco.cli import output_folder
+
+    nested = tmp_path / "a" / "b" / "out"
+    with pytest.raises(riftco.ConfigError), output_folder(nested) as out:
+        assert out.is_dir()
+        raise riftco.ConfigError("bad input found after the folder was made")
+    assert not (tmp_path / "a").exists()
+    # A folder that existed before, or that holds a file, is kept.
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(KeyboardInterrupt), output_folder(tmp_path / "kept" / "out") as out:
+        (out / "model.safetensors").write_bytes(b"x")
+        raise KeyboardInterrupt
+    assert (tmp_path / "kept" / "out" / "model.safetensors").is_file()
+    with output_folder(tmp_path / "ok") as out:
+        pass
+    assert out.is_dir()

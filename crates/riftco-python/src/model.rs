@@ -16,7 +16,7 @@ use riftco_transformer::{
 
 use crate::config::PyTransformerConfig;
 use crate::errors::{compute, tensor_err, transformer_err, Exc};
-use crate::policy::{plan_dict, policy_from};
+use crate::policy::{count_arg, plan_dict, policy_from};
 use crate::tokens::token_ids;
 use crate::variable::PyVariable;
 
@@ -228,8 +228,9 @@ impl PyModel {
     /// ``loss()`` on a ``[batch, seq + 1]`` block runs). ``"auto"`` and budgets are planned
     /// from measurements of this model at that shape: one block and the head run forward and
     /// backward under each candidate policy, on the model's device (this takes a moment the first
-    /// time, with the GIL released, and resets the peak counters of ``memory_stats()``); the
-    /// plan is kept until the policy, the shape, the attention kind, the device or LoRA changes,
+    /// time, with the GIL released; it does not reset the peak counters of ``memory_stats()``:
+    /// its probe allocations, one block at a time, count in the process-wide peak like any
+    /// allocation); the plan is kept until the policy, the shape, the attention kind, the device or LoRA changes,
     /// so the next ``loss()`` of that shape runs exactly this plan.
     ///
     /// Args:
@@ -255,33 +256,36 @@ impl PyModel {
     ///     alive before it).
     ///
     /// Raises:
-    ///     ConfigError: for ``batch`` or ``seq`` out of range, a policy that does not fit the
+    ///     ConfigError: for ``batch`` or ``seq`` out of range or not an int (a bool is not
+    ///         one), a shape whose largest activation (``batch * seq * max(d_model, d_ff,
+    ///         vocab_size)`` float32) exceeds 2**47 bytes, a policy that does not fit the
     ///         model, or a budget below the smallest achievable peak (the message names that
     ///         peak and the per-block plan reaching it).
     ///     OutOfMemoryError: when a measured pass cannot allocate.
     fn activation_checkpointing_plan<'py>(
         &self,
         py: Python<'py>,
-        batch: i64,
-        seq: i64,
+        batch: &Bound<'py, PyAny>,
+        seq: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let max_seq = self.read().config().max_seq_len;
-        let batch = usize::try_from(batch)
-            .ok()
-            .filter(|&b| b >= 1)
-            .ok_or_else(|| {
-                Exc::Config.err(format!(
-                    "invalid config: batch = {batch}: a plan needs batch >= 1"
-                ))
-            })?;
-        let seq = usize::try_from(seq)
-            .ok()
-            .filter(|&s| (1..=max_seq).contains(&s))
-            .ok_or_else(|| {
-                Exc::Config.err(format!(
-                    "invalid config: seq = {seq}: a plan needs 1 <= seq <= max_seq_len = {max_seq}"
-                ))
-            })?;
+        let cfg = self.read().config().clone();
+        let max_seq = cfg.max_seq_len;
+        let batch = count_arg(batch, "batch", "a plan needs batch >= 1", |b| b >= 1)?;
+        let seq = count_arg(
+            seq,
+            "seq",
+            &format!("a plan needs 1 <= seq <= max_seq_len = {max_seq}"),
+            |s| (1..=max_seq).contains(&s),
+        )?;
+        let widest = cfg.d_model.max(cfg.d_ff).max(cfg.vocab_size) as u128;
+        let bytes = batch as u128 * seq as u128 * widest * 4;
+        if bytes > MAX_PLAN_ACTIVATION_BYTES {
+            return Err(Exc::Config.err(format!(
+                "invalid config: training inputs [batch {batch}, seq {seq}] need {bytes} bytes \
+                 for one activation of width {widest}, above the bound of \
+                 {MAX_PLAN_ACTIVATION_BYTES} bytes"
+            )));
+        }
         let plan = compute(py, || self.read().activation_checkpointing_plan(batch, seq))?;
         plan_dict(py, &plan)
     }
@@ -674,3 +678,7 @@ impl PyDecodeSession {
         self.lock().reset();
     }
 }
+
+/// The bound on one activation of a planned training step, in bytes: 2^47, the bound of model
+/// sizes (the C ABI's `rt_model_activation_checkpointing_plan` applies the same one).
+const MAX_PLAN_ACTIVATION_BYTES: u128 = 1 << 47;

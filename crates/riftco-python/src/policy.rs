@@ -10,7 +10,7 @@ use riftco_transformer::checkpointing::{
 };
 use riftco_transformer::TransformerError;
 
-use crate::errors::transformer_err;
+use crate::errors::{transformer_err, Exc};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -214,14 +214,24 @@ fn parse_byte_size(text: &str) -> PyResult<u64> {
 ///
 /// Raises:
 ///     ConfigError: naming the value and what is accepted; also when both a policy other than
-///         ``"disabled"`` and a budget are given.
+///         ``"disabled"`` and a budget are given, and for ``n_layers`` not an int ``>= 1`` (a
+///         bool is not one).
 #[pyfunction]
 #[pyo3(signature = (policy = None, activation_memory_budget = None, *, n_layers = None))]
 fn parse_activation_checkpointing(
     policy: Option<Bound<'_, PyAny>>,
     activation_memory_budget: Option<Bound<'_, PyAny>>,
-    n_layers: Option<usize>,
+    n_layers: Option<Bound<'_, PyAny>>,
 ) -> PyResult<String> {
+    let n_layers = match n_layers.filter(|n| !n.is_none()) {
+        Some(n) => Some(count_arg(
+            &n,
+            "n_layers",
+            "a model has n_layers >= 1 blocks",
+            |n| n >= 1,
+        )?),
+        None => None,
+    };
     let p = policy_from(policy.as_ref(), activation_memory_budget.as_ref())?;
     if let Some(n) = n_layers {
         p.validate(n).map_err(transformer_err)?;
@@ -277,4 +287,36 @@ pub(crate) fn plan_dict<'py>(
         }
     }
     Ok(d)
+}
+
+/// A count argument (a plan's `batch` or `seq`, `n_layers`): a Python int or anything with `__index__` (not a bool),
+/// in range per `ok`; anything else a `ConfigError` naming the value and `expected`.
+pub(crate) fn count_arg(
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    expected: &str,
+    ok: impl Fn(usize) -> bool,
+) -> PyResult<usize> {
+    let shown = obj
+        .repr()
+        .map_or_else(|_| "<unprintable>".into(), |r| r.to_string());
+    if obj.is_instance_of::<PyBool>() {
+        return Err(Exc::Config.err(format!(
+            "invalid config: {name} = {shown}: expected an int, not a bool; {expected}"
+        )));
+    }
+    let v = match obj.extract::<i128>() {
+        Ok(v) => v,
+        // An int too large for i128 is out of range like any other.
+        Err(_) if obj.is_instance_of::<PyInt>() => -1,
+        Err(_) => {
+            return Err(Exc::Config.err(format!(
+                "invalid config: {name} = {shown}: expected an int; {expected}"
+            )))
+        }
+    };
+    usize::try_from(v)
+        .ok()
+        .filter(|&v| ok(v))
+        .ok_or_else(|| Exc::Config.err(format!("invalid config: {name} = {shown}: {expected}")))
 }

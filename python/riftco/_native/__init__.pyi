@@ -373,9 +373,12 @@ class DecoderOnlyTransformer:
         ``per_block``, ``segments`` (``{"layers": [start, stop], "policy"}``),
         ``segment_length``, ``predicted_peak_bytes``, ``predicted_step_seconds`` and
         ``measurement`` (``None``, or bytes and seconds per candidate policy, ``boundary_bytes``
-        ``M_ckpt``, ``layer_bytes`` ``M_layer``, ``optimal_segment_length`` ``k*``). ``ConfigError``
-        for a budget below the smallest achievable peak (named) or ``batch``/``seq`` out of
-        range."""
+        ``M_ckpt``, ``layer_bytes`` ``M_layer``, ``optimal_segment_length`` ``k*``). Planning
+        does not reset the peak counters of ``memory_stats()``: its probe allocations (one block
+        at a time) count in the process-wide peak like any allocation. ``ConfigError`` for a
+        budget below the smallest achievable peak (named), ``batch``/``seq`` out of range or not
+        an int (a bool is not one), or a shape whose largest activation (``batch * seq *
+        max(d_model, d_ff, vocab_size)`` float32) exceeds 2**47 bytes."""
     @property
     def attention(self) -> str: ...
     def set_attention(self, kind: str) -> None: ...
