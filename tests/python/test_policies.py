@@ -602,7 +602,6 @@ def test_parse_n_layers_of_the_wrong_type_or_size_is_a_config_error(n_layers: An
     assert riftco.parse_activation_checkpointing("segments:1", n_layers=1) == "segments:1"
 
 
-@pytest.mark.xfail(strict=False, reason="needs the Rust trim from main")
 def test_spaces_around_policy_items_are_accepted() -> None:
     # Whole strings and list items are passed to the Rust parser unchanged, which trims them,
     # as it already did for the items of a comma-separated string.
