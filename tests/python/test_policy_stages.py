@@ -15,19 +15,10 @@ import numpy as np
 import pytest
 
 import riftco
+from test_policies import PLAN_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PLAN_KEYS = {
-    "policy",
-    "summary",
-    "per_block",
-    "segments",
-    "segment_length",
-    "predicted_peak_bytes",
-    "predicted_step_seconds",
-    "measurement",
-}
 
 
 # ---------------------------------------------------------------------------------------------

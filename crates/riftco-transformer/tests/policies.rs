@@ -16,14 +16,13 @@
 
 mod common;
 mod measure;
-use common::block;
+use common::{block, lora_config};
 use measure::lock;
 use riftco_autograd::no_grad;
 use riftco_transformer::checkpointing::BLOCK_VALUE_NAMES;
 use riftco_transformer::{
     load_model, save_model, ActivationCheckpointing as Policy, Adam, BlockPolicy, CheckpointPlan,
-    DecoderOnlyTransformer, FullSequenceAttentionKind as Attn, LoraConfig, LoraTargets,
-    TransformerConfig, TransformerError,
+    DecoderOnlyTransformer, FullSequenceAttentionKind as Attn, TransformerConfig, TransformerError,
 };
 use std::sync::Arc;
 
@@ -36,18 +35,6 @@ fn config() -> TransformerConfig {
     let mut c = TransformerConfig::new(64, 32, 4, L, 48, 24);
     c.seed = 11;
     c
-}
-
-fn lora_config() -> LoraConfig {
-    LoraConfig {
-        rank: 4,
-        alpha: 8.0,
-        targets: LoraTargets {
-            attention: true,
-            mlp: true,
-        },
-        seed: 3,
-    }
 }
 
 fn model(attn: Attn, policy: Policy, lora: bool) -> DecoderOnlyTransformer {

@@ -10,19 +10,23 @@ pub fn small_config() -> TransformerConfig {
     c
 }
 
+/// Rank-4 adapters on the attention and MLP projections (seed 3).
+pub fn lora_config() -> LoraConfig {
+    LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        targets: LoraTargets {
+            attention: true,
+            mlp: true,
+        },
+        seed: 3,
+    }
+}
+
 pub fn model(attn: Attn, ck: Ck, lora: bool) -> DecoderOnlyTransformer {
     let mut m = DecoderOnlyTransformer::new(small_config(), attn, ck).unwrap();
     if lora {
-        m.enable_lora(&LoraConfig {
-            rank: 4,
-            alpha: 8.0,
-            targets: LoraTargets {
-                attention: true,
-                mlp: true,
-            },
-            seed: 3,
-        })
-        .unwrap();
+        m.enable_lora(&lora_config()).unwrap();
         // B starts at zero; give it values so adapter gradients are not trivially related.
         for (_, p) in m.weights().named_lora_parameters() {
             let n = p.value().numel();
