@@ -12,6 +12,14 @@
 //! last `seq_q` positions of the key sequence). A query row that may attend no key at all (only
 //! possible when `seq_q > seq_k`) gets output 0, logsumexp `-inf` and zero gradients.
 //!
+//! Dropout (Srivastava et al. 2014) on the attention probabilities, as FlashAttention does
+//! (Dao et al. 2022, section 3.1 and Algorithm 2): with a [`DropoutMask`] the output is
+//! `(P ⊙ Z) V`, `Z = M / (1 − p)`, where `P` is the softmax above and `M` the mask over the index
+//! space `[batch, n_heads, seq_q, seq_k]`, row-major: element `e = ((b·H + h)·Sq + i)·Sk + j`, in
+//! both layouts. The logsumexp is that of `P`, without dropout. The mask is never stored: the
+//! forward generates it for each `P` tile it multiplies with `V`, the backward regenerates it
+//! tile by tile (see [`flash_attention_backward_with_dropout`] for the gradient identities).
+//!
 //! Parallelism and determinism: the forward pass runs one task per (batch, head, query tile); the
 //! backward pass one task per (batch, head), which iterates key tiles and, inside, query tiles in
 //! a fixed order, so `dQ`, `dK` and `dV` are accumulated in the same order for any thread count.
@@ -19,6 +27,7 @@
 use pulp::Simd;
 use rayon::prelude::*;
 
+use crate::philox::DropoutMask;
 use crate::simd::{arch, exp_f32s, simd_op};
 use crate::strided::{gemm_into, gemm_into_shared, MatRef, SharedMut};
 
@@ -206,6 +215,7 @@ fn forward_tile<S: Simd>(
     v: &[f32],
     scale: f32,
     causal: bool,
+    dropout: Option<DropoutMask>,
     out: SharedMut,
     lse: &mut [f32],
     scratch: &mut ForwardScratch,
@@ -245,6 +255,11 @@ fn forward_tile<S: Simd>(
             let sum = exp_row(s, row, n, m_new);
             l[r] = l[r] * alpha + sum;
             m[r] = m_new;
+            if let Some(mask) = dropout {
+                // The row sum above is that of P; only the product with V sees P ⊙ Z.
+                let e = ((pair * dims.seq_q + q0 + r) * dims.seq_k + j0) as u64;
+                mask.apply_in_place(e, &mut row[..n]);
+            }
             if alpha != 1.0 {
                 scale_row(s, &mut o[r * d..(r + 1) * d], alpha);
             }
@@ -275,9 +290,11 @@ fn forward_tile<S: Simd>(
 
 simd_op!(ForwardOp<'a> {
     dims: AttentionDims, layout: AttentionLayout, pair: usize, q0: usize, q: &'a [f32],
-    k: &'a [f32], v: &'a [f32], scale: f32, causal: bool, out: SharedMut, lse: &'a mut [f32],
-    scratch: &'a mut ForwardScratch
-} -> () = |s| forward_tile(s, dims, layout, pair, q0, q, k, v, scale, causal, out, lse, scratch));
+    k: &'a [f32], v: &'a [f32], scale: f32, causal: bool, dropout: Option<DropoutMask>,
+    out: SharedMut, lse: &'a mut [f32], scratch: &'a mut ForwardScratch
+} -> () = |s| forward_tile(
+    s, dims, layout, pair, q0, q, k, v, scale, causal, dropout, out, lse, scratch
+));
 
 fn check(name: &str, what: &str, got: usize, want: usize) {
     assert!(
@@ -335,6 +352,31 @@ pub fn flash_attention_forward_with_layout(
     out: &mut [f32],
     lse: &mut [f32],
 ) {
+    flash_attention_forward_with_dropout(q, k, v, dims, layout, scale, causal, None, out, lse);
+}
+
+/// [`flash_attention_forward_with_layout`] with dropout on the attention probabilities:
+/// `out = (P ⊙ M / (1 − p)) V` with `P = softmax(scale · Q Kᵀ + mask)` and `M` the keep mask of
+/// `dropout` over the index space `[batch, n_heads, seq_q, seq_k]` (module docs); `lse` is the
+/// logsumexp of `P` (no dropout). `None` or `p == 0` is exactly
+/// [`flash_attention_forward_with_layout`] (no random words are generated).
+///
+/// # Panics
+/// When a slice length disagrees with `dims` (callers validate shapes first).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_forward_with_dropout(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    dims: AttentionDims,
+    layout: AttentionLayout,
+    scale: f32,
+    causal: bool,
+    dropout: Option<&DropoutMask>,
+    out: &mut [f32],
+    lse: &mut [f32],
+) {
+    let dropout = dropout.filter(|m| !m.is_identity()).copied();
     let (p, d) = (dims.pairs(), dims.d_head);
     let name = "flash_attention_forward";
     check(name, "q", q.len(), p * dims.seq_q * d);
@@ -362,6 +404,7 @@ pub fn flash_attention_forward_with_layout(
                 v,
                 scale,
                 causal,
+                dropout,
                 out,
                 lse: l,
                 scratch,
@@ -399,6 +442,7 @@ fn backward_pair<S: Simd>(
     dout: &[f32],
     scale: f32,
     causal: bool,
+    dropout: Option<DropoutMask>,
     grads: [SharedMut; 3],
 ) {
     let [dq, dk, dv] = grads;
@@ -419,6 +463,15 @@ fn backward_pair<S: Simd>(
     gather_scaled(s, q, (qb, qrs), d, scale, &mut qs);
     let mut p = vec![0.0f32; BLOCK_Q * BLOCK_K];
     let mut dp = vec![0.0f32; BLOCK_Q * BLOCK_K];
+    // P ⊙ Z, only with dropout.
+    let mut pz = vec![
+        0.0f32;
+        if dropout.is_some() {
+            BLOCK_Q * BLOCK_K
+        } else {
+            0
+        }
+    ];
     for k0 in (0..sk).step_by(BLOCK_K) {
         let bk = BLOCK_K.min(sk - k0);
         let k_tile = MatRef::rows(k, kb + k0 * krs, bk, d, krs);
@@ -450,16 +503,42 @@ fn backward_pair<S: Simd>(
                     row.fill(0.0);
                 }
             }
-            let p_view = MatRef::rows(p_tile, 0, bq, bk, bk);
+            // dP = dO_i · V_jᵀ (with dropout, the gradient with respect to P ⊙ Z for now).
+            let dp_tile = &mut dp[..bq * bk];
+            gemm_into(dp_tile, false, do_tile, v_tile.t());
+            let p_view = match dropout {
+                None => MatRef::rows(p_tile, 0, bq, bk, bk),
+                Some(mask) => {
+                    // One pass over the regenerated mask: P ⊙ Z for dV, and dP ⊙ Z, the
+                    // gradient with respect to P.
+                    let (sc, pz_tile) = (mask.scale(), &mut pz[..bq * bk]);
+                    for r in 0..bq {
+                        let n = dims.allowed(q0 + r, causal).saturating_sub(k0).min(bk);
+                        let e = ((pair * sq + q0 + r) * sk + k0) as u64;
+                        let at = r * bk;
+                        let (pr, zr) = (&p_tile[at..at + bk], &mut pz_tile[at..at + bk]);
+                        let dr = &mut dp_tile[at..at + bk];
+                        zr[n..].fill(0.0);
+                        mask.for_each_keep(e, n, |c, keep| {
+                            if keep {
+                                zr[c] = pr[c] * sc;
+                                dr[c] *= sc;
+                            } else {
+                                zr[c] = 0.0;
+                                dr[c] = 0.0;
+                            }
+                        });
+                    }
+                    MatRef::rows(pz_tile, 0, bq, bk, bk)
+                }
+            };
             // SAFETY (all three accumulations below): the rows of this pair in dQ, dK and dV
             // belong to this task alone (one task per pair; different pairs are different heads
             // or batch entries, whose rows never overlap), and the gradient buffers are
             // distinct from every input.
-            // dV_j += Pᵀ · dO_i
+            // dV_j += (P ⊙ Z)ᵀ · dO_i
             unsafe { gemm_into_shared(dv, kb + k0 * krs, krs, true, p_view.t(), do_tile) };
-            // dP = dO_i · V_jᵀ, then dS = P ⊙ (dP − D_i), pre-multiplied by the softmax scale.
-            let dp_tile = &mut dp[..bq * bk];
-            gemm_into(dp_tile, false, do_tile, v_tile.t());
+            // dS = P ⊙ (dP − D_i), pre-multiplied by the softmax scale.
             for r in 0..bq {
                 let range = r * bk..(r + 1) * bk;
                 ds_row(
@@ -481,8 +560,10 @@ fn backward_pair<S: Simd>(
 simd_op!(BackwardOp<'a> {
     dims: AttentionDims, layout: AttentionLayout, pair: usize, q: &'a [f32], k: &'a [f32],
     v: &'a [f32], out: &'a [f32], lse: &'a [f32], dout: &'a [f32], scale: f32, causal: bool,
-    grads: [SharedMut; 3]
-} -> () = |s| backward_pair(s, dims, layout, pair, q, k, v, out, lse, dout, scale, causal, grads));
+    dropout: Option<DropoutMask>, grads: [SharedMut; 3]
+} -> () = |s| backward_pair(
+    s, dims, layout, pair, q, k, v, out, lse, dout, scale, causal, dropout, grads
+));
 
 /// FlashAttention-2 backward in the `[batch, n_heads, seq, d_head]` layout; see
 /// [`flash_attention_backward_with_layout`].
@@ -544,6 +625,45 @@ pub fn flash_attention_backward_with_layout(
     dk: &mut [f32],
     dv: &mut [f32],
 ) {
+    flash_attention_backward_with_dropout(
+        q, k, v, out, lse, dout, dims, layout, scale, causal, None, dq, dk, dv,
+    );
+}
+
+/// [`flash_attention_backward_with_layout`] for [`flash_attention_forward_with_dropout`] with
+/// the same `dropout` mask (regenerated tile by tile, never stored); `out` is the forward's
+/// (dropped) output and `lse` its logsumexp of the undropped probabilities. `None` or `p == 0`
+/// is exactly [`flash_attention_backward_with_layout`].
+///
+/// The gradients, with `P` the undropped probabilities, `Z = M / (1 − p)` and `O = (P ⊙ Z) V`:
+/// - `dV = (P ⊙ Z)ᵀ dO`, since `O` is linear in `V` with coefficients `P ⊙ Z`;
+/// - `dP = (dO Vᵀ) ⊙ Z`, the gradient with respect to `P` (chain rule through `P ⊙ Z`);
+/// - `dS = P ⊙ (dP − D)` with `D_i = Σ_j P_ij dP_ij` (softmax VJP), and
+///   `Σ_j P_ij dP_ij = Σ_j P_ij Z_ij (dO_i · V_j) = dO_i · Σ_j (P ⊙ Z)_ij V_j = dO_i · O_i`, so
+///   `D = rowsum(dO ⊙ O)` still holds with the dropped output `O` (FlashAttention-2,
+///   Algorithm 2, line 4, unchanged);
+/// - `dQ = scale · dS K`, `dK = scale · dSᵀ Q` as without dropout.
+///
+/// # Panics
+/// When a slice length disagrees with `dims` (callers validate shapes first).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_backward_with_dropout(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &[f32],
+    lse: &[f32],
+    dout: &[f32],
+    dims: AttentionDims,
+    layout: AttentionLayout,
+    scale: f32,
+    causal: bool,
+    dropout: Option<&DropoutMask>,
+    dq: &mut [f32],
+    dk: &mut [f32],
+    dv: &mut [f32],
+) {
+    let dropout = dropout.filter(|m| !m.is_identity()).copied();
     let (p, d, sq, sk) = (dims.pairs(), dims.d_head, dims.seq_q, dims.seq_k);
     let name = "flash_attention_backward";
     for (what, got, want) in [
@@ -579,6 +699,7 @@ pub fn flash_attention_backward_with_layout(
             dout,
             scale,
             causal,
+            dropout,
             grads,
         })
     };

@@ -8,6 +8,7 @@
 
 pub mod adam;
 pub mod attention;
+pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod layout;
@@ -15,6 +16,7 @@ pub mod loss;
 pub mod matmul;
 pub mod norm;
 mod par;
+pub mod philox;
 pub mod rope;
 pub mod simd;
 pub mod softmax;
@@ -22,5 +24,7 @@ mod strided;
 pub mod threading;
 
 pub use adam::{adam_update, AdamHyper};
+pub use dropout::dropout;
 pub use matmul::{batched_matmul, matmul, MatmulSpec};
+pub use philox::{philox4x32_10, DropoutMask};
 pub use threading::{num_threads, thread_pool};

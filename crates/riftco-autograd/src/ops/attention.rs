@@ -6,12 +6,20 @@
 //! so retained memory is O(seq) per head instead of the O(seq²) probabilities of materialized
 //! attention; the backward rematerializes scores and probabilities tile by tile from Q, K and the
 //! logsumexp.
+//!
+//! Attention dropout (the `_with_dropout` variants) drops attention probabilities after the
+//! softmax and before the product with V: `out = (P ⊙ M / (1 − p)) V`, with the counter-based
+//! mask `M` of a [`DropoutMask`] over the index space `[batch, heads, seq_q, seq_k]` (row-major,
+//! element `((b·H + h)·Sq + i)·Sk + j`) in both layouts and both kinds, so flash and materialized
+//! attention drop exactly the same entries. Flash generates the mask per tile and regenerates it
+//! in the backward; nothing of it is stored.
 
+use super::dropout::DropoutMask;
 use super::{backend, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
-use riftco_tensor::backend::AttentionDims;
 pub use riftco_tensor::backend::AttentionLayout;
+use riftco_tensor::backend::{check_dropout, AttentionDims};
 use riftco_tensor::TensorError;
 
 /// How attention over a full sequence is computed.
@@ -122,6 +130,28 @@ pub fn flash_attention_with_layout(
     scale: f32,
     causal: bool,
 ) -> Result<Variable> {
+    flash_attention_with_dropout(q, k, v, layout, scale, causal, None)
+}
+
+/// [`flash_attention_with_layout`] with dropout on the attention probabilities:
+/// `(P ⊙ M / (1 − p)) V` for the mask of `dropout` over `[batch, heads, seq_q, seq_k]` (see the
+/// [module documentation](self)). The VJP regenerates the same mask. `None` or `p == 0` is
+/// [`flash_attention_with_layout`].
+///
+/// # Errors
+/// As [`flash_attention`]; [`TensorError::InvalidArgument`] naming `p` when it is not finite or
+/// not in `[0, 1)`.
+pub fn flash_attention_with_dropout(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    layout: AttentionLayout,
+    scale: f32,
+    causal: bool,
+    dropout: Option<DropoutMask>,
+) -> Result<Variable> {
+    check_dropout("flash_attention", dropout.as_ref())?;
+    let dropout = dropout.filter(|m| !m.is_identity());
     let dims = attention_dims(q, k, v, layout, causal)?;
     let be = backend("flash_attention", &[q, k, v])?;
     let (value, lse) = be.flash_attention_forward(
@@ -133,6 +163,7 @@ pub fn flash_attention_with_layout(
         layout,
         scale,
         causal,
+        dropout.as_ref(),
         ACT,
     )?;
     Ok(Variable::from_op(
@@ -152,6 +183,7 @@ pub fn flash_attention_with_layout(
                 layout,
                 scale,
                 causal,
+                dropout.as_ref(),
                 GRAD,
             )?;
             Ok(vec![
@@ -181,12 +213,35 @@ pub fn causal_attention(
     layout: AttentionLayout,
     kind: AttentionKind,
 ) -> Result<Variable> {
+    causal_attention_with_dropout(q, k, v, layout, kind, None)
+}
+
+/// [`causal_attention`] with dropout on the attention probabilities (after the softmax, before
+/// the product with V): `(P ⊙ M / (1 − p)) V`, where the mask of `dropout` covers
+/// `[batch, heads, seq_q, seq_k]` row-major in both layouts, and both kinds drop the same
+/// entries (materialized attention applies [`super::dropout()`] to its `[b, h, sq, sk]`
+/// probabilities). `None` or `p == 0` is [`causal_attention`].
+///
+/// # Errors
+/// As [`flash_attention`]; [`TensorError::InvalidArgument`] naming `p` when it is not finite or
+/// not in `[0, 1)`.
+pub fn causal_attention_with_dropout(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    layout: AttentionLayout,
+    kind: AttentionKind,
+    dropout: Option<DropoutMask>,
+) -> Result<Variable> {
+    check_dropout("causal_attention", dropout.as_ref())?;
     let dims = attention_dims(q, k, v, layout, true)?;
     let scale = 1.0 / (dims.d_head as f32).sqrt();
     match (kind, layout) {
-        (AttentionKind::Flash, _) => flash_attention_with_layout(q, k, v, layout, scale, true),
+        (AttentionKind::Flash, _) => {
+            flash_attention_with_dropout(q, k, v, layout, scale, true, dropout)
+        }
         (AttentionKind::Materialized, AttentionLayout::BatchHeadSeq) => {
-            materialized(q, k, v, scale)
+            materialized(q, k, v, scale, dropout)
         }
         (AttentionKind::Materialized, AttentionLayout::BatchSeqHead) => {
             let (q, k, v) = (
@@ -194,15 +249,25 @@ pub fn causal_attention(
                 super::swap_axes_1_2(k)?,
                 super::swap_axes_1_2(v)?,
             );
-            super::swap_axes_1_2(&materialized(&q, &k, &v, scale)?)
+            super::swap_axes_1_2(&materialized(&q, &k, &v, scale, dropout)?)
         }
     }
 }
 
 /// `softmax(scale · Q·Kᵀ + causal mask) · V` in `[batch, heads, seq, d_head]`, from `bmm` and
-/// `causal_softmax`.
-fn materialized(q: &Variable, k: &Variable, v: &Variable, scale: f32) -> Result<Variable> {
+/// `causal_softmax`, with `dropout` (if any) on the `[batch, heads, seq_q, seq_k]`
+/// probabilities.
+fn materialized(
+    q: &Variable,
+    k: &Variable,
+    v: &Variable,
+    scale: f32,
+    dropout: Option<DropoutMask>,
+) -> Result<Variable> {
     let scores = super::bmm(q, k, true)?;
-    let probs = super::causal_softmax(&scores, scale, true)?;
+    let mut probs = super::causal_softmax(&scores, scale, true)?;
+    if let Some(mask) = dropout {
+        probs = super::dropout(&probs, mask)?;
+    }
     super::bmm(&probs, v, false)
 }

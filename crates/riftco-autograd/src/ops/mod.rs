@@ -17,6 +17,7 @@
 //! compute the value like the plain op.
 
 pub mod attention;
+pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod linalg;
@@ -27,8 +28,10 @@ pub mod shape;
 pub mod softmax;
 
 pub use attention::{
-    causal_attention, flash_attention, flash_attention_with_layout, AttentionKind, AttentionLayout,
+    causal_attention, causal_attention_with_dropout, flash_attention, flash_attention_with_dropout,
+    flash_attention_with_layout, AttentionKind, AttentionLayout,
 };
+pub use dropout::{dropout, DropoutMask};
 pub use elementwise::{add, add_graph_only, mul, scale, scale_graph_only, silu, sum, swiglu};
 pub use embedding::embedding;
 pub use linalg::{bmm, linear, linear_graph_only, matmul};

@@ -1,6 +1,9 @@
 //! The CPU backend: host memory from [`crate::pool`], the SIMD kernels of `riftco-kernels`.
 
-use super::{AdamHyper, AttentionDims, AttentionLayout, Backend, MatmulSpec, Pair, RopeTable};
+use super::{
+    check_dropout, AdamHyper, AttentionDims, AttentionLayout, Backend, DropoutMask, MatmulSpec,
+    Pair, RopeTable,
+};
 use crate::storage::Buffer;
 use crate::{pool, Device, MemoryCategory, Result, Shape, Tensor, TensorError};
 use riftco_kernels as k;
@@ -297,6 +300,19 @@ impl Backend for CpuBackend {
         Ok(out(o, scores.shape().clone(), c))
     }
 
+    fn dropout(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        mask: &DropoutMask,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        check_dropout(op, Some(mask))?;
+        let mut o = buf(op, x.numel())?;
+        k::dropout(&x.read()?, &mut o, mask);
+        Ok(out(o, x.shape().clone(), c))
+    }
+
     fn matmul(
         &self,
         op: &'static str,
@@ -408,11 +424,13 @@ impl Backend for CpuBackend {
         layout: AttentionLayout,
         scale: f32,
         causal: bool,
+        dropout: Option<&DropoutMask>,
         c: MemoryCategory,
     ) -> Result<Pair> {
+        check_dropout(op, dropout)?;
         let mut o = buf(op, q.numel())?;
         let mut lse = buf(op, dims.batch * dims.n_heads * dims.seq_q)?;
-        k::attention::flash_attention_forward_with_layout(
+        k::attention::flash_attention_forward_with_dropout(
             &q.read()?,
             &kt.read()?,
             &v.read()?,
@@ -420,6 +438,7 @@ impl Backend for CpuBackend {
             layout,
             scale,
             causal,
+            dropout,
             &mut o,
             &mut lse,
         );
@@ -442,14 +461,16 @@ impl Backend for CpuBackend {
         layout: AttentionLayout,
         scale: f32,
         causal: bool,
+        dropout: Option<&DropoutMask>,
         c: MemoryCategory,
     ) -> Result<(Tensor, Tensor, Tensor)> {
+        check_dropout(op, dropout)?;
         let (mut dq, mut dk, mut dv) = (
             buf(op, q.numel())?,
             buf(op, kt.numel())?,
             buf(op, v.numel())?,
         );
-        k::attention::flash_attention_backward_with_layout(
+        k::attention::flash_attention_backward_with_dropout(
             &q.read()?,
             &kt.read()?,
             &v.read()?,
@@ -460,6 +481,7 @@ impl Backend for CpuBackend {
             layout,
             scale,
             causal,
+            dropout,
             &mut dq,
             &mut dk,
             &mut dv,

@@ -12,7 +12,9 @@
 //! are counted on [`Device::PrivateUse1`] only.
 
 use super::cpu::CpuBackend;
-use super::{AdamHyper, AttentionDims, AttentionLayout, Backend, MatmulSpec, Pair, RopeTable};
+use super::{
+    AdamHyper, AttentionDims, AttentionLayout, Backend, DropoutMask, MatmulSpec, Pair, RopeTable,
+};
 use crate::storage::{Buffer, DeviceBuffer};
 use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
 use std::any::Any;
@@ -367,6 +369,16 @@ impl Backend for MirrorBackend {
         })
     }
 
+    fn dropout(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        mask: &DropoutMask,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.run(op, &[x], |h| CpuBackend.dropout(op, &h[0], mask, c))
+    }
+
     fn matmul(
         &self,
         op: &'static str,
@@ -465,11 +477,13 @@ impl Backend for MirrorBackend {
         layout: AttentionLayout,
         scale: f32,
         causal: bool,
+        dropout: Option<&DropoutMask>,
         c: MemoryCategory,
     ) -> Result<Pair> {
         self.run(op, &[q, k, v], |h| {
-            CpuBackend
-                .flash_attention_forward(op, &h[0], &h[1], &h[2], dims, layout, scale, causal, c)
+            CpuBackend.flash_attention_forward(
+                op, &h[0], &h[1], &h[2], dims, layout, scale, causal, dropout, c,
+            )
         })
     }
 
@@ -486,11 +500,13 @@ impl Backend for MirrorBackend {
         layout: AttentionLayout,
         scale: f32,
         causal: bool,
+        dropout: Option<&DropoutMask>,
         c: MemoryCategory,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         self.run(op, &[q, k, v, out, lse, g], |h| {
             CpuBackend.flash_attention_backward(
-                op, &h[0], &h[1], &h[2], &h[3], &h[4], &h[5], dims, layout, scale, causal, c,
+                op, &h[0], &h[1], &h[2], &h[3], &h[4], &h[5], dims, layout, scale, causal, dropout,
+                c,
             )
         })
     }

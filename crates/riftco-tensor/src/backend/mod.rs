@@ -24,6 +24,7 @@ pub mod mirror;
 use crate::storage::Buffer;
 use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
 pub use riftco_kernels::attention::{AttentionDims, AttentionLayout};
+pub use riftco_kernels::philox::DropoutMask;
 pub use riftco_kernels::rope::RopeTable;
 pub use riftco_kernels::{AdamHyper, MatmulSpec};
 use std::fmt;
@@ -195,6 +196,23 @@ pub trait Backend: Send + Sync + fmt::Debug {
         c: MemoryCategory,
     ) -> Result<Tensor>;
 
+    // ---- dropout --------------------------------------------------------------------------
+
+    /// Dropout with the counter-based `mask` over the linear element index of `x`:
+    /// `x[e] / (1 − p)` where the mask keeps `e`, exactly 0 elsewhere (same shape as `x`; the
+    /// VJP is the same map applied to the upstream gradient). `mask.p` must be finite and in
+    /// `[0, 1)`.
+    ///
+    /// # Errors
+    /// [`TensorError::InvalidArgument`] naming `op` and `p` for any other `p`.
+    fn dropout(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        mask: &DropoutMask,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+
     // ---- matrix products and layout -------------------------------------------------------
 
     /// `op(A) · op(B)` of `spec`, output of `shape`.
@@ -268,6 +286,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     // ---- attention ------------------------------------------------------------------------
 
     /// FlashAttention-2 forward (Dao 2023, Algorithm 1): `(out, lse [batch, heads, seq_q])`.
+    /// With `dropout`, `out = (P ⊙ M / (1 − p)) V` for the mask over the index space
+    /// `[batch, heads, seq_q, seq_k]` (row-major, in either layout); `lse` is without dropout.
+    ///
+    /// # Errors
+    /// [`TensorError::InvalidArgument`] naming `op` and `p` for a `p` not finite in `[0, 1)`.
     fn flash_attention_forward(
         &self,
         op: &'static str,
@@ -278,9 +301,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
         layout: AttentionLayout,
         scale: f32,
         causal: bool,
+        dropout: Option<&DropoutMask>,
         c: MemoryCategory,
     ) -> Result<Pair>;
-    /// FlashAttention-2 backward (Dao 2023, Algorithm 2): `(dq, dk, dv)`.
+    /// FlashAttention-2 backward (Dao 2023, Algorithm 2): `(dq, dk, dv)`, for the forward's
+    /// `out` and `lse` computed with the same `dropout` mask (regenerated, never stored).
+    ///
+    /// # Errors
+    /// As [`Backend::flash_attention_forward`].
     fn flash_attention_backward(
         &self,
         op: &'static str,
@@ -294,6 +322,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         layout: AttentionLayout,
         scale: f32,
         causal: bool,
+        dropout: Option<&DropoutMask>,
         c: MemoryCategory,
     ) -> Result<(Tensor, Tensor, Tensor)>;
 
@@ -311,6 +340,23 @@ pub trait Backend: Send + Sync + fmt::Debug {
         step: u64,
         hyper: AdamHyper,
     ) -> Result<()>;
+}
+
+/// `Ok` when `mask` (if any) has a drop probability finite and in `[0, 1)`.
+///
+/// # Errors
+/// [`TensorError::InvalidArgument`] naming `op` and the value of `p`.
+pub fn check_dropout(op: &'static str, mask: Option<&DropoutMask>) -> Result<()> {
+    match mask {
+        Some(m) if !DropoutMask::is_valid_p(m.p) => Err(TensorError::InvalidArgument {
+            op,
+            message: format!(
+                "dropout probability p = {} is invalid: expected a finite p with 0 <= p < 1",
+                m.p
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 static REGISTERED: RwLock<Vec<(Device, &'static dyn Backend)>> = RwLock::new(Vec::new());

@@ -1,0 +1,33 @@
+//! Dropout with a counter-based mask (Srivastava et al. 2014, "Dropout: A Simple Way to Prevent
+//! Neural Networks from Overfitting", with inverted scaling): the mask is a pure function of the
+//! [`DropoutMask`] parameters and the element index (Philox4x32-10, see
+//! [`riftco_tensor::backend::DropoutMask`]), so the VJP — and any replay of the forward, such as
+//! a checkpoint recomputation — regenerates exactly the same mask without storing it.
+
+use super::{backend, ACT, GRAD};
+use crate::error::Result;
+use crate::variable::Variable;
+use riftco_tensor::backend::check_dropout;
+pub use riftco_tensor::backend::DropoutMask;
+
+/// `y[e] = x[e] / (1 − p)` where `mask` keeps element `e` (its row-major linear index in `x`),
+/// exactly 0 where it drops it; any shape, `f32`. VJP: the same mask applied to the gradient,
+/// `dx = g ⊙ M / (1 − p)`. With `p == 0` the input itself is returned (no node, no kernel).
+///
+/// # Errors
+/// [`riftco_tensor::TensorError::InvalidArgument`] naming `p` when `mask.p` is not finite or not
+/// in `[0, 1)`.
+pub fn dropout(x: &Variable, mask: DropoutMask) -> Result<Variable> {
+    check_dropout("dropout", Some(&mask))?;
+    if mask.is_identity() {
+        return Ok(x.clone());
+    }
+    let be = backend("dropout", &[x])?;
+    let value = be.dropout("dropout", x.value(), &mask, ACT)?;
+    Ok(Variable::from_op(
+        "dropout",
+        value,
+        vec![x.clone()],
+        move |_, _, g| Ok(vec![Some(be.dropout("dropout (vjp)", g, &mask, GRAD)?)]),
+    ))
+}
