@@ -26,6 +26,7 @@ import riftco
 from riftco.cli import (
     ArgumentParser,
     add_checkpointing_arguments,
+    add_dropout_arguments,
     check_sample_args,
     fail,
     int_range,
@@ -65,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-rank", type=int_range(1), default=8)
     p.add_argument("--lora-alpha", type=float, default=16.0)
     p.add_argument("--lora-mlp", action="store_true", help="also adapt the MLP projections")
+    add_dropout_arguments(p, lora=True)
     p.add_argument("--steps", type=int_range(1), default=200)
     p.add_argument("--batch-size", type=int_range(1), default=8)
     p.add_argument(
@@ -116,6 +118,9 @@ def main() -> None:
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
         lora_mlp=args.lora_mlp,
+        attention_dropout=args.attention_dropout,
+        residual_dropout=args.residual_dropout,
+        lora_dropout=args.lora_dropout,
         steps=args.steps,
         batch_size=args.batch_size,
         seq_len=seq_len,

@@ -25,6 +25,7 @@ import riftco
 from riftco.cli import (
     ArgumentParser,
     add_checkpointing_arguments,
+    add_dropout_arguments,
     check_sample_args,
     fail,
     int_range,
@@ -79,6 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--n-layers", type=int_range(1), default=4)
     model.add_argument("--d-ff", type=int_range(1), default=344)
     model.add_argument("--max-seq-len", type=int_range(1), default=128)
+    add_dropout_arguments(model, lora=False)
     sample = p.add_argument_group("sample")
     sample.add_argument("--prompt", default="def ", help="prompt of the printed sample")
     sample.add_argument(
@@ -106,6 +108,8 @@ def main() -> None:
         d_ff=args.d_ff,
         max_seq_len=args.max_seq_len,
         seed=args.seed,
+        attention_dropout=args.attention_dropout,
+        residual_dropout=args.residual_dropout,
     )
     config = riftco.PretrainingConfig(
         attention=args.attention,

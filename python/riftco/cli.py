@@ -110,6 +110,46 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """An argparse ``type``: a dropout probability, a number in ``[0, 1)``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1); got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1); got {text}")
+    return value
+
+
+def add_dropout_arguments(group: argparse._ActionsContainer, *, lora: bool) -> None:
+    """``--attention-dropout``, ``--residual-dropout`` and, with ``lora``, ``--lora-dropout``
+    (each a probability in ``[0, 1)``, default 0, active in training steps only)."""
+    group.add_argument(
+        "--attention-dropout",
+        type=probability,
+        default=0.0,
+        metavar="P",
+        help="dropout on the attention probabilities (default: %(default)s)",
+    )
+    group.add_argument(
+        "--residual-dropout",
+        type=probability,
+        default=0.0,
+        metavar="P",
+        help="dropout on the attention and MLP outputs before the residual adds "
+        "(default: %(default)s)",
+    )
+    if lora:
+        group.add_argument(
+            "--lora-dropout",
+            type=probability,
+            default=0.0,
+            metavar="P",
+            help="dropout on the LoRA adapters' inputs, PEFT's lora_dropout "
+            "(default: %(default)s)",
+        )
+
+
 def activation_checkpointing_arg(text: str) -> str:
     """An argparse ``type``: an activation-checkpointing policy spelling, checked with
     :func:`riftco.parse_activation_checkpointing` (what does not depend on the model: the layer

@@ -93,6 +93,14 @@ def _check_float(
         raise ConfigError(f"{field} must be {want}; got {value!r}")
 
 
+def _check_probability(field: str, value: object) -> None:
+    """A dropout probability: an int or float (not a bool) in ``[0, 1)``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{field} = {value!r}: expected a probability in [0, 1) (a number)")
+    if not 0.0 <= float(value) < 1.0:
+        raise ConfigError(f"{field} = {value!r}: expected a probability in [0, 1)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class _LoopConfig:
     """Fields shared by both stages (documented on the subclasses)."""
@@ -196,6 +204,16 @@ class PostTrainingConfig(_LoopConfig):
         lora_alpha: adapter scale numerator (the update is ``alpha / r · B A x``).
         lora_mlp: also adapt the gate/up/down projections.
         lora_seed: seeds the adapters' A initialisation (B starts at zero).
+        attention_dropout: dropout probability on the attention probabilities during
+            fine-tuning, in ``[0, 1)``; set on the loaded model (and saved with it by ``"full"``).
+        residual_dropout: dropout probability on the attention and MLP outputs before the
+            residual adds, in ``[0, 1)``; set like ``attention_dropout``.
+        lora_dropout: dropout probability on the adapters' inputs (PEFT's ``lora_dropout``,
+            written to ``adapter_config.json``), in ``[0, 1)``; only with ``"lora"``.
+
+    Dropout is active in the training steps only: the validation losses are computed in
+    evaluation mode. The per-forward masks follow the model's dropout step, recorded in the
+    metadata (``dropout.dropout_step``) at every save.
     """
 
     fine_tuning_method: str = "lora"
@@ -203,6 +221,9 @@ class PostTrainingConfig(_LoopConfig):
     lora_alpha: float = 16.0
     lora_mlp: bool = False
     lora_seed: int = 0
+    attention_dropout: float = 0.0
+    residual_dropout: float = 0.0
+    lora_dropout: float = 0.0
     steps: int = 100
     lr: float = 1e-3
     warmup_steps: int = 10
@@ -216,3 +237,10 @@ class PostTrainingConfig(_LoopConfig):
         _check_int("lora_seed", self.lora_seed, 0)
         if not isinstance(self.lora_mlp, bool):
             raise ConfigError(f"lora_mlp must be a bool; got {self.lora_mlp!r}")
+        for name in ("attention_dropout", "residual_dropout", "lora_dropout"):
+            _check_probability(name, getattr(self, name))
+        if self.lora_dropout != 0 and self.fine_tuning_method != "lora":
+            raise ConfigError(
+                f"lora_dropout = {self.lora_dropout!r} needs fine_tuning_method 'lora'; "
+                f"got {self.fine_tuning_method!r}"
+            )

@@ -10,7 +10,9 @@ a corpus, and writes into ``out_dir``:
   batch shape (``activation_checkpointing_plan``: the dict of
   ``DecoderOnlyTransformer.activation_checkpointing_plan``, computed once before the first step,
   with the planner's measurements for ``auto`` and budgets), attention kind, optimizer, corpus
-  summary, per-step losses, learning rates and step times, tokens/s, peak
+  summary, the dropout probabilities and dropout step (``dropout``; the step is the position in
+  the mask stream, not model state, updated at every save), per-step losses, learning rates and
+  step times, tokens/s, peak
   memory by category (``riftco.memory_stats()``; the peak is reset at the start of every step and
   the maximum over steps is recorded), validation loss before and after, wall time.
 
@@ -188,7 +190,8 @@ def _validation_loss(
     model: DecoderOnlyTransformer, batches: Callable[[], Iterator[np.ndarray[Any, Any]]]
 ) -> float:
     """Mean loss over the blocks ``batches()`` yields (the same blocks on every call), holding one
-    block at a time, so ``eval_batches`` bounds the time but not the memory."""
+    block at a time, so ``eval_batches`` bounds the time but not the memory. Computed in
+    evaluation mode (no dropout, no dropout step); the model's mode is restored afterwards."""
     count = 0
 
     def losses() -> Iterator[float]:
@@ -197,8 +200,24 @@ def _validation_loss(
             count += 1
             yield model.loss(block).item()
 
-    total = math.fsum(losses())
+    training = model.training
+    model.eval()
+    try:
+        total = math.fsum(losses())
+    finally:
+        model.train(training)
     return total / count
+
+
+def _dropout_metadata(model: DecoderOnlyTransformer) -> dict[str, Any]:
+    """The dropout probabilities and the dropout step (the position in the mask stream, which is
+    not model state: a resumed run restores it with ``model.dropout_step = ...``)."""
+    return {
+        "attention_dropout": model.config.attention_dropout,
+        "residual_dropout": model.config.residual_dropout,
+        "lora_dropout": model.lora_dropout,
+        "dropout_step": model.dropout_step,
+    }
 
 
 def _peak_bytes(device: str) -> dict[str, int]:
@@ -324,6 +343,7 @@ def _train_guarded(
         uniform_baseline_loss=UNIFORM_BASELINE_LOSS,
         validation_loss_before=_validation_loss(model, val_batches),
         validation_loss_after=None,
+        dropout=_dropout_metadata(model),
         losses=losses,
         lrs=lrs,
         step_times_s=step_times_s,
@@ -353,6 +373,7 @@ def _train_guarded(
             ),
             train_time_s=train_time_s,
             wall_time_s=time.perf_counter() - started,
+            dropout=_dropout_metadata(model),
         )
         with guard.deferred():
             save_state()
@@ -545,6 +566,9 @@ def run_post_training(
             activation_memory_budget=cfg.activation_memory_budget,
         )
     _check_fits(model.config, cfg)
+    model.set_dropout(
+        attention_dropout=cfg.attention_dropout, residual_dropout=cfg.residual_dropout
+    )
     metadata: dict[str, Any] = {
         "model_config": model.config.to_dict(),
         "base_model": base_path,
@@ -553,9 +577,18 @@ def run_post_training(
     save_state: Callable[[], None]
     if cfg.fine_tuning_method == "lora":
         model.enable_lora(
-            rank=cfg.lora_rank, alpha=cfg.lora_alpha, mlp=cfg.lora_mlp, seed=cfg.lora_seed
+            rank=cfg.lora_rank,
+            alpha=cfg.lora_alpha,
+            mlp=cfg.lora_mlp,
+            seed=cfg.lora_seed,
+            dropout=cfg.lora_dropout,
         )
-        metadata["lora"] = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "mlp": cfg.lora_mlp}
+        metadata["lora"] = {
+            "rank": cfg.lora_rank,
+            "alpha": cfg.lora_alpha,
+            "mlp": cfg.lora_mlp,
+            "dropout": cfg.lora_dropout,
+        }
         metadata["files"] = [ADAPTER_DIR, METADATA_FILE]
 
         def save_state() -> None:

@@ -419,6 +419,80 @@ static void test_memory(void) {
     EXPECT_OK(rt_empty_cache(NULL));
 }
 
+/* Dropout (2.3): setters instead of new config fields; validation names the field; the
+ * probabilities are saved with the model; the dropout step counts dropping training forwards. */
+static void test_dropout(const char *scratch) {
+    rt_transformer_config c = small_config();
+    rt_model *model = NULL;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model));
+    if (model == NULL) {
+        return;
+    }
+    float a = -1.0f, r = -1.0f, l = -1.0f;
+    EXPECT_OK(rt_model_dropout(model, &a, &r, &l));
+    EXPECT_TRUE(a == 0.0f && r == 0.0f && l == 0.0f);
+    EXPECT(rt_model_set_dropout(model, 1.5f, 0.0f, 0.0f), RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("attention_dropout = 1.5: expected a probability in [0, 1)");
+    EXPECT(rt_model_set_dropout(model, 0.0f, NAN, 0.0f), RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("residual_dropout = NaN");
+    EXPECT(rt_model_set_dropout(model, 0.0f, 0.0f, -0.5f), RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("lora_dropout = -0.5");
+    EXPECT(rt_model_set_dropout(model, 0.1f, 0.1f, 0.1f), RT_ERROR_INVALID_STATE);
+    EXPECT_MESSAGE_HAS("no LoRA adapters");
+    EXPECT_OK(rt_model_dropout(model, &a, &r, &l));
+    EXPECT_TRUE(a == 0.0f && r == 0.0f && l == 0.0f); /* unchanged on every error */
+    EXPECT(rt_model_set_dropout(NULL, 0.0f, 0.0f, 0.0f), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_dropout(model, &a, NULL, &l), RT_ERROR_NULL_POINTER);
+
+    EXPECT_OK(rt_model_set_dropout(model, 0.1f, 0.2f, 0.0f));
+    rt_lora_config lora = {.rank = 2, .alpha = 4.0f, .targets = RT_LORA_TARGET_ATTENTION, .seed = 1};
+    EXPECT_OK(rt_model_enable_lora(model, &lora));
+    EXPECT_OK(rt_model_set_dropout(model, 0.1f, 0.2f, 0.05f));
+    EXPECT_OK(rt_model_dropout(model, &a, &r, &l));
+    EXPECT_TRUE(a == 0.1f && r == 0.2f && l == 0.05f);
+
+    bool training = false;
+    EXPECT_OK(rt_model_training(model, &training));
+    EXPECT_TRUE(training);
+    uint64_t step = 99;
+    EXPECT_OK(rt_model_dropout_step(model, &step));
+    EXPECT_TRUE(step == 0);
+    uint32_t tokens[BATCH * SEQ_PLUS_ONE];
+    fill_tokens(tokens, BATCH * SEQ_PLUS_ONE);
+    rt_graph *graph = NULL;
+    EXPECT_OK(rt_model_loss(model, tokens, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE, &graph));
+    rt_graph_free(graph);
+    EXPECT_OK(rt_model_dropout_step(model, &step));
+    EXPECT_TRUE(step == 1);
+    EXPECT_OK(rt_model_set_training(model, false));
+    EXPECT_OK(rt_model_training(model, &training));
+    EXPECT_TRUE(!training);
+    graph = NULL;
+    EXPECT_OK(rt_model_loss(model, tokens, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE, &graph));
+    rt_graph_free(graph);
+    EXPECT_OK(rt_model_dropout_step(model, &step));
+    EXPECT_TRUE(step == 1); /* eval mode: no dropout, no step */
+    EXPECT_OK(rt_model_set_dropout_step(model, 41));
+    EXPECT_OK(rt_model_dropout_step(model, &step));
+    EXPECT_TRUE(step == 41);
+    EXPECT(rt_model_training(NULL, &training), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_dropout_step(model, NULL), RT_ERROR_NULL_POINTER);
+
+    /* Saved with the model (riftco_config); adapters are not part of the model file. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/dropout.safetensors", scratch);
+    EXPECT_OK(rt_model_save(model, path));
+    rt_model *loaded = NULL;
+    EXPECT_OK(rt_model_load(path, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED,
+                            &loaded));
+    if (loaded != NULL) {
+        EXPECT_OK(rt_model_dropout(loaded, &a, &r, &l));
+        EXPECT_TRUE(a == 0.1f && r == 0.2f && l == 0.0f);
+    }
+    rt_model_free(loaded);
+    rt_model_free(model);
+}
+
 int main(int argc, char **argv) {
     const char *scratch = argc > 1 ? argv[1] : ".";
     test_version_and_messages();
@@ -430,6 +504,7 @@ int main(int argc, char **argv) {
     test_oversized_configs();
     test_out_of_memory();
     test_memory();
+    test_dropout(scratch);
     if (failures != 0) {
         fprintf(stderr, "test_errors: %d of %d checks failed\n", failures, checks);
         return EXIT_FAILURE;

@@ -1,5 +1,5 @@
 /*
- * riftco C ABI 2.2: LLaMA-style decoder-only transformer training with activation
+ * riftco C ABI 2.3: LLaMA-style decoder-only transformer training with activation
  * checkpointing.
  *
  * Conventions
@@ -37,7 +37,7 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 2
+#define RT_ABI_VERSION_MINOR 3
 
 /**
  * Status of every fallible function. Values are stable: a code is never renumbered or reused.
@@ -450,6 +450,64 @@ rt_status rt_decode_session_reset(struct rt_decode_session *session);
  * Releases a decode session. NULL is accepted and ignored.
  */
 void rt_decode_session_free(struct rt_decode_session *session);
+
+/**
+ * Sets the dropout probabilities of later training forwards: `attention` on the attention
+ * probabilities (`attention_dropout`), `residual` on the outputs of the attention and MLP output
+ * projections before the residual adds (`residual_dropout`), `lora` on every LoRA adapter's
+ * input (`lora_dropout`, PEFT's). Each is in [0, 1); 0 disables it. A model created from an
+ * `rt_transformer_config` has no dropout; a loaded model has the probabilities saved with it.
+ * Dropout is active only while the model is training (rt_model_set_training) and a loss graph
+ * is recorded; evaluation and decoding never drop.
+ *
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ARGUMENT (a probability outside [0, 1),
+ * NaN or infinite, named in the message), RT_ERROR_INVALID_STATE (`lora` above 0 on a model
+ * without LoRA adapters: call rt_model_enable_lora first). On error nothing changes.
+ */
+rt_status rt_model_set_dropout(struct rt_model *model, float attention, float residual, float lora);
+
+/**
+ * Writes the dropout probabilities (see rt_model_set_dropout); `*lora` is 0 without active
+ * LoRA adapters.
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_model_dropout(const struct rt_model *model,
+                           float *attention,
+                           float *residual,
+                           float *lora);
+
+/**
+ * Sets training mode (a new model is training). A model that is not training never drops,
+ * even while recording a graph.
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_model_set_training(struct rt_model *model, bool training);
+
+/**
+ * Writes whether the model is in training mode.
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_model_training(const struct rt_model *model, bool *out);
+
+/**
+ * Writes the dropout step: how many training forwards with a dropout probability above 0 have
+ * recorded a graph. Forward n draws its masks from a key derived from the config's seed and n;
+ * the step is not saved with the model, so a resumed run restores it with
+ * rt_model_set_dropout_step to continue the same masks.
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_model_dropout_step(const struct rt_model *model, uint64_t *out);
+
+/**
+ * Sets the dropout step of the next training forward (see rt_model_dropout_step).
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_model_set_dropout_step(struct rt_model *model, uint64_t step);
 
 /**
  * Copies the calling thread's last error message into `buf` as a NUL-terminated string.

@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.2.
+//! The riftco C ABI 2.3.
 //!
 //! 2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH. 2.2 added the
 //! activation-checkpointing policies beyond `disabled` and `block`: the constants
@@ -8,6 +8,9 @@
 //! `rt_model_set_activation_checkpointing_segments`, `_selective`, `_policy` and
 //! `rt_model_set_activation_memory_budget`, and the string getters
 //! `rt_model_activation_checkpointing_policy` and `rt_model_activation_checkpointing_plan`.
+//! 2.3 added dropout: `rt_model_set_dropout` / `rt_model_dropout` (attention, residual and LoRA
+//! probabilities), `rt_model_set_training` / `rt_model_training` and
+//! `rt_model_dropout_step` / `rt_model_set_dropout_step`.
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -29,6 +32,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod decode;
+mod dropout;
 mod error;
 mod memory;
 mod model;
@@ -37,6 +41,7 @@ mod state;
 mod train;
 
 pub use decode::*;
+pub use dropout::*;
 pub use error::*;
 pub use memory::*;
 pub use model::*;
@@ -47,7 +52,7 @@ pub use train::*;
 /// Major version of the C ABI. A change means existing callers may need source changes.
 pub const RT_ABI_VERSION_MAJOR: u32 = 2;
 /// Minor version of the C ABI. A change only adds functions, constants or status codes.
-pub const RT_ABI_VERSION_MINOR: u32 = 2;
+pub const RT_ABI_VERSION_MINOR: u32 = 3;
 
 /// Writes the run-time ABI version of the loaded library (compare with the compile-time
 /// `RT_ABI_VERSION_MAJOR` / `RT_ABI_VERSION_MINOR` of the header).

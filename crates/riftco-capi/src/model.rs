@@ -63,6 +63,9 @@ impl From<&rt_transformer_config> for TransformerConfig {
             rms_norm_eps: c.rms_norm_eps,
             rope_theta: c.rope_theta,
             seed: c.seed,
+            // Not in the struct (ABI 2.x): set with rt_model_set_dropout.
+            attention_dropout: 0.0,
+            residual_dropout: 0.0,
         }
     }
 }
@@ -335,6 +338,8 @@ pub unsafe extern "C" fn rt_model_enable_lora(
                     .any(|g| g.value == role && config.targets & g.c_value != 0)
             }),
             seed: config.seed,
+            // rt_lora_config has no dropout field (ABI 2.x); set it with rt_model_set_dropout.
+            dropout: 0.0,
         };
         let mut state = model.lock();
         if state.model.has_lora() {

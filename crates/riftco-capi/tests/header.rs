@@ -48,7 +48,7 @@ fn header_declares_the_seed_names_and_version() {
     let h = generate();
     for name in [
         "#define RT_ABI_VERSION_MAJOR 2",
-        "#define RT_ABI_VERSION_MINOR 2",
+        "#define RT_ABI_VERSION_MINOR 3",
         "RT_ACTIVATION_CHECKPOINTING_DISABLED = 0",
         "RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK = 1",
         "RT_ACTIVATION_CHECKPOINTING_SEGMENTS = 2",
@@ -66,6 +66,12 @@ fn header_declares_the_seed_names_and_version() {
         "rt_model_activation_checkpointing(",
         "rt_abi_version(",
         "typedef struct rt_transformer_config {",
+        "rt_status rt_model_set_dropout(struct rt_model *model,",
+        "rt_status rt_model_dropout(const struct rt_model *model,",
+        "rt_status rt_model_set_training(struct rt_model *model, bool training);",
+        "rt_status rt_model_training(const struct rt_model *model, bool *out);",
+        "rt_status rt_model_dropout_step(const struct rt_model *model, uint64_t *out);",
+        "rt_status rt_model_set_dropout_step(struct rt_model *model, uint64_t step);",
     ] {
         assert!(h.contains(name), "the header lacks {name:?}");
     }
@@ -75,4 +81,24 @@ fn header_declares_the_seed_names_and_version() {
         !config.contains("checkpoint"),
         "rt_transformer_config must not carry the checkpointing policy"
     );
+    // ABI 2.x is additive: dropout is set through functions, the 2.0 structs keep their layout.
+    assert!(
+        !config.contains("dropout"),
+        "rt_transformer_config must keep its 2.0 layout (dropout has setters)"
+    );
+}
+
+/// The 2.0 layouts of the config structs, which a 2.x library must keep (LP64).
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn config_structs_keep_their_abi_2_0_layout() {
+    use riftco::{rt_lora_config, rt_transformer_config};
+    use std::mem::{align_of, offset_of, size_of};
+    assert_eq!(size_of::<rt_transformer_config>(), 72);
+    assert_eq!(align_of::<rt_transformer_config>(), 8);
+    assert_eq!(offset_of!(rt_transformer_config, rms_norm_eps), 48);
+    assert_eq!(offset_of!(rt_transformer_config, rope_theta), 56);
+    assert_eq!(offset_of!(rt_transformer_config, seed), 64);
+    assert_eq!(size_of::<rt_lora_config>(), 24);
+    assert_eq!(offset_of!(rt_lora_config, seed), 16);
 }

@@ -1,7 +1,8 @@
 //! `TransformerConfig`: sizes and numerics of a model, validated on construction.
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict};
+use riftco_transformer::config::validate_dropout;
 use riftco_transformer::{TransformerConfig, TransformerError};
 
 use crate::errors::transformer_err;
@@ -20,10 +21,20 @@ use crate::errors::transformer_err;
 ///     max_seq_len: longest sequence (RoPE table size, K/V cache capacity).
 ///     rms_norm_eps: RMSNorm epsilon (positive).
 ///     rope_theta: RoPE base (positive).
-///     seed: seed of the weight initialisation.
+///     seed: seed of the weight initialisation (and of the dropout masks).
+///     attention_dropout: dropout probability on the attention probabilities, in ``[0, 1)``
+///         (Hugging Face's ``attention_dropout``).
+///     residual_dropout: dropout probability on the outputs of ``o_proj`` and ``down_proj``
+///         before the residual adds, in ``[0, 1)`` (saved in the ``"riftco"`` key of
+///         ``config.json``: ``LlamaConfig`` has no such field).
+///
+/// Dropout is active only in the training forwards of ``loss`` / ``logits`` while the model is
+/// training (``model.train()``, the default); after ``model.eval()``, and in decoding, nothing
+/// is dropped.
 ///
 /// Raises:
-///     ConfigError: naming the first invalid field and its value.
+///     ConfigError: naming the first invalid field and its value (a dropout probability that is
+///         not a number, is a bool, or lies outside ``[0, 1)``, NaN and infinities included).
 ///
 /// Example:
 ///     >>> import riftco
@@ -43,6 +54,38 @@ fn size(field: &'static str, v: i64) -> PyResult<usize> {
     })
 }
 
+/// A dropout probability argument named `field`: an int or float (or any object with
+/// `__float__`, such as a NumPy scalar) in `[0, 1)`.
+///
+/// # Errors
+/// `ConfigError` naming `field` and the value for a bool (``True`` is not a probability), a
+/// non-number (``None``, a string) or a value outside `[0, 1)`.
+pub(crate) fn probability(field: &'static str, v: &Bound<'_, PyAny>) -> PyResult<f32> {
+    let config_err = |value: String, reason: &str| {
+        transformer_err(TransformerError::Config {
+            field,
+            value,
+            reason: reason.into(),
+        })
+    };
+    let repr = || v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
+    if v.is_instance_of::<PyBool>() {
+        return Err(config_err(
+            repr(),
+            "expected a probability in [0, 1), not a bool",
+        ));
+    }
+    let p: f64 = v
+        .extract()
+        .map_err(|_| config_err(repr(), "expected a probability in [0, 1) (a number)"))?;
+    if !(0.0..1.0).contains(&p) {
+        return Err(config_err(repr(), "expected a probability in [0, 1)"));
+    }
+    // A value just below 1 may round to 1 as an f32: checked again.
+    validate_dropout(field, p as f32).map_err(transformer_err)?;
+    Ok(p as f32)
+}
+
 /// The f64 with the f32's shortest decimal spelling, so `1e-5` reads back as `1e-5`.
 pub(crate) fn f32_as_python_float(x: f32) -> f64 {
     x.to_string().parse().unwrap_or(f64::from(x))
@@ -52,7 +95,8 @@ pub(crate) fn f32_as_python_float(x: f32) -> f64 {
 impl PyTransformerConfig {
     #[new]
     #[pyo3(signature = (vocab_size, d_model, n_heads, n_layers, d_ff, max_seq_len,
-                        rms_norm_eps = 1e-5, rope_theta = 10000.0, seed = 0))]
+                        rms_norm_eps = 1e-5, rope_theta = 10000.0, seed = 0,
+                        attention_dropout = None, residual_dropout = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         vocab_size: i64,
@@ -64,7 +108,11 @@ impl PyTransformerConfig {
         rms_norm_eps: f32,
         rope_theta: f64,
         seed: u64,
+        attention_dropout: Option<Bound<'_, PyAny>>,
+        residual_dropout: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        // `None` is the default (0); an explicit None is accepted as "no dropout" like omission.
+        let p = |field, v: Option<Bound<'_, PyAny>>| v.map_or(Ok(0.0), |v| probability(field, &v));
         let c = TransformerConfig {
             vocab_size: size("vocab_size", vocab_size)?,
             d_model: size("d_model", d_model)?,
@@ -75,6 +123,8 @@ impl PyTransformerConfig {
             rms_norm_eps,
             rope_theta,
             seed,
+            attention_dropout: p("attention_dropout", attention_dropout)?,
+            residual_dropout: p("residual_dropout", residual_dropout)?,
         };
         c.validate().map_err(transformer_err)?;
         Ok(Self(c))
@@ -136,6 +186,17 @@ impl PyTransformerConfig {
     fn seed(&self) -> u64 {
         self.0.seed
     }
+    /// Dropout probability on the attention probabilities (default 0).
+    #[getter]
+    fn attention_dropout(&self) -> f64 {
+        f32_as_python_float(self.0.attention_dropout)
+    }
+    /// Dropout probability on the attention and MLP outputs before the residual adds (default
+    /// 0).
+    #[getter]
+    fn residual_dropout(&self) -> f64 {
+        f32_as_python_float(self.0.residual_dropout)
+    }
     /// Head width, ``d_model // n_heads``.
     #[getter]
     fn d_head(&self) -> usize {
@@ -146,7 +207,8 @@ impl PyTransformerConfig {
     ///
     /// Returns:
     ///     dict[str, int | float]: keys ``vocab_size``, ``d_model``, ``n_heads``, ``n_layers``,
-    ///     ``d_ff``, ``max_seq_len``, ``rms_norm_eps``, ``rope_theta``, ``seed``.
+    ///     ``d_ff``, ``max_seq_len``, ``rms_norm_eps``, ``rope_theta``, ``seed``,
+    ///     ``attention_dropout``, ``residual_dropout``.
     fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
         let c = &self.0;
         let d = PyDict::new(py);
@@ -159,6 +221,11 @@ impl PyTransformerConfig {
         d.set_item("rms_norm_eps", f32_as_python_float(c.rms_norm_eps))?;
         d.set_item("rope_theta", c.rope_theta)?;
         d.set_item("seed", c.seed)?;
+        d.set_item(
+            "attention_dropout",
+            f32_as_python_float(c.attention_dropout),
+        )?;
+        d.set_item("residual_dropout", f32_as_python_float(c.residual_dropout))?;
         Ok(d.unbind())
     }
 
@@ -166,7 +233,8 @@ impl PyTransformerConfig {
         let c = &self.0;
         format!(
             "TransformerConfig(vocab_size={}, d_model={}, n_heads={}, n_layers={}, d_ff={}, \
-             max_seq_len={}, rms_norm_eps={:?}, rope_theta={:?}, seed={})",
+             max_seq_len={}, rms_norm_eps={:?}, rope_theta={:?}, seed={}, \
+             attention_dropout={:?}, residual_dropout={:?})",
             c.vocab_size,
             c.d_model,
             c.n_heads,
@@ -175,7 +243,9 @@ impl PyTransformerConfig {
             c.max_seq_len,
             f32_as_python_float(c.rms_norm_eps),
             c.rope_theta,
-            c.seed
+            c.seed,
+            f32_as_python_float(c.attention_dropout),
+            f32_as_python_float(c.residual_dropout)
         )
     }
 

@@ -14,7 +14,7 @@ use riftco_transformer::{
     TransformerError, ATTENTION_KINDS,
 };
 
-use crate::config::PyTransformerConfig;
+use crate::config::{f32_as_python_float, probability, PyTransformerConfig};
 use crate::errors::{compute, tensor_err, transformer_err, Exc};
 use crate::policy::{count_arg, plan_dict, policy_from};
 use crate::tokens::token_ids;
@@ -408,10 +408,15 @@ impl PyModel {
     ///     mlp: also adapt ``gate_proj``, ``up_proj``, ``down_proj``.
     ///     seed: seed of the ``A`` initialisation (``B`` starts at zero).
     ///     attention: adapt ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``.
+    ///     dropout: dropout probability on each adapter's input, in ``[0, 1)`` (PEFT's
+    ///         ``lora_dropout``, saved in ``adapter_config.json``; ``None`` means 0).
     ///
     /// Raises:
     ///     LoraError: for a bad rank or alpha, no target, or when adapters already exist.
-    #[pyo3(signature = (rank = 8, alpha = 16.0, mlp = false, seed = 0, attention = true))]
+    ///     ConfigError: naming ``lora_dropout`` for a dropout that is not a number in ``[0, 1)``.
+    #[pyo3(signature = (rank = 8, alpha = 16.0, mlp = false, seed = 0, attention = true,
+                        dropout = None))]
+    #[allow(clippy::too_many_arguments)]
     fn enable_lora(
         &self,
         py: Python<'_>,
@@ -420,7 +425,9 @@ impl PyModel {
         mlp: bool,
         seed: u64,
         attention: bool,
+        dropout: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        let dropout = dropout.map_or(Ok(0.0), |p| probability("lora_dropout", &p))?;
         let rank = usize::try_from(rank)
             .map_err(|_| Exc::Lora.err(format!("LoRA: rank {rank} must be positive")))?;
         let lora = LoraConfig {
@@ -428,6 +435,7 @@ impl PyModel {
             alpha,
             targets: LoraTargets { attention, mlp },
             seed,
+            dropout,
         };
         compute(py, || self.write().enable_lora(&lora))
     }
@@ -585,6 +593,95 @@ impl PyModel {
         Ok(PyDecodeSession {
             inner: Mutex::new(session),
         })
+    }
+
+    /// Puts the model in training mode (the default) and returns it, as PyTorch's
+    /// ``module.train()``. Dropout is active only in training mode while a graph is recorded.
+    ///
+    /// Args:
+    ///     mode: ``False`` is the same as ``eval()``.
+    ///
+    /// Returns:
+    ///     DecoderOnlyTransformer: this model.
+    #[pyo3(signature = (mode = true))]
+    fn train(slf: Py<Self>, mode: bool) -> Py<Self> {
+        slf.get().write().set_training(mode);
+        slf
+    }
+
+    /// Puts the model in evaluation mode (no dropout, even while recording a graph) and returns
+    /// it, as PyTorch's ``module.eval()``.
+    ///
+    /// Returns:
+    ///     DecoderOnlyTransformer: this model.
+    fn eval(slf: Py<Self>) -> Py<Self> {
+        slf.get().write().set_training(false);
+        slf
+    }
+
+    /// Whether the model is in training mode (``train()``, the default) or not (``eval()``).
+    #[getter]
+    fn training(&self) -> bool {
+        self.read().is_training()
+    }
+
+    /// The dropout step: how many training forwards with a dropout probability above 0 recorded
+    /// a graph (starts at 0). Forward ``n`` draws its masks from a key of ``config.seed`` and
+    /// ``n``. Not saved with the model: a resumed run sets it back to continue the same masks.
+    ///
+    /// Raises:
+    ///     OverflowError, TypeError: when set to something other than an int in ``[0, 2**64)``.
+    #[getter]
+    fn dropout_step(&self) -> u64 {
+        self.read().dropout_step()
+    }
+
+    #[setter]
+    fn set_dropout_step(&self, step: u64) {
+        self.write().set_dropout_step(step);
+    }
+
+    /// The dropout probability on the active adapters' inputs (0 without active adapters).
+    #[getter]
+    fn lora_dropout(&self) -> f64 {
+        f32_as_python_float(self.read().lora_dropout())
+    }
+
+    /// Changes dropout probabilities of later training forwards; an argument left ``None``
+    /// keeps its value. ``attention_dropout`` and ``residual_dropout`` are config fields (saved
+    /// with the model); ``lora_dropout`` applies to every adapter (saved with the adapter).
+    ///
+    /// Raises:
+    ///     ConfigError: naming the field for a value that is not a number in ``[0, 1)``.
+    ///     LoraError: for ``lora_dropout`` on a model without adapters. Nothing changes on error.
+    #[pyo3(signature = (attention_dropout = None, residual_dropout = None, lora_dropout = None))]
+    fn set_dropout(
+        &self,
+        attention_dropout: Option<Bound<'_, PyAny>>,
+        residual_dropout: Option<Bound<'_, PyAny>>,
+        lora_dropout: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let mut m = self.write();
+        let [a, r, _] = m.dropout_probabilities();
+        let p =
+            |field, v: Option<Bound<'_, PyAny>>, old| v.map_or(Ok(old), |v| probability(field, &v));
+        let a = p("attention_dropout", attention_dropout, a)?;
+        let r = p("residual_dropout", residual_dropout, r)?;
+        let lora = lora_dropout
+            .map(|v| probability("lora_dropout", &v))
+            .transpose()?;
+        if let Some(l) = lora {
+            if !m.has_lora() {
+                return Err(transformer_err(TransformerError::Lora {
+                    message: format!("lora_dropout = {l}: the model has no adapters"),
+                }));
+            }
+        }
+        m.set_dropout(a, r).map_err(transformer_err)?;
+        if let Some(l) = lora {
+            m.set_lora_dropout(l).map_err(transformer_err)?;
+        }
+        Ok(())
     }
 
     /// How many block forwards ran so far (original forwards plus checkpoint replays).

@@ -189,6 +189,10 @@ pub struct BlockContext {
     pub rope: Arc<RopeTable>,
     /// Attention implementation.
     pub attention: FullSequenceAttentionKind,
+    /// The dropout of a training forward that records a graph (its key, and the probabilities;
+    /// `layer` is set per block); `None` for forwards that never drop (evaluation, decoding,
+    /// no probability above 0).
+    pub dropout: Option<crate::dropout::BlockDropout>,
 }
 
 /// The keys and values of one block for incremental decoding: `[max_seq_len, n_heads, d_head]`
@@ -276,6 +280,7 @@ impl BlockContext {
             eps: config.rms_norm_eps,
             rope: rope.clone(),
             attention,
+            dropout: None,
         }
     }
 }

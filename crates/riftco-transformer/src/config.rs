@@ -28,9 +28,75 @@ pub struct TransformerConfig {
     /// RoPE base θ (default 10000).
     #[serde(default = "default_theta")]
     pub rope_theta: f64,
-    /// Seed of the weight initialisation.
+    /// Seed of the weight initialisation (and of the dropout masks, see
+    /// [`crate::dropout::dropout_key`]).
     #[serde(default)]
     pub seed: u64,
+    /// Dropout probability on the attention probabilities, in `[0, 1)` (default 0; Hugging
+    /// Face's `attention_dropout`). Active only in training forwards that record a graph.
+    #[serde(
+        default,
+        serialize_with = "dropout_to_json",
+        deserialize_with = "attention_dropout_from_json"
+    )]
+    pub attention_dropout: f32,
+    /// Dropout probability on the outputs of the attention and MLP output projections
+    /// (`o_proj`, `down_proj`) before the residual adds, in `[0, 1)` (default 0). Active only in
+    /// training forwards that record a graph.
+    #[serde(
+        default,
+        serialize_with = "dropout_to_json",
+        deserialize_with = "residual_dropout_from_json"
+    )]
+    pub residual_dropout: f32,
+}
+
+/// A dropout probability as the f64 of its shortest f32 decimal (`0.1`, not
+/// `0.10000000149011612`), which reads back as the same f32.
+fn dropout_to_json<S: serde::Serializer>(p: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(p.to_string().parse().unwrap_or(f64::from(*p)))
+}
+
+/// A dropout probability from a JSON number; another type is an error naming `field` (serde's
+/// own message does not name it). The range is checked by [`TransformerConfig::validate`].
+fn dropout_from_json<'de, D: serde::Deserializer<'de>>(
+    field: &str,
+    d: D,
+) -> std::result::Result<f32, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    v.as_f64().map(|p| p as f32).ok_or_else(|| {
+        serde::de::Error::custom(format!("{field} = {v}: expected a probability in [0, 1)"))
+    })
+}
+
+fn attention_dropout_from_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<f32, D::Error> {
+    dropout_from_json("attention_dropout", d)
+}
+
+fn residual_dropout_from_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<f32, D::Error> {
+    dropout_from_json("residual_dropout", d)
+}
+
+/// Checks a dropout probability: `p` must be finite and in `[0, 1)` (`p = 1` would drop every
+/// element and scale by `1 / 0`).
+///
+/// # Errors
+/// [`TransformerError::Config`] naming `field` and `p` ("attention_dropout = 1.5: expected a
+/// probability in [0, 1)").
+pub fn validate_dropout(field: &'static str, p: f32) -> Result<()> {
+    if (0.0..1.0).contains(&p) {
+        Ok(())
+    } else {
+        Err(TransformerError::Config {
+            field,
+            value: p.to_string(),
+            reason: "expected a probability in [0, 1)".into(),
+        })
+    }
 }
 
 /// The most bytes a model may need: 2^47 bytes (128 TiB), the user address space of x86_64
@@ -152,7 +218,7 @@ fn default_theta() -> f64 {
 }
 
 impl TransformerConfig {
-    /// A config with the default `rms_norm_eps`, `rope_theta` and seed 0.
+    /// A config with the default `rms_norm_eps`, `rope_theta`, seed 0 and no dropout.
     pub fn new(
         vocab_size: usize,
         d_model: usize,
@@ -171,6 +237,8 @@ impl TransformerConfig {
             rms_norm_eps: default_eps(),
             rope_theta: default_theta(),
             seed: 0,
+            attention_dropout: 0.0,
+            residual_dropout: 0.0,
         }
     }
 
@@ -215,7 +283,8 @@ impl TransformerConfig {
     /// # Errors
     /// [`TransformerError::Config`] naming the first invalid field and its value: zero sizes,
     /// `d_model` not divisible by `n_heads`, odd `d_head` (RoPE pairs dimensions), non-positive
-    /// or non-finite `rms_norm_eps` / `rope_theta`, `n_layers` above [`MAX_N_LAYERS`], or sizes whose [`MemoryFootprint`] exceeds
+    /// or non-finite `rms_norm_eps` / `rope_theta`, a dropout probability outside `[0, 1)`
+    /// (NaN and infinities included), `n_layers` above [`MAX_N_LAYERS`], or sizes whose [`MemoryFootprint`] exceeds
     /// [`MAX_MODEL_BYTES`] (naming the largest size of the largest part, and the byte count).
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &'static str, value: String, reason: &str| {
@@ -275,6 +344,8 @@ impl TransformerConfig {
                 "must be a positive finite number",
             );
         }
+        validate_dropout("attention_dropout", self.attention_dropout)?;
+        validate_dropout("residual_dropout", self.residual_dropout)?;
         self.validate_footprint()?;
         if self.n_layers > MAX_N_LAYERS {
             return bad(

@@ -16,6 +16,7 @@ pub mod checkpointing;
 pub mod config;
 pub mod decode;
 pub mod device;
+pub mod dropout;
 pub mod error;
 pub mod layout;
 pub mod linear;
@@ -29,6 +30,7 @@ pub use checkpointing::{
 };
 pub use config::{MemoryFootprint, TransformerConfig, MAX_MODEL_BYTES, MAX_N_LAYERS};
 pub use decode::DecodeSession;
+pub use dropout::{dropout_key, BlockDropout, DropoutSite};
 pub use error::{Result, TransformerError};
 pub use linear::{LoraConfig, LoraTargets};
 pub use model::{DecoderOnlyTransformer, Weights};

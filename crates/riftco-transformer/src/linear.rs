@@ -16,6 +16,10 @@ pub struct LoraAdapter {
     pub b: Variable,
     /// `alpha / r`.
     pub scale: f32,
+    /// Dropout probability on the adapter's input `x` (PEFT's `lora_dropout`: `B·A·dropout(x)`),
+    /// in `[0, 1)`; 0 from [`LoraAdapter::new`], set from [`LoraConfig::dropout`] by
+    /// `enable_lora`. Active only in training forwards that record a graph.
+    pub dropout: f32,
 }
 
 impl LoraAdapter {
@@ -46,6 +50,7 @@ impl LoraAdapter {
             a: Variable::named_leaf(a, true, format!("{base}.lora_A.weight")),
             b: Variable::named_leaf(b, true, format!("{base}.lora_B.weight")),
             scale: alpha / rank as f32,
+            dropout: 0.0,
         })
     }
 }
@@ -204,13 +209,18 @@ pub struct LoraConfig {
     pub targets: LoraTargets,
     /// Seed of the `A` initialisation.
     pub seed: u64,
+    /// Dropout probability on each adapter's input, in `[0, 1)` (PEFT's `lora_dropout`,
+    /// usually 0.05–0.1; 0 disables it).
+    pub dropout: f32,
 }
 
 impl LoraConfig {
-    /// Validates rank and alpha.
+    /// Validates rank, alpha, targets and dropout.
     ///
     /// # Errors
-    /// [`TransformerError::Lora`] for rank 0 or a non-finite alpha.
+    /// [`TransformerError::Lora`] for rank 0 or a non-finite alpha;
+    /// [`TransformerError::Config`] naming `lora_dropout` for a dropout outside `[0, 1)` (NaN and
+    /// infinities included).
     pub fn validate(&self, d_model: usize) -> Result<()> {
         if self.rank == 0 || self.rank > d_model {
             return Err(TransformerError::Lora {
@@ -227,6 +237,6 @@ impl LoraConfig {
                 message: "no target layers selected (attention and mlp both false)".into(),
             });
         }
-        Ok(())
+        crate::config::validate_dropout("lora_dropout", self.dropout)
     }
 }

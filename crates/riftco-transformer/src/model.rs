@@ -12,7 +12,7 @@ use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
 use riftco_autograd::{ops, Variable};
 use riftco_tensor::backend::RopeTable;
 use riftco_tensor::{MemoryCategory, Rng, Tensor, TensorError};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// All parameters of a model, shared (`Arc`) by the model, its training graphs and its decode
@@ -203,6 +203,10 @@ pub struct DecoderOnlyTransformer {
     plans: Mutex<Vec<(PlanKey, Arc<CheckpointPlan>)>>,
     block_calls: Arc<AtomicUsize>,
     revision: Arc<Revision>,
+    /// Training mode (default true; see [`DecoderOnlyTransformer::set_training`]).
+    pub(crate) training: bool,
+    /// Training forwards that dropped so far (see [`DecoderOnlyTransformer::dropout_step`]).
+    pub(crate) dropout_step: AtomicU64,
 }
 
 /// How many resolved plans a model keeps: training that alternates a few shapes (a smaller last
@@ -219,6 +223,8 @@ struct PlanKey {
     attention: FullSequenceAttentionKind,
     revision: u64,
     device: riftco_tensor::Device,
+    /// Attention, residual and LoRA dropout probabilities (dropout changes what a block keeps).
+    dropout: [u32; 3],
 }
 
 /// The structural revision of a model's weight set, shared with its decode sessions. Bumped by
@@ -278,6 +284,8 @@ impl DecoderOnlyTransformer {
             plans: Mutex::new(Vec::new()),
             block_calls: Arc::new(AtomicUsize::new(0)),
             revision: Arc::default(),
+            training: true,
+            dropout_step: AtomicU64::new(0),
         }
     }
 
@@ -285,6 +293,13 @@ impl DecoderOnlyTransformer {
     fn set_weights(&mut self, weights: Weights, change: &'static str) {
         self.weights = Arc::new(weights);
         self.revision.bump(change);
+    }
+
+    /// Replaces the weight set by one of the same structure and values (a changed dropout
+    /// probability): decode sessions and graphs keep the old set, which computes the same, so the
+    /// revision is not bumped (the plan cache keys on the probabilities).
+    pub(crate) fn swap_weights_keeping_revision(&mut self, weights: Weights) {
+        self.weights = Arc::new(weights);
     }
 
     /// The structural revision shared with decode sessions.
@@ -359,6 +374,7 @@ impl DecoderOnlyTransformer {
             attention: self.attention,
             revision: self.revision.get().0,
             device: self.device(),
+            dropout: self.dropout_probabilities().map(f32::to_bits),
         };
         let mut cached = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = cached.iter().position(|(k, _)| *k == key) {
@@ -416,7 +432,12 @@ impl DecoderOnlyTransformer {
     }
 
     /// Logits `[batch·seq, vocab]` for tokens `[batch, seq]` (row-major), recording a training
-    /// graph under the current policy.
+    /// graph under the current policy when gradients are enabled.
+    ///
+    /// Dropout is applied only when the model is training ([`DecoderOnlyTransformer::set_training`])
+    /// and a graph is being recorded (`riftco_autograd::is_grad_enabled`); such a forward with a
+    /// probability above 0 takes the next dropout step. Under `no_grad` (evaluation) and in
+    /// decoding nothing is dropped.
     ///
     /// # Errors
     /// [`TransformerError::Tokens`] for bad token buffers (length, ids, `seq > max_seq_len`).
@@ -426,7 +447,7 @@ impl DecoderOnlyTransformer {
         cfg.validate_tokens(tokens, batch, seq)?;
         let x = ops::embedding(&w.embed, tokens)?;
         let mut x = ops::reshape(&x, [batch, seq, cfg.d_model])?;
-        let ctx = BlockContext::new(cfg, &w.rope, batch, seq, self.attention);
+        let mut ctx = BlockContext::new(cfg, &w.rope, batch, seq, self.attention);
         // Without a graph (evaluation) no block retains anything: no plan is needed.
         let plan = if riftco_autograd::is_grad_enabled() {
             self.activation_checkpointing_plan(batch, seq)?
@@ -436,6 +457,7 @@ impl DecoderOnlyTransformer {
                     .expect("disabled needs no measurement"),
             )
         };
+        ctx.dropout = self.next_training_dropout();
         x = plan.forward(x, &w.layers, &ctx, &self.block_calls)?;
         let x = ops::rms_norm(&x, &w.final_norm, cfg.rms_norm_eps)?;
         let x = ops::reshape(&x, [batch * seq, cfg.d_model])?;
@@ -505,9 +527,10 @@ impl DecoderOnlyTransformer {
                 if row.role.targeted_by(&lora.targets) {
                     let (o, inp) = lin.dims();
                     let name = row.at(i).hf_name();
-                    lin.lora = Some(LoraAdapter::new(
-                        &name, o, inp, lora.rank, lora.alpha, &mut rng,
-                    )?);
+                    let mut adapter =
+                        LoraAdapter::new(&name, o, inp, lora.rank, lora.alpha, &mut rng)?;
+                    adapter.dropout = lora.dropout;
+                    lin.lora = Some(adapter);
                     lin.lora_active = true;
                 }
                 Ok(())

@@ -16,6 +16,7 @@ fn lora_config() -> LoraConfig {
         alpha: 8.0,
         targets: LoraTargets::default(),
         seed: 5,
+        dropout: 0.0,
     }
 }
 

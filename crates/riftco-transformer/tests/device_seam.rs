@@ -278,6 +278,7 @@ fn lora_enabled_on_a_moved_model_lives_on_its_device() {
             mlp: true,
         },
         seed: 3,
+        dropout: 0.0,
     };
     let mut cpu = model(Attn::Flash, Ck::TransformerBlock, false);
     let mut dev = model(Attn::Flash, Ck::TransformerBlock, false);

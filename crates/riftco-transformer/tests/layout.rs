@@ -97,6 +97,7 @@ fn lora_adapts_exactly_the_targeted_roles() {
             alpha: 4.0,
             targets: targets.clone(),
             seed: 1,
+            dropout: 0.0,
         };
         m.enable_lora(&lora).unwrap();
         let got: Vec<String> = m

@@ -491,6 +491,7 @@ fn with_lora(rank: usize, alpha: f32, targets: LoraTargets) -> DecoderOnlyTransf
         alpha,
         targets,
         seed: 9,
+        dropout: 0.0,
     })
     .unwrap();
     for (k, (_, p)) in m.weights().named_lora_parameters().iter().enumerate() {

@@ -344,6 +344,7 @@ fn with_lora(rank: usize) -> DecoderOnlyTransformer {
             mlp: true,
         },
         seed: rank as u64,
+        dropout: 0.0,
     })
     .unwrap();
     for (_, p) in m.weights().named_lora_parameters() {

@@ -66,6 +66,7 @@ fn build_corpus() -> Vec<(&'static str, Vec<u8>)> {
                 mlp,
             },
             seed: rank as u64,
+            dropout: 0.0,
         })
         .unwrap();
         let d = dir.join(name);

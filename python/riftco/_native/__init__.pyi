@@ -285,7 +285,12 @@ class TransformerConfig:
         rms_norm_eps: float = 1e-5,
         rope_theta: float = 10000.0,
         seed: int = 0,
-    ) -> TransformerConfig: ...
+        attention_dropout: float | None = None,
+        residual_dropout: float | None = None,
+    ) -> TransformerConfig:
+        """``attention_dropout`` / ``residual_dropout``: probabilities in ``[0, 1)`` (``None``
+        means 0); a bool, a non-number or a value outside ``[0, 1)`` raises ``ConfigError``
+        naming the field."""
     @staticmethod
     def from_dict(d: dict[str, Any]) -> TransformerConfig:
         """A config from the constructor's keyword names (e.g. ``to_dict()`` output)."""
@@ -307,6 +312,10 @@ class TransformerConfig:
     def rope_theta(self) -> float: ...
     @property
     def seed(self) -> int: ...
+    @property
+    def attention_dropout(self) -> float: ...
+    @property
+    def residual_dropout(self) -> float: ...
     @property
     def d_head(self) -> int:
         """``d_model // n_heads``."""
@@ -402,8 +411,10 @@ class DecoderOnlyTransformer:
         mlp: bool = False,
         seed: int = 0,
         attention: bool = True,
+        dropout: float | None = None,
     ) -> None:
-        """Adds and activates LoRA adapters; freezes the base. ``LoraError`` on misuse."""
+        """Adds and activates LoRA adapters; freezes the base. ``LoraError`` on misuse;
+        ``ConfigError`` naming ``lora_dropout`` for a ``dropout`` outside ``[0, 1)``."""
     def set_lora_active(self, active: bool) -> None: ...
     def merge_lora(self) -> None: ...
     @property
@@ -430,6 +441,29 @@ class DecoderOnlyTransformer:
     @property
     def block_forward_count(self) -> int:
         """Block forwards so far (original forwards plus checkpoint replays)."""
+    def train(self, mode: bool = True) -> DecoderOnlyTransformer:
+        """Training mode (the default; dropout active while a graph is recorded); returns the
+        model."""
+    def eval(self) -> DecoderOnlyTransformer:
+        """Evaluation mode (never drops); returns the model."""
+    @property
+    def training(self) -> bool: ...
+    @property
+    def dropout_step(self) -> int:
+        """Training forwards that dropped so far (the mask stream position; not saved)."""
+    @dropout_step.setter
+    def dropout_step(self, step: int) -> None: ...
+    @property
+    def lora_dropout(self) -> float:
+        """Dropout probability on the active adapters' inputs (0 without them)."""
+    def set_dropout(
+        self,
+        attention_dropout: float | None = None,
+        residual_dropout: float | None = None,
+        lora_dropout: float | None = None,
+    ) -> None:
+        """Changes the given probabilities (``None`` keeps one); ``ConfigError`` naming the
+        field, ``LoraError`` for ``lora_dropout`` without adapters."""
 
 # ---------------------------------------------------------------------------------------------
 # Optimizers

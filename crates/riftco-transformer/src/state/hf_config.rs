@@ -5,6 +5,10 @@ use crate::config::TransformerConfig;
 use serde_json::json;
 
 /// The Hugging Face `LlamaConfig` JSON of `config`, with the riftco config under `"riftco"`.
+/// `attention_dropout` is Hugging Face's key of the same name (dropout on the attention
+/// probabilities); `residual_dropout` has no `LlamaConfig` counterpart and is carried only in
+/// the riftco-specific `"riftco"` object (`transformers` keeps unknown keys as attributes and
+/// ignores them).
 pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
     json!({
         "architectures": ["LlamaForCausalLM"],
@@ -24,7 +28,7 @@ pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
         "hidden_act": "silu",
         "attention_bias": false,
         "mlp_bias": false,
-        "attention_dropout": 0.0,
+        "attention_dropout": json_f32(config.attention_dropout),
         "initializer_range": 0.02,
         "tie_word_embeddings": false,
         "torch_dtype": "float32",
@@ -63,6 +67,8 @@ pub(super) fn config_from_hf(
     );
     config.rms_norm_eps = number_field(v, "rms_norm_eps")?.unwrap_or(1e-6) as f32;
     config.rope_theta = rope_theta(v)?;
+    // Range checked with the rest of the config (`TransformerConfig::validate` names the field).
+    config.attention_dropout = number_field(v, "attention_dropout")?.unwrap_or(0.0) as f32;
     if let Some(kv) = v.get("num_key_value_heads").filter(|x| !x.is_null()) {
         let kv = kv
             .as_u64()
@@ -116,6 +122,16 @@ pub(super) fn config_from_hf(
         }
     }
     Ok(config)
+}
+
+/// `x` as the JSON number with `x`'s shortest decimal spelling (`0.1`, not the f64 value of the
+/// f32, `0.10000000149011612`), so Python and `transformers` read back the value that was set.
+pub(super) fn json_f32(x: f32) -> serde_json::Value {
+    x.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
 /// `v[key]` as a number: `None` when absent or null, an error naming the key for another type.

@@ -24,8 +24,8 @@ use std::path::Path;
 /// (`base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight [r, in]`,
 /// `...lora_B.weight [out, r]`, f32, metadata `{"format": "pt", "riftco_adapter_config":
 /// <the adapter_config.json text>}`) and `adapter_config.json` (`peft_type "LORA"`, `r`,
-/// `lora_alpha`, `target_modules`, `task_type "CAUSAL_LM"`, `bias "none"`). `lora_alpha` is
-/// recovered as `scale · r`.
+/// `lora_alpha`, `target_modules`, `task_type "CAUSAL_LM"`, `bias "none"`, `lora_dropout`: the
+/// adapters' input dropout probability). `lora_alpha` is recovered as `scale · r`.
 ///
 /// The two files are one atomic pair, as in [`crate::state::save_model`]: both are written in
 /// full into temporaries and fsynced, then `adapter_config.json` is renamed first and
@@ -60,7 +60,7 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
         "lora_alpha": alpha,
         "target_modules": target_modules,
         "bias": "none",
-        "lora_dropout": 0.0,
+        "lora_dropout": super::hf_config::json_f32(first.dropout),
         "fan_in_fan_out": false,
         "use_rslora": false,
         "inference_mode": true,
@@ -94,7 +94,8 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
 
 /// Reads `adapter_model.safetensors` and its config from `dir`, validates them against the
 /// model, then enables LoRA ([`DecoderOnlyTransformer::enable_lora`](crate::DecoderOnlyTransformer::enable_lora) with the
-/// file's `r`, `lora_alpha` and targets) and copies the loaded A and B into the new adapters.
+/// file's `r`, `lora_alpha`, targets and `lora_dropout`, absent or null meaning 0 as in PEFT)
+/// and copies the loaded A and B into the new adapters.
 ///
 /// Supported: `peft_type "LORA"`, `bias "none"`, no rsLoRA, no rank/alpha patterns,
 /// `target_modules` equal (in any order) to the four attention projections, the three MLP
@@ -172,6 +173,8 @@ struct PeftLoraConfig {
     target_modules: Vec<String>,
     #[serde(default)]
     bias: Option<String>,
+    #[serde(default)]
+    lora_dropout: Option<serde_json::Value>,
     #[serde(default)]
     use_rslora: bool,
     #[serde(default)]
@@ -267,11 +270,23 @@ impl PeftLoraConfig {
                 groups.join(", ")
             ));
         }
+        let dropout = match &self.lora_dropout {
+            None | Some(serde_json::Value::Null) => 0.0,
+            Some(v) => match v.as_f64() {
+                Some(p) => p as f32,
+                None => {
+                    return unsupported(format!(
+                        "lora_dropout = {v}: expected a probability in [0, 1)"
+                    ))
+                }
+            },
+        };
         let lora = LoraConfig {
             rank: self.r,
             alpha: self.lora_alpha,
             targets,
             seed: 0,
+            dropout,
         };
         lora.validate(d_model).map_err(|e| state_err(path, e))?;
         Ok(lora)

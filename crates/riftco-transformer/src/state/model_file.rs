@@ -250,10 +250,13 @@ pub(super) fn parse_riftco_config(path: &Path, raw: &str) -> Result<TransformerC
     })
 }
 
-/// Equal configs apart from the initialisation seed.
+/// Equal configs apart from the initialisation seed and the dropout probabilities (training
+/// settings, not architecture).
 pub(super) fn same_architecture(a: &TransformerConfig, b: &TransformerConfig) -> bool {
     let mut a = a.clone();
     a.seed = b.seed;
+    a.attention_dropout = b.attention_dropout;
+    a.residual_dropout = b.residual_dropout;
     a == *b
 }
 

@@ -20,6 +20,7 @@ pub fn lora_config() -> LoraConfig {
             mlp: true,
         },
         seed: 3,
+        dropout: 0.0,
     }
 }
 
