@@ -1,11 +1,12 @@
 //! One LLaMA-style transformer block:
 //! `x + Wo·Attn(RoPE(Wq·n1(x)), RoPE(Wk·n1(x)), Wv·n1(x))`, then `x + W2·(SiLU(W1·n2(x)) ⊙ W3·n2(x))`.
 
+use crate::dropout::DropoutSite;
 use crate::error::Result;
 use crate::layout::{self, Entry, LayerParam, Parameter, Slot};
 use crate::linear::Linear;
 use crate::policy::FullSequenceAttentionKind;
-use riftco_autograd::ops::{AttentionKind, AttentionLayout};
+use riftco_autograd::ops::{AttentionKind, AttentionLayout, DropoutMask};
 use riftco_autograd::{named, ops, CheckpointPass, Variable};
 use riftco_tensor::backend::RopeTable;
 use riftco_tensor::{MemoryCategory, Shape, Tensor, TensorError};
@@ -283,6 +284,14 @@ impl BlockContext {
             dropout: None,
         }
     }
+
+    /// This context for block `layer` (the index that goes into its dropout streams).
+    pub fn at_layer(&self, layer: usize) -> Self {
+        Self {
+            dropout: self.dropout.map(|d| d.for_layer(layer)),
+            ..self.clone()
+        }
+    }
 }
 
 /// The block's forward pass on `x [batch, seq, d_model]`.
@@ -336,49 +345,100 @@ fn block_forward_impl(
     let (b, t, h, dh) = (ctx.batch, ctx.seq, ctx.n_heads, ctx.d_head);
     let d_model = h * dh;
     let start_pos = cache.map_or(0, |(_, pos)| pos);
+    // Dropout masks of this training forward: a pure function of (key, [site, layer]), so a
+    // checkpoint replay draws exactly the forward's masks. Decoding never drops.
+    let drop = ctx.dropout.filter(|_| cache.is_none());
+    let mask = |site: DropoutSite, p: f32| {
+        drop.map(|d| DropoutMask {
+            p,
+            key: d.key,
+            stream: d.stream(site),
+            offset: 0,
+        })
+    };
+    let lora_mask = |site: DropoutSite| drop.and_then(|d| mask(site, d.lora));
     // Every value a selective checkpoint may save is named (`checkpointing::BLOCK_VALUE_NAMES`).
     let n1 = named("attn_norm", &[x], || {
         ops::rms_norm(x, &layer.attn_norm, ctx.eps)
     })?;
     // Projections reshaped to [batch, seq, heads, d_head] (free), RoPE on q and k.
-    let heads = |lin: &Linear, name: &str, rope: Option<&str>| -> Result<Variable> {
-        let y = ops::reshape(&lin.forward_named(name, &n1)?, [b, t, h, dh])?;
+    let heads = |lin: &Linear, name: &str, site, rope: Option<&str>| -> Result<Variable> {
+        let y = lin.forward_with_lora_dropout(Some(name), &n1, lora_mask(site))?;
+        let y = ops::reshape(&y, [b, t, h, dh])?;
         Ok(match rope {
             Some(rope_name) => named(rope_name, &[&y], || ops::rope(&y, &ctx.rope, start_pos))?,
             None => y,
         })
     };
     let (q, k, v) = (
-        heads(&layer.q, "q", Some("q_rope"))?,
-        heads(&layer.k, "k", Some("k_rope"))?,
-        heads(&layer.v, "v", None)?,
+        heads(&layer.q, "q", DropoutSite::LoraQ, Some("q_rope"))?,
+        heads(&layer.k, "k", DropoutSite::LoraK, Some("k_rope"))?,
+        heads(&layer.v, "v", DropoutSite::LoraV, None)?,
     );
     let (k, v) = match cache {
         Some((cache, pos)) => cache.append(&k, &v, pos)?,
         None => (k, v),
     };
     // [batch, seq, heads, d_head] in and out: flash attention reads this layout directly.
+    let attn_mask = drop.and_then(|d| mask(DropoutSite::AttentionProbabilities, d.attention));
     let attn = named("attention", &[&q, &k, &v], || {
-        ops::causal_attention(
+        ops::causal_attention_with_dropout(
             &q,
             &k,
             &v,
             AttentionLayout::BatchSeqHead,
             ctx.attention.into(),
+            attn_mask,
         )
     })?;
     let attn = ops::reshape(&attn, [b, t, d_model])?;
-    let x1 = ops::add(x, &layer.o.forward_named("o", &attn)?)?;
+    let residual = |site| drop.and_then(|d| mask(site, d.residual));
+    let o = layer
+        .o
+        .forward_with_lora_dropout(Some("o"), &attn, lora_mask(DropoutSite::LoraO))?;
+    let o = match residual(DropoutSite::AttentionResidual) {
+        Some(m) => ops::dropout(&o, m)?,
+        None => o,
+    };
+    let x1 = ops::add(x, &o)?;
     let n2 = named("mlp_norm", &[&x1], || {
         ops::rms_norm(&x1, &layer.mlp_norm, ctx.eps)
     })?;
     let (gate, up) = (
-        layer.gate.forward_named("gate", &n2)?,
-        layer.up.forward_named("up", &n2)?,
+        layer.gate.forward_with_lora_dropout(
+            Some("gate"),
+            &n2,
+            lora_mask(DropoutSite::LoraGate),
+        )?,
+        layer
+            .up
+            .forward_with_lora_dropout(Some("up"), &n2, lora_mask(DropoutSite::LoraUp))?,
     );
     let act = named("swiglu", &[&gate, &up], || ops::swiglu(&gate, &up))?;
+    let (down_mask, mlp_mask) = (
+        lora_mask(DropoutSite::LoraDown),
+        residual(DropoutSite::MlpResidual),
+    );
     Ok(match pass {
-        CheckpointPass::Forward => ops::add(&x1, &layer.down.forward(&act)?)?,
-        CheckpointPass::Replay => ops::add_graph_only(&x1, &layer.down.forward_graph_only(&act)?)?,
+        CheckpointPass::Forward => {
+            let down = layer
+                .down
+                .forward_with_lora_dropout(None, &act, down_mask)?;
+            let down = match mlp_mask {
+                Some(m) => ops::dropout(&down, m)?,
+                None => down,
+            };
+            ops::add(&x1, &down)?
+        }
+        CheckpointPass::Replay => {
+            let down = layer
+                .down
+                .forward_graph_only_with_lora_dropout(&act, down_mask)?;
+            let down = match mlp_mask {
+                Some(m) => ops::dropout_graph_only(&down, m)?,
+                None => down,
+            };
+            ops::add_graph_only(&x1, &down)?
+        }
     })
 }

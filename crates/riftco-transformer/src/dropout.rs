@@ -202,6 +202,22 @@ impl DecoderOnlyTransformer {
         Ok(())
     }
 
+    /// The dropout a training forward of this model applies (key `[0, 0]`, layer 0), without
+    /// taking a dropout step: `Some` when the model is training and some probability is above
+    /// 0. The planner measures blocks with it, since dropout changes what a block keeps; the
+    /// masks' values do not change a block's bytes.
+    pub(crate) fn planning_dropout(&self) -> Option<BlockDropout> {
+        let [attention, residual, lora] = self.dropout_probabilities();
+        let d = BlockDropout {
+            key: [0, 0],
+            layer: 0,
+            attention,
+            residual,
+            lora,
+        };
+        (self.training && d.any()).then_some(d)
+    }
+
     /// The dropout of the next forward, taking a dropout step: `Some` only when the model is
     /// training, a graph is being recorded and some probability is above 0 (`layer` 0; the
     /// block forward sets its own index with [`BlockDropout::for_layer`]).

@@ -87,7 +87,7 @@ impl Linear {
     /// # Errors
     /// Shape mismatch on `x`'s last axis.
     pub fn forward(&self, x: &Variable) -> Result<Variable> {
-        self.forward_impl(None, x, true)
+        self.forward_impl(None, x, true, None)
     }
 
     /// [`Linear::forward`] whose base product `x·Wᵀ` is the named value `name`
@@ -97,7 +97,24 @@ impl Linear {
     /// # Errors
     /// As [`Linear::forward`].
     pub fn forward_named(&self, name: &str, x: &Variable) -> Result<Variable> {
-        self.forward_impl(Some(name), x, true)
+        self.forward_impl(Some(name), x, true, None)
+    }
+
+    /// [`Linear::forward`] (with the base product named `name` when given, as
+    /// [`Linear::forward_named`]) whose adapter reads `dropout(x)` (PEFT's `lora_dropout`:
+    /// `y = x·Wᵀ + scale·(dropout(x)·Aᵀ)·Bᵀ`; the base product reads `x` itself). The mask is
+    /// `lora_dropout`'s key and stream with the adapter's own probability
+    /// ([`LoraAdapter::dropout`]); without an active adapter it is ignored.
+    ///
+    /// # Errors
+    /// As [`Linear::forward`].
+    pub fn forward_with_lora_dropout(
+        &self,
+        name: Option<&str>,
+        x: &Variable,
+        lora_dropout: Option<ops::DropoutMask>,
+    ) -> Result<Variable> {
+        self.forward_impl(name, x, true, lora_dropout)
     }
 
     /// [`Linear::forward`] recorded for the VJP only, for the tail of a checkpoint replay whose
@@ -109,12 +126,32 @@ impl Linear {
     /// # Errors
     /// Shape mismatch on `x`'s last axis.
     pub fn forward_graph_only(&self, x: &Variable) -> Result<Variable> {
-        self.forward_impl(None, x, false)
+        self.forward_impl(None, x, false, None)
+    }
+
+    /// [`Linear::forward_graph_only`] whose adapter reads `dropout(x)` (see
+    /// [`Linear::forward_with_lora_dropout`]).
+    ///
+    /// # Errors
+    /// As [`Linear::forward`].
+    pub fn forward_graph_only_with_lora_dropout(
+        &self,
+        x: &Variable,
+        lora_dropout: Option<ops::DropoutMask>,
+    ) -> Result<Variable> {
+        self.forward_impl(None, x, false, lora_dropout)
     }
 
     /// `y = x·Wᵀ (+ scale·(x·Aᵀ)·Bᵀ)`, with the plain ops when `evaluate`, else their graph-only
-    /// variants (except `x·Aᵀ`, always evaluated).
-    fn forward_impl(&self, name: Option<&str>, x: &Variable, evaluate: bool) -> Result<Variable> {
+    /// variants (except `x·Aᵀ`, always evaluated), the adapter reading `x` through
+    /// `lora_dropout` when given.
+    fn forward_impl(
+        &self,
+        name: Option<&str>,
+        x: &Variable,
+        evaluate: bool,
+        lora_dropout: Option<ops::DropoutMask>,
+    ) -> Result<Variable> {
         type Binary = fn(&Variable, &Variable) -> riftco_autograd::Result<Variable>;
         type Scale = fn(&Variable, f32) -> riftco_autograd::Result<Variable>;
         let (linear, add, scale): (Binary, Binary, Scale) = if evaluate {
@@ -132,6 +169,16 @@ impl Linear {
         };
         match (&self.lora, self.lora_active) {
             (Some(l), true) => {
+                let x = match lora_dropout {
+                    Some(mask) => &ops::dropout(
+                        x,
+                        ops::DropoutMask {
+                            p: l.dropout,
+                            ..mask
+                        },
+                    )?,
+                    None => x,
+                };
                 let down = ops::linear(x, &l.a)?;
                 let up = linear(&down, &l.b)?;
                 Ok(add(&y, &scale(&up, l.scale)?)?)

@@ -374,7 +374,9 @@ impl DecoderOnlyTransformer {
             attention: self.attention,
             revision: self.revision.get().0,
             device: self.device(),
-            dropout: self.dropout_probabilities().map(f32::to_bits),
+            dropout: self.planning_dropout().map_or([0; 3], |d| {
+                [d.attention, d.residual, d.lora].map(f32::to_bits)
+            }),
         };
         let mut cached = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = cached.iter().position(|(k, _)| *k == key) {
@@ -387,7 +389,13 @@ impl DecoderOnlyTransformer {
         let plan = match CheckpointPlan::fixed(&self.checkpointing, n_layers)? {
             Some(plan) => plan,
             None => {
-                let m = Arc::new(planner::measure(&self.weights, self.attention, batch, seq)?);
+                let m = Arc::new(planner::measure(
+                    &self.weights,
+                    self.attention,
+                    batch,
+                    seq,
+                    self.planning_dropout(),
+                )?);
                 match self.checkpointing {
                     ActivationCheckpointing::Budget(bytes) => planner::budget_plan(m, bytes)?,
                     _ => planner::auto_plan(m),

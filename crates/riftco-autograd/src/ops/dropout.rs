@@ -4,7 +4,7 @@
 //! [`riftco_tensor::backend::DropoutMask`]), so the VJP — and any replay of the forward, such as
 //! a checkpoint recomputation — regenerates exactly the same mask without storing it.
 
-use super::{backend, ACT, GRAD};
+use super::{backend, evaluate_value, placeholder, ACT, GRAD};
 use crate::error::Result;
 use crate::variable::Variable;
 use riftco_tensor::backend::check_dropout;
@@ -18,12 +18,32 @@ pub use riftco_tensor::backend::DropoutMask;
 /// [`riftco_tensor::TensorError::InvalidArgument`] naming `p` when `mask.p` is not finite or not
 /// in `[0, 1)`.
 pub fn dropout(x: &Variable, mask: DropoutMask) -> Result<Variable> {
+    dropout_impl(x, mask, true)
+}
+
+/// [`dropout()`] recorded for the VJP only (see the module of [`crate::ops`], "Graph-only
+/// variants"): the node and its VJP are [`dropout()`]'s, whose VJP reads only the mask, but the
+/// forward kernel is skipped and the value is a placeholder holding no data — for the tail of a
+/// checkpoint replay, whose output value nothing reads.
+///
+/// # Errors
+/// As [`dropout()`].
+pub fn dropout_graph_only(x: &Variable, mask: DropoutMask) -> Result<Variable> {
+    dropout_impl(x, mask, false)
+}
+
+fn dropout_impl(x: &Variable, mask: DropoutMask, evaluate: bool) -> Result<Variable> {
     check_dropout("dropout", Some(&mask))?;
     if mask.is_identity() {
         return Ok(x.clone());
     }
     let be = backend("dropout", &[x])?;
-    let value = be.dropout("dropout", x.value(), &mask, ACT)?;
+    let value = if evaluate_value(evaluate, &[x]) {
+        be.dropout("dropout", x.value(), &mask, ACT)?
+    } else {
+        // Never read (graph-only): a placeholder without memory.
+        placeholder(be, x.value().shape().clone())?
+    };
     Ok(Variable::from_op(
         "dropout",
         value,

@@ -4,7 +4,7 @@
 //! [`riftco_tensor::TensorError::DeviceMismatch`]), so a new device needs no change here.
 //!
 //! # Graph-only variants
-//! [`linear_graph_only`], [`add_graph_only`] and [`scale_graph_only`] record the same node and
+//! [`linear_graph_only`], [`add_graph_only`], [`scale_graph_only`] and [`dropout_graph_only`] record the same node and
 //! VJP as their plain op but skip the forward kernel: the node's value has the right shape and
 //! device but holds no data ([`riftco_tensor::Tensor::placeholder`]: no memory, and reading it
 //! is a [`riftco_tensor::TensorError::NoData`] error rather than garbage). They exist for the
@@ -31,7 +31,7 @@ pub use attention::{
     causal_attention, causal_attention_with_dropout, flash_attention, flash_attention_with_dropout,
     flash_attention_with_layout, AttentionKind, AttentionLayout,
 };
-pub use dropout::{dropout, DropoutMask};
+pub use dropout::{dropout, dropout_graph_only, DropoutMask};
 pub use elementwise::{add, add_graph_only, mul, scale, scale_graph_only, silu, sum, swiglu};
 pub use embedding::embedding;
 pub use linalg::{bmm, linear, linear_graph_only, matmul};

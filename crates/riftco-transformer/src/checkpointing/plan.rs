@@ -137,9 +137,10 @@ pub(crate) fn run_segment(
     let save = match &seg.policy {
         BlockPolicy::Disabled => {
             let mut x = x.clone();
-            for layer in layers {
+            for (i, layer) in layers.iter().enumerate() {
                 calls.fetch_add(1, Ordering::Relaxed);
-                x = block_forward_for(&x, layer, ctx, CheckpointPass::Forward)?;
+                let ctx = ctx.at_layer(seg.layers.start + i);
+                x = block_forward_for(&x, layer, &ctx, CheckpointPass::Forward)?;
             }
             return Ok(x);
         }
@@ -156,6 +157,7 @@ pub(crate) fn run_segment(
         ),
     };
     let (layers, ctx, calls) = (layers.to_vec(), ctx.clone(), calls.clone());
+    let first = seg.layers.start;
     Ok(checkpoint_with_options(
         &name,
         x,
@@ -173,6 +175,7 @@ pub(crate) fn run_segment(
                 } else {
                     CheckpointPass::Forward
                 };
+                let ctx = ctx.at_layer(first + j);
                 x = block_forward_for(&x, layer, &ctx, pass).map_err(into_autograd)?;
             }
             Ok(x)

@@ -40,6 +40,7 @@
 use super::plan::{human_bytes, run_segment, segments_of, CheckpointPlan, PlanSegment};
 use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet, SELECTIVE_POLICIES};
 use crate::block::BlockContext;
+use crate::dropout::BlockDropout;
 use crate::error::{Result, TransformerError};
 use crate::model::Weights;
 use crate::policy::FullSequenceAttentionKind;
@@ -224,8 +225,9 @@ pub fn measure(
     attention: FullSequenceAttentionKind,
     batch: usize,
     seq: usize,
+    dropout: Option<BlockDropout>,
 ) -> Result<BlockMeasurement> {
-    enable_grad(|| measure_impl(weights, attention, batch, seq))
+    enable_grad(|| measure_impl(weights, attention, batch, seq, dropout))
 }
 
 fn measure_impl(
@@ -233,11 +235,15 @@ fn measure_impl(
     attention: FullSequenceAttentionKind,
     batch: usize,
     seq: usize,
+    dropout: Option<BlockDropout>,
 ) -> Result<BlockMeasurement> {
     let cfg = &weights.config;
     check_shape(cfg, batch, seq)?;
     let device = weights.embed.value().device();
-    let ctx = BlockContext::new(cfg, &weights.rope, batch, seq, attention);
+    let mut ctx = BlockContext::new(cfg, &weights.rope, batch, seq, attention);
+    // Dropout changes what a block keeps (a dropped LoRA input or attention probabilities are
+    // saved for the next product's VJP): measure with the training forward's probabilities.
+    ctx.dropout = dropout;
     let layer = weights
         .layers
         .first()
