@@ -519,13 +519,12 @@ fn backward_pair<S: Simd>(
                         let (pr, zr) = (&p_tile[at..at + bk], &mut pz_tile[at..at + bk]);
                         let dr = &mut dp_tile[at..at + bk];
                         zr[n..].fill(0.0);
-                        mask.for_each_keep(e, n, |c, keep| {
-                            if keep {
-                                zr[c] = pr[c] * sc;
-                                dr[c] *= sc;
-                            } else {
-                                zr[c] = 0.0;
-                                dr[c] = 0.0;
+                        mask.for_each_chunk(e, n, |c0, keep| {
+                            let c1 = c0 + keep.len();
+                            let it = zr[c0..c1].iter_mut().zip(&pr[c0..c1]);
+                            for (((z, &p), d), &m) in it.zip(&mut dr[c0..c1]).zip(keep) {
+                                *z = f32::from_bits((p * sc).to_bits() & m);
+                                *d = f32::from_bits((*d * sc).to_bits() & m);
                             }
                         });
                     }

@@ -20,6 +20,10 @@ const M1: u32 = 0xCD9E_8D57;
 const W0: u32 = 0x9E37_79B9;
 const W1: u32 = 0xBB67_AE85;
 
+/// Elements per chunk of [`DropoutMask::for_each_chunk`] (a multiple of 4, and of the
+/// backward's key tile).
+pub const KEEP_CHUNK: usize = 64;
+
 /// One Philox round on `c` with round key `k`.
 #[inline(always)]
 fn round(c: [u32; 4], k: [u32; 2]) -> [u32; 4] {
@@ -36,7 +40,7 @@ fn round(c: [u32; 4], k: [u32; 2]) -> [u32; 4] {
 /// Philox4x32 with 10 rounds: the four 32-bit output words of block `counter` under `key`.
 /// Matches the Random123 known-answer vectors (`examples/kat_vectors` of the Random123
 /// distribution).
-#[inline]
+#[inline(always)]
 pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     let mut c = counter;
     let mut k = key;
@@ -106,21 +110,51 @@ impl DropoutMask {
         self.keeps_word(self.block(e / 4)[(e % 4) as usize])
     }
 
-    /// Calls `f(c, keep(e0 + c))` for `c` in `0..len`, in order, with one Philox call per four
-    /// elements (the fast path of every dropout kernel).
+    /// All ones where the word `x` keeps its element, 0 where it drops it (a select mask).
     #[inline(always)]
-    pub fn for_each_keep(&self, e0: u64, len: usize, mut f: impl FnMut(usize, bool)) {
-        let mut c = 0;
-        let mut e = e0;
-        while c < len {
-            let words = self.block(e / 4);
-            let lane = (e % 4) as usize;
-            let take = (4 - lane).min(len - c);
-            for (t, &x) in words[lane..lane + take].iter().enumerate() {
-                f(c + t, self.keeps_word(x));
+    pub fn keep_bits(&self, x: u32) -> u32 {
+        u32::from(self.keeps_word(x)).wrapping_neg()
+    }
+
+    /// `words[c]` = the random word of element `e0 + c`: one Philox call per 4 elements
+    /// (a partial block at an unaligned start and at the end).
+    #[inline(always)]
+    pub fn fill_words(&self, e0: u64, words: &mut [u32]) {
+        let head = ((4 - (e0 % 4) as usize) % 4).min(words.len());
+        if head > 0 {
+            let lane = (e0 % 4) as usize;
+            words[..head].copy_from_slice(&self.block(e0 / 4)[lane..lane + head]);
+        }
+        let mut b = e0.div_ceil(4);
+        let mut body = words[head..].chunks_exact_mut(4);
+        for w in &mut body {
+            w.copy_from_slice(&self.block(b));
+            b += 1;
+        }
+        let rest = body.into_remainder();
+        let n = rest.len();
+        if n > 0 {
+            rest.copy_from_slice(&self.block(b)[..n]);
+        }
+    }
+
+    /// Calls `f(c0, masks)` for consecutive chunks (at most [`KEEP_CHUNK`] elements) covering
+    /// `0..len`, in order, where `masks[t]` is [`DropoutMask::keep_bits`] of element
+    /// `e0 + c0 + t`: the fast path of every dropout kernel. Selecting with the mask
+    /// (`bits(x) & mask`) keeps the per-element work branch-free and vectorizable.
+    #[inline(always)]
+    pub fn for_each_chunk(&self, e0: u64, len: usize, mut f: impl FnMut(usize, &[u32])) {
+        let mut words = [0u32; KEEP_CHUNK];
+        let mut c0 = 0;
+        while c0 < len {
+            let n = KEEP_CHUNK.min(len - c0);
+            let w = &mut words[..n];
+            self.fill_words(e0 + c0 as u64, w);
+            for x in w.iter_mut() {
+                *x = self.keep_bits(*x);
             }
-            c += take;
-            e += take as u64;
+            f(c0, w);
+            c0 += n;
         }
     }
 
@@ -128,21 +162,26 @@ impl DropoutMask {
     ///
     /// # Panics
     /// When `x` and `out` differ in length.
-    #[inline]
+    #[inline(always)]
     pub fn apply(&self, e0: u64, x: &[f32], out: &mut [f32]) {
         assert_eq!(x.len(), out.len(), "DropoutMask::apply: x and out lengths");
         let s = self.scale();
-        self.for_each_keep(e0, x.len(), |c, keep| {
-            out[c] = if keep { x[c] * s } else { 0.0 };
+        self.for_each_chunk(e0, x.len(), |c0, masks| {
+            let n = masks.len();
+            for ((o, &v), &m) in out[c0..c0 + n].iter_mut().zip(&x[c0..c0 + n]).zip(masks) {
+                *o = f32::from_bits((v * s).to_bits() & m);
+            }
         });
     }
 
     /// [`DropoutMask::apply`] in place on `x`.
-    #[inline]
+    #[inline(always)]
     pub fn apply_in_place(&self, e0: u64, x: &mut [f32]) {
         let s = self.scale();
-        self.for_each_keep(e0, x.len(), |c, keep| {
-            x[c] = if keep { x[c] * s } else { 0.0 };
+        self.for_each_chunk(e0, x.len(), |c0, masks| {
+            for (v, &m) in x[c0..c0 + masks.len()].iter_mut().zip(masks) {
+                *v = f32::from_bits((*v * s).to_bits() & m);
+            }
         });
     }
 }
@@ -160,10 +199,16 @@ mod tests {
             offset: u64::MAX - 2,
         };
         for e0 in 0..9u64 {
-            let mut got = Vec::new();
-            m.for_each_keep(e0, 23, |c, k| got.push((c, k)));
-            let want: Vec<_> = (0..23).map(|c| (c, m.keep(e0 + c as u64))).collect();
-            assert_eq!(got, want, "e0 = {e0}");
+            for len in [0, 1, 3, 4, 23, 64, 65, 200] {
+                let mut got = Vec::new();
+                m.for_each_chunk(e0, len, |c0, masks| {
+                    assert_eq!(c0, got.len());
+                    got.extend(masks.iter().map(|&b| b == u32::MAX));
+                    assert!(masks.iter().all(|&b| b == 0 || b == u32::MAX));
+                });
+                let want: Vec<_> = (0..len).map(|c| m.keep(e0 + c as u64)).collect();
+                assert_eq!(got, want, "e0 = {e0}, len {len}");
+            }
         }
     }
 }
