@@ -4,7 +4,9 @@ The compute runs in a Rust core (``riftco._native``, released GIL during every c
 this package is its Python front:
 
 - autograd: ``Variable`` (``tensor``), ``functional`` ops, ``checkpoint(fn, x, dependencies,
-  save=...)`` and ``named(name, fn, *inputs)`` (selective checkpointing);
+  save=..., preserve_rng_state=True, determinism_check="metadata")`` and ``named(name, fn,
+  *inputs)`` (selective checkpointing); the thread's generator state (``manual_seed``,
+  ``get_rng_state``, ``set_rng_state``);
 - the model: ``TransformerConfig``, ``DecoderOnlyTransformer``, ``DecodeSession``,
   ``Adam``/``AdamW``; activation-checkpointing policies (``ACTIVATION_CHECKPOINTING_POLICIES``,
   ``ACTIVATION_CHECKPOINTING_FORMS``, ``SELECTIVE_POLICIES``, ``BLOCK_VALUE_NAMES``,
@@ -43,6 +45,8 @@ from riftco._native import (
     checkpoint,
     empty_cache,
     functional,
+    get_rng_state,
+    manual_seed,
     matmul,
     memory_stats,
     named,
@@ -50,6 +54,7 @@ from riftco._native import (
     parse_activation_checkpointing,
     parse_byte_size,
     reset_peak_memory_stats,
+    set_rng_state,
     tensor,
 )
 from riftco import configs, data, generation, stages
@@ -85,6 +90,8 @@ __all__ = [
     "checkpoint",
     "empty_cache",
     "functional",
+    "get_rng_state",
+    "manual_seed",
     "matmul",
     "memory_stats",
     "named",
@@ -92,6 +99,7 @@ __all__ = [
     "parse_activation_checkpointing",
     "parse_byte_size",
     "reset_peak_memory_stats",
+    "set_rng_state",
     "tensor",
     "load_model",
 ]

@@ -10,6 +10,13 @@
 //! and each dependency VJP to the outer pass, and release the replay graph. Replay never runs
 //! `backward()` against live parameters, so public gradients are never touched by it.
 //!
+//! Random numbers: with [`CheckpointOptions::preserve_rng_state`] (the default) the replay runs
+//! from the generator state ([`crate::rng`]) the forward run started from, and the thread's
+//! state is restored afterwards. [`CheckpointOptions::determinism_check`] selects what the
+//! replay is compared on ([`DeterminismCheck`]: the output shape only, shape and device, or
+//! also a hash of the output values and the generator state); a mismatch is an error of the
+//! VJP, so the backward pass commits nothing.
+//!
 //! What a callable may not do while it is replayed, each rejected with an error and nothing
 //! committed: call `backward()` (or a variant) of any graph
 //! ([`CheckpointError::BackwardInsideReplay`]: a replay commits no gradient of its own, so a
@@ -21,9 +28,11 @@
 //! ran, before anything is committed).
 
 use crate::context::{panic_message, GradientContext};
+use crate::determinism::{self, tensor_hash, DeterminismCheck, RunRecord};
 use crate::error::{AutogradError, CheckpointError, Result};
 use crate::grad_mode::{enable_grad, is_grad_enabled};
 use crate::named::{self, CheckpointOptions, SavedValues};
+use crate::rng::{rng_state, set_rng_state, RestoreRng, RngState};
 use crate::variable::{peek_next_id, Variable};
 use riftco_tensor::{Device, Tensor};
 use std::cell::RefCell;
@@ -76,8 +85,10 @@ impl Drop for ReplayMarker {
 /// Checkpoints `recompute` applied to `input`, with the parameters it reads declared in
 /// `dependencies`.
 ///
-/// `recompute` must be deterministic and replay-safe (no random sampling, no mutable caches):
-/// it runs once now and once more during backward. Every dependency must be a distinct leaf
+/// `recompute` must be deterministic and replay-safe (no mutable caches, no random numbers
+/// other than riftco's generator, [`crate::rng`]): it runs once now and once more during
+/// backward, and by default ([`CheckpointOptions::preserve_rng_state`]) the replay draws the
+/// random numbers the forward run drew. Every dependency must be a distinct leaf
 /// (trainable or frozen); frozen ones receive no gradient but are version-checked and their
 /// input VJP still flows.
 ///
@@ -153,8 +164,14 @@ where
 /// those names and whose replay reuses them instead of recomputing them (see
 /// [`crate::named`]'s module). Gradients are the plain checkpoint's, bit for bit.
 ///
+/// `options.preserve_rng_state` and `options.determinism_check`: see [`CheckpointOptions`] and
+/// [`DeterminismCheck`].
+///
 /// # Errors
-/// Those of [`checkpoint`], and for a save set [`CheckpointError::SaveNameUnused`],
+/// Those of [`checkpoint`] (with [`DeterminismCheck::Off`] the replay's device is not
+/// compared); with [`DeterminismCheck::Values`], at replay,
+/// [`CheckpointError::ReplayValuesChanged`], [`CheckpointError::ReplayHashChanged`] and
+/// [`CheckpointError::ReplayRngChanged`]; for a save set [`CheckpointError::SaveNameUnused`],
 /// [`CheckpointError::NamedOpCapturedNode`] and [`CheckpointError::NamedOpReplayDiverged`].
 pub fn checkpoint_with_options<F>(
     name: &str,
@@ -176,12 +193,14 @@ where
     let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
     let start = peek_next_id();
     let save: Arc<[String]> = options.save.clone().into();
+    let rng_before = rng_state();
     let forward = || enable_grad(|| call(&recompute, &x0, CheckpointPass::Forward));
     let (out, saved) = if save.is_empty() {
         (named::plain(forward)?, SavedValues::default())
     } else {
         named::record(&name, &save, &x0, forward)?
     };
+    let rng_after = rng_state();
     let saved = Arc::new(saved);
     check_unchanged(&boundary, &versions, "checkpoint callable (forward run)")?;
     validate_boundary(&name, &out, &x0, dependencies, start)?;
@@ -189,7 +208,26 @@ where
     if value.is_placeholder() {
         return Err(CheckpointError::GraphOnlyForwardOutput { name }.into());
     }
-    let (forward_shape, forward_device) = (value.dims().to_vec(), value.device());
+    let check = options.determinism_check;
+    let record = match check {
+        DeterminismCheck::Values => Some(RunRecord {
+            hash: tensor_hash(&value)?,
+            rng_before,
+            rng_after,
+        }),
+        DeterminismCheck::Off | DeterminismCheck::Metadata => None,
+    };
+    let spec = ReplaySpec {
+        name,
+        save,
+        saved,
+        versions,
+        forward_shape: value.dims().to_vec(),
+        forward_device: value.device(),
+        check,
+        preserve_rng_state: options.preserve_rng_state.then_some(rng_before),
+        record,
+    };
     // Discard the internal block graph: only the output value is kept.
     drop(out);
     drop(x0);
@@ -199,19 +237,27 @@ where
     parents.extend(dependencies.iter().cloned());
     let recompute = Arc::new(recompute);
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-    let vjp = move |parents: &[Variable], _out: &Tensor, grad_out: &Tensor| {
-        let _marker = ReplayMarker::enter(token, &name)?;
-        replay_vjp(
-            &name,
-            (&save, &saved),
-            &*recompute,
-            parents,
-            &versions,
-            grad_out,
-            (&forward_shape, forward_device),
-        )
+    let vjp = move |parents: &[Variable], out: &Tensor, grad_out: &Tensor| {
+        let _marker = ReplayMarker::enter(token, &spec.name)?;
+        replay_vjp(&spec, &*recompute, parents, out, grad_out)
     };
     Ok(Variable::from_op("checkpoint", value, parents, vjp))
+}
+
+/// What a checkpoint's replay needs from its forward run.
+struct ReplaySpec {
+    name: String,
+    save: Arc<[String]>,
+    saved: Arc<SavedValues>,
+    /// The versions of the input and the dependencies at the forward run.
+    versions: Vec<u64>,
+    forward_shape: Vec<usize>,
+    forward_device: Device,
+    check: DeterminismCheck,
+    /// With `preserve_rng_state`: the generator state before the forward run.
+    preserve_rng_state: Option<RngState>,
+    /// With [`DeterminismCheck::Values`]: the forward run's output hash and generator states.
+    record: Option<RunRecord>,
 }
 
 fn call<F>(f: &F, x: &Variable, pass: CheckpointPass) -> Result<Variable>
@@ -241,51 +287,80 @@ fn check_unchanged(vars: &[&Variable], recorded: &[u64], op: &'static str) -> Re
 }
 
 fn replay_vjp<F>(
-    name: &str,
-    (save, saved): (&[String], &Arc<SavedValues>),
+    spec: &ReplaySpec,
     recompute: &F,
     parents: &[Variable],
-    versions: &[u64],
+    forward_out: &Tensor,
     grad_out: &Tensor,
-    (forward_shape, forward_device): (&[usize], Device),
 ) -> Result<Vec<Option<Tensor>>>
 where
     F: Fn(&Variable, CheckpointPass) -> Result<Variable>,
 {
+    let name = spec.name.as_str();
     let (input, dependencies) = parents
         .split_first()
         .expect("checkpoint has an input parent");
+    // The replay runs from the forward's generator state; the thread's own state comes back
+    // when `_restore` drops (also on errors and panics).
+    let _restore = spec.preserve_rng_state.map(|forward_state| {
+        let restore = RestoreRng::save();
+        set_rng_state(forward_state);
+        restore
+    });
     // 1. a fresh leaf holding the saved block input
     let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
     let start = peek_next_id();
-    // 2. evaluate the same block again, recording a local graph
-    let run = || enable_grad(|| call(recompute, &x0, CheckpointPass::Replay));
-    let out = if save.is_empty() {
+    // 2. evaluate the same block again, recording a local graph (with output values when they
+    // are compared)
+    let pass = match spec.check {
+        DeterminismCheck::Values => CheckpointPass::Forward,
+        DeterminismCheck::Off | DeterminismCheck::Metadata => CheckpointPass::Replay,
+    };
+    let rng_before = rng_state();
+    let run = || enable_grad(|| call(recompute, &x0, pass));
+    let out = if spec.save.is_empty() {
         named::plain(run)?
     } else {
-        named::replay(name, save, saved, run)?
+        named::replay(name, &spec.save, &spec.saved, run)?
     };
+    let rng_after = rng_state();
     // An optimizer step or a weight load inside the callable: the replay read other values
     // than the forward did.
     let boundary: Vec<&Variable> = parents.iter().collect();
-    check_unchanged(&boundary, versions, "checkpoint replay")?;
-    if out.dims() != forward_shape {
+    check_unchanged(&boundary, &spec.versions, "checkpoint replay")?;
+    // Checked at every level: a replay of another shape would hand a wrong-shaped gradient on.
+    if out.dims() != spec.forward_shape.as_slice() {
         return Err(CheckpointError::ReplayShapeChanged {
             name: name.to_string(),
-            forward: forward_shape.to_vec(),
+            forward: spec.forward_shape.clone(),
             replay: out.dims().to_vec(),
         }
         .into());
     }
-    if out.value().device() != forward_device {
+    if spec.check != DeterminismCheck::Off && out.value().device() != spec.forward_device {
         return Err(CheckpointError::ReplayDeviceChanged {
             name: name.to_string(),
-            forward: forward_device,
+            forward: spec.forward_device,
             replay: out.value().device(),
         }
         .into());
     }
     validate_boundary(name, &out, &x0, dependencies, start)?;
+    if let Some(forward) = &spec.record {
+        let replay = RunRecord {
+            hash: tensor_hash(out.value())?,
+            rng_before,
+            rng_after,
+        };
+        determinism::compare_values(
+            name,
+            spec.preserve_rng_state.is_some(),
+            forward,
+            &replay,
+            forward_out,
+            out.value(),
+        )?;
+    }
     if !out.requires_grad() {
         return Ok(vec![None; parents.len()]);
     }

@@ -89,6 +89,35 @@ pub enum CheckpointError {
         expected: String,
         got: String,
     },
+    /// `DeterminismCheck::Values`: the replay's output differs from the forward's; `index` is
+    /// the flat (row-major) index of the first differing element.
+    #[error("checkpoint {name:?}: the replay computed other values than the forward run (determinism_check \"values\"): first difference at flat index {index}: forward {forward:e} (bits {:#010x}), replay {replay:e} (bits {:#010x}); the callable is not deterministic (it reads state that changes between calls, or draws random numbers outside riftco's generator)", .forward.to_bits(), .replay.to_bits())]
+    ReplayValuesChanged {
+        name: String,
+        index: usize,
+        forward: f32,
+        replay: f32,
+    },
+    /// `DeterminismCheck::Values`: the output hashes differ but the differing element could not
+    /// be located (the values could not be read back, or the checkpoint's output value itself
+    /// was changed).
+    #[error("checkpoint {name:?}: the replay's output hash {replay_hash:#018x} differs from the forward's {forward_hash:#018x} (determinism_check \"values\"); the first differing element cannot be named: {reason}")]
+    ReplayHashChanged {
+        name: String,
+        forward_hash: u64,
+        replay_hash: u64,
+        reason: String,
+    },
+    /// `DeterminismCheck::Values`: the replay reserved other generator blocks than the forward
+    /// run (states as (seed, offset) before and after each run).
+    #[error("checkpoint {name:?}: the replay drew other random numbers than the forward run (determinism_check \"values\"): the forward moved the generator from (seed {}, offset {}) to (seed {}, offset {}), the replay from (seed {}, offset {}) to (seed {}, offset {})", .forward_before.seed, .forward_before.offset, .forward_after.seed, .forward_after.offset, .replay_before.seed, .replay_before.offset, .replay_after.seed, .replay_after.offset)]
+    ReplayRngChanged {
+        name: String,
+        forward_before: crate::rng::RngState,
+        forward_after: crate::rng::RngState,
+        replay_before: crate::rng::RngState,
+        replay_after: crate::rng::RngState,
+    },
 }
 
 /// Errors of the autograd layer.
@@ -120,6 +149,17 @@ pub enum AutogradError {
         during: &'static str,
         message: String,
     },
+    /// The generator offset would pass `u64::MAX` ([`crate::rng::reserve`]); the state is
+    /// unchanged.
+    #[error("random number generator: reserving {blocks} blocks at offset {offset} would overflow the 64-bit block counter; call manual_seed() to start a new stream")]
+    RngOffsetOverflow { offset: u64, blocks: u64 },
+    /// An unknown spelling of an enum-like option.
+    #[error("unknown {option} {value:?}; expected one of {expected}")]
+    UnknownOption {
+        option: &'static str,
+        value: String,
+        expected: &'static str,
+    },
     /// An error raised by user code (for example a Python exception inside a checkpoint
     /// callable, or a `TransformerError` of a checkpointed block), carried unchanged so the
     /// binding can re-raise the original; its kind is the carried error's.
@@ -146,7 +186,10 @@ impl CheckpointError {
             | CheckpointError::GraphOnlyForwardOutput { .. }
             | CheckpointError::SaveNameUnused { .. }
             | CheckpointError::NamedOpCapturedNode { .. }
-            | CheckpointError::NamedOpReplayDiverged { .. } => ErrorKind::Checkpoint,
+            | CheckpointError::NamedOpReplayDiverged { .. }
+            | CheckpointError::ReplayValuesChanged { .. }
+            | CheckpointError::ReplayHashChanged { .. }
+            | CheckpointError::ReplayRngChanged { .. } => ErrorKind::Checkpoint,
         }
     }
 }
@@ -167,6 +210,8 @@ impl AutogradError {
             AutogradError::NoGradient { .. } => ErrorKind::Backward,
             AutogradError::Checkpoint(e) => e.kind(),
             AutogradError::Panic { .. } => ErrorKind::Panic,
+            AutogradError::RngOffsetOverflow { .. } => ErrorKind::InvalidArgument,
+            AutogradError::UnknownOption { .. } => ErrorKind::UnknownOption,
             AutogradError::External(e) => e.kind(),
         }
     }

@@ -13,14 +13,19 @@
 //!   "Training Deep Nets with Sublinear Memory Cost".
 //! - [`named`] and [`CheckpointOptions::save`]: selective checkpointing, where a checkpoint
 //!   keeps the values of chosen named ops from its forward run and its replay reuses them.
+//! - [`rng`]: the thread's random-number generator state (seed and block offset) that random
+//!   ops draw from; a checkpoint replays the forward's draws ([`CheckpointOptions::preserve_rng_state`])
+//!   and can verify its replay value by value ([`DeterminismCheck`]).
 //! - [`Variable::graph_statistics`]: reachable node count and elements owned by those nodes.
 
 pub mod checkpoint;
 pub mod context;
+pub mod determinism;
 pub mod error;
 pub mod grad_mode;
 pub mod named;
 pub mod ops;
+pub mod rng;
 pub mod stats;
 pub mod variable;
 
@@ -28,8 +33,10 @@ pub use checkpoint::{
     checkpoint, checkpoint_with_name, checkpoint_with_options, checkpoint_with_pass, CheckpointPass,
 };
 pub use context::{panic_message, GradientContext};
+pub use determinism::{value_hash, DeterminismCheck};
 pub use error::{AutogradError, CheckpointError, Result};
 pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, NoGradGuard};
 pub use named::{named, CheckpointOptions};
+pub use rng::{fork_rng, manual_seed, reserve, rng_state, set_rng_state, RngState};
 pub use stats::GraphStatistics;
 pub use variable::Variable;

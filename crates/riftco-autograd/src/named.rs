@@ -27,6 +27,7 @@
 //! Memory: a saved name keeps every value its wrapped function recorded, so wrap the single
 //! expensive op (the base matrix product of a LoRA layer rather than the whole layer).
 
+use crate::determinism::DeterminismCheck;
 use crate::error::{CheckpointError, Result};
 use crate::grad_mode::is_grad_enabled;
 use crate::variable::{peek_next_id, Variable, VjpFn};
@@ -36,19 +37,53 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// What a checkpoint does besides keeping its boundary.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointOptions {
     /// Names of [`named`] values the forward run keeps for the replay (empty: recompute
     /// everything, the plain checkpoint).
     pub save: Vec<String>,
+    /// Whether the replay draws the random numbers the forward run drew (default `true`): the
+    /// thread's generator state ([`crate::rng`]) before the forward run is recorded, set again
+    /// for the replay, and the state the thread had before the replay is restored afterwards,
+    /// so the replay neither changes what it draws nor disturbs the caller's stream (PyTorch's
+    /// `preserve_rng_state`). With `false` the replay draws from whatever the state is when the
+    /// backward pass reaches it, and advances it.
+    pub preserve_rng_state: bool,
+    /// What the replay is compared with the forward run on (default
+    /// [`DeterminismCheck::Metadata`]: shape and device).
+    pub determinism_check: DeterminismCheck,
+}
+
+impl Default for CheckpointOptions {
+    /// No save set, `preserve_rng_state: true`, `determinism_check: Metadata`.
+    fn default() -> Self {
+        Self {
+            save: Vec::new(),
+            preserve_rng_state: true,
+            determinism_check: DeterminismCheck::Metadata,
+        }
+    }
 }
 
 impl CheckpointOptions {
-    /// Options saving the values named `names`.
+    /// Options saving the values named `names` (the other fields at their defaults).
     pub fn saving<S: Into<String>>(names: impl IntoIterator<Item = S>) -> Self {
         Self {
             save: names.into_iter().map(Into::into).collect(),
+            ..Self::default()
         }
+    }
+
+    /// These options with `determinism_check` set to `check`.
+    pub fn with_determinism_check(mut self, check: DeterminismCheck) -> Self {
+        self.determinism_check = check;
+        self
+    }
+
+    /// These options with `preserve_rng_state` set to `preserve`.
+    pub fn with_preserve_rng_state(mut self, preserve: bool) -> Self {
+        self.preserve_rng_state = preserve;
+        self
     }
 }
 

@@ -5,7 +5,7 @@
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use riftco_autograd::{AutogradError, CheckpointOptions, Variable};
+use riftco_autograd::{AutogradError, CheckpointOptions, DeterminismCheck, Variable};
 
 use crate::errors::{autograd_err, guarded, PythonError};
 use crate::variable::{variables, PyVariable};
@@ -51,7 +51,7 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 ///
 /// ``fn`` is called exactly twice per forward-and-backward: once now, once during
 /// ``backward()`` (with the GIL re-acquired from the backward pass). It must be deterministic
-/// and replay-safe. Every pre-existing leaf it reads (parameters) must be listed in
+/// and replay-safe (random numbers only through riftco's generator, see below). Every pre-existing leaf it reads (parameters) must be listed in
 /// ``dependencies``; they receive their gradients through the checkpoint.
 ///
 /// An exception raised by ``fn`` — now or during replay — propagates unchanged (the same
@@ -70,12 +70,30 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 /// the memory is that of the kept values. This is the save-list form of JAX's
 /// ``save_only_these_names`` remat policy and PyTorch's selective activation checkpointing.
 ///
+/// Random numbers: ``fn`` may draw through riftco's generator (``manual_seed``,
+/// ``get_rng_state``; random ops such as dropout). With ``preserve_rng_state=True`` (the
+/// default, as in PyTorch) the replay starts from the generator state the first run started
+/// from, so it draws the same numbers, and the calling thread's state is restored afterwards
+/// (the replay does not disturb the caller's stream). With ``False`` the replay draws from
+/// whatever the state is when ``backward()`` reaches it.
+///
+/// ``determinism_check`` selects what the replay is compared on: ``"off"`` (the output shape
+/// only, kept so that a wrong-shaped gradient is always an error), ``"metadata"`` (the
+/// default: shape and device, PyTorch's level; a replay computing other values of the same
+/// shape is NOT caught), ``"values"`` (also a 64-bit hash of the output values and the
+/// generator counter: a replay computing other values, or drawing other random blocks, raises
+/// ``CheckpointError`` from ``backward()`` naming the checkpoint and the first differing
+/// element with both values, and no gradient is committed).
+///
 /// Args:
 ///     fn: callable ``fn(Variable) -> Variable``.
 ///     x: the input Variable (its gradient flows through the checkpoint).
 ///     dependencies: the distinct leaf Variables ``fn`` reads besides ``x``.
 ///     save: names of ``named`` values to keep from the first run (a list or tuple of str;
 ///         ``None`` or empty: recompute everything, the plain checkpoint).
+///     preserve_rng_state: replay the first run's random draws (bool, default ``True``).
+///     determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"``.
+///     name: what error messages call this checkpoint (default: ``fn.__qualname__``).
 ///
 /// Returns:
 ///     Variable: a node with the output's value whose parents are ``x`` and ``dependencies``.
@@ -88,7 +106,12 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 ///         a name in ``save`` that no ``named`` call of the first run used (the message lists
 ///         the names used), a saved ``named`` function reading a graph value that is not one of
 ///         its ``inputs``, or a replay calling the saved names in another order or with other
-///         input shapes than the first run.
+///         input shapes than the first run. With ``determinism_check="values"``, from the outer
+///         ``backward()``: a replay output differing from the first run's (the message names
+///         the checkpoint, the flat index of the first differing element and both values) or
+///         a replay drawing other generator blocks (both offsets).
+///     ConfigError: an unknown ``determinism_check`` spelling (naming it and the three
+///         accepted ones).
 ///     TypeError: ``save`` is a str or holds a non-str.
 ///     StaleGraphError: ``fn`` changed ``x`` or a dependency during this first run.
 ///     Exception: whatever ``fn`` raises.
@@ -107,28 +130,45 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 ///     ...     return F.silu(z)
 ///     >>> y = riftco.checkpoint(block, x, [w], save=["z"])  # the replay reuses z
 #[pyfunction]
-#[pyo3(signature = (r#fn, x, dependencies = Vec::new(), *, save = None))]
+#[pyo3(signature = (r#fn, x, dependencies = Vec::new(), *, save = None,
+                    preserve_rng_state = true, determinism_check = "metadata", name = None))]
+#[allow(clippy::too_many_arguments)]
 fn checkpoint(
     r#fn: Py<PyAny>,
     x: PyRef<'_, PyVariable>,
     dependencies: Vec<Bound<'_, PyVariable>>,
     save: Option<Bound<'_, PyAny>>,
+    preserve_rng_state: bool,
+    determinism_check: &str,
+    name: Option<String>,
 ) -> PyResult<PyVariable> {
-    let options = CheckpointOptions::saving(save_names(save.as_ref())?);
+    let check: DeterminismCheck = determinism_check.parse().map_err(autograd_err)?;
+    let options = CheckpointOptions::saving(save_names(save.as_ref())?)
+        .with_preserve_rng_state(preserve_rng_state)
+        .with_determinism_check(check);
+    let name = match name {
+        Some(n) => n,
+        None => Python::attach(|py| callable_name(r#fn.bind(py))),
+    };
     let deps = variables(&dependencies);
     let input = x.inner().clone();
     guarded(move || {
         let f = r#fn;
-        riftco_autograd::checkpoint_with_options(
-            "checkpoint",
-            &input,
-            &deps,
-            &options,
-            move |x, _| call_python(&f, std::slice::from_ref(x), "checkpoint"),
-        )
+        riftco_autograd::checkpoint_with_options(&name, &input, &deps, &options, move |x, _| {
+            call_python(&f, std::slice::from_ref(x), "checkpoint")
+        })
         .map(PyVariable)
         .map_err(autograd_err)
     })
+}
+
+/// The callable's `__qualname__` (or `__name__`), else `"checkpoint"`: what error messages call
+/// a checkpoint given no `name`.
+fn callable_name(f: &Bound<'_, PyAny>) -> String {
+    ["__qualname__", "__name__"]
+        .iter()
+        .find_map(|attr| f.getattr(*attr).ok()?.extract::<String>().ok())
+        .unwrap_or_else(|| "checkpoint".to_string())
 }
 
 /// The names of `save`: `None`, or a list or tuple of str (a lone str is refused: it would be

@@ -5,7 +5,8 @@
 //!
 //! - `errors`: the exception hierarchy, error mapping, GIL release and panic guard.
 //! - `variable`: `Variable` and NumPy conversions; `functional`: differentiable ops;
-//!   `checkpoint`: `checkpoint()` with a Python callable and `named()`.
+//!   `checkpoint`: `checkpoint()` with a Python callable and `named()`; `rng`: the thread's
+//!   generator state (`manual_seed`, `get_rng_state`, `set_rng_state`).
 //! - `config`, `model`: `TransformerConfig`, `DecoderOnlyTransformer`, `DecodeSession`;
 //!   `policy`: activation-checkpointing policy arguments, plans as dicts, the policy tables.
 //! - `optim`: `Adam`, `AdamW`; `memory`: `memory_stats()`; `kernels`: raw kernels on NumPy;
@@ -23,6 +24,7 @@ mod memory;
 mod model;
 mod optim;
 mod policy;
+mod rng;
 mod tokens;
 mod variable;
 
@@ -35,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     variable::register(m)?;
     functional::register(m)?;
     checkpoint::register(m)?;
+    rng::register(m)?;
     model::register(m)?;
     policy::register(m)?;
     optim::register(m)?;

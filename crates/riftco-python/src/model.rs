@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
+use riftco_autograd::DeterminismCheck;
 use riftco_tensor::Device;
 use riftco_transformer::state::{config_json_pairing, ConfigJsonPairing};
 use riftco_transformer::{
@@ -15,7 +16,7 @@ use riftco_transformer::{
 };
 
 use crate::config::{f32_as_python_float, probability, PyTransformerConfig};
-use crate::errors::{compute, tensor_err, transformer_err, Exc};
+use crate::errors::{autograd_err, compute, tensor_err, transformer_err, Exc};
 use crate::policy::{count_arg, plan_dict, policy_from};
 use crate::tokens::token_ids;
 use crate::variable::PyVariable;
@@ -60,6 +61,10 @@ fn attention_kind(s: &str) -> PyResult<FullSequenceAttentionKind> {
     s.parse().map_err(transformer_err)
 }
 
+fn parse_determinism_check(s: &str) -> PyResult<DeterminismCheck> {
+    s.parse().map_err(autograd_err)
+}
+
 /// A LLaMA-style decoder-only transformer: token embedding, ``n_layers`` pre-norm blocks
 /// (RMSNorm, causal multi-head attention with RoPE, RMSNorm, SwiGLU MLP), final RMSNorm and an
 /// untied LM head. Weights are initialised like Hugging Face Llama from ``config.seed``.
@@ -95,9 +100,12 @@ fn attention_kind(s: &str) -> PyResult<FullSequenceAttentionKind> {
 ///         least predicted recompute time whose predicted peak activation bytes fit the budget
 ///         (``activation_checkpointing_plan`` shows the plan). Only with
 ///         ``activation_checkpointing="disabled"``.
+///     determinism_check: what each checkpoint compares at replay, ``"off"``, ``"metadata"``
+///         (default) or ``"values"`` (see the ``determinism_check`` property).
 ///
 /// Raises:
-///     ConfigError: naming the value and what is accepted, for an unknown ``attention`` or
+///     ConfigError: naming the value and what is accepted, for an unknown ``attention``,
+///         ``determinism_check`` or
 ///         policy spelling, ``segments:K`` outside ``1..=n_layers``, an unknown selective name,
 ///         a per-block list of another length than ``n_layers``, a malformed budget, or a budget
 ///         together with a policy other than ``"disabled"``. A budget below the smallest
@@ -137,9 +145,9 @@ impl PyModel {
     #[new]
     #[pyo3(
         signature = (config, attention = "flash", activation_checkpointing = None,
-                     activation_memory_budget = None),
+                     activation_memory_budget = None, *, determinism_check = "metadata"),
         text_signature = "(config, attention='flash', activation_checkpointing='disabled', \
-                          activation_memory_budget=None)"
+                          activation_memory_budget=None, *, determinism_check='metadata')"
     )]
     fn new(
         py: Python<'_>,
@@ -147,17 +155,39 @@ impl PyModel {
         attention: &str,
         activation_checkpointing: Option<Bound<'_, PyAny>>,
         activation_memory_budget: Option<Bound<'_, PyAny>>,
+        determinism_check: &str,
     ) -> PyResult<Self> {
         let attention = attention_kind(attention)?;
+        let check = parse_determinism_check(determinism_check)?;
         let checkpointing = policy_from(
             activation_checkpointing.as_ref(),
             activation_memory_budget.as_ref(),
         )?;
         let config = config.0.clone();
         compute(py, move || {
-            DecoderOnlyTransformer::new(config, attention, checkpointing)
+            let mut model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
+            model.set_determinism_check(check);
+            Ok::<_, riftco_transformer::TransformerError>(model)
         })
         .map(Self::wrap)
+    }
+
+    /// What every checkpoint of the policy compares between a block's forward run and its
+    /// replay: ``"off"``, ``"metadata"`` (default; shape and device) or ``"values"`` (also a
+    /// hash of the block output and the generator counter: a mismatch raises
+    /// ``CheckpointError`` from ``backward()`` naming the block, ``block N (model.layers.N)``,
+    /// and the first differing element, committing nothing). Not part of the saved state.
+    /// Setting it to an unknown spelling raises ``ConfigError`` naming it (unchanged then).
+    #[getter]
+    fn determinism_check(&self) -> &'static str {
+        self.read().determinism_check().as_str()
+    }
+
+    #[setter]
+    fn set_determinism_check(&self, py: Python<'_>, check: &str) -> PyResult<()> {
+        let check = parse_determinism_check(check)?;
+        py.detach(|| self.write().set_determinism_check(check));
+        Ok(())
     }
 
     /// Places the model on a device and returns it (for chaining).

@@ -9,7 +9,7 @@ use crate::error::{Result, TransformerError};
 use crate::layout::{self, Entry, Init, ModelParam, Place, Slot};
 use crate::linear::{Linear, LoraAdapter, LoraConfig};
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
-use riftco_autograd::{ops, Variable};
+use riftco_autograd::{ops, DeterminismCheck, Variable};
 use riftco_tensor::backend::RopeTable;
 use riftco_tensor::{MemoryCategory, Rng, Tensor, TensorError};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -198,6 +198,8 @@ pub struct DecoderOnlyTransformer {
     weights: Arc<Weights>,
     attention: FullSequenceAttentionKind,
     checkpointing: ActivationCheckpointing,
+    /// What every checkpoint of the policy compares at replay (not part of model state).
+    determinism_check: DeterminismCheck,
     /// The last resolved plans (most recent first, at most [`PLAN_CACHE_SIZE`]) and what each
     /// was resolved for.
     plans: Mutex<Vec<(PlanKey, Arc<CheckpointPlan>)>>,
@@ -281,6 +283,7 @@ impl DecoderOnlyTransformer {
             weights: Arc::new(weights),
             attention,
             checkpointing: checkpointing.into(),
+            determinism_check: DeterminismCheck::default(),
             plans: Mutex::new(Vec::new()),
             block_calls: Arc::new(AtomicUsize::new(0)),
             revision: Arc::default(),
@@ -342,6 +345,22 @@ impl DecoderOnlyTransformer {
         policy.validate(self.config().n_layers)?;
         self.checkpointing = policy;
         Ok(())
+    }
+
+    /// What the checkpoints of the policy compare between a block's forward run and its replay
+    /// (default [`DeterminismCheck::Metadata`]: shape and device). Not part of model state.
+    pub fn determinism_check(&self) -> DeterminismCheck {
+        self.determinism_check
+    }
+
+    /// Sets the replay check of later training forwards' checkpoints: with
+    /// [`DeterminismCheck::Values`] a block whose replay computes other values than its forward
+    /// run (or draws other random numbers) fails the backward pass with a `CheckpointError`
+    /// naming the block (`block N (model.layers.N)`) and the first differing element, and
+    /// nothing is committed. `Values` replays compute the block's full forward (the graph-only
+    /// MLP tail is evaluated so its output can be compared) and hash the output twice.
+    pub fn set_determinism_check(&mut self, check: DeterminismCheck) {
+        self.determinism_check = check;
     }
 
     /// [`DecoderOnlyTransformer::set_activation_checkpointing`] with `disabled` or `block`
@@ -466,7 +485,13 @@ impl DecoderOnlyTransformer {
             )
         };
         ctx.dropout = self.next_training_dropout();
-        x = plan.forward(x, &w.layers, &ctx, &self.block_calls)?;
+        x = plan.forward(
+            x,
+            &w.layers,
+            &ctx,
+            &self.block_calls,
+            self.determinism_check,
+        )?;
         let x = ops::rms_norm(&x, &w.final_norm, cfg.rms_norm_eps)?;
         let x = ops::reshape(&x, [batch * seq, cfg.d_model])?;
         Ok(ops::linear(&x, &w.lm_head)?)

@@ -38,6 +38,9 @@ __all__ = [
     "functional",
     "checkpoint",
     "named",
+    "manual_seed",
+    "get_rng_state",
+    "set_rng_state",
     "TransformerConfig",
     "DecoderOnlyTransformer",
     "DecodeSession",
@@ -243,9 +246,20 @@ def checkpoint(
     dependencies: Sequence[Variable] = ...,
     *,
     save: list[str] | tuple[str, ...] | None = None,
+    preserve_rng_state: bool = True,
+    determinism_check: str = "metadata",
+    name: str | None = None,
 ) -> Variable:
     """Activation checkpointing (Chen et al. 2016): ``fn(x)`` now, keeping only its output value,
     and once more during backward. ``dependencies`` lists every pre-existing leaf ``fn`` reads.
+
+    ``preserve_rng_state`` (default ``True``): the replay starts from the generator state the
+    first run started from (same draws) and the thread's state is restored afterwards.
+    ``determinism_check``: ``"off"`` (output shape only), ``"metadata"`` (default: shape and
+    device, PyTorch's level) or ``"values"`` (also a hash of the output values and the
+    generator counter; a mismatch raises ``CheckpointError`` from ``backward()`` naming the
+    checkpoint, ``name`` or ``fn.__qualname__``, and the first differing element with both
+    values, committing nothing). An unknown spelling raises ``ConfigError`` naming it.
 
     ``save`` lists names of ``named`` values inside ``fn`` to keep from the first run: the
     replay reuses them instead of calling their functions again (gradients unchanged, bit for
@@ -264,6 +278,19 @@ def named(name: str, fn: Callable[..., Variable], *inputs: Variable) -> Variable
     just ``fn(*inputs)``. ``fn`` may read only ``inputs`` and leaves (``CheckpointError``
     otherwise, and when the replay calls saved names in another order or with other input
     shapes); ``TypeError`` for a non-Variable input or result; ``fn``'s exceptions propagate."""
+
+def manual_seed(seed: int) -> None:
+    """Seeds the calling thread's generator: the state becomes ``(seed, 0)``. The state is per
+    thread (a new thread starts at ``(0, 0)``). ``ConfigError`` for anything but an int in
+    ``[0, 2**64)`` (a bool included)."""
+
+def get_rng_state() -> tuple[int, int]:
+    """The calling thread's generator state ``(seed, offset)``: the seed and how many generator
+    blocks were drawn since it was set."""
+
+def set_rng_state(state: tuple[int, int]) -> None:
+    """Sets the calling thread's generator state (``(seed, offset)``, ints in ``[0, 2**64)``);
+    ``ConfigError`` for anything else."""
 
 # ---------------------------------------------------------------------------------------------
 # The transformer
@@ -359,6 +386,8 @@ class DecoderOnlyTransformer:
         attention: str = "flash",
         activation_checkpointing: _Policy | None = "disabled",
         activation_memory_budget: _Budget | None = None,
+        *,
+        determinism_check: str = "metadata",
     ) -> DecoderOnlyTransformer: ...
     def to(self, device: str) -> DecoderOnlyTransformer:
         """Moves every parameter and gradient to ``device`` in place and returns the model;
@@ -371,6 +400,14 @@ class DecoderOnlyTransformer:
         """The policy's canonical spelling (``"selective"`` reads back as
         ``"selective:attention_ffn"``, a list as its comma-separated form, a budget as
         ``"budget:BYTES"``)."""
+    @property
+    def determinism_check(self) -> str:
+        """What every checkpoint of the policy compares at replay: ``"off"``, ``"metadata"``
+        (default) or ``"values"`` (a mismatch raises ``CheckpointError`` naming the block,
+        ``block N (model.layers.N)``). Not model state; an unknown spelling raises
+        ``ConfigError``."""
+    @determinism_check.setter
+    def determinism_check(self, check: str) -> None: ...
     def set_activation_checkpointing(
         self, policy: _Policy | None = None, *, activation_memory_budget: _Budget | None = None
     ) -> None:

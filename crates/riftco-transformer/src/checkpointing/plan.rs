@@ -4,7 +4,9 @@ use super::planner::BlockMeasurement;
 use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet};
 use crate::block::{block_forward_for, BlockContext, Layer};
 use crate::error::{Result, TransformerError};
-use riftco_autograd::{checkpoint_with_options, CheckpointOptions, CheckpointPass, Variable};
+use riftco_autograd::{
+    checkpoint_with_options, CheckpointOptions, CheckpointPass, DeterminismCheck, Variable,
+};
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -94,7 +96,8 @@ impl CheckpointPlan {
     }
 
     /// Runs the blocks on `x [batch, seq, d_model]` under this plan, recording the training
-    /// graph; `calls` counts block forwards (replays included).
+    /// graph; `calls` counts block forwards (replays included). Every checkpoint the plan
+    /// creates compares its replay at level `check` and preserves the generator state.
     ///
     /// # Errors
     /// Those of the block forward and of `checkpoint`.
@@ -104,10 +107,11 @@ impl CheckpointPlan {
         layers: &[Arc<Layer>],
         ctx: &BlockContext,
         calls: &Arc<AtomicUsize>,
+        check: DeterminismCheck,
     ) -> Result<Variable> {
         let mut x = x;
         for seg in &self.segments {
-            x = run_segment(&x, &layers[seg.layers.clone()], seg, ctx, calls)?;
+            x = run_segment(&x, &layers[seg.layers.clone()], seg, ctx, calls, check)?;
         }
         Ok(x)
     }
@@ -126,15 +130,18 @@ pub(crate) fn segments_of(k: usize, n: usize) -> Vec<PlanSegment> {
 }
 
 /// One segment of the plan on `x`: plain blocks for `disabled`, one checkpoint over the
-/// segment's blocks (dependencies: the union of their leaves) otherwise.
+/// segment's blocks (dependencies: the union of their leaves) otherwise, named `block N
+/// (model.layers.N)` or `blocks N-M (model.layers.N-M)` and comparing its replay at level
+/// `check`.
 pub(crate) fn run_segment(
     x: &Variable,
     layers: &[Arc<Layer>],
     seg: &PlanSegment,
     ctx: &BlockContext,
     calls: &Arc<AtomicUsize>,
+    check: DeterminismCheck,
 ) -> Result<Variable> {
-    let save = match &seg.policy {
+    let options = match &seg.policy {
         BlockPolicy::Disabled => {
             let mut x = x.clone();
             for (i, layer) in layers.iter().enumerate() {
@@ -146,15 +153,15 @@ pub(crate) fn run_segment(
         }
         BlockPolicy::Checkpoint => CheckpointOptions::default(),
         BlockPolicy::Selective(s) => saving(s),
-    };
+    }
+    .with_determinism_check(check);
     let deps: Vec<Variable> = layers.iter().flat_map(|l| l.forward_leaves()).collect();
     let name = match seg.layers.len() {
-        1 => format!("model.layers.{}", seg.layers.start),
-        _ => format!(
-            "model.layers.{}-{}",
-            seg.layers.start,
-            seg.layers.end.saturating_sub(1)
-        ),
+        1 => format!("block {0} (model.layers.{0})", seg.layers.start),
+        _ => {
+            let (a, b) = (seg.layers.start, seg.layers.end.saturating_sub(1));
+            format!("blocks {a}-{b} (model.layers.{a}-{b})")
+        }
     };
     let (layers, ctx, calls) = (layers.to_vec(), ctx.clone(), calls.clone());
     let first = seg.layers.start;
@@ -162,7 +169,7 @@ pub(crate) fn run_segment(
         &name,
         x,
         &deps,
-        &save,
+        &options,
         move |x, pass| {
             let mut x = x.clone();
             let last = layers.len() - 1;

@@ -268,7 +268,9 @@ fn measure_impl(
                 policy: p.clone(),
             };
             let layers = std::slice::from_ref(layer);
-            let (r, t, s) = probe(device, || run_segment(&x, layers, &seg, &ctx, &calls))?;
+            let (r, t, s) = probe(device, || {
+                run_segment(&x, layers, &seg, &ctx, &calls, Default::default())
+            })?;
             let seconds = costs[i].as_ref().map_or(s, |c| c.seconds.min(s));
             costs[i] = Some(PolicyCost {
                 policy: p.clone(),
