@@ -128,6 +128,31 @@ fn invalid_p_is_an_invalid_argument_naming_p() {
     }
 }
 
+/// Flash attention with dropout refuses sizes whose `[b, h, sq, sk]` index space overflows
+/// (the shapes are placeholders: no memory is allocated and no kernel runs).
+#[test]
+fn attention_dropout_index_overflow_is_an_error() {
+    let big = 1usize << 33;
+    let q = Variable::leaf(
+        Tensor::placeholder([1, 1, big, 1], Device::Cpu, C::Activation).unwrap(),
+        false,
+    );
+    let r = ops::causal_attention_with_dropout(
+        &q,
+        &q,
+        &q,
+        AttentionLayout::BatchHeadSeq,
+        AttentionKind::Flash,
+        Some(mask(0.1, 1)),
+    );
+    match r {
+        Err(AutogradError::Tensor(TensorError::InvalidArgument { message, .. })) => {
+            assert!(message.contains("8589934592"), "{message}")
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
 /// Attention dimensions `(batch, heads, seq_q, seq_k, d_head)` and the tensor shapes in
 /// `layout`.
 type Dims = (usize, usize, usize, usize, usize);

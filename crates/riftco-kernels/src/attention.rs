@@ -13,7 +13,9 @@
 //! possible when `seq_q > seq_k`) gets output 0, logsumexp `-inf` and zero gradients.
 //!
 //! Dropout (Srivastava et al. 2014) on the attention probabilities, as FlashAttention does
-//! (Dao et al. 2022, section 3.1 and Algorithm 2): with a [`DropoutMask`] the output is
+//! (Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with
+//! IO-Awareness", Appendix B: forward and backward passes with dropout, the mask regenerated from
+//! the RNG state): with a [`DropoutMask`] the output is
 //! `(P ⊙ Z) V`, `Z = M / (1 − p)`, where `P` is the softmax above and `M` the mask over the index
 //! space `[batch, n_heads, seq_q, seq_k]`, row-major: element `e = ((b·H + h)·Sq + i)·Sk + j`, in
 //! both layouts. The logsumexp is that of `P`, without dropout. The mask is never stored: the

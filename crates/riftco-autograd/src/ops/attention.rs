@@ -153,6 +153,23 @@ pub fn flash_attention_with_dropout(
     check_dropout("flash_attention", dropout.as_ref())?;
     let dropout = dropout.filter(|m| !m.is_identity());
     let dims = attention_dims(q, k, v, layout, causal)?;
+    let scores = [dims.batch, dims.n_heads, dims.seq_q, dims.seq_k];
+    if dropout.is_some()
+        && scores
+            .iter()
+            .try_fold(1usize, |a, &n| a.checked_mul(n))
+            .is_none()
+    {
+        // The mask's element index would wrap: masks would repeat silently.
+        return Err(TensorError::InvalidArgument {
+            op: "flash_attention",
+            message: format!(
+                "attention dropout over [batch, heads, seq_q, seq_k] = {scores:?}: the number \
+                 of attention probabilities overflows usize, so the mask cannot index them"
+            ),
+        }
+        .into());
+    }
     let be = backend("flash_attention", &[q, k, v])?;
     let (value, lse) = be.flash_attention_forward(
         "flash_attention",
