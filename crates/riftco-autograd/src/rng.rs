@@ -71,6 +71,17 @@ pub fn reserve(blocks: u64) -> Result<RngState> {
     })
 }
 
+/// SplitMix64's output function (Steele, Lea and Flood 2014, "Fast Splittable Pseudorandom
+/// Number Generators", OOPSLA; the `mix64` finaliser of Java's `SplittableRandom`) applied to
+/// `z + γ` with the golden-ratio increment `γ = 0x9e3779b97f4a7c15`: the first output of a
+/// SplitMix64 generator seeded with `z`. Keys of the counter-based generator are derived with it.
+pub fn splitmix64(z: u64) -> u64 {
+    let mut z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Sets the thread's state back to the one it had when created (also on errors and panics).
 pub(crate) struct RestoreRng(RngState);
 

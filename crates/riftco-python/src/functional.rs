@@ -29,6 +29,7 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sum, &m)?)?;
     m.add_function(wrap_pyfunction!(reshape, &m)?)?;
     m.add_function(wrap_pyfunction!(cross_entropy, &m)?)?;
+    m.add_function(wrap_pyfunction!(dropout, &m)?)?;
     parent.add_submodule(&m)?;
     // `import riftco._native.functional` and stubtest find it through sys.modules.
     m.setattr("__name__", "riftco._native.functional")?;
@@ -263,4 +264,49 @@ fn cross_entropy(
     let vocab = logits.inner().dims().last().copied().unwrap_or(0);
     let (targets, _) = token_ids(targets, 1, vocab, "targets")?;
     unary(py, &logits, move |z| ops::cross_entropy(z, &targets))
+}
+
+/// Dropout (Srivastava et al. 2014) with inverted scaling: each element of ``x`` is kept with
+/// probability ``1 - p`` and scaled by ``1 / (1 - p)``, or set to exactly 0.
+///
+/// The mask is a pure function of a counter-based generator's key and counter (Philox4x32-10,
+/// Salmon et al. 2011): independent of the thread count, and regenerated (not stored) by the VJP
+/// ``dx = g * mask / (1 - p)``. With ``seed``, the mask depends on the seed and the shape only.
+/// Without, it is drawn from this thread's generator (``riftco.manual_seed``,
+/// ``riftco.get_rng_state``), which advances; inside ``riftco.checkpoint`` with
+/// ``preserve_rng_state=True`` (the default) the replay draws the forward's mask.
+///
+/// Args:
+///     x: Variable of any shape (float32).
+///     p: drop probability in ``[0, 1)`` (default 0.5, as PyTorch).
+///     seed: optional non-negative int below 2**64.
+///     training: when False, returns ``x`` unchanged (as ``torch.nn.functional.dropout``).
+///
+/// Returns:
+///     Variable: same shape. ``p == 0`` or ``training=False`` returns ``x`` itself.
+///
+/// Raises:
+///     ConfigError: ``p`` not a number, a bool, NaN or outside ``[0, 1)`` (names ``p``);
+///         ``seed`` not an int in ``[0, 2**64)`` (a bool included).
+#[pyfunction]
+#[pyo3(signature = (x, p=None, seed=None, training=true))]
+fn dropout(
+    py: Python<'_>,
+    x: PyRef<'_, PyVariable>,
+    p: Option<&Bound<'_, PyAny>>,
+    seed: Option<&Bound<'_, PyAny>>,
+    training: bool,
+) -> PyResult<PyVariable> {
+    let seed = seed.map(|s| crate::rng::u64_arg(s, "seed")).transpose()?;
+    let p = match p {
+        Some(p) => crate::config::probability("p", p)?,
+        None => 0.5,
+    };
+    if !training {
+        return Ok(PyVariable(x.inner().clone()));
+    }
+    unary(py, &x, move |x| match seed {
+        Some(seed) => ops::dropout_seeded(x, p, seed),
+        None => ops::dropout_random(x, p),
+    })
 }

@@ -16,7 +16,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// An int in `[0, 2**64)` (not a bool), or a `ConfigError` naming `what` and the value.
-fn u64_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+pub(crate) fn u64_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     let repr = || value.repr().map_or_else(|_| "?".into(), |r| r.to_string());
     if value.is_instance_of::<PyBool>() {
         return Err(Exc::Config.err(format!(

@@ -12,16 +12,7 @@ use crate::model::DecoderOnlyTransformer;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// SplitMix64's output function (Steele, Lea and Flood 2014, "Fast Splittable Pseudorandom
-/// Number Generators", OOPSLA; the `mix64` finaliser of Java's `SplittableRandom`) applied to
-/// `z + γ` with the golden-ratio increment `γ = 0x9e3779b97f4a7c15`: the first output of a
-/// SplitMix64 generator seeded with `z`.
-pub fn splitmix64(z: u64) -> u64 {
-    let mut z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+pub use riftco_autograd::rng::splitmix64;
 
 /// The dropout key of training forward `step` of a model seeded with `seed`:
 /// `splitmix64(seed ^ splitmix64(step))` split into `[low 32 bits, high 32 bits]`. Distinct

@@ -63,6 +63,14 @@ def cross_entropy(logits: Variable, targets: npt.ArrayLike) -> Variable:
     """Mean softmax cross-entropy of ``logits [rows, vocab]`` and integer ``targets [rows]``
     (``TokenError`` for a target outside ``[0, vocab)``)."""
 
+def dropout(
+    x: Variable, p: float | None = None, seed: int | None = None, training: bool = True
+) -> Variable:
+    """Dropout with inverted scaling (kept elements scaled by ``1/(1-p)``), mask from
+    Philox4x32-10: from ``seed`` alone, or drawn from this thread's generator
+    (``riftco.manual_seed``); ``p`` defaults to 0.5, ``training=False`` returns ``x``
+    (``ConfigError`` for ``p`` outside ``[0, 1)``)."""
+
 def named(name: str, fn: Callable[..., Variable], *inputs: Variable) -> Variable:
     """``fn(*inputs)`` as the value ``name`` (``riftco.named``): kept by a ``checkpoint`` whose
     ``save`` lists ``name`` and not recomputed at its replay."""

@@ -51,3 +51,64 @@ fn dropout_impl(x: &Variable, mask: DropoutMask, evaluate: bool) -> Result<Varia
         move |_, _, g| Ok(vec![Some(be.dropout("dropout (vjp)", g, &mask, GRAD)?)]),
     ))
 }
+
+/// The stream of masks drawn through [`dropout_random`] and [`dropout_seeded`] (a transformer
+/// model's own sites use streams whose first word is 1 or more).
+const FUNCTIONAL_STREAM: [u32; 2] = [0, 0];
+
+/// The Philox key of a `u64` seed: [`crate::rng::splitmix64`] of the seed split into
+/// `[low 32 bits, high 32 bits]`, so nearby seeds give unrelated keys.
+pub fn philox_key(seed: u64) -> [u32; 2] {
+    let z = crate::rng::splitmix64(seed);
+    [z as u32, (z >> 32) as u32]
+}
+
+/// [`dropout()`] with probability `p` whose mask is drawn from this thread's generator
+/// ([`crate::rng`]): it reserves `ceil(numel / 4)` Philox blocks and uses the key of the
+/// generator's seed ([`philox_key`]) at the reserved offset. Inside a checkpoint with
+/// `preserve_rng_state` (the default) the replay reserves the same blocks, so it draws the same
+/// mask; `p == 0` draws nothing.
+///
+/// # Errors
+/// `InvalidArgument` naming `p` outside `[0, 1)` or not finite;
+/// [`crate::AutogradError::RngOffsetOverflow`] when the generator's offset would overflow.
+pub fn dropout_random(x: &Variable, p: f32) -> Result<Variable> {
+    let mask = DropoutMask {
+        p,
+        key: [0, 0],
+        stream: FUNCTIONAL_STREAM,
+        offset: 0,
+    };
+    check_dropout("dropout", Some(&mask))?;
+    if mask.is_identity() {
+        return Ok(x.clone());
+    }
+    let blocks = (x.value().numel() as u64).div_ceil(4);
+    let state = crate::rng::reserve(blocks)?;
+    dropout(
+        x,
+        DropoutMask {
+            key: philox_key(state.seed),
+            offset: state.offset,
+            ..mask
+        },
+    )
+}
+
+/// [`dropout()`] with probability `p` and the mask of `seed` alone (key [`philox_key`]`(seed)`,
+/// offset 0): the same seed gives the same mask for the same shape on every call, independent of
+/// the thread's generator.
+///
+/// # Errors
+/// `InvalidArgument` naming `p` outside `[0, 1)` or not finite.
+pub fn dropout_seeded(x: &Variable, p: f32, seed: u64) -> Result<Variable> {
+    dropout(
+        x,
+        DropoutMask {
+            p,
+            key: philox_key(seed),
+            stream: FUNCTIONAL_STREAM,
+            offset: 0,
+        },
+    )
+}

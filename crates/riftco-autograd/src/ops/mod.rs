@@ -31,7 +31,9 @@ pub use attention::{
     causal_attention, causal_attention_with_dropout, flash_attention, flash_attention_with_dropout,
     flash_attention_with_layout, AttentionKind, AttentionLayout,
 };
-pub use dropout::{dropout, dropout_graph_only, DropoutMask};
+pub use dropout::{
+    dropout, dropout_graph_only, dropout_random, dropout_seeded, philox_key, DropoutMask,
+};
 pub use elementwise::{add, add_graph_only, mul, scale, scale_graph_only, silu, sum, swiglu};
 pub use embedding::embedding;
 pub use linalg::{bmm, linear, linear_graph_only, matmul};
