@@ -11,7 +11,7 @@
 //!   [`AutogradError::StaleGraph`].
 //! - [`checkpoint()`]: the replay primitive with its validation, after Chen et al. 2016,
 //!   "Training Deep Nets with Sublinear Memory Cost".
-//! - [`named`] and [`CheckpointOptions::save`]: selective checkpointing, where a checkpoint
+//! - [`named()`] and [`CheckpointOptions::save`]: selective checkpointing, where a checkpoint
 //!   keeps the values of chosen named ops from its forward run and its replay reuses them.
 //! - [`rng`]: the thread's random-number generator state (seed and block offset) that random
 //!   ops draw from; a checkpoint replays the forward's draws ([`CheckpointOptions::preserve_rng_state`])
