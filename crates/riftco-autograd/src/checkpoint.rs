@@ -162,7 +162,7 @@ where
 /// [`checkpoint_with_pass`] with [`CheckpointOptions`]: a non-empty `options.save` makes it a
 /// selective checkpoint, whose forward run keeps the values of the [`crate::named()`] calls with
 /// those names and whose replay reuses them instead of recomputing them (see
-/// [`crate::named`](mod@crate::named) module). Gradients are the plain checkpoint's, bit for bit.
+/// [`mod@crate::named`]'s module). Gradients are the plain checkpoint's, bit for bit.
 ///
 /// `options.preserve_rng_state` and `options.determinism_check`: see [`CheckpointOptions`] and
 /// [`DeterminismCheck`].

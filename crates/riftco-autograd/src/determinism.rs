@@ -254,6 +254,11 @@ mod tests {
         swapped = base.clone();
         swapped.swap(3, 19);
         assert_ne!(value_hash(&swapped), h);
+        // Elements of the same lane, 64 stripes (1024 elements) apart.
+        let long: Vec<f32> = (0..3000).map(|i| i as f32).collect();
+        let mut far = long.clone();
+        far.swap(5, 5 + 1024);
+        assert_ne!(value_hash(&far), value_hash(&long));
         assert_ne!(value_hash(&base[..999]), h);
         assert_ne!(value_hash(&[0.0]), value_hash(&[-0.0]));
         assert_ne!(value_hash(&[]), value_hash(&[0.0]));
