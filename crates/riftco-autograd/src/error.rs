@@ -91,7 +91,7 @@ pub enum CheckpointError {
     },
     /// `DeterminismCheck::Values`: the replay's output differs from the forward's; `index` is
     /// the flat (row-major) index of the first differing element.
-    #[error("checkpoint {name:?}: the replay computed other values than the forward run (determinism_check \"values\"): first difference at flat index {index}: forward {forward:e} (bits {:#010x}), replay {replay:e} (bits {:#010x}); the callable is not deterministic (it reads state that changes between calls, or draws random numbers outside riftco's generator)", .forward.to_bits(), .replay.to_bits())]
+    #[error("checkpoint {name:?}: the replay computed other values than the forward run (determinism_check \"values\"): first difference at flat index {index}: forward {forward:e} (bits {:#010x}), replay {replay:e} (bits {:#010x}); the callable is not deterministic (it reads state that changes between calls, draws random numbers outside riftco's generator, or draws through it with preserve_rng_state off)", .forward.to_bits(), .replay.to_bits())]
     ReplayValuesChanged {
         name: String,
         index: usize,

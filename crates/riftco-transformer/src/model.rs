@@ -458,17 +458,28 @@ impl DecoderOnlyTransformer {
         v
     }
 
-    /// Logits `[batch·seq, vocab]` for tokens `[batch, seq]` (row-major), recording a training
-    /// graph under the current policy when gradients are enabled.
-    ///
-    /// Dropout is applied only when the model is training ([`DecoderOnlyTransformer::set_training`])
-    /// and a graph is being recorded (`riftco_autograd::is_grad_enabled`); such a forward with a
-    /// probability above 0 takes the next dropout step. Under `no_grad` (evaluation) and in
-    /// decoding nothing is dropped.
+    /// Logits `[batch·seq, vocab]` for tokens `[batch, seq]` (row-major), recording a graph
+    /// under the current policy when gradients are enabled. Never dropped: dropout belongs to
+    /// the training forward of [`DecoderOnlyTransformer::loss`] (the logits of the deterministic
+    /// model, as in evaluation and decoding).
     ///
     /// # Errors
     /// [`TransformerError::Tokens`] for bad token buffers (length, ids, `seq > max_seq_len`).
     pub fn logits(&self, tokens: &[u32], batch: usize, seq: usize) -> Result<Variable> {
+        self.forward_logits(tokens, batch, seq, false)
+    }
+
+    /// [`DecoderOnlyTransformer::logits`], dropping when `training_forward` and the model is
+    /// training ([`DecoderOnlyTransformer::set_training`]) while a graph is being recorded
+    /// (`riftco_autograd::is_grad_enabled`); such a forward with a probability above 0 takes the
+    /// next dropout step.
+    fn forward_logits(
+        &self,
+        tokens: &[u32],
+        batch: usize,
+        seq: usize,
+        training_forward: bool,
+    ) -> Result<Variable> {
         let w = &self.weights;
         let cfg = &w.config;
         cfg.validate_tokens(tokens, batch, seq)?;
@@ -484,7 +495,9 @@ impl DecoderOnlyTransformer {
                     .expect("disabled needs no measurement"),
             )
         };
-        ctx.dropout = self.next_training_dropout();
+        if training_forward {
+            ctx.dropout = self.next_training_dropout();
+        }
         x = plan.forward(
             x,
             &w.layers,
@@ -499,6 +512,12 @@ impl DecoderOnlyTransformer {
 
     /// Mean next-token cross-entropy of a token block `[batch, seq + 1]`: inputs are
     /// `block[:, :-1]`, targets `block[:, 1:]`. A scalar Variable.
+    ///
+    /// This is the training forward: while the model is training
+    /// ([`DecoderOnlyTransformer::set_training`]) and a graph is being recorded, it applies the
+    /// config's `attention_dropout` and `residual_dropout` and the adapters' `lora_dropout`, with
+    /// masks of the next dropout step ([`DecoderOnlyTransformer::dropout_step`]). Under
+    /// `no_grad` or in evaluation mode it is the deterministic model's loss.
     ///
     /// # Errors
     /// [`TransformerError::Tokens`] for a bad block (`seq_plus_one < 2`, length),
@@ -534,7 +553,7 @@ impl DecoderOnlyTransformer {
             targets.extend_from_slice(&row[1..]);
         }
         self.weights.config.validate_tokens(&targets, batch, seq)?;
-        let logits = self.logits(&inputs, batch, seq)?;
+        let logits = self.forward_logits(&inputs, batch, seq, true)?;
         Ok(ops::cross_entropy(&logits, &targets)?)
     }
 

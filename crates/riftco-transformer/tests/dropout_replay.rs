@@ -7,7 +7,8 @@
 //! would draw other masks and the gradients would silently belong to another forward.
 //!
 //! Also: flash and materialized attention drop the same entries (their losses agree to 1e-5);
-//! dropout is active only in training forwards (`no_grad`, `eval` and decoding never drop); each
+//! dropout is active only in training forwards (`loss` while training and recording a graph:
+//! `no_grad`, `eval`, `logits` and decoding never drop); each
 //! training forward draws new masks; `determinism_check = values` passes on every policy with
 //! dropout.
 
@@ -72,7 +73,13 @@ fn train(m: &DecoderOnlyTransformer, steps: usize) -> Run {
     let grads = || -> Vec<Vec<u32>> {
         params
             .iter()
-            .map(|p| bits(&p.grad().expect("trainable parameters have gradients").to_vec()))
+            .map(|p| {
+                bits(
+                    &p.grad()
+                        .expect("trainable parameters have gradients")
+                        .to_vec(),
+                )
+            })
             .collect()
     };
     let (mut losses, mut first_grads, mut last_grads) = (Vec::new(), Vec::new(), Vec::new());
@@ -140,7 +147,10 @@ fn every_policy_trains_like_disabled(attn: Attn, lora: bool) {
     let reference = train(&model(attn, Policy::Disabled, lora, P), STEPS);
     // Dropout is really on: the same steps without it give other losses.
     let plain = train(&model(attn, Policy::Disabled, lora, 0.0), 1);
-    assert_ne!(plain.losses[0], reference.losses[0], "dropout changed nothing");
+    assert_ne!(
+        plain.losses[0], reference.losses[0],
+        "dropout changed nothing"
+    );
     for policy in POLICIES {
         let what = format!("{attn:?} lora={lora} {policy}");
         let m = model(attn, policy.parse().unwrap(), lora, P);
@@ -198,9 +208,15 @@ fn flash_and_materialized_attention_drop_the_same_entries() {
     let mut c = config(0.0);
     c.attention_dropout = 0.5;
     let mk = |attn| DecoderOnlyTransformer::new(c.clone(), attn, Policy::Disabled).unwrap();
-    let (f, m) = (train(&mk(Attn::Flash), 1), train(&mk(Attn::Materialized), 1));
+    let (f, m) = (
+        train(&mk(Attn::Flash), 1),
+        train(&mk(Attn::Materialized), 1),
+    );
     let (a, b) = (f32::from_bits(f.losses[0]), f32::from_bits(m.losses[0]));
-    assert!(rel_diff(a, b) <= 1e-5, "p=0.5: flash {a} vs materialized {b}");
+    assert!(
+        rel_diff(a, b) <= 1e-5,
+        "p=0.5: flash {a} vs materialized {b}"
+    );
 }
 
 #[test]
@@ -217,9 +233,23 @@ fn dropout_is_active_only_in_training_forwards() {
         assert_eq!(eval, no_grad(|| loss_bits(&plain)), "{attn:?}: no_grad");
         assert_eq!(dropped.dropout_step(), 0, "{attn:?}: no_grad took a step");
         let logits = |m: &DecoderOnlyTransformer| {
-            bits(&no_grad(|| m.logits(&t[..SEQ], 1, SEQ).unwrap()).value().to_vec())
+            bits(
+                &no_grad(|| m.logits(&t[..SEQ], 1, SEQ).unwrap())
+                    .value()
+                    .to_vec(),
+            )
         };
         assert_eq!(logits(&dropped), logits(&plain), "{attn:?}: logits");
+        // logits() never drops, also while recording a graph in training mode.
+        let graph_logits = |m: &DecoderOnlyTransformer| {
+            bits(&m.logits(&t[..SEQ], 1, SEQ).unwrap().value().to_vec())
+        };
+        assert_eq!(
+            graph_logits(&dropped),
+            graph_logits(&plain),
+            "{attn:?}: logits"
+        );
+        assert_eq!(dropped.dropout_step(), 0, "{attn:?}: logits took a step");
         // Training forwards drop, each with new masks.
         let (a, b) = (loss_bits(&dropped), loss_bits(&dropped));
         assert_ne!(a, eval, "{attn:?}: a training forward did not drop");
@@ -231,7 +261,11 @@ fn dropout_is_active_only_in_training_forwards() {
         // Evaluation mode records a graph without dropping; the gradients are the plain model's.
         dropped.set_training(false);
         let (le, lp) = (value(&dropped), value(&plain));
-        assert_eq!(le.value().item().unwrap().to_bits(), eval, "{attn:?}: eval()");
+        assert_eq!(
+            le.value().item().unwrap().to_bits(),
+            eval,
+            "{attn:?}: eval()"
+        );
         le.backward().unwrap();
         lp.backward().unwrap();
         for (p, q) in dropped
