@@ -81,8 +81,12 @@ pub(crate) fn probability(field: &'static str, v: &Bound<'_, PyAny>) -> PyResult
     if !(0.0..1.0).contains(&p) {
         return Err(config_err(repr(), "expected a probability in [0, 1)"));
     }
-    // A value just below 1 may round to 1 as an f32: checked again.
-    validate_dropout(field, p as f32).map_err(transformer_err)?;
+    if validate_dropout(field, p as f32).is_err() {
+        return Err(config_err(
+            repr(),
+            "rounds to 1 as a 32-bit float; expected a probability in [0, 1)",
+        ));
+    }
     Ok(p as f32)
 }
 
