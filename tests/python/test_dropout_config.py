@@ -70,6 +70,11 @@ def test_bad_config_dropout_is_a_config_error_naming_the_field(field: str, value
         tiny(**{field: value})
 
 
+def test_a_probability_that_rounds_to_one_as_f32_is_refused_as_given() -> None:
+    with pytest.raises(riftco.ConfigError, match=r"= 0\.99999999999: rounds to 1"):
+        tiny(attention_dropout=0.99999999999)
+
+
 @pytest.mark.parametrize("value", BAD_VALUES, ids=repr)
 def test_bad_lora_dropout_is_a_config_error_and_adds_no_adapters(value: Any) -> None:
     model = riftco.DecoderOnlyTransformer(tiny())
@@ -87,7 +92,9 @@ def test_train_and_eval_return_the_model_and_set_training() -> None:
 
 
 def test_dropout_step_counts_training_forwards_that_drop() -> None:
-    model = riftco.DecoderOnlyTransformer(tiny(residual_dropout=0.1), activation_checkpointing="block")
+    model = riftco.DecoderOnlyTransformer(
+        tiny(residual_dropout=0.1), activation_checkpointing="block"
+    )
     assert model.dropout_step == 0
     model.loss(block()).backward()
     assert model.dropout_step == 1
@@ -174,7 +181,7 @@ def test_lora_dropout_needs_lora() -> None:
 
 def stage_corpus() -> riftco.Corpus:
     full = riftco.default_corpus()
-    return riftco.Corpus(tokens=full.tokens[:20_000].copy(), description="head", files=[])
+    return riftco.Corpus(tokens=full.tokens[:20_000].copy(), description="head", files=())
 
 
 def test_post_training_sets_and_records_dropout(tmp_path: Path) -> None:

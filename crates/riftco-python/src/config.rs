@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
 use riftco_transformer::config::validate_dropout;
-use riftco_transformer::{TransformerConfig, TransformerError};
+use riftco_transformer::{DecoderOnlyTransformer, TransformerConfig, TransformerError};
 
 use crate::errors::transformer_err;
 
@@ -81,9 +81,46 @@ pub(crate) fn probability(field: &'static str, v: &Bound<'_, PyAny>) -> PyResult
     if !(0.0..1.0).contains(&p) {
         return Err(config_err(repr(), "expected a probability in [0, 1)"));
     }
-    // A value just below 1 may round to 1 as an f32: checked again.
-    validate_dropout(field, p as f32).map_err(transformer_err)?;
+    if validate_dropout(field, p as f32).is_err() {
+        return Err(config_err(
+            repr(),
+            "rounds to 1 as a 32-bit float; expected a probability in [0, 1)",
+        ));
+    }
     Ok(p as f32)
+}
+
+/// `model.set_dropout(...)`: each probability given (not `None`) is checked, then set; nothing
+/// changes on error.
+///
+/// # Errors
+/// `ConfigError` naming the field ([`probability`]), `LoraError` for `lora_dropout` on a model
+/// without adapters.
+pub(crate) fn set_model_dropout(
+    m: &mut DecoderOnlyTransformer,
+    attention_dropout: Option<Bound<'_, PyAny>>,
+    residual_dropout: Option<Bound<'_, PyAny>>,
+    lora_dropout: Option<Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let [a, r, _] = m.dropout_probabilities();
+    let p = |field, v: Option<Bound<'_, PyAny>>, old| v.map_or(Ok(old), |v| probability(field, &v));
+    let a = p("attention_dropout", attention_dropout, a)?;
+    let r = p("residual_dropout", residual_dropout, r)?;
+    let lora = lora_dropout
+        .map(|v| probability("lora_dropout", &v))
+        .transpose()?;
+    if let Some(l) = lora {
+        if !m.has_lora() {
+            return Err(transformer_err(TransformerError::Lora {
+                message: format!("lora_dropout = {l}: the model has no adapters"),
+            }));
+        }
+    }
+    m.set_dropout(a, r).map_err(transformer_err)?;
+    if let Some(l) = lora {
+        m.set_lora_dropout(l).map_err(transformer_err)?;
+    }
+    Ok(())
 }
 
 /// The f64 with the f32's shortest decimal spelling, so `1e-5` reads back as `1e-5`.

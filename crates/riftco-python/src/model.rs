@@ -15,7 +15,7 @@ use riftco_transformer::{
     TransformerError, ATTENTION_KINDS,
 };
 
-use crate::config::{f32_as_python_float, probability, PyTransformerConfig};
+use crate::config::{f32_as_python_float, probability, set_model_dropout, PyTransformerConfig};
 use crate::errors::{autograd_err, compute, tensor_err, transformer_err, Exc};
 use crate::policy::{count_arg, plan_dict, policy_from};
 use crate::tokens::token_ids;
@@ -692,26 +692,7 @@ impl PyModel {
         lora_dropout: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let mut m = self.write();
-        let [a, r, _] = m.dropout_probabilities();
-        let p =
-            |field, v: Option<Bound<'_, PyAny>>, old| v.map_or(Ok(old), |v| probability(field, &v));
-        let a = p("attention_dropout", attention_dropout, a)?;
-        let r = p("residual_dropout", residual_dropout, r)?;
-        let lora = lora_dropout
-            .map(|v| probability("lora_dropout", &v))
-            .transpose()?;
-        if let Some(l) = lora {
-            if !m.has_lora() {
-                return Err(transformer_err(TransformerError::Lora {
-                    message: format!("lora_dropout = {l}: the model has no adapters"),
-                }));
-            }
-        }
-        m.set_dropout(a, r).map_err(transformer_err)?;
-        if let Some(l) = lora {
-            m.set_lora_dropout(l).map_err(transformer_err)?;
-        }
-        Ok(())
+        set_model_dropout(&mut m, attention_dropout, residual_dropout, lora_dropout)
     }
 
     /// How many block forwards ran so far (original forwards plus checkpoint replays).
