@@ -17,6 +17,11 @@ activation memory, for every policy riftco has.
    seen. For budgets the planner's predicted peak is printed beside the measured one, and the
    step against ``block``'s (the ratio of their ratios).
 
+3. With ``--replay-only``: what ``determinism_check="values"`` costs against ``"metadata"``
+   (``block``, with and without dropout) and what attention and residual dropout 0.1 cost
+   against none (``disabled`` and ``block``), each variant in interleaved pairs against its
+   baseline (``replay.md``, ``replay.json``).
+
 Reference configuration: vocab 256, d_model 256, 8 heads, 8 layers, d_ff 688, seq 256, batch 8,
 flash attention. Peaks come from ``riftco.memory_stats()["activation"]`` (reset before each
 step). Tables are printed as Markdown (and written to ``--out``/policies.md); pictures need
@@ -25,6 +30,7 @@ matplotlib (``pip install matplotlib``) and are skipped with a message without i
     python benches/policies.py                     # reference configuration (a few minutes)
     python benches/policies.py --quick --steps 1   # tiny configuration (smoke test)
     python benches/policies.py --replot            # redraw from benches/results/policies.json
+    python benches/policies.py --replay-only --steps 9   # determinism_check and dropout costs
 """
 
 from __future__ import annotations
@@ -193,6 +199,79 @@ def pareto(
     return rows, dict(times=times)
 
 
+def make_variant(cfg: dict[str, int], policy: str, check: str, p: float) -> Any:
+    config = riftco.TransformerConfig(**cfg, attention_dropout=p, residual_dropout=p)
+    return riftco.DecoderOnlyTransformer(
+        config, activation_checkpointing=policy, determinism_check=check
+    )
+
+
+# (what, baseline (policy, determinism_check, dropout), variant)
+REPLAY_PAIRS = [
+    (
+        "determinism_check values vs metadata, block",
+        ("block", "metadata", 0.0),
+        ("block", "values", 0.0),
+    ),
+    (
+        "determinism_check values vs metadata, block, dropout 0.1",
+        ("block", "metadata", 0.1),
+        ("block", "values", 0.1),
+    ),
+    ("dropout 0.1 vs 0, disabled", ("disabled", "metadata", 0.0), ("disabled", "metadata", 0.1)),
+    ("dropout 0.1 vs 0, block", ("block", "metadata", 0.0), ("block", "metadata", 0.1)),
+]
+
+
+def replay_costs(
+    cfg: dict[str, int], batch: int, seq: int, steps: int
+) -> list[dict[str, Any]]:
+    """What the replay check and dropout cost: each variant timed in interleaved pairs against
+    its baseline (the same policy), step = forward + backward + Adam; the ratio is the median
+    over rounds of variant / baseline in the same round."""
+    block = tokens(batch, seq, cfg["vocab_size"])
+    rows: list[dict[str, Any]] = []
+    for what, base_spec, variant_spec in REPLAY_PAIRS:
+        models = [make_variant(cfg, *base_spec), make_variant(cfg, *variant_spec)]
+        opts = [riftco.Adam(m.parameters(), lr=1e-4) for m in models]
+        times: list[list[float]] = [[], []]
+        for r in range(steps + 1):
+            order = [0, 1] if r % 2 == 0 else [1, 0]
+            for i in order:
+                seconds, _, _ = step(models[i], block, opts[i])
+                if r > 0:
+                    times[i].append(seconds)
+        ratios = [b / a for a, b in zip(times[0], times[1])]
+        rows.append(
+            dict(
+                what=what,
+                base_s=statistics.median(times[0]),
+                variant_s=statistics.median(times[1]),
+                ratio=statistics.median(ratios),
+                ratio_min=min(ratios),
+                ratio_max=max(ratios),
+            )
+        )
+        r = rows[-1]
+        print(
+            f"  {what:58s} {r['ratio']:.3f}× (rounds {r['ratio_min']:.3f}–{r['ratio_max']:.3f})"
+        )
+    return rows
+
+
+def markdown_replay(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| variant vs baseline | baseline step s | variant step s | median ratio | range |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['what']} | {r['base_s']:.3f} | {r['variant_s']:.3f} | {r['ratio']:.3f}× "
+            f"| {r['ratio_min']:.3f}–{r['ratio_max']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown_depth(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| n_layers | policy | retained MiB | peak MiB | formula MiB |",
@@ -316,6 +395,12 @@ def main() -> None:
         action="store_true",
         help="redraw the pictures from --out/policies.json without measuring",
     )
+    p.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="measure only the cost of determinism_check='values' and of dropout (written to "
+        "--out/replay.md and replay.json)",
+    )
     args = p.parse_args()
     if args.replot:
         saved = json.loads((args.out / "policies.json").read_text())
@@ -332,6 +417,17 @@ def main() -> None:
         f"seq {seq}, batch {batch}, flash, {riftco.num_threads()} threads"
     )
     print(f"riftco {riftco.__version__}, CPU with {info}; {title}")
+    if args.replay_only:
+        print(f"replay check and dropout at n_layers {cfg['n_layers']} ({args.steps} rounds):")
+        rows = replay_costs(cfg, batch, seq, args.steps)
+        md = (
+            f"## What the replay check and dropout cost\n\n{title}, n_layers "
+            f"{cfg['n_layers']}, CPU with {info}\n\n{markdown_replay(rows)}\n"
+        )
+        print(md)
+        (args.out / "replay.md").write_text(md)
+        (args.out / "replay.json").write_text(json.dumps(dict(title=title, rows=rows), indent=1))
+        return
     print("memory against depth:")
     depth = memory_vs_depth(cfg, depths, batch, seq)
     print(f"pareto at n_layers {cfg['n_layers']} ({args.steps} interleaved rounds):")

@@ -105,8 +105,10 @@ def test_dropout_step_counts_training_forwards_that_drop() -> None:
     model.dropout_step = 2**64 - 1
     assert model.dropout_step == 2**64 - 1
     model.dropout_step = 5
-    model.logits(block(2, 8))
+    model.loss(block())
     assert model.dropout_step == 6
+    model.logits(block(2, 8))
+    assert model.dropout_step == 6, "logits() never drops"
     with pytest.raises(OverflowError):
         model.dropout_step = -1
     plain = riftco.DecoderOnlyTransformer(tiny())
