@@ -20,6 +20,7 @@ __all__ = [
     "sum",
     "reshape",
     "cross_entropy",
+    "dropout",
     "named",
 ]
 
