@@ -30,6 +30,7 @@
 use crate::determinism::DeterminismCheck;
 use crate::error::{CheckpointError, Result};
 use crate::grad_mode::is_grad_enabled;
+use crate::rng::{reserve, rng_state, set_rng_state, RngState};
 use crate::variable::{peek_next_id, Variable, VjpFn};
 use riftco_tensor::Tensor;
 use std::cell::RefCell;
@@ -113,6 +114,10 @@ pub(crate) struct SavedOp {
     nodes: Vec<SavedNode>,
     /// The returned value.
     output: ParentRef,
+    /// The thread's generator state before and after the call, when the call moved it (it drew
+    /// random numbers, e.g. a dropout mask): the replay, which does not call it, moves the
+    /// generator the same way so that later draws of the callable stay those of the forward.
+    rng: Option<(RngState, RngState)>,
 }
 
 /// The saved ops of one checkpoint's forward run, in call order.
@@ -296,8 +301,11 @@ where
         }
         Action::Record { x0, checkpoint } => {
             let start = peek_next_id();
+            let rng_before = rng_state();
             let out = plain(f)?;
-            let op = capture(&checkpoint, name, inputs, &out, start, x0)?;
+            let rng_after = rng_state();
+            let mut op = capture(&checkpoint, name, inputs, &out, start, x0)?;
+            op.rng = (rng_after != rng_before).then_some((rng_before, rng_after));
             FRAMES.with(|frames| {
                 if let Some(Frame::Record { saved, used, .. }) = frames.borrow_mut().last_mut() {
                     saved.ops.push(op);
@@ -376,6 +384,7 @@ fn capture(
         input_dims: inputs.iter().map(|v| v.dims().to_vec()).collect(),
         output: reference(out)?,
         nodes: saved,
+        rng: None,
     })
 }
 
@@ -431,6 +440,16 @@ fn rebuild(name: &str, inputs: &[&Variable]) -> Result<Variable> {
             parents,
             node.vjp.clone(),
         ));
+    }
+    // The call drew random numbers at the forward run: advance the generator past them, as the
+    // call would have (by the same number of blocks when it did not reseed, else to the state
+    // it left).
+    if let Some((before, after)) = op.rng {
+        if before.seed == after.seed && after.offset >= before.offset {
+            reserve(after.offset - before.offset)?;
+        } else {
+            set_rng_state(after);
+        }
     }
     Ok(resolve(&op.output, &rebuilt))
 }
