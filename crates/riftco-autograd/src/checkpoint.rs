@@ -32,7 +32,7 @@ use crate::determinism::{self, tensor_hash, DeterminismCheck, RunRecord};
 use crate::error::{AutogradError, CheckpointError, Result};
 use crate::grad_mode::{enable_grad, is_grad_enabled};
 use crate::named::{self, CheckpointOptions, SavedValues};
-use crate::rng::{rng_state, set_rng_state, RestoreRng, RngState};
+use crate::rng::{rng_state, set_rng_state, CounterFrameGuard, RestoreRng, RngState};
 use crate::variable::{peek_next_id, Variable};
 use riftco_tensor::{Device, Tensor};
 use std::cell::RefCell;
@@ -195,11 +195,13 @@ where
     let save: Arc<[String]> = options.save.clone().into();
     let rng_before = rng_state();
     let forward = || enable_grad(|| call(&recompute, &x0, CheckpointPass::Forward));
+    let counters = options.preserve_rng_state.then(CounterFrameGuard::record);
     let (out, saved) = if save.is_empty() {
         (named::plain(forward)?, SavedValues::default())
     } else {
         named::record(&name, &save, &x0, forward)?
     };
+    let counters = counters.map(CounterFrameGuard::finish);
     let rng_after = rng_state();
     let saved = Arc::new(saved);
     check_unchanged(&boundary, &versions, "checkpoint callable (forward run)")?;
@@ -226,6 +228,7 @@ where
         forward_device: value.device(),
         check,
         preserve_rng_state: options.preserve_rng_state.then_some(rng_before),
+        counters,
         record,
     };
     // Discard the internal block graph: only the output value is kept.
@@ -256,6 +259,9 @@ struct ReplaySpec {
     check: DeterminismCheck,
     /// With `preserve_rng_state`: the generator state before the forward run.
     preserve_rng_state: Option<RngState>,
+    /// With `preserve_rng_state`: the values the forward run drew through
+    /// [`crate::rng::draw_counter`] (a model's dropout steps), handed out again at the replay.
+    counters: Option<Arc<[u64]>>,
     /// With [`DeterminismCheck::Values`]: the forward run's output hash and generator states.
     record: Option<RunRecord>,
 }
@@ -307,6 +313,7 @@ where
         set_rng_state(forward_state);
         restore
     });
+    let _counters = spec.counters.clone().map(CounterFrameGuard::replay);
     // 1. a fresh leaf holding the saved block input
     let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
     let start = peek_next_id();

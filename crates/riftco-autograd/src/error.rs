@@ -153,6 +153,10 @@ pub enum AutogradError {
     /// unchanged.
     #[error("random number generator: reserving {blocks} blocks at offset {offset} would overflow the 64-bit block counter; call manual_seed() to start a new stream")]
     RngOffsetOverflow { offset: u64, blocks: u64 },
+    /// A counter drawn through [`crate::rng::draw_counter`] (such as a model's dropout step) is
+    /// at `u64::MAX`: the next value would repeat an earlier one.
+    #[error("{what} is {max} and cannot advance: the next value would wrap to 0 and repeat earlier random masks; set it back explicitly to start a new stream", max = u64::MAX)]
+    CounterOverflow { what: &'static str },
     /// An unknown spelling of an enum-like option.
     #[error("unknown {option} {value:?}; expected one of {expected}")]
     UnknownOption {
@@ -210,7 +214,9 @@ impl AutogradError {
             AutogradError::NoGradient { .. } => ErrorKind::Backward,
             AutogradError::Checkpoint(e) => e.kind(),
             AutogradError::Panic { .. } => ErrorKind::Panic,
-            AutogradError::RngOffsetOverflow { .. } => ErrorKind::InvalidArgument,
+            AutogradError::RngOffsetOverflow { .. } | AutogradError::CounterOverflow { .. } => {
+                ErrorKind::InvalidArgument
+            }
             AutogradError::UnknownOption { .. } => ErrorKind::UnknownOption,
             AutogradError::External(e) => e.kind(),
         }

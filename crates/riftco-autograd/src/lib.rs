@@ -37,6 +37,6 @@ pub use determinism::{value_hash, DeterminismCheck};
 pub use error::{AutogradError, CheckpointError, Result};
 pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, NoGradGuard};
 pub use named::{named, CheckpointOptions};
-pub use rng::{fork_rng, manual_seed, reserve, rng_state, set_rng_state, RngState};
+pub use rng::{draw_counter, fork_rng, manual_seed, reserve, rng_state, set_rng_state, RngState};
 pub use stats::GraphStatistics;
 pub use variable::Variable;

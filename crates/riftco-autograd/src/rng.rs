@@ -19,7 +19,9 @@
 //! leaves the user's stream untouched ([`fork_rng`] is the same save-and-restore).
 
 use crate::error::{AutogradError, Result};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// A generator position: the seed (key) and the offset in generator blocks (a Philox4x32 block
 /// is four 32-bit words).
@@ -80,6 +82,99 @@ pub fn splitmix64(z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// What the checkpoints running on this thread record of, or replay from, [`draw_counter`].
+enum CounterFrame {
+    /// A checkpoint's forward run (with `preserve_rng_state`): the values it drew, in order.
+    Record(Vec<u64>),
+    /// A checkpoint's replay: the values its forward run drew, handed out again in order.
+    Replay { values: Arc<[u64]>, cursor: usize },
+}
+
+thread_local! {
+    static COUNTER_FRAMES: RefCell<Vec<CounterFrame>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The next value of `counter` (the value before it advances by 1), for keys of random ops that
+/// a counter rather than the thread's generator selects — a model's dropout step, whose key
+/// picks the masks of one training forward. Like the generator, it is replay-exact: inside a
+/// checkpoint with `preserve_rng_state`, the forward run's draws are recorded and the replay is
+/// handed the same values in the same order (and `counter` does not advance), so a checkpoint
+/// callable that runs a whole model's training forward replays that forward's masks.
+///
+/// # Errors
+/// [`AutogradError::CounterOverflow`] naming `what` when `counter` is `u64::MAX` (it never
+/// wraps); the counter is unchanged.
+pub fn draw_counter(counter: &AtomicU64, what: &'static str) -> Result<u64> {
+    COUNTER_FRAMES.with(|frames| {
+        let mut frames = frames.borrow_mut();
+        let replay = frames
+            .iter()
+            .rposition(|f| matches!(f, CounterFrame::Replay { .. }));
+        let replayed = replay.and_then(|i| match &mut frames[i] {
+            CounterFrame::Replay { values, cursor } => {
+                let v = values.get(*cursor).copied();
+                *cursor += 1;
+                v
+            }
+            CounterFrame::Record(_) => None,
+        });
+        let value = match replayed {
+            Some(v) => v,
+            None => counter
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1))
+                .map_err(|_| AutogradError::CounterOverflow { what })?,
+        };
+        // Every checkpoint recording above the innermost replay (nested forward runs) saw it.
+        for f in frames[replay.map_or(0, |i| i + 1)..].iter_mut() {
+            if let CounterFrame::Record(values) = f {
+                values.push(value);
+            }
+        }
+        Ok(value)
+    })
+}
+
+/// Pops the counter frame it pushed when dropped (also on errors and panics).
+pub(crate) struct CounterFrameGuard {
+    popped: bool,
+}
+
+impl CounterFrameGuard {
+    /// Starts recording the values [`draw_counter`] hands out (a checkpoint's forward run).
+    pub(crate) fn record() -> Self {
+        COUNTER_FRAMES.with(|f| f.borrow_mut().push(CounterFrame::Record(Vec::new())));
+        Self { popped: false }
+    }
+
+    /// Hands out `values` again, in order (a checkpoint's replay).
+    pub(crate) fn replay(values: Arc<[u64]>) -> Self {
+        COUNTER_FRAMES.with(|f| {
+            f.borrow_mut()
+                .push(CounterFrame::Replay { values, cursor: 0 })
+        });
+        Self { popped: false }
+    }
+
+    /// Ends a recording: the values drawn since [`CounterFrameGuard::record`].
+    pub(crate) fn finish(mut self) -> Arc<[u64]> {
+        self.popped = true;
+        match COUNTER_FRAMES.with(|f| f.borrow_mut().pop()) {
+            Some(CounterFrame::Record(values)) => values.into(),
+            _ => Arc::from(Vec::new()),
+        }
+    }
+}
+
+impl Drop for CounterFrameGuard {
+    fn drop(&mut self) {
+        if !self.popped {
+            COUNTER_FRAMES.with(|f| {
+                f.borrow_mut().pop();
+            });
+        }
+    }
 }
 
 /// Sets the thread's state back to the one it had when created (also on errors and panics).

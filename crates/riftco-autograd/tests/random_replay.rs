@@ -25,8 +25,8 @@ fn grads(save: Option<&[&str]>, check: DeterminismCheck) -> (Vec<f32>, Vec<f32>,
     let y = match save {
         None => body(&x, &w).unwrap(),
         Some(names) => {
-            let options = CheckpointOptions::saving(names.iter().copied())
-                .with_determinism_check(check);
+            let options =
+                CheckpointOptions::saving(names.iter().copied()).with_determinism_check(check);
             let w2 = w.clone();
             checkpoint_with_options("two dropouts", &x, &[w.clone()], &options, move |h, _| {
                 body(h, &w2)
@@ -37,7 +37,11 @@ fn grads(save: Option<&[&str]>, check: DeterminismCheck) -> (Vec<f32>, Vec<f32>,
     let after_forward = rng_state();
     let loss = ops::sum(&y).unwrap();
     loss.backward().unwrap();
-    assert_eq!(rng_state(), after_forward, "the backward moved the thread's generator");
+    assert_eq!(
+        rng_state(),
+        after_forward,
+        "the backward moved the thread's generator"
+    );
     (
         x.grad().unwrap().to_vec(),
         w.grad().unwrap().to_vec(),
@@ -68,7 +72,9 @@ fn values_accepts_a_saved_value_that_drew_random_numbers() {
     let w2 = w.clone();
     let options = CheckpointOptions::saving(["d"]).with_determinism_check(DeterminismCheck::Values);
     let y = checkpoint_with_options("saved dropout", &x, &[w.clone()], &options, move |h, _| {
-        let d = named("d", &[h], || ops::dropout_random(&ops::linear(h, &w2)?, 0.5))?;
+        let d = named("d", &[h], || {
+            ops::dropout_random(&ops::linear(h, &w2)?, 0.5)
+        })?;
         ops::silu(&d)
     })
     .unwrap();

@@ -212,7 +212,15 @@ impl DecoderOnlyTransformer {
     /// The dropout of the next forward, taking a dropout step: `Some` only when the model is
     /// training, a graph is being recorded and some probability is above 0 (`layer` 0; the
     /// block forward sets its own index with [`BlockDropout::for_layer`]).
-    pub(crate) fn next_training_dropout(&self) -> Option<BlockDropout> {
+    ///
+    /// The step is drawn with [`riftco_autograd::draw_counter`]: a training forward inside a
+    /// checkpoint callable (with `preserve_rng_state`) is replayed with the step, and so the
+    /// masks, of its forward run.
+    ///
+    /// # Errors
+    /// [`riftco_autograd::AutogradError::CounterOverflow`] when the step is `u64::MAX` (it never
+    /// wraps to reuse the masks of step 0).
+    pub(crate) fn next_training_dropout(&self) -> Result<Option<BlockDropout>> {
         let [attention, residual, lora] = self.dropout_probabilities();
         let d = BlockDropout {
             key: [0, 0],
@@ -222,13 +230,13 @@ impl DecoderOnlyTransformer {
             lora,
         };
         if !(self.training && riftco_autograd::is_grad_enabled() && d.any()) {
-            return None;
+            return Ok(None);
         }
-        let step = self.dropout_step.fetch_add(1, Ordering::Relaxed);
-        Some(BlockDropout {
+        let step = riftco_autograd::draw_counter(&self.dropout_step, "dropout_step")?;
+        Ok(Some(BlockDropout {
             key: dropout_key(self.config().seed, step),
             ..d
-        })
+        }))
     }
 }
 

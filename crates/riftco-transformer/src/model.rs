@@ -496,7 +496,7 @@ impl DecoderOnlyTransformer {
             )
         };
         if training_forward {
-            ctx.dropout = self.next_training_dropout();
+            ctx.dropout = self.next_training_dropout()?;
         }
         x = plan.forward(
             x,

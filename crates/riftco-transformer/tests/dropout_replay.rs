@@ -16,11 +16,15 @@ mod common;
 mod measure;
 use common::{block, lora_config};
 use measure::lock;
-use riftco_autograd::{no_grad, DeterminismCheck};
+use riftco_autograd::{
+    checkpoint_with_options, no_grad, ops, CheckpointOptions, DeterminismCheck, Variable,
+};
+use riftco_tensor::{MemoryCategory as C, Tensor};
 use riftco_transformer::{
     ActivationCheckpointing as Policy, Adam, DecoderOnlyTransformer,
     FullSequenceAttentionKind as Attn, TransformerConfig,
 };
+use std::sync::Arc;
 
 const L: usize = 4;
 const BATCH: usize = 2;
@@ -304,4 +308,72 @@ fn values_determinism_check_passes_on_every_policy_with_dropout() {
             assert_same_run(&reference, &r, &format!("{attn:?} {policy} values"));
         }
     }
+}
+
+/// `x + model.loss(tokens)` through a checkpoint of the caller's (not a model policy): the
+/// replay runs the model's training forward again, which must draw the forward run's dropout
+/// step (and so its masks) when the checkpoint preserves the RNG state.
+fn model_inside_a_checkpoint(preserve: bool) -> (Vec<Vec<u32>>, u64) {
+    let t = tokens(0);
+    let m = Arc::new(model(Attn::Flash, Policy::Disabled, false, 0.3));
+    let params = m.trainable_parameters();
+    let x = Variable::leaf(
+        Tensor::from_vec(vec![0.0], Vec::<usize>::new(), C::Parameter).unwrap(),
+        true,
+    );
+    let m2 = m.clone();
+    let options = CheckpointOptions {
+        preserve_rng_state: preserve,
+        ..CheckpointOptions::default()
+    };
+    let y = checkpoint_with_options("model inside", &x, &params, &options, move |h, _| {
+        let loss = m2
+            .loss(&t, BATCH, SEQ + 1)
+            .map_err(riftco_autograd::AutogradError::external)?;
+        ops::add(h, &loss)
+    })
+    .unwrap();
+    y.backward().unwrap();
+    let grads = params
+        .iter()
+        .map(|p| bits(&p.grad().unwrap().to_vec()))
+        .collect();
+    (grads, m.dropout_step())
+}
+
+#[test]
+fn a_training_forward_inside_a_checkpoint_replays_its_masks() {
+    let _g = lock();
+    let plain_model = model(Attn::Flash, Policy::Disabled, false, 0.3);
+    let loss = plain_model.loss(&tokens(0), BATCH, SEQ + 1).unwrap();
+    loss.backward().unwrap();
+    let plain: Vec<Vec<u32>> = plain_model
+        .trainable_parameters()
+        .iter()
+        .map(|p| bits(&p.grad().unwrap().to_vec()))
+        .collect();
+    let (preserved, steps) = model_inside_a_checkpoint(true);
+    assert_eq!(steps, 1, "the replay took a dropout step of its own");
+    assert_eq!(preserved, plain, "replayed with other masks");
+    // Without preserving the RNG state the replay is another training forward (step 1): its
+    // masks differ, and so do the gradients (what PyTorch's preserve_rng_state=False does).
+    let (fresh, steps) = model_inside_a_checkpoint(false);
+    assert_eq!(steps, 2);
+    assert_ne!(fresh, plain);
+}
+
+#[test]
+fn the_dropout_step_never_wraps() {
+    let _g = lock();
+    let mut m = model(Attn::Flash, Policy::Block, false, P);
+    m.set_dropout_step(u64::MAX);
+    let err = m.loss(&tokens(0), BATCH, SEQ + 1).unwrap_err().to_string();
+    assert!(
+        err.contains("dropout_step") && err.contains("wrap"),
+        "{err}"
+    );
+    assert_eq!(m.dropout_step(), u64::MAX);
+    m.set_dropout_step(u64::MAX - 1);
+    m.loss(&tokens(0), BATCH, SEQ + 1).unwrap();
+    assert_eq!(m.dropout_step(), u64::MAX);
 }
