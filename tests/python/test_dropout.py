@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -229,3 +230,54 @@ def test_bad_p_is_a_config_error_naming_p(p: Any) -> None:
 def test_bad_seed_is_a_config_error(seed: Any) -> None:
     with pytest.raises(riftco.ConfigError, match="seed"):
         F.dropout(var(np.ones(3)), 0.5, seed=seed)
+
+
+class Counting:
+    """A callable object whose output changes with every call (a nondeterministic callable)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, h: riftco.Variable) -> riftco.Variable:
+        self.calls += 1
+        return F.scale(h, float(self.calls))
+
+
+def counting_fn(h: riftco.Variable, factor: float, state: list[int]) -> riftco.Variable:
+    state[0] += 1
+    return F.scale(h, factor * state[0])
+
+
+def test_values_errors_name_callable_objects_and_partials() -> None:
+    import functools
+
+    for fn, expected in [
+        (Counting(), "Counting"),
+        (functools.partial(counting_fn, factor=2.0, state=[0]), "partial(counting_fn)"),
+    ]:
+        x = var(np.ones(4))
+        y = riftco.checkpoint(fn, x, [], determinism_check="values")
+        with pytest.raises(riftco.CheckpointError, match=rf'checkpoint "{re.escape(expected)}"'):
+            F.sum(y).backward()
+
+
+def test_a_saved_named_value_that_drew_a_mask_keeps_the_later_masks() -> None:
+    rng = np.random.default_rng(3)
+    x0, w0 = rng.normal(size=(6, 8)), rng.normal(size=(8, 8))
+
+    def run(save: list[str] | None) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        x, w = var(x0), var(w0)
+
+        def f(h: riftco.Variable) -> riftco.Variable:
+            a = riftco.named("drop_in", lambda t: F.dropout(t, 0.3), h)
+            return F.dropout(F.linear(a, w), 0.5)
+
+        riftco.manual_seed(2)
+        y = f(x) if save is None else riftco.checkpoint(f, x, [w], save=save)
+        F.sum(y).backward()
+        assert x.grad is not None and w.grad is not None
+        return x.grad, w.grad
+
+    plain = run(None)
+    for got, want in zip(run(["drop_in"]), plain):
+        np.testing.assert_array_equal(got, want)

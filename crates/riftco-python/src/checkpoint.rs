@@ -93,7 +93,8 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 ///         ``None`` or empty: recompute everything, the plain checkpoint).
 ///     preserve_rng_state: replay the first run's random draws (bool, default ``True``).
 ///     determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"``.
-///     name: what error messages call this checkpoint (default: ``fn.__qualname__``).
+///     name: what error messages call this checkpoint (default: ``fn.__qualname__``; for a
+///         ``functools.partial`` ``partial(<function>)``, for a callable object its type's name).
 ///
 /// Returns:
 ///     Variable: a node with the output's value whose parents are ``x`` and ``dependencies``.
@@ -162,13 +163,26 @@ fn checkpoint(
     })
 }
 
-/// The callable's `__qualname__` (or `__name__`), else `"checkpoint"`: what error messages call
-/// a checkpoint given no `name`.
+/// What error messages call a checkpoint given no `name`: the callable's `__qualname__` (or
+/// `__name__`); for a `functools.partial`, `partial(<its function's name>)`; for any other
+/// callable object, its type's `__qualname__` (a module's class, an instance with
+/// `__call__`); `"checkpoint"` only when none of these exists.
 fn callable_name(f: &Bound<'_, PyAny>) -> String {
-    ["__qualname__", "__name__"]
-        .iter()
-        .find_map(|attr| f.getattr(*attr).ok()?.extract::<String>().ok())
-        .unwrap_or_else(|| "checkpoint".to_string())
+    let own = |o: &Bound<'_, PyAny>| {
+        ["__qualname__", "__name__"]
+            .iter()
+            .find_map(|attr| o.getattr(*attr).ok()?.extract::<String>().ok())
+    };
+    if let Some(name) = own(f) {
+        return name;
+    }
+    // functools.partial (and look-alikes) keep the wrapped callable in `.func`.
+    if let Ok(inner) = f.getattr("func") {
+        if let Some(name) = own(&inner) {
+            return format!("partial({name})");
+        }
+    }
+    own(f.get_type().as_any()).unwrap_or_else(|| "checkpoint".to_string())
 }
 
 /// The names of `save`: `None`, or a list or tuple of str (a lone str is refused: it would be
