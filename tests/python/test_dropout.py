@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -251,10 +251,11 @@ def counting_fn(h: riftco.Variable, factor: float, state: list[int]) -> riftco.V
 def test_values_errors_name_callable_objects_and_partials() -> None:
     import functools
 
-    for fn, expected in [
+    cases: list[tuple[Callable[[riftco.Variable], riftco.Variable], str]] = [
         (Counting(), "Counting"),
         (functools.partial(counting_fn, factor=2.0, state=[0]), "partial(counting_fn)"),
-    ]:
+    ]
+    for fn, expected in cases:
         x = var(np.ones(4))
         y = riftco.checkpoint(fn, x, [], determinism_check="values")
         with pytest.raises(riftco.CheckpointError, match=rf'checkpoint "{re.escape(expected)}"'):

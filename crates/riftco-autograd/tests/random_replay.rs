@@ -28,9 +28,13 @@ fn grads(save: Option<&[&str]>, check: DeterminismCheck) -> (Vec<f32>, Vec<f32>,
             let options =
                 CheckpointOptions::saving(names.iter().copied()).with_determinism_check(check);
             let w2 = w.clone();
-            checkpoint_with_options("two dropouts", &x, &[w.clone()], &options, move |h, _| {
-                body(h, &w2)
-            })
+            checkpoint_with_options(
+                "two dropouts",
+                &x,
+                std::slice::from_ref(&w),
+                &options,
+                move |h, _| body(h, &w2),
+            )
             .unwrap()
         }
     };
@@ -71,12 +75,18 @@ fn values_accepts_a_saved_value_that_drew_random_numbers() {
     manual_seed(1);
     let w2 = w.clone();
     let options = CheckpointOptions::saving(["d"]).with_determinism_check(DeterminismCheck::Values);
-    let y = checkpoint_with_options("saved dropout", &x, &[w.clone()], &options, move |h, _| {
-        let d = named("d", &[h], || {
-            ops::dropout_random(&ops::linear(h, &w2)?, 0.5)
-        })?;
-        ops::silu(&d)
-    })
+    let y = checkpoint_with_options(
+        "saved dropout",
+        &x,
+        std::slice::from_ref(&w),
+        &options,
+        move |h, _| {
+            let d = named("d", &[h], || {
+                ops::dropout_random(&ops::linear(h, &w2)?, 0.5)
+            })?;
+            ops::silu(&d)
+        },
+    )
     .unwrap();
     ops::sum(&y).unwrap().backward().unwrap();
     assert!(w.grad().is_some());
