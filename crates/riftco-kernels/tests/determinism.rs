@@ -6,17 +6,10 @@
 
 mod common;
 
-use common::vec_from_seed;
+use common::{hash, vec_from_seed};
 use riftco_kernels::{adam, elementwise as ew, loss, matmul, norm, softmax};
 
 const CHILD_ENV: &str = "RIFTCO_DETERMINISM_CHILD";
-
-fn hash(v: &[f32]) -> u64 {
-    // FNV-1a over the bit patterns.
-    v.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
-        (h ^ x.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
 
 /// Runs the kernels and prints `name hash` lines (only when launched as the child).
 #[test]
@@ -103,28 +96,7 @@ fn determinism_child() {
 }
 
 fn child_hashes(threads: usize) -> Vec<String> {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "determinism_child",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD_ENV, "1")
-        .env("RIFTCO_NUM_THREADS", threads.to_string())
-        .output()
-        .expect("run child test binary");
-    assert!(
-        out.status.success(),
-        "child failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.find("HASH ").map(|at| l[at..].to_owned()))
-        .collect();
+    let lines = common::child_hashes("determinism_child", CHILD_ENV, threads);
     assert!(lines.len() >= 10, "child printed too few hashes: {lines:?}");
     lines
 }

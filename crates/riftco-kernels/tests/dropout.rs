@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::vec_from_seed;
+use common::{hash, vec_from_seed};
 use riftco_kernels::attention::{
     flash_attention_backward_with_dropout, flash_attention_backward_with_layout,
     flash_attention_forward_with_dropout, flash_attention_forward_with_layout, AttentionDims,
@@ -334,13 +334,6 @@ fn no_dropout_is_bitwise_the_plain_kernel() {
     }
 }
 
-fn hash(v: &[f32]) -> u64 {
-    // FNV-1a over the bit patterns.
-    v.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
-        (h ^ x.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// Prints `HASH name value` lines for the dropout kernel and flash attention with dropout at
 /// sizes that take the parallel paths (only when launched as the child).
 #[test]
@@ -364,28 +357,7 @@ fn dropout_determinism_child() {
 }
 
 fn child_hashes(threads: usize) -> Vec<String> {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "dropout_determinism_child",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD_ENV, "1")
-        .env("RIFTCO_NUM_THREADS", threads.to_string())
-        .output()
-        .expect("run child test binary");
-    assert!(
-        out.status.success(),
-        "child failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.find("HASH ").map(|at| l[at..].to_owned()))
-        .collect();
+    let lines = common::child_hashes("dropout_determinism_child", CHILD_ENV, threads);
     assert_eq!(lines.len(), 3, "child printed {lines:?}");
     lines
 }

@@ -49,3 +49,32 @@ pub fn assert_close(name: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -
 pub fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
+
+/// FNV-1a over the bit patterns of `v` (a fingerprint for comparing runs, not a quality hash).
+pub fn hash(v: &[f32]) -> u64 {
+    v.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
+        (h ^ x.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Runs the test `child` of this test binary in a child process with `env` set and
+/// `RIFTCO_NUM_THREADS=threads`, and returns the `HASH name value` lines it printed (the kernel
+/// pool's size is fixed per process, so thread counts are compared across processes).
+pub fn child_hashes(child: &str, env: &str, threads: usize) -> Vec<String> {
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = std::process::Command::new(exe)
+        .args(["--exact", child, "--nocapture", "--test-threads", "1"])
+        .env(env, "1")
+        .env("RIFTCO_NUM_THREADS", threads.to_string())
+        .output()
+        .expect("run child test binary");
+    assert!(
+        out.status.success(),
+        "child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.find("HASH ").map(|at| l[at..].to_owned()))
+        .collect()
+}
