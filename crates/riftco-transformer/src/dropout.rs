@@ -221,17 +221,12 @@ impl DecoderOnlyTransformer {
     /// [`riftco_autograd::AutogradError::CounterOverflow`] when the step is `u64::MAX` (it never
     /// wraps to reuse the masks of step 0).
     pub(crate) fn next_training_dropout(&self) -> Result<Option<BlockDropout>> {
-        let [attention, residual, lora] = self.dropout_probabilities();
-        let d = BlockDropout {
-            key: [0, 0],
-            layer: 0,
-            attention,
-            residual,
-            lora,
-        };
-        if !(self.training && riftco_autograd::is_grad_enabled() && d.any()) {
+        let Some(d) = self
+            .planning_dropout()
+            .filter(|_| riftco_autograd::is_grad_enabled())
+        else {
             return Ok(None);
-        }
+        };
         let step = riftco_autograd::draw_counter(&self.dropout_step, "dropout_step")?;
         Ok(Some(BlockDropout {
             key: dropout_key(self.config().seed, step),
