@@ -162,10 +162,13 @@ def test_a_policy_that_does_not_fit_leaves_the_model_unchanged(tmp_path: Path) -
     assert not (tmp_path / "o").exists()
 
 
-def test_an_unwritable_out_dir_leaves_the_model_unchanged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("policy", [{}, {"activation_memory_budget": "64MiB"}], ids=repr)
+def test_an_unwritable_out_dir_leaves_the_model_unchanged(
+    tmp_path: Path, policy: dict[str, Any]
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    model = riftco.DecoderOnlyTransformer(model_config())
+    model = riftco.DecoderOnlyTransformer(model_config(residual_dropout=0.1), **policy)
     before = settings(model)
     cfg = stage_config(
         fine_tuning_method="full",
