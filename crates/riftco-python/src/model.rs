@@ -524,8 +524,7 @@ impl PyModel {
     ///     activation_checkpointing: any policy form the constructor accepts (the file records
     ///         none).
     ///     activation_memory_budget: bytes (int) or a size string, as for the constructor.
-    ///     determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"``, as for the
-    ///         constructor (not saved with the model).
+    ///     determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"`` (not saved).
     ///
     /// Returns:
     ///     DecoderOnlyTransformer: a new model with the saved config and weights.
@@ -665,8 +664,7 @@ impl PyModel {
     /// ``n``. Not saved with the model: a resumed run sets it back to continue the same masks.
     ///
     /// Raises:
-    ///     ConfigError: when set to something other than an int in ``[0, 2**64)`` (a bool, a
-    ///         negative int, ``2**64`` or more, a float), naming the value.
+    ///     ConfigError: when set to anything but an int in ``[0, 2**64)`` (a bool too), named.
     #[getter]
     fn dropout_step(&self) -> u64 {
         self.read().dropout_step()
