@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-rank", type=int_range(1), default=8)
     p.add_argument("--lora-alpha", type=float, default=16.0)
     p.add_argument("--lora-mlp", action="store_true", help="also adapt the MLP projections")
-    add_dropout_arguments(p, lora=True)
+    add_dropout_arguments(p, lora=True, keep_model=True)
     p.add_argument("--steps", type=int_range(1), default=200)
     p.add_argument("--batch-size", type=int_range(1), default=8)
     p.add_argument(

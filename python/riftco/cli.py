@@ -38,6 +38,7 @@ from riftco._native import (
     parse_activation_checkpointing,
     parse_byte_size,
 )
+from riftco.configs import check_probability
 from riftco.generation import check_generation_args
 from riftco.stages import TrainingInterrupted, _SigintGuard, prepare_out_dir
 
@@ -111,33 +112,45 @@ def non_negative_float(text: str) -> float:
 
 
 def probability(text: str) -> float:
-    """An argparse ``type``: a dropout probability, a number in ``[0, 1)``."""
+    """An argparse ``type``: a dropout probability, a number in ``[0, 1)`` by the rule of the
+    configs (:func:`riftco.configs.check_probability`: finite, below 1 also as a 32-bit float,
+    so ``0.99999999`` is refused here, before anything runs)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1); got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1); got {text}")
-    return value
+    try:
+        return check_probability("probability", value)
+    except ConfigError:
+        if math.isfinite(value) and 0.0 <= value < 1.0:
+            raise argparse.ArgumentTypeError(
+                f"rounds to 1 as a 32-bit float; must be in [0, 1); got {text}"
+            ) from None
+        raise argparse.ArgumentTypeError(f"must be in [0, 1); got {text}") from None
 
 
-def add_dropout_arguments(group: argparse._ActionsContainer, *, lora: bool) -> None:
+def add_dropout_arguments(
+    group: argparse._ActionsContainer, *, lora: bool, keep_model: bool = False
+) -> None:
     """``--attention-dropout``, ``--residual-dropout`` and, with ``lora``, ``--lora-dropout``
-    (each a probability in ``[0, 1)``, default 0, active in training steps only)."""
+    (each a probability in ``[0, 1)``, active in training steps only). The defaults are 0, or
+    with ``keep_model`` ``None`` for the first two (keep the loaded model's own values)."""
+    default = None if keep_model else 0.0
+    default_text = "the model's" if keep_model else "%(default)s"
     group.add_argument(
         "--attention-dropout",
         type=probability,
-        default=0.0,
+        default=default,
         metavar="P",
-        help="dropout on the attention probabilities (default: %(default)s)",
+        help=f"dropout on the attention probabilities (default: {default_text})",
     )
     group.add_argument(
         "--residual-dropout",
         type=probability,
-        default=0.0,
+        default=default,
         metavar="P",
         help="dropout on the attention and MLP outputs before the residual adds "
-        "(default: %(default)s)",
+        f"(default: {default_text})",
     )
     if lora:
         group.add_argument(

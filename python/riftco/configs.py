@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import operator
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from riftco._native import (
     ACTIVATION_CHECKPOINTING_FORMS,
@@ -93,12 +96,30 @@ def _check_float(
         raise ConfigError(f"{field} must be {want}; got {value!r}")
 
 
-def _check_probability(field: str, value: object) -> None:
-    """A dropout probability: an int or float (not a bool) in ``[0, 1)``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def check_probability(field: str, value: object) -> float:
+    """A dropout probability, by the rule ``TransformerConfig`` applies: a real number
+    (``numbers.Real``, NumPy scalars included; not a bool), finite, ``0 <= p < 1``, and below 1
+    also as a 32-bit float (the model stores float32: ``0.99999999`` rounds to 1 and is refused).
+
+    Returns:
+        float: the value as a Python float.
+
+    Raises:
+        ConfigError: naming ``field`` and the value as given.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{field} = {value!r}: expected a probability in [0, 1) (a number)")
-    if not 0.0 <= float(value) < 1.0:
+    try:
+        p = float(value)
+    except (OverflowError, ValueError, TypeError):
+        raise ConfigError(f"{field} = {value!r}: expected a probability in [0, 1)") from None
+    if not (math.isfinite(p) and 0.0 <= p < 1.0):
         raise ConfigError(f"{field} = {value!r}: expected a probability in [0, 1)")
+    if not float(np.float32(p)) < 1.0:
+        raise ConfigError(
+            f"{field} = {value!r}: rounds to 1 as a 32-bit float; expected a probability in [0, 1)"
+        )
+    return p
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,11 +226,18 @@ class PostTrainingConfig(_LoopConfig):
         lora_mlp: also adapt the gate/up/down projections.
         lora_seed: seeds the adapters' A initialisation (B starts at zero).
         attention_dropout: dropout probability on the attention probabilities during
-            fine-tuning, in ``[0, 1)``; set on the loaded model (and saved with it by ``"full"``).
+            fine-tuning, in ``[0, 1)``, or ``None`` (default): keep the model's own (the value
+            saved with a loaded model). A number is set on the model (and saved with it by
+            ``"full"``); the metadata records the value used (``dropout``).
         residual_dropout: dropout probability on the attention and MLP outputs before the
-            residual adds, in ``[0, 1)``; set like ``attention_dropout``.
+            residual adds, in ``[0, 1)``, or ``None`` (default, the model's); as
+            ``attention_dropout``.
         lora_dropout: dropout probability on the adapters' inputs (PEFT's ``lora_dropout``,
-            written to ``adapter_config.json``), in ``[0, 1)``; only with ``"lora"``.
+            written to ``adapter_config.json``), in ``[0, 1)``, default 0; only with ``"lora"``.
+
+    A probability is a real number (a NumPy scalar too, stored as a plain ``float``; not a bool),
+    finite, in ``[0, 1)`` and below 1 also as a 32-bit float (the model's rule: ``0.99999999``
+    is refused); otherwise ``ConfigError`` names the field and the value.
 
     Dropout is active in the training steps only: the validation losses are computed in
     evaluation mode. The per-forward masks follow the model's dropout step, recorded in the
@@ -221,8 +249,8 @@ class PostTrainingConfig(_LoopConfig):
     lora_alpha: float = 16.0
     lora_mlp: bool = False
     lora_seed: int = 0
-    attention_dropout: float = 0.0
-    residual_dropout: float = 0.0
+    attention_dropout: float | None = None
+    residual_dropout: float | None = None
     lora_dropout: float = 0.0
     steps: int = 100
     lr: float = 1e-3
@@ -238,7 +266,10 @@ class PostTrainingConfig(_LoopConfig):
         if not isinstance(self.lora_mlp, bool):
             raise ConfigError(f"lora_mlp must be a bool; got {self.lora_mlp!r}")
         for name in ("attention_dropout", "residual_dropout", "lora_dropout"):
-            _check_probability(name, getattr(self, name))
+            value = getattr(self, name)
+            if value is not None or name == "lora_dropout":
+                # Kept as a plain float (a NumPy scalar too), so that to_dict() stays JSON-native.
+                object.__setattr__(self, name, check_probability(name, value))
         if self.lora_dropout != 0 and self.fine_tuning_method != "lora":
             raise ConfigError(
                 f"lora_dropout = {self.lora_dropout!r} needs fine_tuning_method 'lora'; "

@@ -277,24 +277,33 @@ def _train(
 ) -> dict[str, Any]:
     """Runs the stage with SIGINT handled by a :class:`_SigintGuard` from start to end (whatever
     SIGINT disposition the process inherited): Ctrl-C anywhere in the run raises
-    :class:`TrainingInterrupted`, a second one while that is handled is ignored."""
-    with _sigint_guard() as guard:
-        try:
-            return _train_guarded(
-                stage=stage,
-                model=model,
-                params=params,
-                cfg=cfg,
-                corpus=corpus,
-                out_dir=out_dir,
-                save_state=save_state,
-                metadata=metadata,
-                progress=progress,
-                log=log,
-                guard=guard,
-            )
-        except KeyboardInterrupt:
-            raise TrainingInterrupted(out_dir, metadata.get("saved_step")) from None
+    :class:`TrainingInterrupted`, a second one while that is handled is ignored.
+
+    The steps run in training mode (dropout active) whatever mode the caller left the model in;
+    the validation passes switch to evaluation and back. The caller's mode is restored when the
+    stage returns or raises."""
+    caller_training = model.training
+    model.train()
+    try:
+        with _sigint_guard() as guard:
+            try:
+                return _train_guarded(
+                    stage=stage,
+                    model=model,
+                    params=params,
+                    cfg=cfg,
+                    corpus=corpus,
+                    out_dir=out_dir,
+                    save_state=save_state,
+                    metadata=metadata,
+                    progress=progress,
+                    log=log,
+                    guard=guard,
+                )
+            except KeyboardInterrupt:
+                raise TrainingInterrupted(out_dir, metadata.get("saved_step")) from None
+    finally:
+        model.train(caller_training)
 
 
 def _train_guarded(
@@ -506,11 +515,14 @@ def load_model(
         ACTIVATION_CHECKPOINTING_POLICIES[0]
     ),
     activation_memory_budget: int | str | None = None,
+    *,
+    determinism_check: str = "metadata",
 ) -> DecoderOnlyTransformer:
     """Loads ``model.safetensors`` from a stage output folder (or a given file).
 
-    ``attention``, ``activation_checkpointing`` and ``activation_memory_budget`` are those of
-    :class:`riftco.DecoderOnlyTransformer` (the file records no policy).
+    ``attention``, ``activation_checkpointing``, ``activation_memory_budget`` and
+    ``determinism_check`` (``"off"``, ``"metadata"`` or ``"values"``) are those of
+    :class:`riftco.DecoderOnlyTransformer` (the file records none of them).
 
     Raises:
         ModelStateError: no or invalid model state at the path.
@@ -521,54 +533,39 @@ def load_model(
         attention=attention,
         activation_checkpointing=activation_checkpointing,
         activation_memory_budget=activation_memory_budget,
+        determinism_check=determinism_check,
     )
 
 
-def run_post_training(
-    model_or_path: DecoderOnlyTransformer | str | os.PathLike[str],
-    post_training_config: PostTrainingConfig,
-    corpus: Corpus,
-    out_dir: str | os.PathLike[str],
-    progress: bool = True,
-    log: Log | None = None,
-    base_model: str | os.PathLike[str] | None = None,
-) -> dict[str, Any]:
-    """Fine-tunes a pretrained model on ``corpus``.
+def _model_settings(model: DecoderOnlyTransformer) -> Callable[[], None]:
+    """A function that restores the attention kind, policy and dropout probabilities ``model``
+    has now (what :func:`run_post_training` changes before its first step)."""
+    attention = model.attention
+    policy = model.activation_checkpointing
+    attention_dropout = model.config.attention_dropout
+    residual_dropout = model.config.residual_dropout
+    lora_dropout = model.lora_dropout if model.has_lora else None
 
-    ``model_or_path`` is a model (its attention kind and policy are set to the config's, and
-    with LoRA it gains adapters: the object is modified) or a pretraining output folder /
-    ``model.safetensors`` path (loaded with the config's attention and policy). ``base_model``
-    names where a given model object came from, for the metadata.
-
-    With ``fine_tuning_method="lora"`` adapters are enabled and only they are trained (base
-    weights frozen and unchanged); ``adapter/`` is written in PEFT layout. With ``"full"`` every
-    parameter is trained and ``model.safetensors`` + ``config.json`` are written. Both write
-    ``training_metadata.json``; returns the metadata dict.
-
-    Raises:
-        ModelStateError: no or invalid model state at the path.
-        ConfigError, OutputDirError, CorpusError, TrainingInterrupted: as :func:`run_pretraining`.
-    """
-    cfg = post_training_config
-    base_path = None if base_model is None else str(base_model)
-    if isinstance(model_or_path, DecoderOnlyTransformer):
-        model = model_or_path
-        model.set_attention(cfg.attention)
-        model.set_activation_checkpointing(
-            cfg.activation_checkpointing, activation_memory_budget=cfg.activation_memory_budget
+    def restore() -> None:
+        model.set_attention(attention)
+        model.set_activation_checkpointing(policy)
+        model.set_dropout(
+            attention_dropout=attention_dropout,
+            residual_dropout=residual_dropout,
+            lora_dropout=lora_dropout,
         )
-    else:
-        base_path = str(resolve_model_state(model_or_path))
-        model = load_model(
-            base_path,
-            cfg.attention,
-            cfg.activation_checkpointing,
-            activation_memory_budget=cfg.activation_memory_budget,
-        )
-    _check_fits(model.config, cfg)
-    model.set_dropout(
-        attention_dropout=cfg.attention_dropout, residual_dropout=cfg.residual_dropout
-    )
+
+    return restore
+
+
+def _post_training_setup(
+    model: DecoderOnlyTransformer,
+    cfg: PostTrainingConfig,
+    base_path: str | None,
+    out: Callable[[], Path],
+) -> tuple[dict[str, Any], Callable[[], None]]:
+    """Enables the adapters for ``"lora"``; returns the initial metadata and the save function
+    (writing into the folder ``out()`` returns)."""
     metadata: dict[str, Any] = {
         "model_config": model.config.to_dict(),
         "base_model": base_path,
@@ -592,18 +589,88 @@ def run_post_training(
         metadata["files"] = [ADAPTER_DIR, METADATA_FILE]
 
         def save_state() -> None:
-            model.save_lora(str(out / ADAPTER_DIR))
+            model.save_lora(str(out() / ADAPTER_DIR))
 
     else:
         metadata["files"] = [MODEL_STATE_FILE, "config.json", METADATA_FILE]
 
         def save_state() -> None:
-            model.save(str(out / MODEL_STATE_FILE))
+            model.save(str(out() / MODEL_STATE_FILE))
 
-    # Planned (with the adapters, which change the plan) before the output folder exists, as in
-    # run_pretraining.
-    model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
-    out = prepare_out_dir(out_dir)
+    return metadata, save_state
+
+
+def run_post_training(
+    model_or_path: DecoderOnlyTransformer | str | os.PathLike[str],
+    post_training_config: PostTrainingConfig,
+    corpus: Corpus,
+    out_dir: str | os.PathLike[str],
+    progress: bool = True,
+    log: Log | None = None,
+    base_model: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Fine-tunes a pretrained model on ``corpus``.
+
+    ``model_or_path`` is a model (its attention kind and policy are set to the config's, its
+    dropout probabilities to the config's that are not ``None``, and with LoRA it gains
+    adapters: the object is modified) or a pretraining output folder / ``model.safetensors``
+    path (loaded with the config's attention and policy). ``base_model`` names where a given
+    model object came from, for the metadata. Everything that does not need the adapters is
+    checked before a given model changes, and when a later check fails (a budget that fits the
+    base model but not with the adapters, an unwritable ``out_dir``) its attention kind, policy
+    and dropout probabilities are restored; adapters already added stay (they cannot be
+    removed). The steps train in training mode; the model's mode is restored afterwards.
+
+    With ``fine_tuning_method="lora"`` adapters are enabled and only they are trained (base
+    weights frozen and unchanged); ``adapter/`` is written in PEFT layout. With ``"full"`` every
+    parameter is trained and ``model.safetensors`` + ``config.json`` are written. Both write
+    ``training_metadata.json``; returns the metadata dict.
+
+    Raises:
+        ModelStateError: no or invalid model state at the path.
+        ConfigError, OutputDirError, CorpusError, TrainingInterrupted: as :func:`run_pretraining`.
+    """
+    cfg = post_training_config
+    base_path = None if base_model is None else str(base_model)
+    if isinstance(model_or_path, DecoderOnlyTransformer):
+        model = model_or_path
+        # Checked before the model changes; what is set below is undone if a later check fails.
+        _check_fits(model.config, cfg)
+        undo = _model_settings(model)
+    else:
+        base_path = str(resolve_model_state(model_or_path))
+        model = load_model(
+            base_path,
+            cfg.attention,
+            cfg.activation_checkpointing,
+            activation_memory_budget=cfg.activation_memory_budget,
+        )
+        _check_fits(model.config, cfg)
+        undo = None
+    try:
+        model.set_attention(cfg.attention)
+        model.set_activation_checkpointing(
+            cfg.activation_checkpointing, activation_memory_budget=cfg.activation_memory_budget
+        )
+        # None keeps the model's own probability (the one saved with a loaded model).
+        model.set_dropout(
+            attention_dropout=cfg.attention_dropout, residual_dropout=cfg.residual_dropout
+        )
+        if cfg.fine_tuning_method == "lora" and model.activation_checkpointing.startswith(
+            "budget:"
+        ):
+            # A budget the base model alone exceeds fails here, before the adapters (which
+            # cannot be removed again) exist.
+            model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
+        metadata, save_state = _post_training_setup(model, cfg, base_path, lambda: out)
+        # Planned (with the adapters, which change the plan) before the output folder exists,
+        # as in run_pretraining.
+        model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
+        out = prepare_out_dir(out_dir)
+    except BaseException:
+        if undo is not None:
+            undo()
+        raise
     return _train(
         stage=f"post_training_{cfg.fine_tuning_method}",
         model=model,

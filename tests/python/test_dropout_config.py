@@ -109,7 +109,7 @@ def test_dropout_step_counts_training_forwards_that_drop() -> None:
     assert model.dropout_step == 6
     model.logits(block(2, 8))
     assert model.dropout_step == 6, "logits() never drops"
-    with pytest.raises(OverflowError):
+    with pytest.raises(riftco.ConfigError, match="dropout_step must be an int"):
         model.dropout_step = -1
     plain = riftco.DecoderOnlyTransformer(tiny())
     plain.loss(block())
@@ -171,6 +171,11 @@ def test_transformers_reads_attention_dropout(tmp_path: Path) -> None:
 @pytest.mark.parametrize("field", ["attention_dropout", "residual_dropout", "lora_dropout"])
 @pytest.mark.parametrize("value", [1.0, -0.5, math.nan, "0.1", True, None], ids=repr)
 def test_post_training_config_checks_dropout(field: str, value: Any) -> None:
+    if value is None and field != "lora_dropout":
+        # None keeps the model's own probability (test_dropout_stages.py).
+        kwargs: dict[str, Any] = {field: value}
+        assert getattr(riftco.PostTrainingConfig(**kwargs), field) is None
+        return
     with pytest.raises(riftco.ConfigError, match=f"{field} = .*expected a probability in"):
         riftco.PostTrainingConfig(**{field: value})
 
@@ -235,7 +240,9 @@ def test_help_lists_the_dropout_flags_with_defaults(name: str) -> None:
         flags.append("--lora-dropout P")
     for flag in flags:
         assert flag in text, (flag, text)
-    assert text.count("(default: 0.0)") >= len(flags), text
+    # post_train.py keeps the loaded model's attention and residual dropout by default.
+    zero_defaults = 1 if name == "post_train.py" else len(flags)
+    assert text.count("(default: 0.0)") >= zero_defaults, text
 
 
 @pytest.mark.parametrize("value", ["1", "-0.1", "nan", "x"])

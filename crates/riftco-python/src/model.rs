@@ -524,6 +524,7 @@ impl PyModel {
     ///     activation_checkpointing: any policy form the constructor accepts (the file records
     ///         none).
     ///     activation_memory_budget: bytes (int) or a size string, as for the constructor.
+    ///     determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"`` (not saved).
     ///
     /// Returns:
     ///     DecoderOnlyTransformer: a new model with the saved config and weights.
@@ -543,9 +544,9 @@ impl PyModel {
     #[staticmethod]
     #[pyo3(
         signature = (path, attention = "flash", activation_checkpointing = None,
-                     activation_memory_budget = None),
+                     activation_memory_budget = None, *, determinism_check = "metadata"),
         text_signature = "(path, attention='flash', activation_checkpointing='disabled', \
-                          activation_memory_budget=None)"
+                          activation_memory_budget=None, *, determinism_check='metadata')"
     )]
     fn load(
         py: Python<'_>,
@@ -553,14 +554,17 @@ impl PyModel {
         attention: &str,
         activation_checkpointing: Option<Bound<'_, PyAny>>,
         activation_memory_budget: Option<Bound<'_, PyAny>>,
+        determinism_check: &str,
     ) -> PyResult<Self> {
         let attention = attention_kind(attention)?;
+        let check = parse_determinism_check(determinism_check)?;
         let checkpointing = policy_from(
             activation_checkpointing.as_ref(),
             activation_memory_budget.as_ref(),
         )?;
         let (model, pairing) = compute(py, move || {
-            let model = load_model(&path, attention, checkpointing)?;
+            let mut model = load_model(&path, attention, checkpointing)?;
+            model.set_determinism_check(check);
             Ok::<_, riftco_transformer::TransformerError>((model, config_json_pairing(&path)?))
         })?;
         if pairing == ConfigJsonPairing::Mismatched {
@@ -660,15 +664,17 @@ impl PyModel {
     /// ``n``. Not saved with the model: a resumed run sets it back to continue the same masks.
     ///
     /// Raises:
-    ///     OverflowError, TypeError: when set to something other than an int in ``[0, 2**64)``.
+    ///     ConfigError: when set to anything but an int in ``[0, 2**64)`` (a bool too), named.
     #[getter]
     fn dropout_step(&self) -> u64 {
         self.read().dropout_step()
     }
 
     #[setter]
-    fn set_dropout_step(&self, step: u64) {
+    fn set_dropout_step(&self, step: Bound<'_, PyAny>) -> PyResult<()> {
+        let step = crate::rng::u64_arg(&step, "dropout_step")?;
         self.write().set_dropout_step(step);
+        Ok(())
     }
 
     /// The dropout probability on the active adapters' inputs (0 without active adapters).

@@ -467,8 +467,11 @@ class DecoderOnlyTransformer:
         attention: str = "flash",
         activation_checkpointing: _Policy | None = "disabled",
         activation_memory_budget: _Budget | None = None,
+        *,
+        determinism_check: str = "metadata",
     ) -> DecoderOnlyTransformer:
-        """A model from a file written by ``save()``; ``ModelStateError`` / ``OSError``."""
+        """A model from a file written by ``save()``; ``ModelStateError`` / ``OSError``;
+        ``determinism_check`` as for the constructor (not saved)."""
     def load_weights(self, path: str | os.PathLike[str]) -> None: ...
     def save_lora(self, dir: str | os.PathLike[str]) -> None: ...
     def load_lora(self, dir: str | os.PathLike[str]) -> None: ...
@@ -487,7 +490,8 @@ class DecoderOnlyTransformer:
     def training(self) -> bool: ...
     @property
     def dropout_step(self) -> int:
-        """Training forwards that dropped so far (the mask stream position; not saved)."""
+        """Training forwards that dropped so far (the mask stream position; not saved). Set it
+        to an int in ``[0, 2**64)``; anything else (a bool too) raises ``ConfigError``."""
     @dropout_step.setter
     def dropout_step(self, step: int) -> None: ...
     @property
