@@ -4,7 +4,7 @@
 
 use crate::error::{err, guard, in_ptr, out_ptr, rt_status};
 use crate::model::rt_model;
-use riftco_transformer::config::validate_dropout;
+use riftco_transformer::config::{display_f32, validate_dropout};
 
 /// Sets the dropout probabilities of later training forwards: `attention` on the attention
 /// probabilities (`attention_dropout`), `residual` on the outputs of the attention and MLP output
@@ -34,7 +34,10 @@ pub unsafe extern "C" fn rt_model_set_dropout(
         if lora != 0.0 && !has_lora {
             return Err(err(
                 rt_status::RT_ERROR_INVALID_STATE,
-                format!("lora_dropout = {lora}: the model has no LoRA adapters"),
+                format!(
+                    "lora_dropout = {}: the model has no LoRA adapters",
+                    display_f32(lora)
+                ),
             ));
         }
         state.model.set_dropout(attention, residual)?;

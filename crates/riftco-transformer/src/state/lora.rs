@@ -7,6 +7,7 @@ use super::read::{
 use super::{
     io_err, state_err, ADAPTER_CONFIG_FILE, ADAPTER_CONFIG_METADATA_KEY, ADAPTER_MODEL_FILE,
 };
+use crate::config::probability_from_json;
 use crate::error::{Result, TransformerError};
 use crate::layout;
 use crate::linear::LoraConfig;
@@ -121,20 +122,23 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
     }
     let model_path = dir.join(ADAPTER_MODEL_FILE);
     let header = read_header(&model_path)?;
-    let (config_path, peft) = match header.metadata.get(ADAPTER_CONFIG_METADATA_KEY) {
+    let d_model = model.config().d_model;
+    let config_path = dir.join(ADAPTER_CONFIG_FILE);
+    let (peft, lora) = match header.metadata.get(ADAPTER_CONFIG_METADATA_KEY) {
         Some(text) => {
             let what = format!("metadata {ADAPTER_CONFIG_METADATA_KEY}");
             let peft = parse_peft(&model_path, &what, text.as_bytes())?;
-            (model_path.clone(), peft)
+            let mut lora = peft.to_lora_config(&model_path, d_model)?;
+            apply_adapter_config_dropout(&config_path, text, d_model, &mut lora)?;
+            (peft, lora)
         }
         None => {
-            let config_path = dir.join(ADAPTER_CONFIG_FILE);
             let bytes = read_json_bytes(&config_path)?;
             let peft = parse_peft(&config_path, ADAPTER_CONFIG_FILE, &bytes)?;
-            (config_path, peft)
+            let lora = peft.to_lora_config(&config_path, d_model)?;
+            (peft, lora)
         }
     };
-    let lora = peft.to_lora_config(&config_path, model.config().d_model)?;
     let mut expected = Vec::new();
     for (e, lin) in model.weights().linears() {
         if e.parameter.role.targeted_by(&lora.targets) {
@@ -157,6 +161,40 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
         model.replace_weights(before);
     }
     result
+}
+
+/// The `lora_dropout` of `adapter_config.json` beside a weights file whose metadata holds its
+/// config (`saved`, the exact text saved with it).
+///
+/// The metadata decides what the adapter is (`r`, `lora_alpha`, targets: the weights must match
+/// them); `lora_dropout` is a training setting, and the user-facing `adapter_config.json`
+/// decides it: a value there that differs from the saved one replaces it. The whole file is
+/// validated as on a PEFT load (an error names the file and the field). A file with the saved
+/// text, or none, changes nothing; one describing another adapter (a newer save's, left by a
+/// kill between the two renames of a save) is checked but does not apply.
+fn apply_adapter_config_dropout(
+    config_path: &Path,
+    saved: &str,
+    d_model: usize,
+    lora: &mut LoraConfig,
+) -> Result<()> {
+    if !config_path.exists() {
+        return Ok(());
+    }
+    let bytes = read_json_bytes(config_path)?;
+    if bytes == saved.as_bytes() {
+        return Ok(());
+    }
+    let file = parse_peft(config_path, ADAPTER_CONFIG_FILE, &bytes)?
+        .to_lora_config(config_path, d_model)?;
+    let same_adapter = LoraConfig {
+        dropout: lora.dropout,
+        ..file.clone()
+    } == *lora;
+    if same_adapter {
+        lora.dropout = file.dropout;
+    }
+    Ok(())
 }
 
 fn parse_peft(path: &Path, what: &str, bytes: &[u8]) -> Result<PeftLoraConfig> {
@@ -272,13 +310,9 @@ impl PeftLoraConfig {
         }
         let dropout = match &self.lora_dropout {
             None | Some(serde_json::Value::Null) => 0.0,
-            Some(v) => match v.as_f64() {
-                Some(p) => p as f32,
-                None => {
-                    return unsupported(format!(
-                        "lora_dropout = {v}: expected a probability in [0, 1)"
-                    ))
-                }
+            Some(v) => match probability_from_json("lora_dropout", v) {
+                Ok(p) => p,
+                Err(reason) => return unsupported(reason),
             },
         };
         let lora = LoraConfig {

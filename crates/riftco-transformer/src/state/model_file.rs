@@ -1,7 +1,7 @@
 //! The model-state file: save, load, and the config it declares.
 
 use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
-use super::hf_config::{config_from_hf, hf_config_json};
+use super::hf_config::{attention_dropout, config_from_hf, hf_config_json};
 use super::read::{
     check_tensors, copy_into, read_f32_values, read_header, read_json, read_json_bytes, unchanged,
     Header,
@@ -11,7 +11,7 @@ use super::{
     HF_CONFIG_HASH_KEY,
 };
 use crate::checkpointing::ActivationCheckpointing;
-use crate::config::TransformerConfig;
+use crate::config::{display_f32, TransformerConfig};
 use crate::error::Result;
 use crate::layout;
 use crate::model::DecoderOnlyTransformer;
@@ -195,10 +195,11 @@ pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usiz
 /// (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
 pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<TransformerConfig> {
     if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
-        let config = parse_riftco_config(path, raw)?;
+        let mut config = parse_riftco_config(path, raw)?;
         config
             .validate()
             .map_err(|e| state_err(path, format!("the file's config is invalid: {e}")))?;
+        apply_config_json_dropout(path, header, &mut config)?;
         return Ok(config);
     }
     let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
@@ -214,12 +215,25 @@ pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<Transformer
     let value = read_json(&hf_path)?;
     let (config, fields) = match value.get("riftco") {
         Some(r) => {
-            let config = serde_json::from_value(r.clone()).map_err(|e| {
+            let config: TransformerConfig = serde_json::from_value(r.clone()).map_err(|e| {
                 state_err(
                     &hf_path,
                     format!("\"riftco\" is not a TransformerConfig: {e}"),
                 )
             })?;
+            // No saved value to tell which copy was edited: two copies must agree.
+            let top = attention_dropout(&value).map_err(|reason| state_err(&hf_path, reason))?;
+            if let Some(t) = top.filter(|&t| t != config.attention_dropout) {
+                return Err(state_err(
+                    &hf_path,
+                    format!(
+                        "attention_dropout = {} disagrees with riftco.attention_dropout = {}: \
+                         set both to the probability wanted",
+                        display_f32(t),
+                        display_f32(config.attention_dropout)
+                    ),
+                ));
+            }
             (config, "its \"riftco\" key")
         }
         None => (
@@ -239,6 +253,89 @@ pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<Transformer
         )
     })?;
     Ok(config)
+}
+
+/// The dropout probabilities of `config.json` beside a state whose metadata holds its config.
+///
+/// The state's metadata decides the architecture (the weights must match it); the dropout
+/// probabilities are training settings, and the user-facing `config.json` decides them: a
+/// value there that differs from the state's own replaces it, whether edited by hand or by
+/// Hugging Face tooling (`AutoConfig.from_pretrained(d); c.attention_dropout = 0.25;
+/// c.save_pretrained(d)` rewrites the top-level key and keeps the `"riftco"` object with the
+/// old value). `attention_dropout` is read from the top-level key and from `"riftco"`;
+/// `residual_dropout` from `"riftco"` only. Every value present is checked (a number in
+/// `[0, 1)`, as written); two copies both changed from the state's value but to different
+/// values are an error naming both. A `config.json` with exactly the bytes the state's hash
+/// names is the one saved with it and is not read again; one describing another architecture
+/// (a newer save's, left by a kill between the two renames of a save) is checked but does not
+/// apply. Without `config.json` the state's own probabilities load.
+fn apply_config_json_dropout(
+    path: &Path,
+    header: &Header,
+    config: &mut TransformerConfig,
+) -> Result<()> {
+    let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
+    if !hf_path.exists() {
+        return Ok(());
+    }
+    let bytes = read_json_bytes(&hf_path)?;
+    if header.metadata.get(HF_CONFIG_HASH_KEY) == Some(&fnv1a64_hex(&bytes)) {
+        return Ok(());
+    }
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| state_err(&hf_path, format!("not valid JSON: {e}")))?;
+    let top = attention_dropout(&value).map_err(|reason| state_err(&hf_path, reason))?;
+    let (described, riftco) = match value.get("riftco") {
+        Some(r) => {
+            let c: TransformerConfig = serde_json::from_value(r.clone()).map_err(|e| {
+                state_err(
+                    &hf_path,
+                    format!("\"riftco\" is not a TransformerConfig: {e}"),
+                )
+            })?;
+            (c.clone(), Some(c))
+        }
+        None => (
+            config_from_hf(&value).map_err(|reason| state_err(&hf_path, reason))?,
+            None,
+        ),
+    };
+    if !same_architecture(&described, config) {
+        return Ok(());
+    }
+    let saved = config.attention_dropout;
+    let changed: Vec<(&str, f32)> = [
+        ("attention_dropout", top),
+        (
+            "riftco.attention_dropout",
+            riftco.as_ref().map(|c| c.attention_dropout),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, p)| p.filter(|&p| p != saved).map(|p| (key, p)))
+    .collect();
+    if let [(k1, p1), (k2, p2)] = changed[..] {
+        if p1 != p2 {
+            return Err(state_err(
+                &hf_path,
+                format!(
+                    "{k1} = {} disagrees with {k2} = {} (the state {} was saved with {}): set \
+                     both to the probability wanted",
+                    display_f32(p1),
+                    display_f32(p2),
+                    path.display(),
+                    display_f32(saved)
+                ),
+            ));
+        }
+    }
+    if let Some(&(_, p)) = changed.first() {
+        config.attention_dropout = p;
+    }
+    if let Some(r) = riftco {
+        config.residual_dropout = r.residual_dropout;
+    }
+    Ok(())
 }
 
 pub(super) fn parse_riftco_config(path: &Path, raw: &str) -> Result<TransformerConfig> {
