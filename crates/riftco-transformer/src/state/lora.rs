@@ -31,7 +31,8 @@ use std::path::Path;
 /// The two files are one atomic pair, as in [`crate::state::save_model`]: both are written in
 /// full into temporaries and fsynced, then `adapter_config.json` is renamed first and
 /// `adapter_model.safetensors` last. The weights file carries the config saved with it, which
-/// [`load_lora_adapter`] reads in preference to `adapter_config.json`, so a folder left by a
+/// [`load_lora_adapter`] reads in preference to `adapter_config.json` (for all but
+/// `lora_dropout`), so a folder left by a
 /// killed save loads as the old or the new adapter. Temporaries left by killed saves are removed
 /// at the start of the next save.
 ///
@@ -103,9 +104,13 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
 /// projections, or both.
 ///
 /// The config is the `riftco_adapter_config` metadata of the weights file when present (written
-/// by [`save_lora_adapter`]: it is authoritative, so a kill between the renames of a save, which
-/// can leave a newer `adapter_config.json` beside the older weights, still loads the older
-/// adapter whole), else `adapter_config.json` (adapters written by PEFT). Files are read as by
+/// by [`save_lora_adapter`]: it decides `r`, `lora_alpha` and the targets, so a kill between the
+/// renames of a save, which can leave a newer `adapter_config.json` beside the older weights,
+/// still loads the older adapter whole), else `adapter_config.json` (adapters written by PEFT).
+/// `lora_dropout` is a training setting that the user-facing `adapter_config.json` decides: when
+/// that file differs from the saved text it is validated in full, and if it describes the same
+/// adapter its `lora_dropout` replaces the saved one. A probability is checked as written
+/// (`0.99999999`, which rounds to `1.0f32`, is refused as `0.99999999`). Files are read as by
 /// [`crate::state::load_model`]: regular files only, with bounded memory.
 ///
 /// # Errors

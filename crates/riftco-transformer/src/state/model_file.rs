@@ -95,6 +95,15 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
 /// Llama names of the config found in its metadata (`riftco_config`) or, when the metadata lacks
 /// it, in the `config.json` beside it (its `"riftco"` key, else the `LlamaConfig` fields).
 ///
+/// The dropout probabilities are training settings that the user-facing `config.json` decides:
+/// beside a state with `riftco_config`, a `config.json` of the same architecture whose
+/// `attention_dropout` (top level or `"riftco"`) or `"riftco"` `residual_dropout` differs from
+/// the state's replaces it (an edit by hand or by Hugging Face tooling); the architecture always
+/// comes from the state. Every probability present in either file must be a number in `[0, 1)`
+/// and is reported as written; two copies in `config.json` that disagree with each other (both
+/// edited, or, for a state without `riftco_config`, the top-level key against the `"riftco"`
+/// object) are an error naming both values.
+///
 /// Validates before building anything: a readable file, a sane header (length within the file,
 /// UTF-8 JSON, tensor offsets covering the data exactly), a valid config, every expected tensor
 /// present, no unknown tensor, dtype F32, each shape equal to the config's.
@@ -103,7 +112,8 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
 /// [`TransformerError::Io`](crate::TransformerError::Io) when the file cannot be read; [`TransformerError::State`](crate::TransformerError::State) with the
 /// reason otherwise (truncated file, header length beyond the file, garbage, missing or unknown
 /// tensor names, wrong dtype, a shape that disagrees with the config — naming the tensor and
-/// both shapes — or an invalid or missing config). No model is built on error.
+/// both shapes — or an invalid or missing config, including an invalid or conflicting dropout
+/// probability in `config.json`, naming that file and the field). No model is built on error.
 pub fn load_model(
     path: &Path,
     attention: FullSequenceAttentionKind,
@@ -125,7 +135,8 @@ pub enum ConfigJsonPairing {
     /// `config.json` has exactly the bytes whose hash the state names.
     Paired,
     /// `config.json` differs from the one saved with the state: a save was killed between its
-    /// two renames (or the file was edited). The state's own config is what loads; the next
+    /// two renames (or the file was edited). The state's own architecture is what loads (its
+    /// dropout probabilities, when edited in `config.json`, apply); the next
     /// save rewrites `config.json`.
     Mismatched,
     /// There is no `config.json`, or it cannot be read as a bounded regular file.
@@ -191,8 +202,9 @@ pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usiz
         .collect()
 }
 
-/// The config of a model-state file: its `riftco_config` metadata, else `config.json` beside it
-/// (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
+/// The config of a model-state file: its `riftco_config` metadata (with the dropout
+/// probabilities of `config.json`, see [`apply_config_json_dropout`]), else `config.json` beside
+/// it (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
 pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<TransformerConfig> {
     if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
         let mut config = parse_riftco_config(path, raw)?;
