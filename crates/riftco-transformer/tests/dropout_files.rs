@@ -251,6 +251,15 @@ fn plain_state_with_disagreeing_copies_in_config_json_is_an_error() {
         reason.contains("attention_dropout = 0.25 disagrees with riftco.attention_dropout = 0.1"),
         "{reason}"
     );
+    // Shown as written, not as its f32 (0).
+    hf["attention_dropout"] = json!(1e-50);
+    write_json(&config_json(&state), &hf);
+    let reason = state_reason(load(&state), "config.json");
+    assert!(
+        reason.contains("attention_dropout = 1e-50 disagrees with riftco.attention_dropout = 0.1"),
+        "{reason}"
+    );
+    hf["attention_dropout"] = json!(0.25);
     hf["riftco"]["attention_dropout"] = json!(0.25);
     write_json(&config_json(&state), &hf);
     assert_eq!(load(&state).unwrap().config().attention_dropout, 0.25);

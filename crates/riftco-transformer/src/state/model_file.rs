@@ -235,14 +235,15 @@ pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<Transformer
             })?;
             // No saved value to tell which copy was edited: two copies must agree.
             let top = attention_dropout(&value).map_err(|reason| state_err(&hf_path, reason))?;
-            if let Some(t) = top.filter(|&t| t != config.attention_dropout) {
+            if top.is_some_and(|t| t != config.attention_dropout) {
                 return Err(state_err(
                     &hf_path,
                     format!(
                         "attention_dropout = {} disagrees with riftco.attention_dropout = {}: \
                          set both to the probability wanted",
-                        display_f32(t),
-                        display_f32(config.attention_dropout)
+                        value["attention_dropout"],
+                        r.get("attention_dropout")
+                            .map_or_else(|| "absent (0)".to_string(), ToString::to_string)
                     ),
                 ));
             }
@@ -316,6 +317,13 @@ fn apply_config_json_dropout(
         return Ok(());
     }
     let saved = config.attention_dropout;
+    // Shown as written in the file.
+    let written = |key: &str| match key {
+        "attention_dropout" => value[key].to_string(),
+        _ => value["riftco"]
+            .get("attention_dropout")
+            .map_or_else(|| "absent (0)".to_string(), ToString::to_string),
+    };
     let changed: Vec<(&str, f32)> = [
         ("attention_dropout", top),
         (
@@ -333,8 +341,8 @@ fn apply_config_json_dropout(
                 format!(
                     "{k1} = {} disagrees with {k2} = {} (the state {} was saved with {}): set \
                      both to the probability wanted",
-                    display_f32(p1),
-                    display_f32(p2),
+                    written(k1),
+                    written(k2),
                     path.display(),
                     display_f32(saved)
                 ),
