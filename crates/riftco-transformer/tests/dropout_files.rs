@@ -113,10 +113,12 @@ fn config_json_riftco_object_edits_apply_and_conflicting_edits_are_an_error() {
         assert!(reason.contains(needle), "{needle:?} not in {reason}");
     }
 
-    // Removing the keys leaves the state's own values.
+    // Removing the keys leaves the state's own values (not the 0 of an absent riftco key).
     let mut hf = saved.clone();
     hf.as_object_mut().unwrap().remove("attention_dropout");
-    hf["foo"] = json!(1);
+    let riftco = hf["riftco"].as_object_mut().unwrap();
+    riftco.remove("attention_dropout");
+    riftco.remove("residual_dropout");
     write_json(&path, &hf);
     assert_eq!(
         load(&state).unwrap().dropout_probabilities(),

@@ -277,8 +277,9 @@ pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<Transformer
 /// c.save_pretrained(d)` rewrites the top-level key and keeps the `"riftco"` object with the
 /// old value). `attention_dropout` is read from the top-level key and from `"riftco"`;
 /// `residual_dropout` from `"riftco"` only. Every value present is checked (a number in
-/// `[0, 1)`, as written); two copies both changed from the state's value but to different
-/// values are an error naming both. A `config.json` with exactly the bytes the state's hash
+/// `[0, 1)`, as written); an absent key changes nothing; two copies both changed from the
+/// state's value but to different values are an error naming both. A `config.json` with
+/// exactly the bytes the state's hash
 /// names is the one saved with it and is not read again; one describing another architecture
 /// (a newer save's, left by a kill between the two renames of a save) is checked but does not
 /// apply. Without `config.json` the state's own probabilities load.
@@ -317,6 +318,8 @@ fn apply_config_json_dropout(
         return Ok(());
     }
     let saved = config.attention_dropout;
+    // A key absent from the "riftco" object (which would parse as 0) changes nothing.
+    let has_riftco_key = |key: &str| value["riftco"].get(key).is_some();
     // Shown as written in the file.
     let written = |key: &str| match key {
         "attention_dropout" => value[key].to_string(),
@@ -328,7 +331,10 @@ fn apply_config_json_dropout(
         ("attention_dropout", top),
         (
             "riftco.attention_dropout",
-            riftco.as_ref().map(|c| c.attention_dropout),
+            riftco
+                .as_ref()
+                .filter(|_| has_riftco_key("attention_dropout"))
+                .map(|c| c.attention_dropout),
         ),
     ]
     .into_iter()
@@ -352,7 +358,7 @@ fn apply_config_json_dropout(
     if let Some(&(_, p)) = changed.first() {
         config.attention_dropout = p;
     }
-    if let Some(r) = riftco {
+    if let Some(r) = riftco.filter(|_| has_riftco_key("residual_dropout")) {
         config.residual_dropout = r.residual_dropout;
     }
     Ok(())
