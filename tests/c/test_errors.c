@@ -437,6 +437,11 @@ static void test_dropout(const char *scratch) {
     EXPECT_MESSAGE_HAS("residual_dropout = NaN");
     EXPECT(rt_model_set_dropout(model, 0.0f, 0.0f, -0.5f), RT_ERROR_INVALID_ARGUMENT);
     EXPECT_MESSAGE_HAS("lora_dropout = -0.5");
+    /* Large and tiny floats in exponent form, not as 31-digit decimals. */
+    EXPECT(rt_model_set_dropout(model, 1e30f, 0.0f, 0.0f), RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("attention_dropout = 1e30: expected");
+    EXPECT(rt_model_set_dropout(model, 0.0f, -1e-30f, 0.0f), RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("residual_dropout = -1e-30: expected");
     EXPECT(rt_model_set_dropout(model, 0.1f, 0.1f, 0.1f), RT_ERROR_INVALID_STATE);
     EXPECT_MESSAGE_HAS("no LoRA adapters");
     EXPECT_OK(rt_model_dropout(model, &a, &r, &l));

@@ -163,6 +163,83 @@ def test_transformers_reads_attention_dropout(tmp_path: Path) -> None:
     assert theirs.attention_dropout == 0.1
 
 
+def _load_quietly(path: Path) -> riftco.DecoderOnlyTransformer:
+    # An edited config.json is not the one the state's hash names: load() warns about it.
+    with pytest.warns(RuntimeWarning, match="config.json beside this model state"):
+        return riftco.DecoderOnlyTransformer.load(path)
+
+
+def test_edited_config_json_dropout_applies_and_is_validated_as_written(tmp_path: Path) -> None:
+    # They used to be ignored: the copy in the state's metadata won, even over invalid values.
+    model = riftco.DecoderOnlyTransformer(tiny(attention_dropout=0.1, residual_dropout=0.2))
+    state = tmp_path / "model.safetensors"
+    model.save(state)
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    hf = json.loads(path.read_text())
+    hf["attention_dropout"] = 0.25  # what transformers' save_pretrained leaves after an edit
+    hf["riftco"]["residual_dropout"] = 0.05
+    path.write_text(json.dumps(hf))
+    back = _load_quietly(state)
+    assert (back.config.attention_dropout, back.config.residual_dropout) == (0.25, 0.05)
+    hf["riftco"]["attention_dropout"] = 0.3  # both copies edited, to different values
+    path.write_text(json.dumps(hf))
+    with pytest.raises(riftco.ModelStateError, match=r"attention_dropout = 0\.25 disagrees"):
+        riftco.DecoderOnlyTransformer.load(state)
+    for bad, shown in [
+        (-0.1, "-0.1"),
+        (1.0, "1.0"),
+        ("0.1", '"0.1"'),
+        (True, "true"),
+        ([0.1], "[0.1]"),
+        ({}, "{}"),
+        (0.99999999, "0.99999999"),  # its f32 is 1.0
+        (1e39, "1e+39"),  # its f32 is inf
+    ]:
+        hf = dict(saved, attention_dropout=bad)
+        path.write_text(json.dumps(hf))
+        with pytest.raises(riftco.ModelStateError) as info:
+            riftco.DecoderOnlyTransformer.load(state)
+        message = str(info.value)
+        assert "config.json" in message and f"attention_dropout = {shown}" in message, message
+
+
+def test_edited_adapter_config_json_lora_dropout_applies_and_is_validated(tmp_path: Path) -> None:
+    model = riftco.DecoderOnlyTransformer(tiny())
+    model.enable_lora(rank=2, dropout=0.1)
+    model.save_lora(tmp_path)
+    path = tmp_path / "adapter_config.json"
+    peft = json.loads(path.read_text())
+    peft["lora_dropout"] = 0.05
+    path.write_text(json.dumps(peft))
+    fresh = riftco.DecoderOnlyTransformer(tiny())
+    fresh.load_lora(tmp_path)
+    assert fresh.lora_dropout == 0.05
+    for bad, shown in [("nonsense", '"nonsense"'), (0.99999999, "0.99999999"), (1e39, "1e+39")]:
+        peft["lora_dropout"] = bad
+        path.write_text(json.dumps(peft))
+        fresh = riftco.DecoderOnlyTransformer(tiny())
+        with pytest.raises(riftco.ModelStateError) as info:
+            fresh.load_lora(tmp_path)
+        message = str(info.value)
+        assert "adapter_config.json" in message, message
+        assert f"lora_dropout = {shown}: expected a probability in [0, 1)" in message, message
+        assert not fresh.has_lora
+
+
+def test_transformers_edit_of_attention_dropout_is_loaded(tmp_path: Path) -> None:
+    try:
+        import transformers  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        pytest.skip("transformers is not installed: the save_pretrained round trip is skipped")
+    model = riftco.DecoderOnlyTransformer(tiny(attention_dropout=0.1))
+    model.save(tmp_path / "model.safetensors")
+    theirs = transformers.AutoConfig.from_pretrained(tmp_path)
+    theirs.attention_dropout = 0.25
+    theirs.save_pretrained(tmp_path)
+    assert _load_quietly(tmp_path / "model.safetensors").config.attention_dropout == 0.25
+
+
 # ---------------------------------------------------------------------------------------------
 # Stage configs and examples
 # ---------------------------------------------------------------------------------------------

@@ -456,7 +456,8 @@ void rt_decode_session_free(struct rt_decode_session *session);
  * probabilities (`attention_dropout`), `residual` on the outputs of the attention and MLP output
  * projections before the residual adds (`residual_dropout`), `lora` on every LoRA adapter's
  * input (`lora_dropout`, PEFT's). Each is in [0, 1); 0 disables it. A model created from an
- * `rt_transformer_config` has no dropout; a loaded model has the probabilities saved with it.
+ * `rt_transformer_config` has no dropout; a loaded model has the probabilities of its files
+ * (those of the `config.json` beside it, when edited there, over those saved in the state).
  * Dropout is active only while the model is training (rt_model_set_training) and a loss graph
  * is recorded; evaluation and decoding never drop.
  *

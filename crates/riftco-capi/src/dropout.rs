@@ -4,13 +4,14 @@
 
 use crate::error::{err, guard, in_ptr, out_ptr, rt_status};
 use crate::model::rt_model;
-use riftco_transformer::config::validate_dropout;
+use riftco_transformer::config::{display_f32, validate_dropout};
 
 /// Sets the dropout probabilities of later training forwards: `attention` on the attention
 /// probabilities (`attention_dropout`), `residual` on the outputs of the attention and MLP output
 /// projections before the residual adds (`residual_dropout`), `lora` on every LoRA adapter's
 /// input (`lora_dropout`, PEFT's). Each is in [0, 1); 0 disables it. A model created from an
-/// `rt_transformer_config` has no dropout; a loaded model has the probabilities saved with it.
+/// `rt_transformer_config` has no dropout; a loaded model has the probabilities of its files
+/// (those of the `config.json` beside it, when edited there, over those saved in the state).
 /// Dropout is active only while the model is training (rt_model_set_training) and a loss graph
 /// is recorded; evaluation and decoding never drop.
 ///
@@ -34,7 +35,10 @@ pub unsafe extern "C" fn rt_model_set_dropout(
         if lora != 0.0 && !has_lora {
             return Err(err(
                 rt_status::RT_ERROR_INVALID_STATE,
-                format!("lora_dropout = {lora}: the model has no LoRA adapters"),
+                format!(
+                    "lora_dropout = {}: the model has no LoRA adapters",
+                    display_f32(lora)
+                ),
             ));
         }
         state.model.set_dropout(attention, residual)?;

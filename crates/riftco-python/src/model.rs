@@ -539,8 +539,10 @@ impl PyModel {
     ///
     /// Warns:
     ///     RuntimeWarning: when the ``config.json`` beside the file is not the one saved with it
-    ///         (a save killed between its two renames, or an edited file). The state's own config
-    ///         is what loads; a Hugging Face loader would read the other one until the next save.
+    ///         (a save killed between its two renames, or an edited file). The state's own
+    ///         architecture and weights load; dropout probabilities edited in ``config.json``
+    ///         (same architecture) apply. A Hugging Face loader would read the other file until
+    ///         the next save.
     #[staticmethod]
     #[pyo3(
         signature = (path, attention = "flash", activation_checkpointing = None,
@@ -569,8 +571,9 @@ impl PyModel {
         })?;
         if pairing == ConfigJsonPairing::Mismatched {
             let message = c"config.json beside this model state is not the one saved with it (a \
-                            save interrupted between its two renames?): the state's own config \
-                            was loaded; save again to rewrite config.json";
+                            save interrupted between its two renames, or an edit?): the state's \
+                            own architecture and weights were loaded, with any dropout \
+                            probabilities edited in config.json; save again to rewrite it";
             PyErr::warn(
                 py,
                 &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(),

@@ -64,9 +64,35 @@ fn dropout_from_json<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<f32, D::Error> {
     let v = serde_json::Value::deserialize(d)?;
-    v.as_f64().map(|p| p as f32).ok_or_else(|| {
-        serde::de::Error::custom(format!("{field} = {v}: expected a probability in [0, 1)"))
-    })
+    probability_from_json(field, &v).map_err(serde::de::Error::custom)
+}
+
+/// A dropout probability from a JSON value, checked before it is converted to f32 and reported
+/// as written: `v` must be a number in `[0, 1)` whose f32 is below 1 (`0.99999999` rounds to
+/// `1.0f32` and is refused as `0.99999999`, `1e39` as `1e39`, not `inf`).
+///
+/// # Errors
+/// `"{field} = {v}: expected a probability in [0, 1)"` for another type or value.
+pub(crate) fn probability_from_json(
+    field: &str,
+    v: &serde_json::Value,
+) -> std::result::Result<f32, String> {
+    match v.as_f64() {
+        Some(p) if (0.0..1.0).contains(&p) && (p as f32) < 1.0 => Ok(p as f32),
+        _ => Err(format!("{field} = {v}: expected a probability in [0, 1)")),
+    }
+}
+
+/// `x` as its shortest decimal (`0.1`, `1.5`, `NaN`, `inf`), in exponent form when that is
+/// longer than 12 characters (`1e30`, not `1000000000000000000000000000000`; `1e-30`), for
+/// error messages.
+pub fn display_f32(x: f32) -> String {
+    let plain = x.to_string();
+    if plain.len() > 12 {
+        format!("{x:e}")
+    } else {
+        plain
+    }
 }
 
 fn attention_dropout_from_json<'de, D: serde::Deserializer<'de>>(
@@ -93,7 +119,7 @@ pub fn validate_dropout(field: &'static str, p: f32) -> Result<()> {
     } else {
         Err(TransformerError::Config {
             field,
-            value: p.to_string(),
+            value: display_f32(p),
             reason: "expected a probability in [0, 1)".into(),
         })
     }

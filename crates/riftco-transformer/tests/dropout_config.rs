@@ -5,6 +5,7 @@
 mod common;
 
 use common::{block, lora_config, small_config};
+use riftco_transformer::config::display_f32;
 use riftco_transformer::state::hf_config_json;
 use riftco_transformer::{
     load_lora_adapter, load_model, save_lora_adapter, save_model,
@@ -50,14 +51,18 @@ fn config_dropout_outside_zero_one_is_a_config_error_naming_the_field() {
         let msg = config_error(new_model(c));
         assert!(
             msg.contains(&format!(
-                "attention_dropout = {p}: expected a probability in [0, 1)"
+                "attention_dropout = {}: expected a probability in [0, 1)",
+                display_f32(p)
             )),
             "{msg}"
         );
         let mut c = small_config();
         c.residual_dropout = p;
         let msg = config_error(new_model(c));
-        assert!(msg.contains(&format!("residual_dropout = {p}")), "{msg}");
+        assert!(
+            msg.contains(&format!("residual_dropout = {}", display_f32(p))),
+            "{msg}"
+        );
     }
     for p in [0.0, 1e-30, 0.1, 0.5, 0.999_999] {
         let mut c = small_config();
@@ -78,7 +83,8 @@ fn lora_dropout_outside_zero_one_is_a_config_error_and_leaves_no_adapters() {
         let msg = config_error(m.enable_lora(&lora));
         assert!(
             msg.contains(&format!(
-                "lora_dropout = {p}: expected a probability in [0, 1)"
+                "lora_dropout = {}: expected a probability in [0, 1)",
+                display_f32(p)
             )),
             "{msg}"
         );
@@ -296,7 +302,8 @@ fn adapter_config_json_carries_lora_dropout() {
     for (bad, needle) in [
         (
             serde_json::json!(1.0),
-            "lora_dropout = 1: expected a probability in [0, 1)",
+            // As written in the file (the JSON number 1.0).
+            "lora_dropout = 1.0: expected a probability in [0, 1)",
         ),
         (
             serde_json::json!("x"),

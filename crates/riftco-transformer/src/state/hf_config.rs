@@ -1,7 +1,7 @@
 //! The Hugging Face `config.json` (`LlamaConfig`) written beside a model state and read when
 //! a state file carries no riftco config.
 
-use crate::config::TransformerConfig;
+use crate::config::{probability_from_json, TransformerConfig};
 use serde_json::json;
 
 /// The Hugging Face `LlamaConfig` JSON of `config`, with the riftco config under `"riftco"`.
@@ -67,8 +67,7 @@ pub(super) fn config_from_hf(
     );
     config.rms_norm_eps = number_field(v, "rms_norm_eps")?.unwrap_or(1e-6) as f32;
     config.rope_theta = rope_theta(v)?;
-    // Range checked with the rest of the config (`TransformerConfig::validate` names the field).
-    config.attention_dropout = number_field(v, "attention_dropout")?.unwrap_or(0.0) as f32;
+    config.attention_dropout = attention_dropout(v)?.unwrap_or(0.0);
     if let Some(kv) = v.get("num_key_value_heads").filter(|x| !x.is_null()) {
         let kv = kv
             .as_u64()
@@ -132,6 +131,15 @@ pub(super) fn json_f32(x: f32) -> serde_json::Value {
         .ok()
         .and_then(serde_json::Number::from_f64)
         .map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+/// The top-level `attention_dropout` of a Hugging Face config: `None` when absent or null, else
+/// a probability checked as written (an error names the key and the JSON value).
+pub(super) fn attention_dropout(v: &serde_json::Value) -> std::result::Result<Option<f32>, String> {
+    const KEY: &str = "attention_dropout";
+    number_field(v, KEY)?
+        .map(|_| probability_from_json(KEY, &v[KEY]))
+        .transpose()
 }
 
 /// `v[key]` as a number: `None` when absent or null, an error naming the key for another type.

@@ -7,6 +7,7 @@ use super::read::{
 use super::{
     io_err, state_err, ADAPTER_CONFIG_FILE, ADAPTER_CONFIG_METADATA_KEY, ADAPTER_MODEL_FILE,
 };
+use crate::config::probability_from_json;
 use crate::error::{Result, TransformerError};
 use crate::layout;
 use crate::linear::LoraConfig;
@@ -30,7 +31,8 @@ use std::path::Path;
 /// The two files are one atomic pair, as in [`crate::state::save_model`]: both are written in
 /// full into temporaries and fsynced, then `adapter_config.json` is renamed first and
 /// `adapter_model.safetensors` last. The weights file carries the config saved with it, which
-/// [`load_lora_adapter`] reads in preference to `adapter_config.json`, so a folder left by a
+/// [`load_lora_adapter`] reads in preference to `adapter_config.json` (for all but
+/// `lora_dropout`), so a folder left by a
 /// killed save loads as the old or the new adapter. Temporaries left by killed saves are removed
 /// at the start of the next save.
 ///
@@ -102,9 +104,13 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
 /// projections, or both.
 ///
 /// The config is the `riftco_adapter_config` metadata of the weights file when present (written
-/// by [`save_lora_adapter`]: it is authoritative, so a kill between the renames of a save, which
-/// can leave a newer `adapter_config.json` beside the older weights, still loads the older
-/// adapter whole), else `adapter_config.json` (adapters written by PEFT). Files are read as by
+/// by [`save_lora_adapter`]: it decides `r`, `lora_alpha` and the targets, so a kill between the
+/// renames of a save, which can leave a newer `adapter_config.json` beside the older weights,
+/// still loads the older adapter whole), else `adapter_config.json` (adapters written by PEFT).
+/// `lora_dropout` is a training setting that the user-facing `adapter_config.json` decides: when
+/// that file differs from the saved text it is validated in full, and if it describes the same
+/// adapter its `lora_dropout` replaces the saved one. A probability is checked as written
+/// (`0.99999999`, which rounds to `1.0f32`, is refused as `0.99999999`). Files are read as by
 /// [`crate::state::load_model`]: regular files only, with bounded memory.
 ///
 /// # Errors
@@ -121,20 +127,23 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
     }
     let model_path = dir.join(ADAPTER_MODEL_FILE);
     let header = read_header(&model_path)?;
-    let (config_path, peft) = match header.metadata.get(ADAPTER_CONFIG_METADATA_KEY) {
+    let d_model = model.config().d_model;
+    let config_path = dir.join(ADAPTER_CONFIG_FILE);
+    let (peft, lora) = match header.metadata.get(ADAPTER_CONFIG_METADATA_KEY) {
         Some(text) => {
             let what = format!("metadata {ADAPTER_CONFIG_METADATA_KEY}");
             let peft = parse_peft(&model_path, &what, text.as_bytes())?;
-            (model_path.clone(), peft)
+            let mut lora = peft.to_lora_config(&model_path, d_model)?;
+            apply_adapter_config_dropout(&config_path, text, d_model, &mut lora)?;
+            (peft, lora)
         }
         None => {
-            let config_path = dir.join(ADAPTER_CONFIG_FILE);
             let bytes = read_json_bytes(&config_path)?;
             let peft = parse_peft(&config_path, ADAPTER_CONFIG_FILE, &bytes)?;
-            (config_path, peft)
+            let lora = peft.to_lora_config(&config_path, d_model)?;
+            (peft, lora)
         }
     };
-    let lora = peft.to_lora_config(&config_path, model.config().d_model)?;
     let mut expected = Vec::new();
     for (e, lin) in model.weights().linears() {
         if e.parameter.role.targeted_by(&lora.targets) {
@@ -157,6 +166,40 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
         model.replace_weights(before);
     }
     result
+}
+
+/// The `lora_dropout` of `adapter_config.json` beside a weights file whose metadata holds its
+/// config (`saved`, the exact text saved with it).
+///
+/// The metadata decides what the adapter is (`r`, `lora_alpha`, targets: the weights must match
+/// them); `lora_dropout` is a training setting, and the user-facing `adapter_config.json`
+/// decides it: a value there that differs from the saved one replaces it. The whole file is
+/// validated as on a PEFT load (an error names the file and the field). A file with the saved
+/// text, or none, changes nothing; one describing another adapter (a newer save's, left by a
+/// kill between the two renames of a save) is checked but does not apply.
+fn apply_adapter_config_dropout(
+    config_path: &Path,
+    saved: &str,
+    d_model: usize,
+    lora: &mut LoraConfig,
+) -> Result<()> {
+    if !config_path.exists() {
+        return Ok(());
+    }
+    let bytes = read_json_bytes(config_path)?;
+    if bytes == saved.as_bytes() {
+        return Ok(());
+    }
+    let file = parse_peft(config_path, ADAPTER_CONFIG_FILE, &bytes)?
+        .to_lora_config(config_path, d_model)?;
+    let same_adapter = LoraConfig {
+        dropout: lora.dropout,
+        ..file.clone()
+    } == *lora;
+    if same_adapter {
+        lora.dropout = file.dropout;
+    }
+    Ok(())
 }
 
 fn parse_peft(path: &Path, what: &str, bytes: &[u8]) -> Result<PeftLoraConfig> {
@@ -272,13 +315,9 @@ impl PeftLoraConfig {
         }
         let dropout = match &self.lora_dropout {
             None | Some(serde_json::Value::Null) => 0.0,
-            Some(v) => match v.as_f64() {
-                Some(p) => p as f32,
-                None => {
-                    return unsupported(format!(
-                        "lora_dropout = {v}: expected a probability in [0, 1)"
-                    ))
-                }
+            Some(v) => match probability_from_json("lora_dropout", v) {
+                Ok(p) => p,
+                Err(reason) => return unsupported(reason),
             },
         };
         let lora = LoraConfig {

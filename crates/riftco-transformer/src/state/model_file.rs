@@ -1,7 +1,7 @@
 //! The model-state file: save, load, and the config it declares.
 
 use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
-use super::hf_config::{config_from_hf, hf_config_json};
+use super::hf_config::{attention_dropout, config_from_hf, hf_config_json};
 use super::read::{
     check_tensors, copy_into, read_f32_values, read_header, read_json, read_json_bytes, unchanged,
     Header,
@@ -11,7 +11,7 @@ use super::{
     HF_CONFIG_HASH_KEY,
 };
 use crate::checkpointing::ActivationCheckpointing;
-use crate::config::TransformerConfig;
+use crate::config::{display_f32, TransformerConfig};
 use crate::error::Result;
 use crate::layout;
 use crate::model::DecoderOnlyTransformer;
@@ -95,6 +95,15 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
 /// Llama names of the config found in its metadata (`riftco_config`) or, when the metadata lacks
 /// it, in the `config.json` beside it (its `"riftco"` key, else the `LlamaConfig` fields).
 ///
+/// The dropout probabilities are training settings that the user-facing `config.json` decides:
+/// beside a state with `riftco_config`, a `config.json` of the same architecture whose
+/// `attention_dropout` (top level or `"riftco"`) or `"riftco"` `residual_dropout` differs from
+/// the state's replaces it (an edit by hand or by Hugging Face tooling); the architecture always
+/// comes from the state. Every probability present in either file must be a number in `[0, 1)`
+/// and is reported as written; two copies in `config.json` that disagree with each other (both
+/// edited, or, for a state without `riftco_config`, the top-level key against the `"riftco"`
+/// object) are an error naming both values.
+///
 /// Validates before building anything: a readable file, a sane header (length within the file,
 /// UTF-8 JSON, tensor offsets covering the data exactly), a valid config, every expected tensor
 /// present, no unknown tensor, dtype F32, each shape equal to the config's.
@@ -103,7 +112,8 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
 /// [`TransformerError::Io`](crate::TransformerError::Io) when the file cannot be read; [`TransformerError::State`](crate::TransformerError::State) with the
 /// reason otherwise (truncated file, header length beyond the file, garbage, missing or unknown
 /// tensor names, wrong dtype, a shape that disagrees with the config — naming the tensor and
-/// both shapes — or an invalid or missing config). No model is built on error.
+/// both shapes — or an invalid or missing config, including an invalid or conflicting dropout
+/// probability in `config.json`, naming that file and the field). No model is built on error.
 pub fn load_model(
     path: &Path,
     attention: FullSequenceAttentionKind,
@@ -125,7 +135,8 @@ pub enum ConfigJsonPairing {
     /// `config.json` has exactly the bytes whose hash the state names.
     Paired,
     /// `config.json` differs from the one saved with the state: a save was killed between its
-    /// two renames (or the file was edited). The state's own config is what loads; the next
+    /// two renames (or the file was edited). The state's own architecture is what loads (its
+    /// dropout probabilities, when edited in `config.json`, apply); the next
     /// save rewrites `config.json`.
     Mismatched,
     /// There is no `config.json`, or it cannot be read as a bounded regular file.
@@ -191,14 +202,16 @@ pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usiz
         .collect()
 }
 
-/// The config of a model-state file: its `riftco_config` metadata, else `config.json` beside it
-/// (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
+/// The config of a model-state file: its `riftco_config` metadata (with the dropout
+/// probabilities of `config.json`, see [`apply_config_json_dropout`]), else `config.json` beside
+/// it (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
 pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<TransformerConfig> {
     if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
-        let config = parse_riftco_config(path, raw)?;
+        let mut config = parse_riftco_config(path, raw)?;
         config
             .validate()
             .map_err(|e| state_err(path, format!("the file's config is invalid: {e}")))?;
+        apply_config_json_dropout(path, header, &mut config)?;
         return Ok(config);
     }
     let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
@@ -214,12 +227,26 @@ pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<Transformer
     let value = read_json(&hf_path)?;
     let (config, fields) = match value.get("riftco") {
         Some(r) => {
-            let config = serde_json::from_value(r.clone()).map_err(|e| {
+            let config: TransformerConfig = serde_json::from_value(r.clone()).map_err(|e| {
                 state_err(
                     &hf_path,
                     format!("\"riftco\" is not a TransformerConfig: {e}"),
                 )
             })?;
+            // No saved value to tell which copy was edited: two copies must agree.
+            let top = attention_dropout(&value).map_err(|reason| state_err(&hf_path, reason))?;
+            if top.is_some_and(|t| t != config.attention_dropout) {
+                return Err(state_err(
+                    &hf_path,
+                    format!(
+                        "attention_dropout = {} disagrees with riftco.attention_dropout = {}: \
+                         set both to the probability wanted",
+                        value["attention_dropout"],
+                        r.get("attention_dropout")
+                            .map_or_else(|| "absent (0)".to_string(), ToString::to_string)
+                    ),
+                ));
+            }
             (config, "its \"riftco\" key")
         }
         None => (
@@ -239,6 +266,102 @@ pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<Transformer
         )
     })?;
     Ok(config)
+}
+
+/// The dropout probabilities of `config.json` beside a state whose metadata holds its config.
+///
+/// The state's metadata decides the architecture (the weights must match it); the dropout
+/// probabilities are training settings, and the user-facing `config.json` decides them: a
+/// value there that differs from the state's own replaces it, whether edited by hand or by
+/// Hugging Face tooling (`AutoConfig.from_pretrained(d); c.attention_dropout = 0.25;
+/// c.save_pretrained(d)` rewrites the top-level key and keeps the `"riftco"` object with the
+/// old value). `attention_dropout` is read from the top-level key and from `"riftco"`;
+/// `residual_dropout` from `"riftco"` only. Every value present is checked (a number in
+/// `[0, 1)`, as written); an absent key changes nothing; two copies both changed from the
+/// state's value but to different values are an error naming both. A `config.json` with
+/// exactly the bytes the state's hash
+/// names is the one saved with it and is not read again; one describing another architecture
+/// (a newer save's, left by a kill between the two renames of a save) is checked but does not
+/// apply. Without `config.json` the state's own probabilities load.
+fn apply_config_json_dropout(
+    path: &Path,
+    header: &Header,
+    config: &mut TransformerConfig,
+) -> Result<()> {
+    let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
+    if !hf_path.exists() {
+        return Ok(());
+    }
+    let bytes = read_json_bytes(&hf_path)?;
+    if header.metadata.get(HF_CONFIG_HASH_KEY) == Some(&fnv1a64_hex(&bytes)) {
+        return Ok(());
+    }
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| state_err(&hf_path, format!("not valid JSON: {e}")))?;
+    let top = attention_dropout(&value).map_err(|reason| state_err(&hf_path, reason))?;
+    let (described, riftco) = match value.get("riftco") {
+        Some(r) => {
+            let c: TransformerConfig = serde_json::from_value(r.clone()).map_err(|e| {
+                state_err(
+                    &hf_path,
+                    format!("\"riftco\" is not a TransformerConfig: {e}"),
+                )
+            })?;
+            (c.clone(), Some(c))
+        }
+        None => (
+            config_from_hf(&value).map_err(|reason| state_err(&hf_path, reason))?,
+            None,
+        ),
+    };
+    if !same_architecture(&described, config) {
+        return Ok(());
+    }
+    let saved = config.attention_dropout;
+    // A key absent from the "riftco" object (which would parse as 0) changes nothing.
+    let has_riftco_key = |key: &str| value["riftco"].get(key).is_some();
+    // Shown as written in the file.
+    let written = |key: &str| match key {
+        "attention_dropout" => value[key].to_string(),
+        _ => value["riftco"]
+            .get("attention_dropout")
+            .map_or_else(|| "absent (0)".to_string(), ToString::to_string),
+    };
+    let changed: Vec<(&str, f32)> = [
+        ("attention_dropout", top),
+        (
+            "riftco.attention_dropout",
+            riftco
+                .as_ref()
+                .filter(|_| has_riftco_key("attention_dropout"))
+                .map(|c| c.attention_dropout),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, p)| p.filter(|&p| p != saved).map(|p| (key, p)))
+    .collect();
+    if let [(k1, p1), (k2, p2)] = changed[..] {
+        if p1 != p2 {
+            return Err(state_err(
+                &hf_path,
+                format!(
+                    "{k1} = {} disagrees with {k2} = {} (the state {} was saved with {}): set \
+                     both to the probability wanted",
+                    written(k1),
+                    written(k2),
+                    path.display(),
+                    display_f32(saved)
+                ),
+            ));
+        }
+    }
+    if let Some(&(_, p)) = changed.first() {
+        config.attention_dropout = p;
+    }
+    if let Some(r) = riftco.filter(|_| has_riftco_key("residual_dropout")) {
+        config.residual_dropout = r.residual_dropout;
+    }
+    Ok(())
 }
 
 pub(super) fn parse_riftco_config(path: &Path, raw: &str) -> Result<TransformerConfig> {
