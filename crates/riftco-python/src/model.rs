@@ -538,11 +538,9 @@ impl PyModel {
     ///         config (as the constructor).
     ///
     /// Warns:
-    ///     RuntimeWarning: when the ``config.json`` beside the file is not the one saved with it
-    ///         (a save killed between its two renames, or an edited file). The state's own
-    ///         architecture and weights load; dropout probabilities edited in ``config.json``
-    ///         (same architecture) apply. A Hugging Face loader would read the other file until
-    ///         the next save.
+    ///     RuntimeWarning: the ``config.json`` beside the file is not the one saved with it (a
+    ///         killed save or an edit): the state's architecture and weights load, edited dropout
+    ///         probabilities apply; a Hugging Face loader reads the other file until a save.
     #[staticmethod]
     #[pyo3(
         signature = (path, attention = "flash", activation_checkpointing = None,
