@@ -69,7 +69,14 @@ pub(crate) fn probability(field: &'static str, v: &Bound<'_, PyAny>) -> PyResult
         })
     };
     let repr = || v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
-    if v.is_instance_of::<PyBool>() {
+    // A Python bool, or a NumPy boolean scalar or array (dtype kind "b"): never a probability.
+    let numpy_bool = || -> bool {
+        v.getattr("dtype")
+            .and_then(|d| d.getattr("kind"))
+            .and_then(|k| k.extract::<String>())
+            .is_ok_and(|k| k == "b")
+    };
+    if v.is_instance_of::<PyBool>() || numpy_bool() {
         return Err(config_err(
             repr(),
             "expected a probability in [0, 1), not a bool",
