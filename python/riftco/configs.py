@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import operator
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from riftco._native import (
     ACTIVATION_CHECKPOINTING_FORMS,
@@ -37,6 +34,7 @@ from riftco._native import (
     ConfigError,
     parse_activation_checkpointing,
 )
+from riftco._native import check_probability as _check_probability
 
 # ATTENTION_KINDS comes from the Rust option table, ACTIVATION_CHECKPOINTING_POLICIES (the policy
 # names without a parameter) and ACTIVATION_CHECKPOINTING_FORMS (every accepted form) from the
@@ -97,9 +95,9 @@ def _check_float(
 
 
 def check_probability(field: str, value: object) -> float:
-    """A dropout probability, by the rule ``TransformerConfig`` applies: a real number
-    (``numbers.Real``, NumPy scalars included; not a bool), finite, ``0 <= p < 1``, and below 1
-    also as a 32-bit float (the model stores float32: ``0.99999999`` rounds to 1 and is refused).
+    """A dropout probability, by the rule ``TransformerConfig`` applies (the native check): a
+    real number (NumPy scalars included; not a bool), finite, ``0 <= p < 1``, and below 1 also
+    as a 32-bit float (the model stores float32: ``0.99999999`` rounds to 1 and is refused).
 
     Returns:
         float: the value as a Python float.
@@ -107,19 +105,7 @@ def check_probability(field: str, value: object) -> float:
     Raises:
         ConfigError: naming ``field`` and the value as given.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise ConfigError(f"{field} = {value!r}: expected a probability in [0, 1) (a number)")
-    try:
-        p = float(value)
-    except (OverflowError, ValueError, TypeError):
-        raise ConfigError(f"{field} = {value!r}: expected a probability in [0, 1)") from None
-    if not (math.isfinite(p) and 0.0 <= p < 1.0):
-        raise ConfigError(f"{field} = {value!r}: expected a probability in [0, 1)")
-    if not float(np.float32(p)) < 1.0:
-        raise ConfigError(
-            f"{field} = {value!r}: rounds to 1 as a 32-bit float; expected a probability in [0, 1)"
-        )
-    return p
+    return _check_probability(field, value)
 
 
 @dataclass(frozen=True, kw_only=True)

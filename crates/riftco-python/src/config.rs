@@ -61,6 +61,11 @@ fn size(field: &'static str, v: i64) -> PyResult<usize> {
 /// `ConfigError` naming `field` and the value for a bool (``True`` is not a probability), a
 /// non-number (``None``, a string) or a value outside `[0, 1)`.
 pub(crate) fn probability(field: &'static str, v: &Bound<'_, PyAny>) -> PyResult<f32> {
+    probability_f64(field, v).map(|p| p as f32)
+}
+
+/// [`probability`] as the value given (an `f64`, not rounded to the model's `f32`).
+fn probability_f64(field: &'static str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
     let config_err = |value: String, reason: &str| {
         transformer_err(TransformerError::Config {
             field,
@@ -94,7 +99,44 @@ pub(crate) fn probability(field: &'static str, v: &Bound<'_, PyAny>) -> PyResult
             "rounds to 1 as a 32-bit float; expected a probability in [0, 1)",
         ));
     }
-    Ok(p as f32)
+    Ok(p)
+}
+
+/// The field names [`check_probability`] reports (errors carry a static field name); any other
+/// name is reported as `probability`.
+const PROBABILITY_FIELDS: [&str; 5] = [
+    "attention_dropout",
+    "residual_dropout",
+    "lora_dropout",
+    "p",
+    "probability",
+];
+
+/// A dropout probability checked by the rule every riftco config applies: a real number (NumPy
+/// scalars included; not a bool), finite, ``0 <= p < 1`` and below 1 also as a 32-bit float.
+///
+/// Args:
+///     field: the name errors give the value (``attention_dropout``, ``residual_dropout``,
+///         ``lora_dropout``, ``p``; anything else reads ``probability``).
+///     value: the value to check.
+///
+/// Returns:
+///     float: the value as a Python float (not rounded to float32).
+///
+/// Raises:
+///     ConfigError: naming the field and the value as given.
+#[pyfunction]
+fn check_probability(field: &str, value: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let field = PROBABILITY_FIELDS
+        .iter()
+        .find(|f| **f == field)
+        .copied()
+        .unwrap_or("probability");
+    probability_f64(field, value)
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(check_probability, m)?)
 }
 
 /// `model.set_dropout(...)`: each probability given (not `None`) is checked, then set; nothing

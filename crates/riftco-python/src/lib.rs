@@ -38,6 +38,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     functional::register(m)?;
     checkpoint::register(m)?;
     rng::register(m)?;
+    config::register(m)?;
     model::register(m)?;
     policy::register(m)?;
     optim::register(m)?;

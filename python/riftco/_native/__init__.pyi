@@ -17,6 +17,7 @@ __all__ = [
     "ACTIVATION_CHECKPOINTING_FORMS",
     "SELECTIVE_POLICIES",
     "BLOCK_VALUE_NAMES",
+    "check_probability",
     "parse_byte_size",
     "parse_activation_checkpointing",
     "RiftcoError",
@@ -77,6 +78,12 @@ BLOCK_VALUE_NAMES: tuple[str, ...]
 
 _Policy = str | list[str] | tuple[str, ...]
 _Budget = SupportsIndex | str
+
+def check_probability(field: str, value: object) -> float:
+    """A dropout probability by the rule every riftco config applies: a real number (NumPy
+    scalars included; not a bool), finite, ``0 <= p < 1`` and below 1 also as float32; returns
+    it as a float. ``ConfigError`` naming ``field`` (``attention_dropout``, ``residual_dropout``,
+    ``lora_dropout``, ``p``; other names read ``probability``) and the value as given."""
 
 def parse_byte_size(text: str) -> int:
     """Bytes of a size string: a number with an optional unit ``B``, ``kB``, ``MB``, ``GB``,
