@@ -3,10 +3,15 @@
 The compute runs in a Rust core (``riftco._native``, released GIL during every compute call);
 this package is its Python front:
 
-- autograd: ``Variable`` (``tensor``), ``functional`` ops, ``checkpoint(fn, x, dependencies,
-  save=..., preserve_rng_state=True, determinism_check="metadata")`` and ``named(name, fn,
-  *inputs)`` (selective checkpointing); the thread's generator state (``manual_seed``,
-  ``get_rng_state``, ``set_rng_state``);
+- autograd: ``Variable`` (``tensor``), ``functional`` ops (``import riftco.functional as F``),
+  ``checkpoint(fn, *inputs, dependencies=None, save=..., preserve_rng_state=True,
+  determinism_check="metadata")`` (dependencies found automatically when not given),
+  ``checkpoint_sequential`` and ``named(name, fn, *inputs)`` (selective checkpointing);
+  ``no_grad``, ``enable_grad``, ``set_grad_enabled``, ``is_grad_enabled``; the thread's
+  generator state (``manual_seed``, ``get_rng_state``, ``set_rng_state``) and draws from it
+  (``uniform``, ``normal``);
+- PyTorch-style modules and optimizers: ``riftco.nn`` (``Module``, ``Linear``, ``Sequential``,
+  ...) and ``riftco.optim`` (``Adam``, ``AdamW``);
 - the model: ``TransformerConfig``, ``DecoderOnlyTransformer``, ``DecodeSession``,
   ``Adam``/``AdamW``; activation-checkpointing policies (``ACTIVATION_CHECKPOINTING_POLICIES``,
   ``ACTIVATION_CHECKPOINTING_FORMS``, ``SELECTIVE_POLICIES``, ``BLOCK_VALUE_NAMES``,
@@ -42,22 +47,25 @@ from riftco._native import (
     Variable,
     __version__,
     cached_bytes,
-    checkpoint,
     empty_cache,
-    functional,
     get_rng_state,
     manual_seed,
     matmul,
     memory_stats,
     named,
+    normal,
     num_threads,
     parse_activation_checkpointing,
     parse_byte_size,
     reset_peak_memory_stats,
     set_rng_state,
     tensor,
+    uniform,
 )
-from riftco import configs, data, generation, stages
+from riftco import configs, data, functional, generation, stages
+from riftco.checkpointing import checkpoint, checkpoint_sequential
+from riftco.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from riftco import nn, optim  # noqa: E402 (they import the names above)
 from riftco.configs import *  # noqa: F403
 from riftco.data import *  # noqa: F403
 from riftco.generation import *  # noqa: F403
@@ -88,19 +96,28 @@ __all__ = [
     "__version__",
     "cached_bytes",
     "checkpoint",
+    "checkpoint_sequential",
     "empty_cache",
+    "enable_grad",
     "functional",
     "get_rng_state",
+    "is_grad_enabled",
     "manual_seed",
     "matmul",
     "memory_stats",
     "named",
+    "nn",
+    "no_grad",
+    "normal",
     "num_threads",
+    "optim",
     "parse_activation_checkpointing",
     "parse_byte_size",
     "reset_peak_memory_stats",
+    "set_grad_enabled",
     "set_rng_state",
     "tensor",
+    "uniform",
     "load_model",
 ]
 __all__ += configs.__all__

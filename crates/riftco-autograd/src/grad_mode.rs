@@ -14,6 +14,13 @@ pub fn is_grad_enabled() -> bool {
     GRAD_ENABLED.with(|g| g.get())
 }
 
+/// Sets whether ops on this thread record graph nodes and returns the previous setting (for
+/// bindings whose scopes are not Rust scopes, such as Python context managers, which restore
+/// the returned value on exit).
+pub fn set_grad_enabled(enabled: bool) -> bool {
+    GRAD_ENABLED.with(|g| g.replace(enabled))
+}
+
 /// Disables graph recording on this thread until dropped, restoring the previous state.
 #[must_use = "recording resumes when the guard is dropped"]
 pub struct NoGradGuard {
@@ -58,4 +65,24 @@ pub fn enable_grad<T>(f: impl FnOnce() -> T) -> T {
     }
     let _restore = Restore(previous);
     f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_grad_enabled_returns_the_previous_setting_and_guards_nest_over_it() {
+        assert!(is_grad_enabled());
+        assert!(set_grad_enabled(false));
+        assert!(!is_grad_enabled());
+        enable_grad(|| assert!(is_grad_enabled()));
+        assert!(!is_grad_enabled());
+        assert!(!set_grad_enabled(true));
+        {
+            let _g = NoGradGuard::new();
+            assert!(!is_grad_enabled());
+        }
+        assert!(is_grad_enabled());
+    }
 }

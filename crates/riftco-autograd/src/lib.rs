@@ -35,7 +35,7 @@ pub use checkpoint::{
 pub use context::{panic_message, GradientContext};
 pub use determinism::{value_hash, DeterminismCheck};
 pub use error::{AutogradError, CheckpointError, Result};
-pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, NoGradGuard};
+pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled, NoGradGuard};
 pub use named::{named, CheckpointOptions};
 pub use rng::{draw_counter, fork_rng, manual_seed, reserve, rng_state, set_rng_state, RngState};
 pub use stats::GraphStatistics;

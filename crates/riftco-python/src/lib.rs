@@ -6,7 +6,10 @@
 //! - `errors`: the exception hierarchy, error mapping, GIL release and panic guard.
 //! - `variable`: `Variable` and NumPy conversions; `functional`: differentiable ops;
 //!   `checkpoint`: `checkpoint()` with a Python callable and `named()`; `rng`: the thread's
-//!   generator state (`manual_seed`, `get_rng_state`, `set_rng_state`).
+//!   generator state (`manual_seed`, `get_rng_state`, `set_rng_state`); `draws`: `uniform` and
+//!   `normal` leaves drawn from it; `embedding`: `functional.embedding`; `grad_mode`: the
+//!   thread's graph-recording switch; `discovery`: node identities for checkpoint dependency
+//!   discovery.
 //! - `config`, `model`: `TransformerConfig`, `DecoderOnlyTransformer`, `DecodeSession`;
 //!   `policy`: activation-checkpointing policy arguments, plans as dicts, the policy tables.
 //! - `optim`: `Adam`, `AdamW`; `memory`: `memory_stats()`; `kernels`: raw kernels on NumPy;
@@ -17,8 +20,12 @@ use pyo3::prelude::*;
 mod checkpoint;
 mod config;
 mod devices;
+mod discovery;
+mod draws;
+mod embedding;
 mod errors;
 mod functional;
+mod grad_mode;
 mod kernels;
 mod memory;
 mod model;
@@ -36,6 +43,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     kernels::register(m)?;
     variable::register(m)?;
     functional::register(m)?;
+    embedding::register(m)?;
+    grad_mode::register(m)?;
+    draws::register(m)?;
+    discovery::register(m)?;
     checkpoint::register(m)?;
     rng::register(m)?;
     config::register(m)?;

@@ -1,18 +1,55 @@
-//! `Adam` and `AdamW` over lists of Variables.
+//! `Adam` and `AdamW` over iterables of Variables.
 
 use std::sync::{Mutex, MutexGuard};
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::PyString;
+use riftco_autograd::Variable;
 use riftco_kernels::AdamHyper;
 use riftco_transformer::{Adam, TransformerError};
 
 use crate::errors::{compute, transformer_err};
-use crate::variable::{variables, PyVariable};
+use crate::variable::PyVariable;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAdam>()?;
     m.add_class::<PyAdamW>()?;
     Ok(())
+}
+
+/// The Variables of `params`: any iterable of Variables (a list, a tuple, or a generator such
+/// as `riftco.nn.Module.parameters()`), not a str; a `TypeError` names the first item that is
+/// not a Variable and its index.
+fn param_list(params: &Bound<'_, PyAny>) -> PyResult<Vec<Variable>> {
+    let type_name = |o: &Bound<'_, PyAny>| {
+        o.get_type()
+            .name()
+            .map_or_else(|_| "?".into(), |n| n.to_string())
+    };
+    if params.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(
+            "params must be an iterable of riftco.Variable, not a str",
+        ));
+    }
+    let items = params.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "params must be an iterable of riftco.Variable; got {}",
+            type_name(params)
+        ))
+    })?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        let item = item?;
+        let v = item.cast::<PyVariable>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "params[{i}] must be a riftco.Variable; got {}",
+                type_name(&item)
+            ))
+        })?;
+        out.push(v.get().inner().clone());
+    }
+    Ok(out)
 }
 
 /// Shared state of `Adam` and `AdamW`.
@@ -21,8 +58,8 @@ struct Optimizer {
 }
 
 impl Optimizer {
-    fn new(py: Python<'_>, params: Vec<Bound<'_, PyVariable>>, hyper: AdamHyper) -> PyResult<Self> {
-        let params = variables(&params);
+    fn new(py: Python<'_>, params: &Bound<'_, PyAny>, hyper: AdamHyper) -> PyResult<Self> {
+        let params = param_list(params)?;
         let adam = compute(py, move || Adam::with_hyper(params, hyper))?;
         Ok(Self {
             inner: Mutex::new(adam),
@@ -124,7 +161,7 @@ macro_rules! optimizer_methods {
                                                 weight_decay = $decay), text_signature = $sig)]
             fn new(
                 py: Python<'_>,
-                params: Vec<Bound<'_, PyVariable>>,
+                params: &Bound<'_, PyAny>,
                 lr: f32,
                 betas: (f32, f32),
                 eps: f32,

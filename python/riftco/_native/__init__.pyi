@@ -2,7 +2,7 @@
 ``python -m mypy.stubtest riftco._native``)."""
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, SupportsIndex, final
 
 import numpy as np
@@ -42,6 +42,12 @@ __all__ = [
     "manual_seed",
     "get_rng_state",
     "set_rng_state",
+    "uniform",
+    "normal",
+    "is_grad_enabled",
+    "_set_grad_enabled",
+    "_node_id",
+    "_describe",
     "TransformerConfig",
     "DecoderOnlyTransformer",
     "DecodeSession",
@@ -299,6 +305,31 @@ def set_rng_state(state: tuple[int, int]) -> None:
     """Sets the calling thread's generator state (``(seed, offset)``, ints in ``[0, 2**64)``);
     ``ConfigError`` for anything else."""
 
+def uniform(
+    shape: Sequence[int], low: float = 0.0, high: float = 1.0, requires_grad: bool = False
+) -> Variable:
+    """A new leaf of ``shape`` uniform in ``[low, high)`` (float32 rounding may give ``high``)
+    drawn from the calling thread's generator (one block per call). ``ConfigError`` for a
+    non-finite bound or ``low >= high``."""
+
+def normal(
+    shape: Sequence[int], mean: float = 0.0, std: float = 1.0, requires_grad: bool = False
+) -> Variable:
+    """A new leaf of ``shape`` normal with ``mean`` and ``std`` drawn from the calling thread's
+    generator (one block per call). ``ConfigError`` for a non-finite value or ``std < 0``."""
+
+def is_grad_enabled() -> bool:
+    """Whether ops on the calling thread record a graph (``False`` inside ``no_grad``)."""
+
+def _set_grad_enabled(enabled: bool) -> bool:
+    """Sets the calling thread's recording switch; returns the previous setting."""
+
+def _node_id(v: Variable) -> int:
+    """The graph node's identity (equal for two wrappers of one node)."""
+
+def _describe(v: Variable) -> str:
+    """How checkpoint error messages name this node."""
+
 # ---------------------------------------------------------------------------------------------
 # The transformer
 # ---------------------------------------------------------------------------------------------
@@ -528,7 +559,7 @@ class Adam:
 
     def __new__(
         cls,
-        params: Sequence[Variable],
+        params: Iterable[Variable],
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -551,7 +582,7 @@ class AdamW:
 
     def __new__(
         cls,
-        params: Sequence[Variable],
+        params: Iterable[Variable],
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,

@@ -21,6 +21,7 @@ __all__ = [
     "reshape",
     "cross_entropy",
     "dropout",
+    "embedding",
     "named",
 ]
 
@@ -71,6 +72,11 @@ def dropout(
     Philox4x32-10: from ``seed`` alone, or drawn from this thread's generator
     (``riftco.manual_seed``); ``p`` defaults to 0.5, ``training=False`` returns ``x``
     (``ConfigError`` for ``p`` outside ``[0, 1)``)."""
+
+def embedding(table: Variable, ids: npt.ArrayLike) -> Variable:
+    """Rows of ``table [num_embeddings, dim]`` selected by integer ``ids`` of any shape ``S``:
+    ``S + (dim,)`` (``ShapeError`` for a non-2-D table, ``TokenError`` for an id outside
+    ``[0, num_embeddings)`` or a non-integer dtype)."""
 
 def named(name: str, fn: Callable[..., Variable], *inputs: Variable) -> Variable:
     """``fn(*inputs)`` as the value ``name`` (``riftco.named``): kept by a ``checkpoint`` whose
