@@ -48,6 +48,7 @@ __all__ = [
     "_set_grad_enabled",
     "_node_id",
     "_describe",
+    "_reached",
     "TransformerConfig",
     "DecoderOnlyTransformer",
     "DecodeSession",
@@ -329,6 +330,12 @@ def _node_id(v: Variable) -> int:
 
 def _describe(v: Variable) -> str:
     """How checkpoint error messages name this node."""
+
+def _reached(
+    out: Variable, candidates: Sequence[Variable], stop: Sequence[Variable]
+) -> list[bool]:
+    """For each candidate, whether the graph of ``out`` reaches it, not walking through
+    ``stop``."""
 
 # ---------------------------------------------------------------------------------------------
 # The transformer
