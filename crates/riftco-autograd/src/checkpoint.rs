@@ -183,14 +183,69 @@ pub fn checkpoint_with_options<F>(
 where
     F: Fn(&Variable, CheckpointPass) -> Result<Variable> + Send + Sync + 'static,
 {
+    checkpoint_multi_with_options(
+        name,
+        std::slice::from_ref(input),
+        dependencies,
+        options,
+        move |xs, pass| recompute(&xs[0], pass),
+    )
+}
+
+/// [`checkpoint`] of a callable of several inputs (PyTorch's `checkpoint(fn, *args)`):
+/// `recompute` receives one fresh leaf per input, in order, holding that input's value (at the
+/// forward run and again at the replay). The checkpoint node's parents are the inputs, then the
+/// dependencies; its VJP hands each input the gradient of its leaf.
+///
+/// Rule for inputs (the one-input rule, generalised): the output must depend on **every**
+/// input, whether it requires grad or not ([`CheckpointError::InputUnused`] with one input,
+/// [`CheckpointError::InputUnusedAt`] naming the position with several); an input that is not
+/// needed is not passed. Inputs may be any Variables (op results or leaves), but each must be
+/// distinct and none may also be a dependency.
+///
+/// # Errors
+/// Those of [`checkpoint`]; [`CheckpointError::NoInputs`] for an empty `inputs`;
+/// [`CheckpointError::DuplicateInput`] when the same Variable is passed twice;
+/// [`CheckpointError::InputIsDependency`] when an input is also listed in `dependencies`.
+pub fn checkpoint_multi<F>(
+    inputs: &[Variable],
+    dependencies: &[Variable],
+    recompute: F,
+) -> Result<Variable>
+where
+    F: Fn(&[Variable]) -> Result<Variable> + Send + Sync + 'static,
+{
+    checkpoint_multi_with_options(
+        "checkpoint",
+        inputs,
+        dependencies,
+        &CheckpointOptions::default(),
+        move |xs, _| recompute(xs),
+    )
+}
+
+/// [`checkpoint_with_options`] of a callable of several inputs (see [`checkpoint_multi`] for
+/// the rule for inputs). Same validation and errors as [`checkpoint_with_options`] and
+/// [`checkpoint_multi`].
+pub fn checkpoint_multi_with_options<F>(
+    name: &str,
+    inputs: &[Variable],
+    dependencies: &[Variable],
+    options: &CheckpointOptions,
+    recompute: F,
+) -> Result<Variable>
+where
+    F: Fn(&[Variable], CheckpointPass) -> Result<Variable> + Send + Sync + 'static,
+{
     let name = name.to_string();
+    validate_inputs(&name, inputs, dependencies)?;
     validate_dependencies(&name, dependencies)?;
     if !is_grad_enabled() {
-        return call(&recompute, input, CheckpointPass::Forward);
+        return call(&recompute, inputs, CheckpointPass::Forward);
     }
-    let boundary: Vec<&Variable> = std::iter::once(input).chain(dependencies).collect();
+    let boundary: Vec<&Variable> = inputs.iter().chain(dependencies).collect();
     let versions: Vec<u64> = boundary.iter().map(|v| v.value().version()).collect();
-    let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
+    let x0 = fresh_leaves(inputs);
     let start = peek_next_id();
     let save: Arc<[String]> = options.save.clone().into();
     let rng_before = rng_state();
@@ -224,6 +279,7 @@ where
         save,
         saved,
         versions,
+        n_inputs: inputs.len(),
         forward_shape: value.dims().to_vec(),
         forward_device: value.device(),
         check,
@@ -235,8 +291,8 @@ where
     drop(out);
     drop(x0);
 
-    let mut parents = Vec::with_capacity(1 + dependencies.len());
-    parents.push(input.clone());
+    let mut parents = Vec::with_capacity(inputs.len() + dependencies.len());
+    parents.extend(inputs.iter().cloned());
     parents.extend(dependencies.iter().cloned());
     let recompute = Arc::new(recompute);
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
@@ -247,13 +303,23 @@ where
     Ok(Variable::from_op("checkpoint", value, parents, vjp))
 }
 
+/// One fresh leaf per input, holding its value (shared storage) and its `requires_grad`.
+fn fresh_leaves(inputs: &[Variable]) -> Vec<Variable> {
+    inputs
+        .iter()
+        .map(|i| Variable::leaf(i.value().clone(), i.requires_grad()))
+        .collect()
+}
+
 /// What a checkpoint's replay needs from its forward run.
 struct ReplaySpec {
     name: String,
     save: Arc<[String]>,
     saved: Arc<SavedValues>,
-    /// The versions of the input and the dependencies at the forward run.
+    /// The versions of the inputs and the dependencies at the forward run.
     versions: Vec<u64>,
+    /// How many of the checkpoint node's parents are inputs (the rest are dependencies).
+    n_inputs: usize,
     forward_shape: Vec<usize>,
     forward_device: Device,
     check: DeterminismCheck,
@@ -266,11 +332,11 @@ struct ReplaySpec {
     record: Option<RunRecord>,
 }
 
-fn call<F>(f: &F, x: &Variable, pass: CheckpointPass) -> Result<Variable>
+fn call<F>(f: &F, xs: &[Variable], pass: CheckpointPass) -> Result<Variable>
 where
-    F: Fn(&Variable, CheckpointPass) -> Result<Variable>,
+    F: Fn(&[Variable], CheckpointPass) -> Result<Variable>,
 {
-    catch_unwind(AssertUnwindSafe(|| f(x, pass))).map_err(|payload| AutogradError::Panic {
+    catch_unwind(AssertUnwindSafe(|| f(xs, pass))).map_err(|payload| AutogradError::Panic {
         during: "checkpoint callable",
         message: panic_message(&*payload),
     })?
@@ -300,12 +366,10 @@ fn replay_vjp<F>(
     grad_out: &Tensor,
 ) -> Result<Vec<Option<Tensor>>>
 where
-    F: Fn(&Variable, CheckpointPass) -> Result<Variable>,
+    F: Fn(&[Variable], CheckpointPass) -> Result<Variable>,
 {
     let name = spec.name.as_str();
-    let (input, dependencies) = parents
-        .split_first()
-        .expect("checkpoint has an input parent");
+    let (inputs, dependencies) = parents.split_at(spec.n_inputs.min(parents.len()));
     // The replay runs from the forward's generator state; the thread's own state comes back
     // when `_restore` drops (also on errors and panics).
     let _restore = spec.preserve_rng_state.map(|forward_state| {
@@ -314,8 +378,8 @@ where
         restore
     });
     let _counters = spec.counters.clone().map(CounterFrameGuard::replay);
-    // 1. a fresh leaf holding the saved block input
-    let x0 = Variable::leaf(input.value().clone(), input.requires_grad());
+    // 1. fresh leaves holding the saved block inputs
+    let x0 = fresh_leaves(inputs);
     let start = peek_next_id();
     // 2. evaluate the same block again, recording a local graph (with output values when they
     // are compared)
@@ -373,14 +437,48 @@ where
     }
     // 3. local VJP in a nested, isolated context
     let mut local = GradientContext::compute(&out, grad_out.clone())?;
-    // 4.–5. input VJP and dependency VJPs go to the outer pass (which accumulates them)
+    // 4.–5. input VJPs and dependency VJPs go to the outer pass (which accumulates them)
     let mut grads = Vec::with_capacity(parents.len());
-    grads.push(local.take(&x0));
+    for x in &x0 {
+        grads.push(local.take(x));
+    }
     for d in dependencies {
         grads.push(local.take(d));
     }
     // 6. the replay graph is released when `out`, `x0` and `local` drop here
     Ok(grads)
+}
+
+/// At least one input, each a distinct Variable, none also a dependency.
+fn validate_inputs(name: &str, inputs: &[Variable], dependencies: &[Variable]) -> Result<()> {
+    if inputs.is_empty() {
+        return Err(CheckpointError::NoInputs {
+            name: name.to_string(),
+        }
+        .into());
+    }
+    let mut seen: HashMap<u64, usize> = HashMap::new();
+    for (i, x) in inputs.iter().enumerate() {
+        if let Some(&first) = seen.get(&x.id()) {
+            return Err(CheckpointError::DuplicateInput {
+                name: name.to_string(),
+                input: x.describe(),
+                first,
+                second: i,
+            }
+            .into());
+        }
+        seen.insert(x.id(), i);
+    }
+    if let Some(d) = dependencies.iter().find(|d| seen.contains_key(&d.id())) {
+        return Err(CheckpointError::InputIsDependency {
+            name: name.to_string(),
+            input: d.describe(),
+            index: seen[&d.id()],
+        }
+        .into());
+    }
+    Ok(())
 }
 
 fn validate_dependencies(name: &str, dependencies: &[Variable]) -> Result<()> {
@@ -405,31 +503,34 @@ fn validate_dependencies(name: &str, dependencies: &[Variable]) -> Result<()> {
     Ok(())
 }
 
-/// Verifies that the graph of `out` reaches outside itself only through `x0` and the declared
-/// dependencies, creates no new differentiable leaf, and uses the input and every dependency.
-/// Nodes with id `>= start` were created by the callable.
+/// Verifies that the graph of `out` reaches outside itself only through the input leaves `x0`
+/// and the declared dependencies, creates no new differentiable leaf, and uses every input and
+/// every dependency. Nodes with id `>= start` were created by the callable.
 fn validate_boundary(
     name: &str,
     out: &Variable,
-    x0: &Variable,
+    x0: &[Variable],
     dependencies: &[Variable],
     start: u64,
 ) -> Result<()> {
+    let inputs: HashMap<u64, usize> = x0.iter().enumerate().map(|(i, x)| (x.id(), i)).collect();
     let declared: HashMap<u64, usize> = dependencies
         .iter()
         .enumerate()
         .map(|(i, d)| (d.id(), i))
         .collect();
     let mut used = vec![false; dependencies.len()];
-    let mut input_used = false;
+    let mut input_used = vec![false; x0.len()];
     let mut error: Option<CheckpointError> = None;
-    let boundary = |v: &Variable| v.id() < start || declared.contains_key(&v.id());
+    let boundary = |v: &Variable| {
+        v.id() < start || declared.contains_key(&v.id()) || inputs.contains_key(&v.id())
+    };
     out.walk(&boundary, &mut |v| {
         if error.is_some() {
             return;
         }
-        if v.ptr_eq(x0) {
-            input_used = true;
+        if let Some(&i) = inputs.get(&v.id()) {
+            input_used[i] = true;
         } else if let Some(&i) = declared.get(&v.id()) {
             used[i] = true;
         } else if v.id() < start {
@@ -455,9 +556,17 @@ fn validate_boundary(
     if let Some(e) = error {
         return Err(e.into());
     }
-    if !input_used {
-        return Err(CheckpointError::InputUnused {
-            name: name.to_string(),
+    if let Some(i) = input_used.iter().position(|u| !u) {
+        return Err(if x0.len() == 1 {
+            CheckpointError::InputUnused {
+                name: name.to_string(),
+            }
+        } else {
+            CheckpointError::InputUnusedAt {
+                name: name.to_string(),
+                index: i,
+                count: x0.len(),
+            }
         }
         .into());
     }

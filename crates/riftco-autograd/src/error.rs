@@ -32,6 +32,31 @@ pub enum CheckpointError {
     /// The output does not depend on the input.
     #[error("checkpoint {name:?}: the callable's output does not depend on its input")]
     InputUnused { name: String },
+    /// A checkpoint of several inputs: the output does not depend on input `index` (of `count`).
+    #[error("checkpoint {name:?}: the callable's output does not depend on input {index} (of {count} inputs); every input must be used (drop the ones that are not)")]
+    InputUnusedAt {
+        name: String,
+        index: usize,
+        count: usize,
+    },
+    /// A checkpoint was given no input.
+    #[error("checkpoint {name:?}: no input was given; pass at least one Variable input")]
+    NoInputs { name: String },
+    /// The same Variable is passed twice as an input.
+    #[error("checkpoint {name:?}: input {input} is passed twice (at positions {first} and {second}); pass it once and use it twice inside the callable")]
+    DuplicateInput {
+        name: String,
+        input: String,
+        first: usize,
+        second: usize,
+    },
+    /// A Variable is passed both as an input and as a dependency.
+    #[error("checkpoint {name:?}: {input} is input {index} and also a declared dependency; pass it only once (as an input, or as a dependency it is read from)")]
+    InputIsDependency {
+        name: String,
+        input: String,
+        index: usize,
+    },
     /// The output does not depend on a declared dependency.
     #[error("checkpoint {name:?}: the callable's output does not depend on declared dependency {dependency}")]
     DependencyUnused { name: String, dependency: String },
@@ -182,6 +207,10 @@ impl CheckpointError {
             | CheckpointError::CapturedExternalNode { .. }
             | CheckpointError::UndeclaredLeaf { .. }
             | CheckpointError::InputUnused { .. }
+            | CheckpointError::InputUnusedAt { .. }
+            | CheckpointError::NoInputs { .. }
+            | CheckpointError::DuplicateInput { .. }
+            | CheckpointError::InputIsDependency { .. }
             | CheckpointError::DependencyUnused { .. }
             | CheckpointError::ReplayShapeChanged { .. }
             | CheckpointError::BackwardInsideReplay { .. }

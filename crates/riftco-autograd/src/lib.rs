@@ -30,7 +30,8 @@ pub mod stats;
 pub mod variable;
 
 pub use checkpoint::{
-    checkpoint, checkpoint_with_name, checkpoint_with_options, checkpoint_with_pass, CheckpointPass,
+    checkpoint, checkpoint_multi, checkpoint_multi_with_options, checkpoint_with_name,
+    checkpoint_with_options, checkpoint_with_pass, CheckpointPass,
 };
 pub use context::{panic_message, GradientContext};
 pub use determinism::{value_hash, DeterminismCheck};

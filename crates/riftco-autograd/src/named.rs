@@ -131,8 +131,9 @@ enum Frame {
     Record {
         checkpoint: String,
         save: Arc<[String]>,
-        /// The id of the checkpoint's own input leaf, which a saved op must receive in `inputs`.
-        x0: u64,
+        /// The ids of the checkpoint's own input leaves, which a saved op must receive in
+        /// `inputs`.
+        x0: Arc<[u64]>,
         saved: SavedValues,
         used: HashMap<String, usize>,
     },
@@ -178,13 +179,13 @@ impl Drop for FrameGuard {
 pub(crate) fn record<T>(
     checkpoint: &str,
     save: &[String],
-    x0: &Variable,
+    x0: &[Variable],
     run: impl FnOnce() -> Result<T>,
 ) -> Result<(T, SavedValues)> {
     let guard = FrameGuard::push(Frame::Record {
         checkpoint: checkpoint.to_string(),
         save: save.into(),
-        x0: x0.id(),
+        x0: x0.iter().map(Variable::id).collect(),
         saved: SavedValues::default(),
         used: HashMap::new(),
     });
@@ -252,7 +253,7 @@ pub(crate) fn plain<T>(run: impl FnOnce() -> T) -> T {
 /// What [`named`] does for the innermost frame.
 enum Action {
     Run,
-    Record { x0: u64, checkpoint: String },
+    Record { x0: Arc<[u64]>, checkpoint: String },
     Rebuild,
 }
 
@@ -279,7 +280,7 @@ where
                 checkpoint,
                 ..
             }) if is_grad_enabled() && save.iter().any(|s| s == name) => Action::Record {
-                x0: *x0,
+                x0: x0.clone(),
                 checkpoint: checkpoint.clone(),
             },
             // As at the forward run, a call without a graph was not recorded: it runs again.
@@ -304,7 +305,7 @@ where
             let rng_before = rng_state();
             let out = plain(f)?;
             let rng_after = rng_state();
-            let mut op = capture(&checkpoint, name, inputs, &out, start, x0)?;
+            let mut op = capture(&checkpoint, name, inputs, &out, start, &x0)?;
             op.rng = (rng_after != rng_before).then_some((rng_before, rng_after));
             FRAMES.with(|frames| {
                 if let Some(Frame::Record { saved, used, .. }) = frames.borrow_mut().last_mut() {
@@ -333,7 +334,7 @@ fn capture(
     inputs: &[&Variable],
     out: &Variable,
     start: u64,
-    x0: u64,
+    x0: &[u64],
 ) -> Result<SavedOp> {
     let input_index = |v: &Variable| inputs.iter().position(|i| i.ptr_eq(v));
     let internal = |v: &Variable| v.id() >= start && !v.is_leaf() && input_index(v).is_none();
@@ -352,7 +353,7 @@ fn capture(
             Ok(ParentRef::Internal(i))
         } else if let Some(i) = input_index(v) {
             Ok(ParentRef::Input(i))
-        } else if v.is_leaf() && v.id() != x0 {
+        } else if v.is_leaf() && !x0.contains(&v.id()) {
             Ok(ParentRef::Leaf(v.clone()))
         } else {
             Err(CheckpointError::NamedOpCapturedNode {

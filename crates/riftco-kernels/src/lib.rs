@@ -11,6 +11,7 @@ pub mod attention;
 pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
+pub mod gather;
 pub mod layout;
 pub mod loss;
 pub mod matmul;
@@ -25,6 +26,7 @@ pub mod threading;
 
 pub use adam::{adam_update, AdamHyper};
 pub use dropout::dropout;
+pub use gather::StridedView;
 pub use matmul::{batched_matmul, matmul, MatmulSpec};
 pub use philox::{philox4x32_10, DropoutMask};
 pub use threading::{num_threads, thread_pool};

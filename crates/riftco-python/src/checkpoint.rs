@@ -49,6 +49,13 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 /// Activation checkpointing (Chen et al. 2016): computes ``fn(x)`` now, keeps only its output
 /// value, and runs ``fn`` once more during backward to rebuild the graph it needs.
 ///
+/// Several inputs: with ``x`` a tuple or list of Variables, ``fn`` is called with them as
+/// positional arguments (``fn(*x)``, PyTorch's ``checkpoint(fn, *args)``); the checkpoint's
+/// parents are the inputs then the dependencies, and each input receives its own gradient. The
+/// output must depend on every input (whether it requires grad or not): an input it does not
+/// use raises ``CheckpointError`` naming its position. Each input must be a distinct Variable
+/// and none may also be listed in ``dependencies``.
+///
 /// ``fn`` is called exactly twice per forward-and-backward: once now, once during
 /// ``backward()`` (with the GIL re-acquired from the backward pass). It must be deterministic
 /// and replay-safe (random numbers only through riftco's generator, see below). Every pre-existing leaf it reads (parameters) must be listed in
@@ -86,8 +93,9 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 /// element with both values, and no gradient is committed).
 ///
 /// Args:
-///     fn: callable ``fn(Variable) -> Variable``.
-///     x: the input Variable (its gradient flows through the checkpoint).
+///     fn: callable ``fn(Variable) -> Variable`` (``fn(*x) -> Variable`` for a tuple ``x``).
+///     x: the input Variable (its gradient flows through the checkpoint), or a non-empty tuple
+///         or list of Variables.
 ///     dependencies: the distinct leaf Variables ``fn`` reads besides ``x``.
 ///     save: names of ``named`` values to keep from the first run (a list or tuple of str;
 ///         ``None`` or empty: recompute everything, the plain checkpoint).
@@ -97,10 +105,12 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 ///         ``functools.partial`` ``partial(<function>)``, for a callable object its type's name).
 ///
 /// Returns:
-///     Variable: a node with the output's value whose parents are ``x`` and ``dependencies``.
+///     Variable: a node with the output's value whose parents are ``x`` (each of its Variables)
+///     and ``dependencies``.
 ///
 /// Raises:
-///     CheckpointError: duplicate or non-leaf dependencies, a leaf read but not declared, a
+///     CheckpointError: an empty tuple ``x``, the same Variable twice in ``x`` or in ``x`` and
+///         ``dependencies``, duplicate or non-leaf dependencies, a leaf read but not declared, a
 ///         captured graph node from outside, a new trainable leaf created inside, an output not
 ///         depending on ``x`` or on a dependency, a replay changing the output shape; from the
 ///         outer ``backward()``, ``fn`` calling ``backward()`` during its replay. With ``save``:
@@ -113,7 +123,9 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 ///         a replay drawing other generator blocks (both offsets).
 ///     ConfigError: an unknown ``determinism_check`` spelling (naming it and the three
 ///         accepted ones).
-///     TypeError: ``save`` is a str or holds a non-str.
+///     TypeError: ``x`` is neither a Variable nor a tuple or list of Variables (naming its type,
+///         or the position and type of the item that is not a Variable); ``save`` is a str or
+///         holds a non-str.
 ///     StaleGraphError: ``fn`` changed ``x`` or a dependency during this first run.
 ///     Exception: whatever ``fn`` raises.
 ///
@@ -136,7 +148,7 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 #[allow(clippy::too_many_arguments)]
 fn checkpoint(
     r#fn: Py<PyAny>,
-    x: PyRef<'_, PyVariable>,
+    x: Bound<'_, PyAny>,
     dependencies: Vec<Bound<'_, PyVariable>>,
     save: Option<Bound<'_, PyAny>>,
     preserve_rng_state: bool,
@@ -152,15 +164,55 @@ fn checkpoint(
         None => Python::attach(|py| callable_name(r#fn.bind(py))),
     };
     let deps = variables(&dependencies);
-    let input = x.inner().clone();
+    let inputs = checkpoint_inputs(&x)?;
     guarded(move || {
         let f = r#fn;
-        riftco_autograd::checkpoint_with_options(&name, &input, &deps, &options, move |x, _| {
-            call_python(&f, std::slice::from_ref(x), "checkpoint")
-        })
+        riftco_autograd::checkpoint_multi_with_options(
+            &name,
+            &inputs,
+            &deps,
+            &options,
+            move |xs, _| call_python(&f, xs, "checkpoint"),
+        )
         .map(PyVariable)
         .map_err(autograd_err)
     })
+}
+
+/// The inputs of `checkpoint`: one Variable, or a tuple or list of Variables.
+fn checkpoint_inputs(x: &Bound<'_, PyAny>) -> PyResult<Vec<Variable>> {
+    let type_name = |o: &Bound<'_, PyAny>| {
+        o.get_type()
+            .name()
+            .map_or_else(|_| "?".into(), |n| n.to_string())
+    };
+    if let Ok(v) = x.cast::<PyVariable>() {
+        return Ok(vec![v.get().inner().clone()]);
+    }
+    let items: Vec<Bound<'_, PyAny>> = if let Ok(t) = x.cast::<PyTuple>() {
+        t.iter().collect()
+    } else if let Ok(l) = x.cast::<pyo3::types::PyList>() {
+        l.iter().collect()
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "checkpoint: x must be a riftco.Variable or a tuple or list of Variables; got {}",
+            type_name(x)
+        )));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            item.cast::<PyVariable>()
+                .map(|v| v.get().inner().clone())
+                .map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "checkpoint: input {i} of x must be a riftco.Variable; got {}",
+                        type_name(item)
+                    ))
+                })
+        })
+        .collect()
 }
 
 /// What error messages call a checkpoint given no `name`: the callable's `__qualname__` (or

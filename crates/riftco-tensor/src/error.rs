@@ -40,6 +40,31 @@ pub enum TensorError {
         index: usize,
         bound: usize,
     },
+    /// An integer index along an axis is outside `-size..size` (NumPy's `IndexError`).
+    #[error("{op}: index {index} is out of range for axis {axis} of size {size} (must be in {lo}..{size})", lo = -(*size as i128))]
+    IndexOutOfBounds {
+        op: &'static str,
+        index: isize,
+        axis: usize,
+        size: usize,
+    },
+    /// An axis is outside `-rank..rank` (NumPy's `AxisError`).
+    #[error("{op}: axis {axis} is out of range for a tensor of rank {rank} (must be in {lo}..{rank})", lo = -(*rank as i128))]
+    AxisOutOfRange {
+        op: &'static str,
+        axis: isize,
+        rank: usize,
+    },
+    /// Inputs of a concatenation or stack disagree on an axis other than the joined one.
+    #[error("{op}: input {index} has shape {got:?} but input 0 has shape {first:?}; {rule} (axis {axis})")]
+    JoinShapeMismatch {
+        op: &'static str,
+        axis: usize,
+        index: usize,
+        first: Vec<usize>,
+        got: Vec<usize>,
+        rule: &'static str,
+    },
     /// A token id (an embedding row, a cross-entropy target) is outside the vocabulary;
     /// `what` names the role (`"token id"`, `"target"`).
     #[error("{op}: {what} {token} is out of range (must be < {vocab_size})")]
@@ -91,8 +116,12 @@ impl TensorError {
             | TensorError::LengthMismatch { .. }
             | TensorError::ZeroSized { .. }
             | TensorError::RankMismatch { .. }
-            | TensorError::ShapeOverflow { .. } => ErrorKind::Shape,
-            TensorError::IndexOutOfRange { .. } => ErrorKind::IndexOutOfRange,
+            | TensorError::ShapeOverflow { .. }
+            | TensorError::AxisOutOfRange { .. }
+            | TensorError::JoinShapeMismatch { .. } => ErrorKind::Shape,
+            TensorError::IndexOutOfRange { .. } | TensorError::IndexOutOfBounds { .. } => {
+                ErrorKind::IndexOutOfRange
+            }
             TensorError::TokenOutOfRange { .. } => ErrorKind::Tokens,
             TensorError::DeviceUnavailable { .. } => ErrorKind::DeviceUnavailable,
             // Host access to a device tensor: the tensor is on another device than the host.

@@ -255,8 +255,8 @@ def tensor(
     """A leaf ``Variable`` from an array-like (alias of the ``Variable`` constructor)."""
 
 def checkpoint(
-    fn: Callable[[Variable], Variable],
-    x: Variable,
+    fn: Callable[..., Variable],
+    x: Variable | tuple[Variable, ...] | list[Variable],
     dependencies: Sequence[Variable] = ...,
     *,
     save: list[str] | tuple[str, ...] | None = None,
@@ -266,6 +266,11 @@ def checkpoint(
 ) -> Variable:
     """Activation checkpointing (Chen et al. 2016): ``fn(x)`` now, keeping only its output value,
     and once more during backward. ``dependencies`` lists every pre-existing leaf ``fn`` reads.
+
+    ``x`` may be a tuple or list of Variables: ``fn(*x)`` is called, each input gets its own
+    gradient, and the output must depend on every input; an empty tuple, the same Variable
+    twice (or as an input and a dependency) raise ``CheckpointError``; anything else than a
+    Variable or a tuple/list of Variables raises ``TypeError`` naming it.
 
     ``preserve_rng_state`` (default ``True``): the replay starts from the generator state the
     first run started from (same draws) and the thread's state is restored afterwards.

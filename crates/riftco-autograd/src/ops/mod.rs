@@ -17,9 +17,11 @@
 //! compute the value like the plain op.
 
 pub mod attention;
+pub mod concat;
 pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
+pub mod index;
 pub mod linalg;
 pub mod loss;
 pub mod norm;
@@ -31,16 +33,18 @@ pub use attention::{
     causal_attention, causal_attention_with_dropout, flash_attention, flash_attention_with_dropout,
     flash_attention_with_layout, AttentionKind, AttentionLayout,
 };
+pub use concat::{concat, stack};
 pub use dropout::{
     dropout, dropout_graph_only, dropout_random, dropout_seeded, philox_key, DropoutMask,
 };
 pub use elementwise::{add, add_graph_only, mul, scale, scale_graph_only, silu, sum, swiglu};
 pub use embedding::embedding;
+pub use index::{index, index_view, IndexItem};
 pub use linalg::{bmm, linear, linear_graph_only, matmul};
 pub use loss::cross_entropy;
 pub use norm::rms_norm;
 pub use rope::rope;
-pub use shape::{reshape, swap_axes_1_2};
+pub use shape::{normalize_axis, permute, reshape, reshape_infer, swap_axes_1_2, transpose};
 pub use softmax::{causal_softmax, softmax};
 
 use crate::error::Result;

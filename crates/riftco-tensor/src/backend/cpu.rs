@@ -1,8 +1,8 @@
 //! The CPU backend: host memory from [`crate::pool`], the SIMD kernels of `riftco-kernels`.
 
 use super::{
-    check_dropout, AdamHyper, AttentionDims, AttentionLayout, Backend, DropoutMask, MatmulSpec,
-    Pair, RopeTable,
+    check_dropout, check_view, AdamHyper, AttentionDims, AttentionLayout, Backend, DropoutMask,
+    MatmulSpec, Pair, RopeTable, StridedView,
 };
 use crate::storage::Buffer;
 use crate::{pool, Device, MemoryCategory, Result, Shape, Tensor, TensorError};
@@ -352,6 +352,47 @@ impl Backend for CpuBackend {
         let mut o = buf(op, x.numel())?;
         k::layout::transpose_0213(&x.read()?, dims, &mut o);
         Ok(out(o, Shape::from([dims[0], dims[2], dims[1], dims[3]]), c))
+    }
+
+    fn gather_strided(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        view: &StridedView,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        let shape = check_view(op, view, x.numel())?;
+        let mut o = buf(op, shape.numel())?;
+        k::gather::gather_strided(&x.read()?, view, &mut o);
+        Ok(out(o, shape, c))
+    }
+
+    fn scatter_strided(
+        &self,
+        op: &'static str,
+        dst: &Tensor,
+        src: &Tensor,
+        view: &StridedView,
+        accumulate: bool,
+    ) -> Result<()> {
+        let shape = check_view(op, view, dst.numel())?;
+        if src.numel() != shape.numel() {
+            return Err(TensorError::LengthMismatch {
+                op,
+                shape: shape.dims().to_vec(),
+                expected: shape.numel(),
+                got: src.numel(),
+            });
+        }
+        if dst.same_storage(src) {
+            // Read the source out first: the view may overlap the elements it reads.
+            let s = src.read()?.to_vec();
+            k::gather::scatter_strided(&mut dst.write()?, &s, view, accumulate);
+            return Ok(());
+        }
+        let s = src.read()?;
+        k::gather::scatter_strided(&mut dst.write()?, &s, view, accumulate);
+        Ok(())
     }
 
     fn embedding(

@@ -14,6 +14,7 @@
 use super::cpu::CpuBackend;
 use super::{
     AdamHyper, AttentionDims, AttentionLayout, Backend, DropoutMask, MatmulSpec, Pair, RopeTable,
+    StridedView,
 };
 use crate::storage::{Buffer, DeviceBuffer};
 use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
@@ -416,6 +417,29 @@ impl Backend for MirrorBackend {
         c: MemoryCategory,
     ) -> Result<Tensor> {
         self.run(op, &[x], |h| CpuBackend.transpose_0213(op, &h[0], dims, c))
+    }
+
+    fn gather_strided(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        view: &StridedView,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.run(op, &[x], |h| CpuBackend.gather_strided(op, &h[0], view, c))
+    }
+
+    fn scatter_strided(
+        &self,
+        op: &'static str,
+        dst: &Tensor,
+        src: &Tensor,
+        view: &StridedView,
+        accumulate: bool,
+    ) -> Result<()> {
+        self.run_in_place(op, &[dst], &[src], |d, s| {
+            CpuBackend.scatter_strided(op, &d[0], &s[0], view, accumulate)
+        })
     }
 
     fn embedding(

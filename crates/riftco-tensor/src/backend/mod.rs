@@ -26,6 +26,7 @@ use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
 pub use riftco_kernels::attention::{AttentionDims, AttentionLayout};
 pub use riftco_kernels::philox::DropoutMask;
 pub use riftco_kernels::rope::RopeTable;
+pub use riftco_kernels::StridedView;
 pub use riftco_kernels::{AdamHyper, MatmulSpec};
 use std::fmt;
 use std::sync::RwLock;
@@ -245,6 +246,39 @@ pub trait Backend: Send + Sync + fmt::Debug {
         c: MemoryCategory,
     ) -> Result<Tensor>;
 
+    // ---- strided views (layout ops) -------------------------------------------------------
+
+    /// A contiguous copy of `view` of `x` (see [`StridedView`]): output of shape `view.dims`,
+    /// element `(i0, .., ik) = x[view.offset + Σ i_j · view.strides[j]]`. Permutations of axes,
+    /// basic slicing with steps, integer indexing and the VJP of a concatenation.
+    ///
+    /// # Errors
+    /// [`TensorError::InvalidArgument`] naming `op` when the view does not lie inside `x`
+    /// (checked with [`check_view`]); [`TensorError::ShapeOverflow`] for dims too large.
+    fn gather_strided(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        view: &StridedView,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// Writes the contiguous `src` into `view` of `dst` (adds it with `accumulate`), in place
+    /// on `dst`'s buffer, in the view's row-major order (bumps `dst`'s version). The VJP of
+    /// indexing (scatter into zeros) and the forward of a concatenation (each input into its
+    /// slot).
+    ///
+    /// # Errors
+    /// As [`Backend::gather_strided`] for a view outside `dst`; [`TensorError::LengthMismatch`]
+    /// when `src` does not hold exactly the view's elements.
+    fn scatter_strided(
+        &self,
+        op: &'static str,
+        dst: &Tensor,
+        src: &Tensor,
+        view: &StridedView,
+        accumulate: bool,
+    ) -> Result<()>;
+
     // ---- embedding and loss ---------------------------------------------------------------
 
     /// Rows `ids` of `table [vocab, d]`: `[ids.len(), d]`.
@@ -357,6 +391,19 @@ pub fn check_dropout(op: &'static str, mask: Option<&DropoutMask>) -> Result<()>
         }),
         _ => Ok(()),
     }
+}
+
+/// `Ok` when `view` lies inside a tensor of `len` elements (every element it addresses is in
+/// `0..len`, one stride per dimension) and its dims form a valid shape; returns that shape.
+///
+/// # Errors
+/// [`TensorError::InvalidArgument`] naming `op`, the view and `len`;
+/// [`TensorError::ShapeOverflow`].
+pub fn check_view(op: &'static str, view: &StridedView, len: usize) -> Result<Shape> {
+    if let Some(message) = view.check(len) {
+        return Err(TensorError::InvalidArgument { op, message });
+    }
+    Shape::try_new(op, view.dims.clone())
 }
 
 static REGISTERED: RwLock<Vec<(Device, &'static dyn Backend)>> = RwLock::new(Vec::new());

@@ -1,0 +1,163 @@
+//! checkpoint_multi(): a checkpoint of several inputs (PyTorch's `checkpoint(fn, *args)`):
+//! gradients equal the plain run bitwise, and the input rejections.
+
+mod common;
+use common::rand;
+use riftco_autograd::{checkpoint_multi, ops, AutogradError, CheckpointError, Result, Variable};
+
+fn two_input_block(a: &Variable, b: &Variable, w: &Variable) -> Result<Variable> {
+    let h = ops::linear(a, w)?;
+    let s = ops::silu(&h)?;
+    ops::mul(&s, b)
+}
+
+fn checkpoint_err(r: Result<Variable>) -> CheckpointError {
+    match r {
+        Err(AutogradError::Checkpoint(e)) => e,
+        Err(e) => panic!("expected a CheckpointError, got {e}"),
+        Ok(_) => panic!("expected a CheckpointError, got Ok"),
+    }
+}
+
+fn grads(vars: &[&Variable]) -> Vec<Vec<f32>> {
+    vars.iter().map(|v| v.grad().unwrap().to_vec()).collect()
+}
+
+#[test]
+fn two_input_checkpoint_gradients_equal_the_plain_run_bitwise() {
+    let x = Variable::leaf(rand(&[5, 8], 1), true);
+    let w0 = Variable::leaf(rand(&[8, 8], 2), true);
+    let w = Variable::leaf(rand(&[8, 8], 3), true);
+    // Both inputs are op results (not leaves), as in a real network.
+    let a = ops::linear(&x, &w0).unwrap();
+    let b = ops::scale(&x, 0.5).unwrap();
+    let plain = ops::sum(&two_input_block(&a, &b, &w).unwrap()).unwrap();
+    plain.backward().unwrap();
+    let all = [&x, &w0, &w];
+    let g_plain = grads(&all);
+
+    let a = ops::linear(&x, &w0).unwrap();
+    let b = ops::scale(&x, 0.5).unwrap();
+    let w2 = w.clone();
+    let y = checkpoint_multi(&[a, b], std::slice::from_ref(&w), move |xs| {
+        two_input_block(&xs[0], &xs[1], &w2)
+    })
+    .unwrap();
+    let ck = ops::sum(&y).unwrap();
+    assert_eq!(plain.value().to_vec(), ck.value().to_vec());
+    ck.backward().unwrap();
+    assert_eq!(grads(&all), g_plain);
+}
+
+#[test]
+fn each_input_receives_its_own_gradient() {
+    // y = a * 3 + b * 5 (sum): da = 3, db = 5, in that order.
+    let a = Variable::leaf(rand(&[2, 3], 1), true);
+    let b = Variable::leaf(rand(&[2, 3], 2), true);
+    let y = checkpoint_multi(&[a.clone(), b.clone()], &[], |xs| {
+        ops::add(&ops::scale(&xs[0], 3.0)?, &ops::scale(&xs[1], 5.0)?)
+    })
+    .unwrap();
+    ops::sum(&y).unwrap().backward().unwrap();
+    assert_eq!(a.grad().unwrap().to_vec(), vec![3.0; 6]);
+    assert_eq!(b.grad().unwrap().to_vec(), vec![5.0; 6]);
+}
+
+#[test]
+fn an_input_without_grad_gets_none_and_the_other_its_gradient() {
+    let a = Variable::leaf(rand(&[2, 3], 1), true);
+    let mask = Variable::constant(rand(&[2, 3], 2));
+    let y = checkpoint_multi(&[a.clone(), mask.clone()], &[], |xs| {
+        ops::mul(&xs[0], &xs[1])
+    })
+    .unwrap();
+    ops::sum(&y).unwrap().backward().unwrap();
+    assert_eq!(a.grad().unwrap().to_vec(), mask.value().to_vec());
+    assert!(mask.grad().is_none());
+}
+
+#[test]
+fn rejects_an_unused_input_naming_its_position() {
+    let a = Variable::leaf(rand(&[2, 3], 1), true);
+    let b = Variable::leaf(rand(&[2, 3], 2), true);
+    let e = checkpoint_err(checkpoint_multi(&[a.clone(), b.clone()], &[], |xs| {
+        ops::scale(&xs[0], 2.0)
+    }));
+    assert!(
+        matches!(
+            e,
+            CheckpointError::InputUnusedAt {
+                index: 1,
+                count: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Also an input that requires no grad: the rule is "every input is used".
+    let c = Variable::constant(rand(&[2, 3], 3));
+    let e = checkpoint_err(checkpoint_multi(&[c, a], &[], |xs| ops::scale(&xs[1], 2.0)));
+    assert!(
+        matches!(e, CheckpointError::InputUnusedAt { index: 0, .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn rejects_no_input_a_repeated_input_and_an_input_that_is_a_dependency() {
+    let a = Variable::leaf(rand(&[2, 3], 1), true);
+    let w = Variable::leaf(rand(&[3, 3], 2), true);
+    let e = checkpoint_err(checkpoint_multi(&[], &[], |_| {
+        Ok(Variable::constant(rand(&[1], 1)))
+    }));
+    assert!(matches!(e, CheckpointError::NoInputs { .. }), "{e}");
+    let e = checkpoint_err(checkpoint_multi(&[a.clone(), a.clone()], &[], |xs| {
+        ops::add(&xs[0], &xs[1])
+    }));
+    assert!(
+        matches!(
+            e,
+            CheckpointError::DuplicateInput {
+                first: 0,
+                second: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("positions 0 and 1"), "{e}");
+    let w2 = w.clone();
+    let e = checkpoint_err(checkpoint_multi(
+        &[a.clone(), w.clone()],
+        std::slice::from_ref(&w),
+        move |xs| ops::linear(&xs[0], &w2),
+    ));
+    assert!(
+        matches!(e, CheckpointError::InputIsDependency { index: 1, .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn multi_input_checkpoint_keeps_the_dependency_rejections() {
+    let a = Variable::leaf(rand(&[2, 3], 1), true);
+    let b = Variable::leaf(rand(&[2, 3], 2), true);
+    let w = Variable::leaf(rand(&[3, 3], 3), true);
+    let w2 = w.clone();
+    let e = checkpoint_err(checkpoint_multi(&[a.clone(), b.clone()], &[], move |xs| {
+        ops::add(&ops::linear(&xs[0], &w2)?, &xs[1])
+    }));
+    assert!(
+        matches!(e, CheckpointError::MissingDependency { .. }),
+        "{e}"
+    );
+    // A value computed outside and captured instead of passed as an input.
+    let h = ops::scale(&a, 2.0).unwrap();
+    let e = checkpoint_err(checkpoint_multi(&[a.clone(), b.clone()], &[], move |xs| {
+        ops::add(&ops::add(&xs[0], &h)?, &xs[1])
+    }));
+    assert!(
+        matches!(e, CheckpointError::CapturedExternalNode { .. }),
+        "{e}"
+    );
+}
