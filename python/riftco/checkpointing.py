@@ -10,7 +10,7 @@ given (``riftco.discovery``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import riftco._native as _native
@@ -171,12 +171,12 @@ def checkpoint(
         "name": label,
     }
     if explicit is not None:
-        return _native.checkpoint(target, x, list(explicit), **options)  # type: ignore[arg-type]
+        return _native.checkpoint(target, x, list(explicit), **options)
     others = [a for a in positional if not isinstance(a, Variable)] + list(kwargs.values())
     deps = discover_leaves([function, *others], exclude=inputs)
     state = _native.get_rng_state()
     try:
-        return _native.checkpoint(target, x, deps, **options)  # type: ignore[arg-type]
+        return _native.checkpoint(target, x, deps, **options)
     except CheckpointError as e:
         message = str(e)
         if _MISSING in message:
@@ -199,11 +199,11 @@ def checkpoint(
     used = [d for d, hit in zip(deps, _reached(probe, deps, inputs)) if hit]
     del probe
     _native.set_rng_state(state)
-    return _native.checkpoint(target, x, used, **options)  # type: ignore[arg-type]
+    return _native.checkpoint(target, x, used, **options)
 
 
 def checkpoint_sequential(
-    functions: Sequence[Callable[[Variable], Variable]],
+    functions: Iterable[Callable[[Variable], Variable]],
     segments: int,
     input: Variable,
     use_reentrant: bool | None = None,

@@ -40,8 +40,11 @@ class Module:
         """
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+    def __call__(self, *args: Any, **kwargs: Any) -> Variable:
+        """``forward(*args, **kwargs)`` (typed as a Variable, what every ``riftco.nn`` layer
+        returns)."""
+        out: Variable = self.forward(*args, **kwargs)
+        return out
 
     # -- structure ------------------------------------------------------------------------
 
