@@ -108,7 +108,8 @@ def checkpoint(
         save: names of ``riftco.named`` values to keep from the first run (selective
             checkpointing; ``None``: recompute everything).
         preserve_rng_state: replay the first run's random draws (default ``True``).
-        determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"``.
+        determinism_check: ``"off"``, ``"metadata"`` (default; PyTorch's ``"default"`` is
+            accepted as its name for it) or ``"values"``.
         name: what error messages call this checkpoint (default: ``function``'s name).
         use_reentrant: accepted for PyTorch compatibility and ignored: riftco's checkpoint
             behaves as PyTorch's ``use_reentrant=False`` (inputs need not require grad,
@@ -167,7 +168,8 @@ def checkpoint(
     options: dict[str, Any] = {
         "save": None if save is None else list(save) if not isinstance(save, str) else save,
         "preserve_rng_state": preserve_rng_state,
-        "determinism_check": determinism_check,
+        # PyTorch's spelling of its (metadata) level.
+        "determinism_check": "metadata" if determinism_check == "default" else determinism_check,
         "name": label,
     }
     if explicit is not None:
