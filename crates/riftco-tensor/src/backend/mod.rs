@@ -24,6 +24,7 @@ pub mod mirror;
 use crate::storage::Buffer;
 use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
 pub use riftco_kernels::attention::{AttentionDims, AttentionLayout};
+pub use riftco_kernels::broadcast::broadcast_shape;
 pub use riftco_kernels::philox::DropoutMask;
 pub use riftco_kernels::rope::RopeTable;
 pub use riftco_kernels::{AdamHyper, BinaryOp, MatmulSpec, ReduceOp, UnaryOp};
