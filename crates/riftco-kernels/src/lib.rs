@@ -8,16 +8,19 @@
 
 pub mod adam;
 pub mod attention;
+pub mod broadcast;
 pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod gather;
 pub mod layout;
 pub mod loss;
+pub mod map;
 pub mod matmul;
 pub mod norm;
 mod par;
 pub mod philox;
+pub mod reduce;
 pub mod rope;
 pub mod simd;
 pub mod softmax;
@@ -25,8 +28,11 @@ mod strided;
 pub mod threading;
 
 pub use adam::{adam_update, AdamHyper};
+pub use broadcast::BinaryOp;
 pub use dropout::dropout;
 pub use gather::StridedView;
+pub use map::UnaryOp;
 pub use matmul::{batched_matmul, matmul, MatmulSpec};
 pub use philox::{philox4x32_10, DropoutMask};
+pub use reduce::ReduceOp;
 pub use threading::{num_threads, thread_pool};

@@ -17,8 +17,6 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
         "__doc__",
         "Differentiable ops on riftco Variables (thin wrappers over riftco_autograd::ops).",
     )?;
-    m.add_function(wrap_pyfunction!(add, &m)?)?;
-    m.add_function(wrap_pyfunction!(mul, &m)?)?;
     m.add_function(wrap_pyfunction!(scale, &m)?)?;
     m.add_function(wrap_pyfunction!(matmul, &m)?)?;
     m.add_function(wrap_pyfunction!(linear, &m)?)?;
@@ -26,10 +24,11 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(swiglu, &m)?)?;
     m.add_function(wrap_pyfunction!(softmax, &m)?)?;
     m.add_function(wrap_pyfunction!(rms_norm, &m)?)?;
-    m.add_function(wrap_pyfunction!(sum, &m)?)?;
     m.add_function(wrap_pyfunction!(reshape, &m)?)?;
     m.add_function(wrap_pyfunction!(cross_entropy, &m)?)?;
     m.add_function(wrap_pyfunction!(dropout, &m)?)?;
+    // Broadcasting arithmetic, comparisons, maps and reductions (add, mul and sum among them).
+    crate::functional_math::register(&m)?;
     parent.add_submodule(&m)?;
     // `import riftco._native.functional` and stubtest find it through sys.modules.
     m.setattr("__name__", "riftco._native.functional")?;
@@ -56,38 +55,6 @@ fn binary(
 ) -> PyResult<PyVariable> {
     let (a, b) = (a.inner().clone(), b.inner().clone());
     compute(py, move || f(&a, &b)).map(PyVariable)
-}
-
-/// Elementwise ``a + b``.
-///
-/// Args:
-///     a: Variable of any shape.
-///     b: Variable of the same shape.
-///
-/// Returns:
-///     Variable: same shape. VJP ``da = db = g``.
-///
-/// Raises:
-///     ShapeError: when the shapes differ.
-#[pyfunction]
-fn add(py: Python<'_>, a: PyRef<'_, PyVariable>, b: PyRef<'_, PyVariable>) -> PyResult<PyVariable> {
-    binary(py, &a, &b, ops::add)
-}
-
-/// Elementwise ``a * b``.
-///
-/// Args:
-///     a: Variable of any shape.
-///     b: Variable of the same shape.
-///
-/// Returns:
-///     Variable: same shape.
-///
-/// Raises:
-///     ShapeError: when the shapes differ.
-#[pyfunction]
-fn mul(py: Python<'_>, a: PyRef<'_, PyVariable>, b: PyRef<'_, PyVariable>) -> PyResult<PyVariable> {
-    binary(py, &a, &b, ops::mul)
 }
 
 /// ``alpha * x``.
@@ -212,18 +179,6 @@ fn rms_norm(
     eps: f32,
 ) -> PyResult<PyVariable> {
     binary(py, &x, &weight, move |x, w| ops::rms_norm(x, w, eps))
-}
-
-/// Sum of all elements (accumulated in float64, in index order).
-///
-/// Args:
-///     x: Variable of any shape.
-///
-/// Returns:
-///     Variable: a one-element scalar (shape ``()``).
-#[pyfunction]
-fn sum(py: Python<'_>, x: PyRef<'_, PyVariable>) -> PyResult<PyVariable> {
-    unary(py, &x, ops::sum)
 }
 
 /// The same elements with another shape (shares storage with ``x``).

@@ -4,7 +4,8 @@
 //! `python/riftco/` re-exports what is public, and `python/riftco/_native/*.pyi` types it.
 //!
 //! - `errors`: the exception hierarchy, error mapping, GIL release and panic guard.
-//! - `variable`: `Variable` and NumPy conversions; `functional`: differentiable ops;
+//! - `variable`: `Variable` and NumPy conversions; `functional`: differentiable ops
+//!   (`functional_math`: broadcasting arithmetic, maps, reductions, `Variable`'s operators);
 //!   `checkpoint`: `checkpoint()` with a Python callable and `named()`; `rng`: the thread's
 //!   generator state (`manual_seed`, `get_rng_state`, `set_rng_state`); `draws`: `uniform` and
 //!   `normal` leaves drawn from it; `embedding`: `functional.embedding`; `grad_mode`: the
@@ -25,6 +26,7 @@ mod draws;
 mod embedding;
 mod errors;
 mod functional;
+mod functional_math;
 mod grad_mode;
 mod kernels;
 mod memory;

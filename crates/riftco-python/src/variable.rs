@@ -9,6 +9,7 @@ use riftco_autograd::Variable;
 use riftco_tensor::{MemoryCategory, Shape, Tensor};
 
 use crate::errors::{compute, tensor_err, Error, Exc};
+use crate::functional_math as fm;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyVariable>()?;
@@ -280,6 +281,114 @@ impl PyVariable {
             .first()
             .copied()
             .ok_or_else(|| PyTypeError::new_err("len() of a 0-d Variable"))
+    }
+
+    // ---- operators and math methods (bodies in functional_math; see its docs) -------------
+
+    fn __add__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::arith_dunder(slf.as_any(), other, fm::Arith::Add)
+    }
+    fn __radd__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::arith_dunder(other, slf.as_any(), fm::Arith::Add)
+    }
+    fn __sub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::arith_dunder(slf.as_any(), other, fm::Arith::Sub)
+    }
+    fn __rsub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::arith_dunder(other, slf.as_any(), fm::Arith::Sub)
+    }
+    fn __mul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::arith_dunder(slf.as_any(), other, fm::Arith::Mul)
+    }
+    fn __rmul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::arith_dunder(other, slf.as_any(), fm::Arith::Mul)
+    }
+    fn __truediv__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::arith_dunder(slf.as_any(), other, fm::Arith::Div)
+    }
+    fn __rtruediv__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::arith_dunder(other, slf.as_any(), fm::Arith::Div)
+    }
+    fn __matmul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::matmul_dunder(slf, other)
+    }
+    fn __neg__(&self, py: Python<'_>) -> PyResult<Self> {
+        fm::map_impl(py, &self.0, riftco_autograd::ops::neg)
+    }
+    fn __pow__(
+        &self,
+        py: Python<'_>,
+        exponent: &Bound<'_, PyAny>,
+        modulo: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        fm::pow_dunder(py, &self.0, exponent, modulo)
+    }
+    fn __lt__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::compare_dunder(slf, other, fm::BinaryOp::Lt)
+    }
+    fn __le__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::compare_dunder(slf, other, fm::BinaryOp::Le)
+    }
+    fn __gt__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::compare_dunder(slf, other, fm::BinaryOp::Gt)
+    }
+    fn __ge__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::compare_dunder(slf, other, fm::BinaryOp::Ge)
+    }
+    fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::compare_dunder(slf, other, fm::BinaryOp::Eq)
+    }
+    fn __ne__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        fm::compare_dunder(slf, other, fm::BinaryOp::Ne)
+    }
+    /// Identity-based (as ``object.__hash__``): Variables stay usable as set members and
+    /// dict keys although ``==`` compares values.
+    fn __hash__(slf: &Bound<'_, Self>) -> isize {
+        fm::identity_hash(slf.as_any())
+    }
+    /// The truth of a one-element Variable (nonzero); ``ValueError`` for more elements.
+    fn __bool__(&self) -> PyResult<bool> {
+        fm::truth(&self.0)
+    }
+    /// Sum over ``axis`` (``None``: all; an int or a tuple of ints), as ``functional.sum``.
+    #[pyo3(signature = (axis = None, keepdims = false))]
+    fn sum(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Self> {
+        fm::reduce_impl(py, &self.0, axis, keepdims, false)
+    }
+    /// Mean over ``axis`` (``None``: all; an int or a tuple of ints), as ``functional.mean``.
+    #[pyo3(signature = (axis = None, keepdims = false))]
+    fn mean(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Self> {
+        fm::reduce_impl(py, &self.0, axis, keepdims, true)
+    }
+    /// ``exp(self)``, as ``functional.exp``.
+    fn exp(&self, py: Python<'_>) -> PyResult<Self> {
+        fm::map_impl(py, &self.0, riftco_autograd::ops::exp)
+    }
+    /// Natural logarithm, as ``functional.log``.
+    fn log(&self, py: Python<'_>) -> PyResult<Self> {
+        fm::map_impl(py, &self.0, riftco_autograd::ops::log)
+    }
+    /// ``tanh(self)``, as ``functional.tanh``.
+    fn tanh(&self, py: Python<'_>) -> PyResult<Self> {
+        fm::map_impl(py, &self.0, riftco_autograd::ops::tanh)
+    }
+    /// Logistic sigmoid, as ``functional.sigmoid``.
+    fn sigmoid(&self, py: Python<'_>) -> PyResult<Self> {
+        fm::map_impl(py, &self.0, riftco_autograd::ops::sigmoid)
+    }
+    /// ``max(self, 0)``, as ``functional.relu``.
+    fn relu(&self, py: Python<'_>) -> PyResult<Self> {
+        fm::map_impl(py, &self.0, riftco_autograd::ops::relu)
     }
 }
 

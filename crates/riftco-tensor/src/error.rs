@@ -14,6 +14,22 @@ pub enum TensorError {
         expected: Vec<usize>,
         got: Vec<usize>,
     },
+    /// Two operands of a broadcasting op whose shapes do not broadcast (NumPy rules: aligned
+    /// from the right, each axis pair equal or one of them 1).
+    #[error("{op}: shapes {lhs:?} and {rhs:?} cannot be broadcast together (aligned from the right, each pair of axes must be equal or one of them 1)")]
+    BroadcastMismatch {
+        op: &'static str,
+        lhs: Vec<usize>,
+        rhs: Vec<usize>,
+    },
+    /// An axis argument outside `-rank..rank`, or repeated (`problem` says which).
+    #[error("{op}: axis {axis} {problem} for a tensor of rank {rank} (valid axes: -{rank}..{rank}, each at most once)")]
+    BadAxis {
+        op: &'static str,
+        axis: i64,
+        rank: usize,
+        problem: &'static str,
+    },
     /// A data buffer's length disagrees with the shape it is given.
     #[error("{op}: data of {got} elements does not fill shape {shape:?} ({expected} elements)")]
     LengthMismatch {
@@ -113,6 +129,8 @@ impl TensorError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             TensorError::ShapeMismatch { .. }
+            | TensorError::BroadcastMismatch { .. }
+            | TensorError::BadAxis { .. }
             | TensorError::LengthMismatch { .. }
             | TensorError::ZeroSized { .. }
             | TensorError::RankMismatch { .. }

@@ -18,6 +18,23 @@ fn tensor_errors() -> Vec<(TensorError, ErrorKind)> {
             K::Shape,
         ),
         (
+            TensorError::BroadcastMismatch {
+                op: "add",
+                lhs: vec![2, 3],
+                rhs: vec![4, 3],
+            },
+            K::Shape,
+        ),
+        (
+            TensorError::BadAxis {
+                op: "sum",
+                axis: -3,
+                rank: 2,
+                problem: "is out of range",
+            },
+            K::Shape,
+        ),
+        (
             TensorError::LengthMismatch {
                 op: "from_vec",
                 shape: vec![2],

@@ -9,7 +9,25 @@ from . import Variable
 
 __all__ = [
     "add",
+    "sub",
     "mul",
+    "div",
+    "neg",
+    "pow",
+    "exp",
+    "log",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "log_softmax",
+    "mean",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "eq",
+    "ne",
     "scale",
     "matmul",
     "linear",
@@ -25,11 +43,69 @@ __all__ = [
     "named",
 ]
 
-def add(a: Variable, b: Variable) -> Variable:
-    """``a + b`` (same shapes)."""
+def add(a: Variable | float, b: Variable | float) -> Variable:
+    """``a + b`` with NumPy broadcasting (``ShapeError`` naming both shapes when they do not
+    broadcast; ``TypeError`` for another operand type or two numbers)."""
 
-def mul(a: Variable, b: Variable) -> Variable:
-    """``a * b`` elementwise (same shapes)."""
+def sub(a: Variable | float, b: Variable | float) -> Variable:
+    """``a - b`` with broadcasting."""
+
+def mul(a: Variable | float, b: Variable | float) -> Variable:
+    """``a * b`` elementwise with broadcasting."""
+
+def div(a: Variable | float, b: Variable | float) -> Variable:
+    """``a / b`` (true division) with broadcasting."""
+
+def neg(x: Variable) -> Variable:
+    """``-x``."""
+
+def pow(x: Variable, exponent: float) -> Variable:
+    """``x ** exponent`` for a finite Python number (``TypeError`` for a Variable exponent,
+    ``ValueError`` for NaN or infinity)."""
+
+def exp(x: Variable) -> Variable:
+    """``exp(x)``."""
+
+def log(x: Variable) -> Variable:
+    """Natural logarithm."""
+
+def tanh(x: Variable) -> Variable:
+    """``tanh(x)``."""
+
+def sigmoid(x: Variable) -> Variable:
+    """``1 / (1 + exp(-x))``."""
+
+def relu(x: Variable) -> Variable:
+    """``max(x, 0)``."""
+
+def gelu(x: Variable, approximate: str = "none") -> Variable:
+    """GELU: ``"none"`` (exact, erf) or ``"tanh"`` (``ValueError`` for another string)."""
+
+def log_softmax(x: Variable, axis: int = -1) -> Variable:
+    """Numerically stable log-softmax along ``axis`` (``ShapeError`` for a bad axis)."""
+
+def mean(
+    x: Variable, axis: int | Sequence[int] | None = None, keepdims: bool = False
+) -> Variable:
+    """Mean over ``axis`` (``None``: all axes)."""
+
+def lt(a: Variable | float, b: Variable | float) -> Variable:
+    """``a < b`` as 1.0/0.0 (broadcasting; never requires grad)."""
+
+def le(a: Variable | float, b: Variable | float) -> Variable:
+    """``a <= b`` as 1.0/0.0."""
+
+def gt(a: Variable | float, b: Variable | float) -> Variable:
+    """``a > b`` as 1.0/0.0."""
+
+def ge(a: Variable | float, b: Variable | float) -> Variable:
+    """``a >= b`` as 1.0/0.0."""
+
+def eq(a: Variable | float, b: Variable | float) -> Variable:
+    """``a == b`` as 1.0/0.0."""
+
+def ne(a: Variable | float, b: Variable | float) -> Variable:
+    """``a != b`` as 1.0/0.0."""
 
 def scale(x: Variable, alpha: float) -> Variable:
     """``alpha * x``."""
@@ -55,8 +131,11 @@ def rms_norm(x: Variable, weight: Variable, eps: float = 1e-5) -> Variable:
     Raises ``ConfigError`` unless ``eps`` (as a float32) is finite and > 0.
     """
 
-def sum(x: Variable) -> Variable:
-    """Sum of all elements, a one-element scalar."""
+def sum(
+    x: Variable, axis: int | Sequence[int] | None = None, keepdims: bool = False
+) -> Variable:
+    """Sum over ``axis`` (``None``: all axes, a shape-``()`` result; negative axes count from
+    the end; ``ShapeError`` for an out-of-range or repeated axis)."""
 
 def reshape(x: Variable, shape: Sequence[int]) -> Variable:
     """The same elements with another shape of equal element count."""

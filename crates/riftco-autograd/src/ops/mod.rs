@@ -17,6 +17,7 @@
 //! compute the value like the plain op.
 
 pub mod attention;
+pub mod broadcast;
 pub mod concat;
 pub mod dropout;
 pub mod elementwise;
@@ -25,13 +26,19 @@ pub mod index;
 pub mod linalg;
 pub mod loss;
 pub mod norm;
+pub mod reduce;
 pub mod rope;
 pub mod shape;
 pub mod softmax;
+pub mod unary;
 
 pub use attention::{
     causal_attention, causal_attention_with_dropout, flash_attention, flash_attention_with_dropout,
     flash_attention_with_layout, AttentionKind, AttentionLayout,
+};
+pub use broadcast::{
+    broadcast_add, broadcast_div, broadcast_mul, broadcast_shapes, broadcast_sub, compare,
+    scalar_like,
 };
 pub use concat::{concat, stack};
 pub use dropout::{
@@ -43,9 +50,14 @@ pub use index::{index, index_view, IndexItem};
 pub use linalg::{bmm, linear, linear_graph_only, matmul};
 pub use loss::cross_entropy;
 pub use norm::rms_norm;
+pub use reduce::{log_softmax, mean_axes, sum_axes};
 pub use rope::rope;
 pub use shape::{normalize_axis, permute, reshape, reshape_infer, swap_axes_1_2, transpose};
 pub use softmax::{causal_softmax, softmax};
+pub use unary::{
+    add_scalar, div_scalar, exp, gelu, log, mul_scalar, neg, pow_scalar, rdiv_scalar, relu,
+    rsub_scalar, sigmoid, sub_scalar, tanh, unary, GeluApproximation,
+};
 
 use crate::error::Result;
 use crate::variable::Variable;

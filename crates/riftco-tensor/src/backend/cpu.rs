@@ -1,8 +1,8 @@
 //! The CPU backend: host memory from [`crate::pool`], the SIMD kernels of `riftco-kernels`.
 
 use super::{
-    check_dropout, check_view, AdamHyper, AttentionDims, AttentionLayout, Backend, DropoutMask,
-    MatmulSpec, Pair, RopeTable, StridedView,
+    check_dropout, check_view, AdamHyper, AttentionDims, AttentionLayout, Backend, BinaryOp,
+    DropoutMask, MatmulSpec, Pair, ReduceOp, RopeTable, StridedView, UnaryOp,
 };
 use crate::storage::Buffer;
 use crate::{pool, Device, MemoryCategory, Result, Shape, Tensor, TensorError};
@@ -147,6 +147,93 @@ impl Backend for CpuBackend {
     fn sum(&self, _op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor> {
         let total: f64 = x.read()?.iter().map(|&v| v as f64).sum();
         Ok(out(vec![total as f32], scalar(), c))
+    }
+
+    fn unary(
+        &self,
+        op: &'static str,
+        kind: UnaryOp,
+        x: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        let mut o = buf(op, x.numel())?;
+        k::map::unary(kind, &x.read()?, &mut o);
+        Ok(out(o, x.shape().clone(), c))
+    }
+
+    fn unary_backward(
+        &self,
+        op: &'static str,
+        kind: UnaryOp,
+        x: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        let n = dy.numel();
+        if x.numel() != n || y.numel() != n {
+            return Err(TensorError::LengthMismatch {
+                op,
+                shape: dy.dims().to_vec(),
+                expected: n,
+                got: if x.numel() != n { x.numel() } else { y.numel() },
+            });
+        }
+        let mut o = buf(op, n)?;
+        k::map::unary_backward(kind, &x.read()?, &y.read()?, &dy.read()?, &mut o);
+        Ok(out(o, dy.shape().clone(), c))
+    }
+
+    fn binary(
+        &self,
+        op: &'static str,
+        kind: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out_shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        use k::broadcast::broadcasts_to;
+        for t in [a, b] {
+            if !broadcasts_to(t.dims(), out_shape.dims()) {
+                return Err(TensorError::ShapeMismatch {
+                    op,
+                    expected: out_shape.dims().to_vec(),
+                    got: t.dims().to_vec(),
+                });
+            }
+        }
+        let mut o = buf(op, out_shape.numel())?;
+        k::broadcast::binary(
+            kind,
+            &a.read()?,
+            a.dims(),
+            &b.read()?,
+            b.dims(),
+            out_shape.dims(),
+            &mut o,
+        );
+        Ok(out(o, out_shape, c))
+    }
+
+    fn reduce(
+        &self,
+        op: &'static str,
+        kind: ReduceOp,
+        x: &Tensor,
+        out_shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        if !k::reduce::is_reduction_of(x.dims(), out_shape.dims()) {
+            return Err(TensorError::ShapeMismatch {
+                op,
+                expected: x.dims().to_vec(),
+                got: out_shape.dims().to_vec(),
+            });
+        }
+        let mut o = buf(op, out_shape.numel())?;
+        k::reduce::reduce(kind, &x.read()?, x.dims(), out_shape.dims(), &mut o);
+        Ok(out(o, out_shape, c))
     }
 
     fn silu(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor> {

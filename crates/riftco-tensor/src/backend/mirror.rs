@@ -13,8 +13,8 @@
 
 use super::cpu::CpuBackend;
 use super::{
-    AdamHyper, AttentionDims, AttentionLayout, Backend, DropoutMask, MatmulSpec, Pair, RopeTable,
-    StridedView,
+    AdamHyper, AttentionDims, AttentionLayout, Backend, BinaryOp, DropoutMask, MatmulSpec, Pair,
+    ReduceOp, RopeTable, StridedView, UnaryOp,
 };
 use crate::storage::{Buffer, DeviceBuffer};
 use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
@@ -247,6 +247,57 @@ impl Backend for MirrorBackend {
 
     fn sum(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor> {
         self.run(op, &[x], |h| CpuBackend.sum(op, &h[0], c))
+    }
+
+    fn unary(
+        &self,
+        op: &'static str,
+        kind: UnaryOp,
+        x: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.run(op, &[x], |h| CpuBackend.unary(op, kind, &h[0], c))
+    }
+
+    fn unary_backward(
+        &self,
+        op: &'static str,
+        kind: UnaryOp,
+        x: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.run(op, &[x, y, dy], |h| {
+            CpuBackend.unary_backward(op, kind, &h[0], &h[1], &h[2], c)
+        })
+    }
+
+    fn binary(
+        &self,
+        op: &'static str,
+        kind: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out_shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.run(op, &[a, b], |h| {
+            CpuBackend.binary(op, kind, &h[0], &h[1], out_shape, c)
+        })
+    }
+
+    fn reduce(
+        &self,
+        op: &'static str,
+        kind: ReduceOp,
+        x: &Tensor,
+        out_shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.run(op, &[x], |h| {
+            CpuBackend.reduce(op, kind, &h[0], out_shape, c)
+        })
     }
 
     fn silu(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor> {

@@ -24,10 +24,11 @@ pub mod mirror;
 use crate::storage::Buffer;
 use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
 pub use riftco_kernels::attention::{AttentionDims, AttentionLayout};
+pub use riftco_kernels::broadcast::broadcast_shape;
 pub use riftco_kernels::philox::DropoutMask;
 pub use riftco_kernels::rope::RopeTable;
 pub use riftco_kernels::StridedView;
-pub use riftco_kernels::{AdamHyper, MatmulSpec};
+pub use riftco_kernels::{AdamHyper, BinaryOp, MatmulSpec, ReduceOp, UnaryOp};
 use std::fmt;
 use std::sync::RwLock;
 
@@ -96,6 +97,48 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn axpy(&self, op: &'static str, alpha: f32, x: &Tensor, dst: &Tensor) -> Result<()>;
     /// The sum of all elements (accumulated in f64 in index order) as a rank-0 tensor.
     fn sum(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor>;
+
+    // ---- general maps, broadcasting and axis reductions -----------------------------------
+
+    /// `f(x)` element-wise for the map `kind` (same shape as `x`).
+    fn unary(
+        &self,
+        op: &'static str,
+        kind: UnaryOp,
+        x: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// `dy · f'(x)` of [`Backend::unary`], given its input `x` and output `y` (same shape).
+    fn unary_backward(
+        &self,
+        op: &'static str,
+        kind: UnaryOp,
+        x: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// `a kind b` with NumPy broadcasting to `out_shape` (each operand right-aligned, every axis
+    /// equal to `out_shape`'s or 1; callers check). Comparisons give `1.0` / `0.0`.
+    fn binary(
+        &self,
+        op: &'static str,
+        kind: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out_shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
+    /// `x` reduced to `out_shape` (same rank, each axis equal to `x`'s or 1: the keepdims
+    /// shape; callers check), in row-major order per output element (sums in `f64`).
+    fn reduce(
+        &self,
+        op: &'static str,
+        kind: ReduceOp,
+        x: &Tensor,
+        out_shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
 
     // ---- SiLU / SwiGLU --------------------------------------------------------------------
 
