@@ -148,8 +148,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     model.use_checkpoint = True
     ckpt_peak, _, ckpt_grads = measure(model, x, params)
     print(f"output shape: {shape}")
-    print(f"peak activation memory without checkpointing: {plain_peak / MIB:.2f} MiB")
-    print(f"peak activation memory with checkpoint(block, x): {ckpt_peak / MIB:.2f} MiB")
+    print(
+        f"peak activation memory without checkpointing: {plain_peak / MIB:.3f} MiB "
+        f"({plain_peak} bytes)"
+    )
+    print(
+        f"peak activation memory with checkpoint(block, x): {ckpt_peak / MIB:.3f} MiB "
+        f"({ckpt_peak} bytes)"
+    )
     print(f"ratio: {plain_peak / max(ckpt_peak, 1):.2f}x less")
     print(f"gradients bitwise equal to the plain run: {same_bits(plain_grads, ckpt_grads)}")
     lines += [
@@ -159,8 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         "| run | peak activation MiB | gradients |",
         "|---|---:|---|",
-        f"| plain | {plain_peak / MIB:.2f} | reference |",
-        f"| `checkpoint(block, x)` per block | {ckpt_peak / MIB:.2f} | "
+        f"| plain | {plain_peak / MIB:.3f} | reference |",
+        f"| `checkpoint(block, x)` per block | {ckpt_peak / MIB:.3f} | "
         f"{'bitwise equal' if same_bits(plain_grads, ckpt_grads) else 'DIFFERENT'} |",
         "",
         f"Ratio: {plain_peak / max(ckpt_peak, 1):.2f}x less activation memory.",
@@ -201,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lambda h: riftco.checkpoint_sequential(seq, segments, h), x, params
         )
         row = (
-            f"| {n} | {segments} | {plain / MIB:.2f} | {seg / MIB:.2f} | "
+            f"| {n} | {segments} | {plain / MIB:.3f} | {seg / MIB:.3f} | "
             f"{plain / max(seg, 1):.2f}x | "
             f"{'bitwise equal' if same_bits(g_plain, g_seg) else 'DIFFERENT'} |"
         )

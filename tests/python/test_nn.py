@@ -244,5 +244,5 @@ def test_the_checkpoint_mlp_example_runs_and_reports_bitwise_gradients(tmp_path:
     assert "DIFFERENT" not in r.stdout
     table = out.read_text()
     assert "| 4 | 2 |" in table and "| 9 | 3 |" in table
-    peaks = [float(v) for v in re.findall(r"peak activation memory [^:]*: ([0-9.]+) MiB", r.stdout)]
+    peaks = [int(v) for v in re.findall(r"peak activation memory [^:]*: [0-9.]+ MiB \(([0-9]+) bytes\)", r.stdout)]
     assert len(peaks) == 2 and peaks[1] < peaks[0]  # checkpointing keeps less
