@@ -246,3 +246,59 @@ def test_the_checkpoint_mlp_example_runs_and_reports_bitwise_gradients(tmp_path:
     assert "| 4 | 2 |" in table and "| 9 | 3 |" in table
     peaks = [int(v) for v in re.findall(r"peak activation memory [^:]*: [0-9.]+ MiB \(([0-9]+) bytes\)", r.stdout)]
     assert len(peaks) == 2 and peaks[1] < peaks[0]  # checkpointing keeps less
+
+
+def test_uniform_and_normal_draws_are_reproducible_and_validated() -> None:
+    riftco.manual_seed(11)
+    a, n = riftco.uniform([1000], -2.0, 3.0), riftco.normal([4000], 1.0, 2.0, requires_grad=True)
+    state = riftco.get_rng_state()
+    assert state == (11, 2)  # one generator block per draw
+    riftco.manual_seed(11)
+    np.testing.assert_array_equal(riftco.uniform([1000], -2.0, 3.0).numpy(), a.numpy())
+    np.testing.assert_array_equal(riftco.normal([4000], 1.0, 2.0).numpy(), n.numpy())
+    u = a.numpy()
+    assert u.min() >= -2.0 and u.max() <= 3.0 and not a.requires_grad
+    assert n.requires_grad and n.is_leaf
+    assert abs(float(n.numpy().mean()) - 1.0) < 0.15 and abs(float(n.numpy().std()) - 2.0) < 0.15
+    assert riftco.uniform([2, 0]).shape == (2, 0)
+    with pytest.raises(riftco.ConfigError, match="low=1, high=1"):
+        riftco.uniform([3], 1.0, 1.0)
+    with pytest.raises(riftco.ConfigError, match="std=-1"):
+        riftco.normal([3], 0.0, -1.0)
+    with pytest.raises(riftco.ConfigError, match="inf"):
+        riftco.uniform([3], 0.0, float("inf"))
+    with pytest.raises(riftco.ShapeError, match="too many elements"):
+        riftco.uniform([2**40, 2**40])
+
+
+def test_a_checkpointed_module_with_dropout_and_an_unread_leaf_matches_the_plain_run() -> None:
+    """Discovery finds the unread frozen leaf, so the forward runs a plain probe first; the
+    probe and the kept run start from the same generator state, so the dropout masks, the
+    values and the gradients are the plain run's."""
+
+    class Noisy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.drop = nn.Dropout(0.3)
+            self.unused = riftco.Variable(np.ones(8))
+
+        def forward(self, x: riftco.Variable) -> riftco.Variable:
+            return self.drop(F.relu(self.fc(x)))
+
+    riftco.manual_seed(4)
+    m = Noisy()
+    x = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    results = []
+    for use_checkpoint in (False, True):
+        riftco.manual_seed(123)
+        xv = riftco.Variable(x, requires_grad=True)
+        y = riftco.checkpoint(m, xv) if use_checkpoint else m(xv)
+        F.sum(F.mul(y, y)).backward()
+        results.append((y.numpy(), xv.grad, m.fc.weight.grad, riftco.get_rng_state()))
+    (y0, gx0, gw0, s0), (y1, gx1, gw1, s1) = results
+    np.testing.assert_array_equal(y0, y1)
+    np.testing.assert_array_equal(gx0, gx1)
+    np.testing.assert_array_equal(gw0, gw1)
+    assert s0 == s1  # the probe does not advance the caller's stream
+    assert (y0 == 0).sum() > 0
