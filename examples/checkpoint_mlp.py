@@ -97,7 +97,7 @@ def torch_saved_mib(d: int, batch: int, n_blocks: int, segments: int | None) -> 
     """MiB of the tensors PyTorch saves for backward (storages once), or None without torch."""
     try:
         torch: Any = importlib.import_module("torch")
-        checkpoint_sequential = importlib.import_module("torch.utils.checkpoint").checkpoint_sequential
+        torch_checkpoint: Any = importlib.import_module("torch.utils.checkpoint")
     except ImportError:
         return None
     torch.manual_seed(0)
@@ -117,7 +117,7 @@ def torch_saved_mib(d: int, batch: int, n_blocks: int, segments: int | None) -> 
         if segments is None:
             out = seq(x)
         else:
-            out = checkpoint_sequential(seq, segments, x, use_reentrant=False)
+            out = torch_checkpoint.checkpoint_sequential(seq, segments, x, use_reentrant=False)
     out.sum().backward()
     return float(sum(seen.values())) / MIB
 

@@ -54,7 +54,9 @@ def global_block(h: riftco.Variable) -> riftco.Variable:
 
 
 def run_both(
-    fn: Callable[[riftco.Variable], riftco.Variable], x: riftco.Variable, params: list[riftco.Variable]
+    fn: Callable[[riftco.Variable], riftco.Variable],
+    x: riftco.Variable,
+    params: list[riftco.Variable],
 ) -> None:
     """Plain, then checkpointed with discovery: bitwise equal gradients of x and params."""
     F.sum(fn(x)).backward()
@@ -82,7 +84,9 @@ def test_discovery_finds_a_leaf_hidden_in_a_closure() -> None:
 def test_discovery_finds_a_leaf_in_a_default_argument_and_a_keyword_default() -> None:
     x, w1, w2 = leaf((3, 5), 0), leaf((7, 5), 1), leaf((5, 7), 2)
 
-    def fn(h: riftco.Variable, a: riftco.Variable = w1, *, b: riftco.Variable = w2) -> riftco.Variable:
+    def fn(
+        h: riftco.Variable, a: riftco.Variable = w1, *, b: riftco.Variable = w2
+    ) -> riftco.Variable:
         return F.linear(F.silu(F.linear(h, a)), b)
 
     assert ids(discover_leaves([fn], exclude=[x])) == ids([w1, w2])
@@ -190,7 +194,8 @@ def test_a_leaf_discovery_cannot_reach_raises_a_checkpoint_error_saying_what_to_
 
     x, w = leaf((3, 5), 0), leaf((5, 5), 1, name="hidden")
     box = Slotted(w)
-    with pytest.raises(riftco.CheckpointError, match=r"hidden.*discovery did not find it.*dependencies=\[\.\.\.\]"):
+    want = r"hidden.*discovery did not find it.*dependencies=\[\.\.\.\]"
+    with pytest.raises(riftco.CheckpointError, match=want):
         riftco.checkpoint(lambda h: F.linear(h, box.w), x)
     # the explicit form keeps the native message
     with pytest.raises(riftco.CheckpointError, match="hidden") as info:
@@ -235,7 +240,9 @@ def test_non_variable_arguments_are_passed_through_and_the_name_is_the_functions
     F.sum(scaled_block(x, 2.0, tag="t")).backward()
     want = grads(x, w)
     F.sum(
-        riftco.checkpoint(scaled_block, x, 2.0, tag="t", use_reentrant=False, determinism_check="default")
+        riftco.checkpoint(
+            scaled_block, x, 2.0, tag="t", use_reentrant=False, determinism_check="default"
+        )
     ).backward()  # PyTorch's spellings are accepted
     assert_bitwise(grads(x, w), want)
     assert seen == [(2.0, "t")] * 3  # plain, first run, replay
@@ -250,7 +257,7 @@ def test_non_variable_arguments_are_passed_through_and_the_name_is_the_functions
 
 def test_bad_call_forms_raise_type_errors() -> None:
     x, w = leaf((3, 5), 0), leaf((5, 5), 1)
-    with pytest.raises(TypeError, match="at least one positional argument must be a riftco.Variable"):
+    with pytest.raises(TypeError, match="at least one positional argument must be a riftco"):
         riftco.checkpoint(lambda a: F.linear(x, w), 3.0)
     with pytest.raises(TypeError, match="keyword argument 'h' is a Variable"):
         riftco.checkpoint(lambda *, h: F.linear(h, w), 1, h=x)

@@ -234,9 +234,12 @@ def test_checkpointed_24_block_mlp_gradients_equal_the_plain_ones_bitwise() -> N
 def test_the_checkpoint_mlp_example_runs_and_reports_bitwise_gradients(tmp_path: Path) -> None:
     out = tmp_path / "table.md"
     r = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--d", "16", "--batch", "4", "--blocks", "4",
-         "--depths", "4,9", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=EXAMPLE.parents[1],
+        [sys.executable, str(EXAMPLE), "--d", "16", "--batch", "4", "--blocks", "4"]
+        + ["--depths", "4,9", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=EXAMPLE.parents[1],
     )
     assert r.returncode == 0, r.stderr
     assert "output shape: (4, 16)" in r.stdout
@@ -244,7 +247,8 @@ def test_the_checkpoint_mlp_example_runs_and_reports_bitwise_gradients(tmp_path:
     assert "DIFFERENT" not in r.stdout
     table = out.read_text()
     assert "| 4 | 2 |" in table and "| 9 | 3 |" in table
-    peaks = [int(v) for v in re.findall(r"peak activation memory [^:]*: [0-9.]+ MiB \(([0-9]+) bytes\)", r.stdout)]
+    pattern = r"peak activation memory [^:]*: [0-9.]+ MiB \(([0-9]+) bytes\)"
+    peaks = [int(v) for v in re.findall(pattern, r.stdout)]
     assert len(peaks) == 2 and peaks[1] < peaks[0]  # checkpointing keeps less
 
 
