@@ -15,7 +15,7 @@ The search starts from the callable (and the non-Variable arguments it is given)
 
 Modules (Python modules), classes, strings, numbers and NumPy arrays are not searched. The
 walk is cycle-safe (each object visited once), at most ``MAX_DEPTH`` levels deep and stops
-after ``MAX_OBJECTS`` objects. Only leaves are kept (a computed node is the caller's error,
+after following ``MAX_OBJECTS`` references. Only leaves are kept (a computed node is the caller's error,
 reported by the checkpoint), deduplicated by graph identity, in the order first found.
 
 What it can miss: leaves reached only through ``getattr`` with a computed name, through objects
@@ -42,7 +42,8 @@ MAX_DEPTH = 8
 """How many references deep the search follows from the callable."""
 
 MAX_OBJECTS = 100_000
-"""How many objects the search visits at most (then it stops with what it found)."""
+"""How many references the search follows at most, numbers and strings included (then it stops
+with what it found: a long list of data named by the callable costs no more than this)."""
 
 _ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None), np.ndarray, np.generic)
 
@@ -71,6 +72,9 @@ def discover_leaves(roots: Iterable[object], exclude: Iterable[Variable] = ()) -
     budget = [MAX_OBJECTS]
 
     def visit(obj: Any, depth: int) -> None:
+        if budget[0] <= 0:
+            return
+        budget[0] -= 1
         if isinstance(obj, Variable):
             key = _node_id(obj)
             if obj.is_leaf and key not in excluded and key not in found:
@@ -78,10 +82,9 @@ def discover_leaves(roots: Iterable[object], exclude: Iterable[Variable] = ()) -
             return
         if isinstance(obj, _ATOMS) or isinstance(obj, (types.ModuleType, type)):
             return
-        if depth > MAX_DEPTH or id(obj) in visited or budget[0] <= 0:
+        if depth > MAX_DEPTH or id(obj) in visited:
             return
         visited.add(id(obj))
-        budget[0] -= 1
         for child in _references(obj):
             visit(child, depth + 1)
 

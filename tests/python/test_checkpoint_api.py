@@ -147,6 +147,8 @@ def test_discovery_is_cycle_safe_and_bounded() -> None:
     for _ in range(riftco.discovery.MAX_DEPTH + 2):
         deep = [deep]
     assert discover_leaves([deep]) == []
+    data = list(range(riftco.discovery.MAX_OBJECTS))  # a long list of data: the walk stops
+    assert discover_leaves([[data, w]]) == [] and ids(discover_leaves([[w, data]])) == ids([w])
 
 
 class Block(nn.Module):
