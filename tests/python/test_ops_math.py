@@ -437,3 +437,30 @@ def test_matches_pytorch() -> None:
     for v, tv in ((va, ta), (vb, tb)):
         assert v.grad is not None and tv.grad is not None
         np.testing.assert_allclose(v.grad, tv.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+# ---- the device seam: the same math on the mirror test backend -------------------------------
+
+
+def test_operators_on_the_mirror_backend_are_bitwise_the_cpu() -> None:
+    """Variables on "privateuseone" (the mirror backend: CPU kernels behind the backend trait,
+    buffers no CPU kernel can read) give bitwise the CPU's values and gradients, scalar
+    operands (placed on the Variable's device) included."""
+    riftco._native._install_mirror_backend()
+    tiny = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=1, d_ff=48, max_seq_len=16)
+
+    def run(device: str) -> list[bytes]:
+        m = riftco.DecoderOnlyTransformer(riftco.TransformerConfig(**tiny)).to(device)
+        params = dict(m.named_parameters())
+        mats = [p for p in params.values() if p.ndim == 2]
+        vecs = [p for p in params.values() if p.ndim == 1]
+        w, g = mats[0], vecs[0]
+        assert w.device == device and g.device == device
+        h = F.gelu(F.relu(w * 3.0 - g.sum() / 7) * g)
+        y = F.log_softmax((2.0 - h) ** 2, axis=-1) + (h > 0.1) * 0.5
+        loss = y.mean(axis=0).sum() + F.sigmoid(g).exp().mean()
+        loss.backward()
+        assert w.grad is not None and g.grad is not None
+        return [loss.numpy().tobytes(), y.numpy().tobytes(), w.grad.tobytes(), g.grad.tobytes()]
+
+    assert run("cpu") == run("privateuseone")
