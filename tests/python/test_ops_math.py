@@ -131,6 +131,22 @@ def test_scalar_operands_on_either_side(shape: tuple[int, ...], seed: int, c: fl
         check_grads(op, ref, [x])
 
 
+def test_numpy_scalars_are_scalar_operands() -> None:
+    x = riftco.Variable(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    for y, want in (
+        (x * np.float32(3.0), [3.0, 6.0]),
+        (np.float32(3.0) * x, [3.0, 6.0]),
+        (np.int64(1) - x, [0.0, -1.0]),
+        (x / np.float64(2.0), [0.5, 1.0]),
+        (x > np.float32(1.5), [0.0, 1.0]),
+    ):
+        assert isinstance(y, riftco.Variable)
+        np.testing.assert_array_equal(y.numpy(), want)
+    F.sum(np.float32(2.0) * x).backward()
+    assert x.grad is not None
+    np.testing.assert_array_equal(x.grad, [2.0, 2.0])
+
+
 def test_broadcast_shapes_and_rank0() -> None:
     a = riftco.Variable(np.arange(3, dtype=np.float32).reshape(3, 1))
     b = riftco.Variable(np.array([10.0, 20.0], dtype=np.float32))
@@ -159,6 +175,11 @@ def test_bad_operand_types() -> None:
         x + "a"  # type: ignore[operator]  # noqa: B018
     with pytest.raises(TypeError):
         [1.0] * x  # type: ignore[operator]  # noqa: B018
+    # An ndarray operand is not silently converted (which would drop the graph).
+    with pytest.raises(TypeError):
+        np.ones(3) + x  # noqa: B018
+    with pytest.raises(TypeError):
+        x * np.ones(3)  # noqa: B018
     with pytest.raises(TypeError, match="at least one operand must be a Variable"):
         F.add(1.0, 2.0)
     with pytest.raises(TypeError, match="str"):
