@@ -131,6 +131,22 @@ def test_scalar_operands_on_either_side(shape: tuple[int, ...], seed: int, c: fl
         check_grads(op, ref, [x])
 
 
+def test_numpy_scalars_are_scalar_operands() -> None:
+    x = riftco.Variable(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    for y, want in (
+        (x * np.float32(3.0), [3.0, 6.0]),
+        (np.float32(3.0) * x, [3.0, 6.0]),
+        (np.int64(1) - x, [0.0, -1.0]),
+        (x / np.float64(2.0), [0.5, 1.0]),
+        (x > np.float32(1.5), [0.0, 1.0]),
+    ):
+        assert isinstance(y, riftco.Variable)
+        np.testing.assert_array_equal(y.numpy(), want)
+    F.sum(np.float32(2.0) * x).backward()
+    assert x.grad is not None
+    np.testing.assert_array_equal(x.grad, [2.0, 2.0])
+
+
 def test_broadcast_shapes_and_rank0() -> None:
     a = riftco.Variable(np.arange(3, dtype=np.float32).reshape(3, 1))
     b = riftco.Variable(np.array([10.0, 20.0], dtype=np.float32))
@@ -159,6 +175,11 @@ def test_bad_operand_types() -> None:
         x + "a"  # type: ignore[operator]  # noqa: B018
     with pytest.raises(TypeError):
         [1.0] * x  # type: ignore[operator]  # noqa: B018
+    # An ndarray operand is not silently converted (which would drop the graph).
+    with pytest.raises(TypeError):
+        np.ones(3) + x  # noqa: B018
+    with pytest.raises(TypeError):
+        x * np.ones(3)  # noqa: B018
     with pytest.raises(TypeError, match="at least one operand must be a Variable"):
         F.add(1.0, 2.0)
     with pytest.raises(TypeError, match="str"):
@@ -437,3 +458,30 @@ def test_matches_pytorch() -> None:
     for v, tv in ((va, ta), (vb, tb)):
         assert v.grad is not None and tv.grad is not None
         np.testing.assert_allclose(v.grad, tv.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+# ---- the device seam: the same math on the mirror test backend -------------------------------
+
+
+def test_operators_on_the_mirror_backend_are_bitwise_the_cpu() -> None:
+    """Variables on "privateuseone" (the mirror backend: CPU kernels behind the backend trait,
+    buffers no CPU kernel can read) give bitwise the CPU's values and gradients, scalar
+    operands (placed on the Variable's device) included."""
+    riftco._native._install_mirror_backend()
+    tiny = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=1, d_ff=48, max_seq_len=16)
+
+    def run(device: str) -> list[bytes]:
+        m = riftco.DecoderOnlyTransformer(riftco.TransformerConfig(**tiny)).to(device)
+        params = dict(m.named_parameters())
+        mats = [p for p in params.values() if p.ndim == 2]
+        vecs = [p for p in params.values() if p.ndim == 1]
+        w, g = mats[0], vecs[0]
+        assert w.device == device and g.device == device
+        h = F.gelu(F.relu(w * 3.0 - g.sum() / 7) * g)
+        y = F.log_softmax((2.0 - h) ** 2, axis=-1) + (h > 0.1) * 0.5
+        loss = y.mean(axis=0).sum() + F.sigmoid(g).exp().mean()
+        loss.backward()
+        assert w.grad is not None and g.grad is not None
+        return [loss.numpy().tobytes(), y.numpy().tobytes(), w.grad.tobytes(), g.grad.tobytes()]
+
+    assert run("cpu") == run("privateuseone")

@@ -90,6 +90,27 @@ fn determinism_child() {
         "flash_attention",
         hash(&o) ^ hash(&dq) ^ hash(&dk).rotate_left(3) ^ hash(&dv).rotate_left(7),
     ));
+    // The general maps, broadcasting binary ops (row-split walk) and axis reductions.
+    use riftco_kernels::{broadcast, map, reduce, BinaryOp, ReduceOp, UnaryOp};
+    map::unary(UnaryOp::Gelu, &x, &mut out);
+    map::unary_backward(UnaryOp::Gelu, &x, &out.clone(), &y, &mut out2);
+    lines.push(("unary_gelu", hash(&out) ^ hash(&out2).rotate_left(1)));
+    map::unary(UnaryOp::Sigmoid, &x, &mut out);
+    lines.push(("unary_sigmoid", hash(&out)));
+    broadcast::binary(
+        BinaryOp::Div,
+        &x,
+        &[rows, cols],
+        &w,
+        &[cols],
+        &[rows, cols],
+        &mut out,
+    );
+    lines.push(("binary_broadcast", hash(&out)));
+    let mut col = vec![0.0; cols];
+    reduce::reduce(ReduceOp::Sum, &x, &[rows, cols], &[1, cols], &mut col);
+    reduce::reduce(ReduceOp::Max, &x, &[rows, cols], &[rows, 1], &mut lse);
+    lines.push(("reduce", hash(&col) ^ hash(&lse).rotate_left(1)));
     for (name, h) in lines {
         println!("HASH {name} {h:016x}");
     }

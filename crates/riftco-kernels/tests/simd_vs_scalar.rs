@@ -10,7 +10,7 @@ mod common;
 
 use common::{vec_from_seed, U};
 use riftco_kernels::simd::{self, SimdLevel};
-use riftco_kernels::{adam, elementwise as ew, loss, norm, rope, softmax};
+use riftco_kernels::{adam, elementwise as ew, loss, map, norm, rope, softmax, UnaryOp};
 
 /// All kernel outputs for one input set, as named vectors.
 fn run_all(n: usize, cols: usize, seed: u64) -> Vec<(&'static str, Vec<f32>)> {
@@ -34,6 +34,18 @@ fn run_all(n: usize, cols: usize, seed: u64) -> Vec<(&'static str, Vec<f32>)> {
     res.push(("add_assign", d));
     simd::exp(&a, &mut out);
     res.push(("exp", out.clone()));
+    for (name, kind) in [
+        ("unary.add_scalar", UnaryOp::AddScalar(0.7)),
+        ("unary.mul_scalar", UnaryOp::MulScalar(-1.3)),
+        ("unary.div_scalar", UnaryOp::DivScalar(3.0)),
+        ("unary.rsub_scalar", UnaryOp::RSubScalar(2.0)),
+        ("unary.rdiv_scalar", UnaryOp::RDivScalar(2.0)),
+        ("unary.exp", UnaryOp::Exp),
+        ("unary.sigmoid", UnaryOp::Sigmoid),
+    ] {
+        map::unary(kind, &a, &mut out);
+        res.push((name, out.clone()));
+    }
     ew::silu(&a, &mut out);
     res.push(("silu", out.clone()));
     ew::silu_backward(&a, &g, &mut out);
@@ -128,7 +140,8 @@ fn every_simd_level_matches_scalar() {
             simd::set_simd_level(None);
         }
     }
-    // RoPE and the plain arithmetic kernels use no FMA and no reduction: bitwise equal.
+    // RoPE and the plain arithmetic kernels (the scalar-operand maps too) use no FMA and no
+    // reduction: bitwise equal.
     for &level in &levels {
         simd::set_force_scalar(level == SimdLevel::Scalar);
         simd::set_simd_level(Some(level));
@@ -136,7 +149,9 @@ fn every_simd_level_matches_scalar() {
         simd::set_force_scalar(true);
         let s = run_all(2000 * 34, 34, 7);
         for ((name, x), (_, y)) in r.iter().zip(&s) {
-            if matches!(*name, "add" | "mul" | "scale" | "add_assign" | "rope") {
+            if matches!(*name, "add" | "mul" | "scale" | "add_assign" | "rope")
+                || (name.starts_with("unary.") && name.ends_with("_scalar"))
+            {
                 assert_eq!(x, y, "{name} [{level:?}] not bitwise equal to scalar");
             }
         }

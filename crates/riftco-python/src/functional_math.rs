@@ -2,7 +2,7 @@
 //! maps, reductions over axes, log-softmax) and the helpers behind `Variable`'s operators.
 //!
 //! Broadcasting follows NumPy (shapes aligned from the right, size-1 axes stretch); a Python
-//! `int` or `float` is accepted wherever an operand may be a scalar. Mismatched shapes raise
+//! `int` or `float` (or a NumPy number scalar) is accepted wherever an operand may be a scalar. Mismatched shapes raise
 //! `ShapeError` naming both.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -51,11 +51,23 @@ pub(crate) fn operand(obj: &Bound<'_, PyAny>) -> PyResult<Option<Operand>> {
     if let Ok(v) = obj.cast::<PyVariable>() {
         return Ok(Some(Operand::Var(v.get().inner().clone())));
     }
-    if obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>() {
+    if obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>() || is_numpy_scalar(obj)? {
         // A float64 or an int rounds to the nearest float32 (large ints to ±inf).
         return Ok(Some(Operand::Scalar(obj.extract::<f64>()? as f32)));
     }
     Ok(None)
+}
+
+/// Whether `obj` is a NumPy number or bool scalar (`numpy.float32(2.0)`; not an array).
+fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let Ok(module) = obj.get_type().module() else {
+        return Ok(false);
+    };
+    if module.to_cow().map(|m| m != "numpy").unwrap_or(true) {
+        return Ok(false);
+    }
+    let np = obj.py().import("numpy")?;
+    Ok(obj.is_instance(&np.getattr("number")?)? || obj.is_instance(&np.getattr("bool_")?)?)
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {

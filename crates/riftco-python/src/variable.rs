@@ -341,6 +341,13 @@ impl PyVariable {
     fn __ne__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         fm::compare_dunder(slf, other, fm::BinaryOp::Ne)
     }
+    /// ``None``: NumPy ufuncs and ndarray operators defer to ``Variable``'s own operators, so
+    /// ``ndarray + Variable`` raises ``TypeError`` instead of silently returning a detached
+    /// ndarray (NumPy scalars are accepted as scalar operands).
+    #[classattr]
+    fn __array_ufunc__() -> Option<()> {
+        None
+    }
     /// Identity-based (as ``object.__hash__``): Variables stay usable as set members and
     /// dict keys although ``==`` compares values.
     fn __hash__(slf: &Bound<'_, Self>) -> isize {

@@ -279,6 +279,7 @@ class Variable:
     def __ne__(self, other: object, /) -> Variable:  # type: ignore[override]
         ...
     def __hash__(self) -> int: ...
+    __array_ufunc__: None
     def __bool__(self) -> bool:
         """Nonzero for a one-element Variable; ``ValueError`` for any other size."""
     def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Variable:

@@ -2,9 +2,10 @@
 //!
 //! Shapes are aligned from the right; an axis of size 1 (or a missing leading axis) stretches
 //! to the other operand's size. The VJP of broadcasting sums the gradient over the stretched
-//! axes ([`reduce_to`]), so each operand's gradient has the operand's shape. The same-shape
-//! [`super::add`] and [`super::mul`] (used by the transformer) are unchanged; the broadcasting
-//! ones give bitwise their values on equal shapes.
+//! axes (a [`riftco_tensor::Backend::reduce`] to the operand's keepdims shape), so each
+//! operand's gradient has the operand's shape. The same-shape [`super::add`] and
+//! [`super::mul`] (used by the transformer) are unchanged; the broadcasting ones give bitwise
+//! their values on equal shapes.
 
 use super::{backend, ACT, GRAD};
 use crate::error::Result;
