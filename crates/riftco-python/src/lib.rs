@@ -19,6 +19,7 @@ mod config;
 mod devices;
 mod errors;
 mod functional;
+mod functional_layout;
 mod kernels;
 mod memory;
 mod model;

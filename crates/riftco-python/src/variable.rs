@@ -117,6 +117,38 @@ impl PyVariable {
         Ok(Self(make_leaf(t, requires_grad, name)))
     }
 
+    /// ``x[key]``: NumPy basic indexing (ints, slices with steps, ``...``, ``None``, tuples of
+    /// these), a differentiable copy. Raises ``IndexOutOfRangeError`` (an ``IndexError`` and a
+    /// ``ShapeError``) for an int out of range, naming the index, axis and size;
+    /// ``TypeError`` for advanced indices (lists, arrays, bools).
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Self> {
+        crate::functional_layout::getitem(py, self, key)
+    }
+
+    /// All axes reversed (NumPy's ``.T``), a differentiable copy.
+    #[getter(T)]
+    fn reversed_axes(&self, py: Python<'_>) -> PyResult<Self> {
+        crate::functional_layout::reversed(py, self)
+    }
+
+    /// Swaps axes ``dim0`` and ``dim1`` (PyTorch's signature; negative axes count from the end).
+    fn transpose(&self, py: Python<'_>, dim0: isize, dim1: isize) -> PyResult<Self> {
+        crate::functional_layout::transpose_method(py, self, dim0, dim1)
+    }
+
+    /// Reorders the axes: ``x.permute(2, 0, 1)`` or ``x.permute((2, 0, 1))``.
+    #[pyo3(signature = (*axes))]
+    fn permute(&self, py: Python<'_>, axes: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        crate::functional_layout::permute_method(py, self, axes)
+    }
+
+    /// The same elements with another shape: ``x.reshape(2, -1)`` or ``x.reshape((2, -1))``
+    /// (one ``-1`` is inferred).
+    #[pyo3(signature = (*shape))]
+    fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        crate::functional_layout::reshape_method(py, self, shape)
+    }
+
     /// The device the value lives on (``"cpu"``, or the device of the model whose weights or
     /// outputs this is).
     #[getter]
