@@ -187,6 +187,19 @@ def test_advanced_indices_are_type_errors(key: Any) -> None:
         x[key]
 
 
+def test_huge_ints_clamp_in_slices_and_are_out_of_range_as_indices() -> None:
+    a, x = leaf((2, 5))
+    for key in [
+        (1, slice(None, None, 2**100)),
+        (0, slice(-(2**100), 2**100, 3)),
+        (0, slice(2**70, -(2**70), -(2**80))),
+        (1, slice(None, None, -(2**63))),
+    ]:
+        np.testing.assert_array_equal(x[key].numpy(), a[key])
+    with pytest.raises(IndexError, match="out of range for axis 0 of size 2"):
+        x[2**100]
+
+
 def test_integer_scalars_index_like_ints() -> None:
     a, x = leaf((3, 4))
     np.testing.assert_array_equal(x[np.int64(2), np.int32(-1)].numpy(), a[2, -1])

@@ -98,12 +98,18 @@ fn index_item(py: Python<'_>, item: &Bound<'_, PyAny>, position: usize) -> PyRes
             if v.is_none() {
                 return Ok(None);
             }
-            v.extract::<isize>().map(Some).map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "slice {name} must be an int or None; got {}",
-                    type_name(&v)
-                ))
-            })
+            if let Ok(i) = v.extract::<isize>() {
+                return Ok(Some(i));
+            }
+            // An int beyond 64 bits: every bound past the axis clamps the same way (and a step
+            // that large takes one element), so saturate it.
+            if v.is_instance_of::<pyo3::types::PyInt>() {
+                return Ok(Some(if v.lt(0)? { isize::MIN } else { isize::MAX }));
+            }
+            Err(PyTypeError::new_err(format!(
+                "slice {name} must be an int or None; got {}",
+                type_name(&v)
+            )))
         };
         return Ok(IndexItem::Slice {
             start: bound("start")?,
@@ -123,6 +129,14 @@ fn index_item(py: Python<'_>, item: &Bound<'_, PyAny>, position: usize) -> PyRes
     if is_int {
         if let Ok(i) = item.extract::<isize>() {
             return Ok(IndexItem::Int(i));
+        }
+        // Beyond 64 bits: out of range of every axis.
+        if item.is_instance_of::<pyo3::types::PyInt>() {
+            return Ok(IndexItem::Int(if item.lt(0)? {
+                isize::MIN
+            } else {
+                isize::MAX
+            }));
         }
     }
     Err(PyTypeError::new_err(format!(
