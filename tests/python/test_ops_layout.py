@@ -152,6 +152,12 @@ def test_reshape_infers_one_minus_one() -> None:
         x.reshape(5, -1)
     with pytest.raises(riftco.ShapeError):
         x.reshape(5, 5)
+    with pytest.raises(ValueError, match="negative dimension -2"):
+        FN.reshape(x, [-2, -12])
+    with pytest.raises(ValueError, match="cannot be inferred"):
+        x.reshape(2**63, -1)
+    with pytest.raises(TypeError, match="must be ints"):
+        x.reshape(2.0, -1)  # type: ignore[arg-type]
 
 
 def test_len_and_iteration_follow_the_first_axis() -> None:

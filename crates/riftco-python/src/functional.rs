@@ -241,8 +241,12 @@ fn sum(py: Python<'_>, x: PyRef<'_, PyVariable>) -> PyResult<PyVariable> {
 ///     ShapeError: when the element counts differ. ConfigError (a ValueError): more than one
 ///         ``-1``, another negative dimension, or a ``-1`` that cannot be inferred.
 #[pyfunction]
-fn reshape(py: Python<'_>, x: PyRef<'_, PyVariable>, shape: Vec<isize>) -> PyResult<PyVariable> {
-    unary(py, &x, move |x| ops::reshape_infer(x, &shape))
+fn reshape(
+    py: Python<'_>,
+    x: PyRef<'_, PyVariable>,
+    shape: Vec<Bound<'_, PyAny>>,
+) -> PyResult<PyVariable> {
+    crate::functional_layout::reshape_items(py, &x, &shape)
 }
 
 /// Mean softmax cross-entropy, ``mean_r(logsumexp(z_r) - z_r[t_r])``.

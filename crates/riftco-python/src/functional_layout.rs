@@ -219,8 +219,61 @@ pub(crate) fn reshape_method(
     x: &PyVariable,
     shape: &Bound<'_, PyTuple>,
 ) -> PyResult<PyVariable> {
-    let shape = varargs(shape, "reshape: shape")?;
+    let items: Vec<Bound<'_, PyAny>> = if shape.len() == 1
+        && (shape.get_item(0)?.is_instance_of::<PyTuple>()
+            || shape.get_item(0)?.is_instance_of::<pyo3::types::PyList>())
+    {
+        shape.get_item(0)?.try_iter()?.collect::<PyResult<_>>()?
+    } else {
+        shape.iter().collect()
+    };
+    reshape_items(py, x, &items)
+}
+
+/// ``reshape(x, shape)`` for Python ints: dimensions up to ``usize::MAX`` (a shape whose
+/// element count wraps is then a ``ShapeError``), or one ``-1`` inferred.
+pub(crate) fn reshape_items(
+    py: Python<'_>,
+    x: &PyVariable,
+    items: &[Bound<'_, PyAny>],
+) -> PyResult<PyVariable> {
+    let mut dims: Vec<Option<usize>> = Vec::with_capacity(items.len());
+    for item in items {
+        if let Ok(d) = item.extract::<usize>() {
+            dims.push(Some(d));
+        } else if let Ok(d) = item.extract::<isize>() {
+            if d != -1 {
+                return Err(crate::errors::Exc::Config.err(format!(
+                    "reshape: shape has the negative dimension {d}; dimensions are >= 0 (or \
+                     one -1)"
+                )));
+            }
+            dims.push(None);
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "reshape: shape must be ints; got {}",
+                type_name(item)
+            )));
+        }
+    }
     let x = x.inner().clone();
+    if dims.iter().all(Option::is_some) {
+        let dims: Vec<usize> = dims.into_iter().flatten().collect();
+        return run(py, move || ops::reshape(&x, dims));
+    }
+    // With a -1 every other dimension must fit in isize (else the -1 cannot be inferred).
+    let signed: Option<Vec<isize>> = dims
+        .iter()
+        .map(|d| d.map_or(Some(-1), |d| isize::try_from(d).ok()))
+        .collect();
+    let Some(shape) = signed else {
+        return Err(crate::errors::Exc::Config.err(format!(
+            "reshape: cannot reshape a tensor of shape {:?} into {dims:?} (None = -1): the -1 \
+             cannot be inferred next to a dimension above {}",
+            x.dims(),
+            isize::MAX
+        )));
+    };
     run(py, move || ops::reshape_infer(&x, &shape))
 }
 
