@@ -58,7 +58,10 @@ def index_cases(draw: st.DrawFn) -> tuple[tuple[int, ...], Any]:
             items.append(None)
             items.append(slice(None))  # still consume the axis
     if draw(st.booleans()):
-        items.insert(draw(st.integers(0, len(items))), Ellipsis)
+        # The integers above were drawn for the leading axes: a `...` keeps them there when it
+        # stands at the end, or anywhere when it expands to no axis (every axis indexed).
+        at = draw(st.integers(0, len(items))) if n_axes == len(shape) else len(items)
+        items.insert(at, Ellipsis)
     key: Any = tuple(items)
     if len(items) == 1 and draw(st.booleans()):
         key = items[0]  # a bare item, not a tuple
@@ -78,6 +81,14 @@ def test_getitem_matches_numpy_value_and_adjoint(case: tuple[tuple[int, ...], An
     dx = np.zeros_like(a)
     dx[key] = g  # the exact adjoint of basic indexing (views never alias)
     np.testing.assert_array_equal(x.grad, dx)
+
+
+def test_a_leading_ellipsis_indexes_the_last_axes() -> None:
+    a, x = leaf((2, 3, 4))
+    for key in [(..., 1), (..., None, -1, slice(1, None, 2)), (0, ..., 3), (None, ..., None)]:
+        np.testing.assert_array_equal(x[key].numpy(), a[key])
+    with pytest.raises(IndexError, match="index 3 is out of range for axis 1 of size 3"):
+        x[..., 3, 0]
 
 
 @settings(max_examples=40, deadline=None)

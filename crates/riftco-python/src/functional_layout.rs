@@ -288,6 +288,15 @@ pub(crate) fn reshape_items(
 ///
 /// Raises:
 ///     ShapeError: an axis out of range (naming it and the rank).
+///
+/// Example:
+///     >>> import numpy as np, riftco
+///     >>> from riftco import functional as F
+///     >>> x = riftco.Variable(np.zeros((2, 3, 4)))
+///     >>> F.transpose(x, 0, -1).shape
+///     (4, 3, 2)
+///     >>> x.transpose(1, 2).shape, x.T.shape, x.permute(2, 0, 1).shape
+///     ((2, 4, 3), (4, 3, 2), (4, 2, 3))
 #[pyfunction]
 fn transpose(
     py: Python<'_>,
@@ -312,6 +321,12 @@ fn transpose(
 /// Raises:
 ///     ShapeError: an axis out of range. ConfigError (a ValueError): ``axes`` of the wrong
 ///         length or repeating an axis.
+///
+/// Example:
+///     >>> import numpy as np, riftco
+///     >>> from riftco import functional as F
+///     >>> F.permute(riftco.Variable(np.zeros((2, 3, 4))), [2, 0, -2]).shape
+///     (4, 2, 3)
 #[pyfunction]
 fn permute(py: Python<'_>, x: PyRef<'_, PyVariable>, axes: Vec<isize>) -> PyResult<PyVariable> {
     let x = x.inner().clone();
@@ -332,6 +347,16 @@ fn permute(py: Python<'_>, x: PyRef<'_, PyVariable>, axes: Vec<isize>) -> PyResu
 /// Raises:
 ///     ShapeError: shapes that disagree off ``axis`` (naming both shapes and the axis), or an
 ///         axis out of range. ConfigError (a ValueError): an empty sequence or rank-0 inputs.
+///
+/// Example:
+///     >>> import numpy as np, riftco
+///     >>> from riftco import functional as F
+///     >>> a = riftco.Variable(np.ones((2, 3)))
+///     >>> F.concat([a, riftco.Variable(np.zeros((2, 1)))], axis=-1).numpy()
+///     array([[1., 1., 1., 0.],
+///            [1., 1., 1., 0.]], dtype=float32)
+///     >>> F.cat([a, a]).shape
+///     (4, 3)
 #[pyfunction]
 #[pyo3(signature = (xs, axis = 0))]
 fn concat(py: Python<'_>, xs: Vec<PyRef<'_, PyVariable>>, axis: isize) -> PyResult<PyVariable> {
@@ -351,6 +376,13 @@ fn concat(py: Python<'_>, xs: Vec<PyRef<'_, PyVariable>>, axis: isize) -> PyResu
 /// Raises:
 ///     ShapeError: inputs of different shapes (naming both), or an axis out of range.
 ///     ConfigError (a ValueError): an empty sequence.
+///
+/// Example:
+///     >>> import numpy as np, riftco
+///     >>> from riftco import functional as F
+///     >>> a = riftco.Variable(np.ones((2, 3)))
+///     >>> F.stack([a, a, a], axis=1).shape
+///     (2, 3, 3)
 #[pyfunction]
 #[pyo3(signature = (xs, axis = 0))]
 fn stack(py: Python<'_>, xs: Vec<PyRef<'_, PyVariable>>, axis: isize) -> PyResult<PyVariable> {
