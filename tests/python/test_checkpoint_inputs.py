@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,7 @@ def leaves() -> tuple[riftco.Variable, riftco.Variable, riftco.Variable]:
     return a, b, w
 
 
-def block(w: riftco.Variable):  # type: ignore[no-untyped-def]
+def block(w: riftco.Variable) -> Callable[[riftco.Variable, riftco.Variable], riftco.Variable]:
     def fn(a: riftco.Variable, b: riftco.Variable) -> riftco.Variable:
         return F.mul(F.silu(F.linear(a, w)), b)
 

@@ -1,13 +1,14 @@
 //! Activation checkpointing: the replay primitive (forward keeps only the boundary; backward
 //! replays the callable in a nested gradient context), after Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost".
 //!
-//! Forward: evaluate the callable normally on a fresh leaf holding the input's value, verify its
-//! graph against the declared boundary, keep the output value, discard the internal graph, and
-//! retain one checkpoint node whose parents are the input and the dependencies.
+//! Forward: evaluate the callable normally on fresh leaves holding the inputs' values (one
+//! input, or several with [`checkpoint_multi`]), verify its graph against the declared
+//! boundary, keep the output value, discard the internal graph, and retain one checkpoint node
+//! whose parents are the inputs and then the dependencies.
 //!
-//! Backward: evaluate the callable again on a fresh leaf holding the saved input, verify shape,
-//! device and boundary, compute the local VJP in a nested [`GradientContext`], hand the input VJP
-//! and each dependency VJP to the outer pass, and release the replay graph. Replay never runs
+//! Backward: evaluate the callable again on fresh leaves holding the saved inputs, verify shape,
+//! device and boundary, compute the local VJP in a nested [`GradientContext`], hand each input
+//! VJP and each dependency VJP to the outer pass, and release the replay graph. Replay never runs
 //! `backward()` against live parameters, so public gradients are never touched by it.
 //!
 //! Random numbers: with [`CheckpointOptions::preserve_rng_state`] (the default) the replay runs

@@ -161,3 +161,60 @@ fn multi_input_checkpoint_keeps_the_dependency_rejections() {
         "{e}"
     );
 }
+
+#[test]
+fn selective_multi_input_checkpoint_equals_the_plain_one_bitwise() {
+    use riftco_autograd::{checkpoint_multi_with_options, named, CheckpointOptions};
+    let x = Variable::leaf(rand(&[4, 6], 1), true);
+    let w = Variable::leaf(rand(&[6, 6], 2), true);
+    let run = |save: Vec<String>| {
+        let a = ops::scale(&x, 2.0).unwrap();
+        let b = ops::scale(&x, -1.0).unwrap();
+        let w2 = w.clone();
+        let y = checkpoint_multi_with_options(
+            "two",
+            &[a, b],
+            std::slice::from_ref(&w),
+            &CheckpointOptions::saving(save),
+            move |xs, _| {
+                let z = named("z", &[&xs[0]], || ops::linear(&xs[0], &w2))?;
+                ops::mul(&ops::silu(&z)?, &xs[1])
+            },
+        )
+        .unwrap();
+        ops::sum(&y).unwrap().backward().unwrap();
+        (x.grad().unwrap().to_vec(), w.grad().unwrap().to_vec())
+    };
+    assert_eq!(run(vec![]), run(vec!["z".to_string()]));
+}
+
+#[test]
+fn a_saved_named_value_may_not_read_another_input_it_was_not_given() {
+    use riftco_autograd::{checkpoint_multi_with_options, named, CheckpointOptions};
+    let a = Variable::leaf(rand(&[2, 3], 1), true);
+    let b = Variable::leaf(rand(&[2, 3], 2), true);
+    let e = checkpoint_err(checkpoint_multi_with_options(
+        "two",
+        &[a, b],
+        &[],
+        &CheckpointOptions::saving(["z"]),
+        |xs, _| named("z", &[&xs[0]], || ops::add(&xs[0], &xs[1])),
+    ));
+    assert!(
+        matches!(e, CheckpointError::NamedOpCapturedNode { .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn with_grad_mode_off_the_callable_runs_once_on_the_inputs() {
+    let a = Variable::leaf(rand(&[2, 3], 1), true);
+    let b = Variable::leaf(rand(&[2, 3], 2), true);
+    let want = ops::add(&a, &b).unwrap().value().to_vec();
+    let y = riftco_autograd::no_grad(|| {
+        checkpoint_multi(&[a.clone(), b.clone()], &[], |xs| ops::add(&xs[0], &xs[1]))
+    })
+    .unwrap();
+    assert_eq!(y.value().to_vec(), want);
+    assert!(!y.requires_grad());
+}

@@ -105,6 +105,39 @@ fn index_follows_numpy_basic_indexing() {
 }
 
 #[test]
+fn extreme_slice_bounds_and_steps_clamp_as_in_python() {
+    let x = iota(&[2, 5]);
+    let y = ops::index(&x, &[I::Int(1), sl(None, None, Some(isize::MAX))]).unwrap();
+    assert_eq!(y.value().to_vec(), vec![5.0]);
+    let y = ops::index(&x, &[I::Int(1), sl(None, None, Some(isize::MIN))]).unwrap();
+    assert_eq!(y.value().to_vec(), vec![9.0]);
+    let y = ops::index(
+        &x,
+        &[I::Int(0), sl(Some(isize::MIN), Some(isize::MAX), Some(3))],
+    )
+    .unwrap();
+    assert_eq!(y.value().to_vec(), vec![0.0, 3.0]);
+    let y = ops::index(
+        &x,
+        &[I::Int(0), sl(Some(isize::MAX), Some(isize::MIN), Some(-4))],
+    )
+    .unwrap();
+    assert_eq!(y.value().to_vec(), vec![4.0, 0.0]);
+    let e = tensor_err(ops::index(&x, &[I::Int(isize::MIN)]));
+    assert!(
+        matches!(
+            e,
+            TensorError::IndexOutOfBounds {
+                axis: 0,
+                size: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
 fn index_vjp_scatters_into_zeros_and_matches_finite_differences() {
     let exprs: Vec<Vec<I>> = vec![
         vec![I::Int(1)],

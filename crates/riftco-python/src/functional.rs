@@ -29,6 +29,7 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dropout, &m)?)?;
     // Broadcasting arithmetic, comparisons, maps and reductions (add, mul and sum among them).
     crate::functional_math::register(&m)?;
+    crate::functional_layout::register(parent, &m)?;
     parent.add_submodule(&m)?;
     // `import riftco._native.functional` and stubtest find it through sys.modules.
     m.setattr("__name__", "riftco._native.functional")?;
@@ -185,16 +186,22 @@ fn rms_norm(
 ///
 /// Args:
 ///     x: Variable of any shape.
-///     shape: the new shape, with the same element count.
+///     shape: the new shape, with the same element count; one dimension may be ``-1``
+///         (inferred from the element count).
 ///
 /// Returns:
 ///     Variable: of shape ``shape``.
 ///
 /// Raises:
-///     ShapeError: when the element counts differ.
+///     ShapeError: when the element counts differ. ConfigError (a ValueError): more than one
+///         ``-1``, another negative dimension, or a ``-1`` that cannot be inferred.
 #[pyfunction]
-fn reshape(py: Python<'_>, x: PyRef<'_, PyVariable>, shape: Vec<usize>) -> PyResult<PyVariable> {
-    unary(py, &x, move |x| ops::reshape(x, shape))
+fn reshape(
+    py: Python<'_>,
+    x: PyRef<'_, PyVariable>,
+    shape: Vec<Bound<'_, PyAny>>,
+) -> PyResult<PyVariable> {
+    crate::functional_layout::reshape_items(py, &x, &shape)
 }
 
 /// Mean softmax cross-entropy, ``mean_r(logsumexp(z_r) - z_r[t_r])``.

@@ -26,6 +26,7 @@ mod draws;
 mod embedding;
 mod errors;
 mod functional;
+mod functional_layout;
 mod functional_math;
 mod grad_mode;
 mod kernels;

@@ -118,6 +118,57 @@ impl PyVariable {
         Ok(Self(make_leaf(t, requires_grad, name)))
     }
 
+    /// ``x[key]``: NumPy basic indexing (ints, slices with steps, ``...``, ``None``, tuples of
+    /// these), a differentiable copy whose VJP scatters the gradient into zeros of ``x``'s
+    /// shape. Raises ``IndexOutOfRangeError`` (an ``IndexError`` and a ``ShapeError``) for an
+    /// int out of range, naming the index, axis and size; ``ConfigError`` (a ``ValueError``)
+    /// for a slice step of 0, two ``...`` or too many indices; ``TypeError`` for advanced
+    /// indices (lists, arrays, bools).
+    ///
+    /// Example:
+    ///     >>> import numpy as np, riftco
+    ///     >>> x = riftco.Variable(np.arange(24.0).reshape(2, 3, 4))
+    ///     >>> x[1, ::-2, None, -1].numpy()
+    ///     array([[23.],
+    ///            [15.]], dtype=float32)
+    ///     >>> x[..., 1:3].shape, x[0, 5:].shape
+    ///     ((2, 3, 2), (0, 4))
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Self> {
+        crate::functional_layout::getitem(py, self, key)
+    }
+
+    /// All axes reversed (NumPy's ``.T``), a differentiable copy.
+    #[getter(T)]
+    fn reversed_axes(&self, py: Python<'_>) -> PyResult<Self> {
+        crate::functional_layout::reversed(py, self)
+    }
+
+    /// Swaps axes ``dim0`` and ``dim1`` (PyTorch's signature; negative axes count from the end).
+    fn transpose(&self, py: Python<'_>, dim0: isize, dim1: isize) -> PyResult<Self> {
+        crate::functional_layout::transpose_method(py, self, dim0, dim1)
+    }
+
+    /// Reorders the axes: ``x.permute(2, 0, 1)`` or ``x.permute((2, 0, 1))``.
+    #[pyo3(signature = (*axes))]
+    fn permute(&self, py: Python<'_>, axes: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        crate::functional_layout::permute_method(py, self, axes)
+    }
+
+    /// The same elements with another shape: ``x.reshape(2, -1)`` or ``x.reshape((2, -1))``
+    /// (one ``-1`` is inferred). ``ShapeError`` when the element counts differ;
+    /// ``ConfigError`` for several ``-1``, another negative dimension, or a ``-1`` that
+    /// cannot be inferred.
+    ///
+    /// Example:
+    ///     >>> import numpy as np, riftco
+    ///     >>> x = riftco.Variable(np.zeros((2, 3, 4)))
+    ///     >>> x.reshape(4, -1).shape, x.reshape((-1,)).shape
+    ///     ((4, 6), (24,))
+    #[pyo3(signature = (*shape))]
+    fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        crate::functional_layout::reshape_method(py, self, shape)
+    }
+
     /// The device the value lives on (``"cpu"``, or the device of the model whose weights or
     /// outputs this is).
     #[getter]

@@ -3,7 +3,7 @@
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from types import NotImplementedType
+from types import EllipsisType, NotImplementedType
 from typing import Any, SupportsIndex, final
 
 import numpy as np
@@ -23,6 +23,7 @@ __all__ = [
     "parse_activation_checkpointing",
     "RiftcoError",
     "ShapeError",
+    "IndexOutOfRangeError",
     "ConfigError",
     "TokenError",
     "DeviceUnavailableError",
@@ -120,6 +121,10 @@ class RiftcoError(Exception):
 class ShapeError(RiftcoError, ValueError):
     """Tensor shapes or element counts do not fit the operation."""
 
+class IndexOutOfRangeError(ShapeError, IndexError):
+    """An integer index outside -size..size of its axis (the message names the index, the axis
+    and its size); also a ShapeError and an IndexError."""
+
 class ConfigError(RiftcoError, ValueError):
     """An invalid configuration value or an unknown option string."""
 
@@ -204,6 +209,24 @@ class Variable:
     def __new__(
         cls, array: npt.ArrayLike | Variable, requires_grad: bool = False, name: str | None = None
     ) -> Variable: ...
+    def __getitem__(
+        self, key: SupportsIndex | slice | EllipsisType | None | tuple[Any, ...], /
+    ) -> Variable:
+        """NumPy basic indexing (ints, slices with steps, ``...``, ``None``, tuples of these), a
+        differentiable copy; the VJP scatters into zeros. ``IndexOutOfRangeError`` (an
+        ``IndexError``) for an int out of range naming index, axis and size; ``TypeError`` for
+        advanced indices (lists, arrays, bools)."""
+    @property
+    def T(self) -> Variable:
+        """All axes reversed (NumPy's ``.T``), a differentiable copy."""
+    def transpose(self, dim0: int, dim1: int) -> Variable:
+        """Swaps axes ``dim0`` and ``dim1`` (negative count from the end); ``ShapeError`` for an
+        axis out of range."""
+    def permute(self, *axes: int | Sequence[int]) -> Variable:
+        """Reorders the axes: ``x.permute(2, 0, 1)`` or ``x.permute((2, 0, 1))``."""
+    def reshape(self, *shape: int | Sequence[int]) -> Variable:
+        """Another shape of the same elements: ``x.reshape(2, -1)`` or ``x.reshape((2, -1))``
+        (one ``-1`` inferred)."""
     @property
     def device(self) -> str:
         """The device the value lives on (``"cpu"`` unless it belongs to a moved model)."""

@@ -37,6 +37,11 @@ __all__ = [
     "rms_norm",
     "sum",
     "reshape",
+    "transpose",
+    "permute",
+    "concat",
+    "cat",
+    "stack",
     "cross_entropy",
     "dropout",
     "embedding",
@@ -138,7 +143,26 @@ def sum(
     the end; ``ShapeError`` for an out-of-range or repeated axis)."""
 
 def reshape(x: Variable, shape: Sequence[int]) -> Variable:
-    """The same elements with another shape of equal element count."""
+    """The same elements with another shape of equal element count; one dimension may be ``-1``
+    (inferred). ``ConfigError`` for several ``-1`` or one that cannot be inferred."""
+
+def transpose(x: Variable, dim0: int, dim1: int) -> Variable:
+    """Swaps axes ``dim0`` and ``dim1`` (negative count from the end), a differentiable copy.
+    ``ShapeError`` for an axis out of range (naming it and the rank)."""
+
+def permute(x: Variable, axes: Sequence[int]) -> Variable:
+    """Output axis ``i`` is input axis ``axes[i]`` (NumPy's ``transpose(x, axes)``). ``ShapeError``
+    for an axis out of range; ``ConfigError`` for a wrong count or a repeated axis."""
+
+def concat(xs: Sequence[Variable], axis: int = 0) -> Variable:
+    """Joins ``xs`` along ``axis`` (NumPy's ``concatenate``). ``ShapeError`` naming both shapes
+    and the axis when they disagree off ``axis``; ``ConfigError`` for an empty sequence."""
+
+cat = concat
+
+def stack(xs: Sequence[Variable], axis: int = 0) -> Variable:
+    """Stacks ``xs`` (one shape) along a new axis ``axis``. ``ShapeError`` naming both shapes
+    when they differ; ``ConfigError`` for an empty sequence."""
 
 def cross_entropy(logits: Variable, targets: npt.ArrayLike) -> Variable:
     """Mean softmax cross-entropy of ``logits [rows, vocab]`` and integer ``targets [rows]``

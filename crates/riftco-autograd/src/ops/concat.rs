@@ -1,4 +1,4 @@
-//! Joining tensors: [`concat`] along an existing axis and [`stack`] along a new one. The
+//! Joining tensors: [`concat()`] along an existing axis and [`stack`] along a new one. The
 //! forward writes each input into its slot of the output
 //! ([`riftco_tensor::Backend::scatter_strided`]); the VJP hands each input its slice of the
 //! gradient ([`riftco_tensor::Backend::gather_strided`]).
@@ -92,7 +92,7 @@ fn join(op: &'static str, xs: &[Variable], axis: isize) -> Result<Variable> {
 
 /// The inputs stacked along a new axis `axis` of the output (negative counts from the end of
 /// the output's `rank + 1` axes; NumPy's and PyTorch's `stack`): every input has the same
-/// shape. Built from [`reshape`] (a size-1 axis inserted) and [`concat`].
+/// shape. Built from [`reshape`] (a size-1 axis inserted) and [`concat()`].
 ///
 /// # Errors
 /// [`TensorError::InvalidArgument`] for an empty list; [`TensorError::JoinShapeMismatch`]

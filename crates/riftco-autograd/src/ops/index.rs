@@ -130,7 +130,8 @@ pub fn index_view(dims: &[usize], items: &[IndexItem]) -> Result<StridedView> {
                 axis += 1;
             }
             IndexItem::Slice { start, stop, step } => {
-                let step = step.unwrap_or(1);
+                // As Python's slice.indices: a step of isize::MIN is read as -isize::MAX.
+                let step = step.unwrap_or(1).max(-isize::MAX);
                 if step == 0 {
                     return Err(invalid(format!(
                         "slice step cannot be zero (axis {axis} of shape {dims:?})"
@@ -141,7 +142,10 @@ pub fn index_view(dims: &[usize], items: &[IndexItem]) -> Result<StridedView> {
                     offset += s * strides[axis];
                 }
                 view.dims.push(len);
-                view.strides.push(strides[axis] * step);
+                // With two or more elements |step| < size, so the product cannot overflow; a
+                // step of one element or none is never taken.
+                view.strides
+                    .push(if len > 1 { strides[axis] * step } else { 0 });
                 axis += 1;
             }
             IndexItem::NewAxis => {
