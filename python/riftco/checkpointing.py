@@ -14,13 +14,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import riftco._native as _native
-from riftco._native import CheckpointError, ConfigError, Variable, _describe, _reached
+from riftco._native import CheckpointError, ConfigError, Variable
 from riftco.discovery import discover_leaves
-from riftco.grad_mode import enable_grad
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
 
-_UNUSED = "does not depend on declared dependency "
 _MISSING = "which is not a declared dependency"
 
 
@@ -90,11 +88,8 @@ def checkpoint(
     - ``dependencies=None`` (default): found automatically (``riftco.discovery``): for a
       ``riftco.nn.Module`` or a bound method of one, every leaf the module holds; for a plain
       callable, the leaves its closure, defaults, bound ``self``, ``functools.partial``
-      arguments and named globals reach. When some leaf found is not read by ``function``
-      (the native checkpoint refuses an unused dependency), ``function`` runs twice more in
-      the forward, from the same generator state each time: once plainly to see which leaves
-      it reads (its graph is released at once), once checkpointed with those; pass
-      ``dependencies`` to avoid that cost.
+      arguments and named globals reach. A leaf found that ``function`` does not read (its
+      output does not depend on it) is left out of the boundary and gets no gradient.
     - ``dependencies=[...]``: exactly those, checked as before (no discovery).
     - The older form ``checkpoint(fn, x, [w1, w2])``: a list or tuple whose items are all
       Variables (an empty one too) in the LAST positional place, after at least one Variable
@@ -176,32 +171,16 @@ def checkpoint(
         return _native.checkpoint(target, x, list(explicit), **options)
     others = [a for a in positional if not isinstance(a, Variable)] + list(kwargs.values())
     deps = discover_leaves([function, *others], exclude=inputs)
-    state = _native.get_rng_state()
     try:
-        return _native.checkpoint(target, x, deps, **options)
+        # A leaf found but not read (a module's unused parameter) is dropped from the boundary.
+        return _native.checkpoint(target, x, deps, prune_unused_dependencies=True, **options)
     except CheckpointError as e:
-        message = str(e)
-        if _MISSING in message:
+        if _MISSING in str(e):
             raise CheckpointError(
-                f"{message}: dependency discovery did not find it (see riftco.discovery for "
-                "what it searches); pass dependencies=[...] explicitly"
+                f"{e}: dependency discovery did not find it (see riftco.discovery for what it "
+                "searches); pass dependencies=[...] explicitly"
             ) from e
-        if not any(message.endswith(_UNUSED + _describe(d)) for d in deps):
-            raise
-    # Discovery found leaves the callable does not read (the native checkpoint refuses an
-    # unused dependency): one plain run, from the same generator state, shows which it reads.
-    _native.set_rng_state(state)
-    with enable_grad():
-        probe = target(*inputs)
-    if not isinstance(probe, Variable):
-        raise TypeError(
-            f"checkpoint: the callable must return a riftco.Variable; it returned "
-            f"{type(probe).__name__}"
-        )
-    used = [d for d, hit in zip(deps, _reached(probe, deps, inputs)) if hit]
-    del probe
-    _native.set_rng_state(state)
-    return _native.checkpoint(target, x, used, **options)
+        raise
 
 
 def checkpoint_sequential(

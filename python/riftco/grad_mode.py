@@ -6,7 +6,8 @@ inside ``no_grad()`` ops compute values only, their results have ``requires_grad
 record no graph, so nothing is kept for a backward pass. A checkpoint replay during
 ``backward()`` always records (as in PyTorch).
 
-Each form is a context manager and a decorator (``@riftco.no_grad()``: the decorated function
+Each form is a context manager and a decorator (``@riftco.no_grad()`` or ``@riftco.no_grad``:
+the decorated function
 runs with recording off at every call, whatever the caller's setting, and the caller's setting is
 restored afterwards, also when it raises).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from types import TracebackType
-from typing import TypeVar, cast
+from typing import TypeVar, cast, overload
 
 from riftco._native import _set_grad_enabled, is_grad_enabled
 
@@ -60,10 +61,48 @@ class _GradMode:
         return cast(_F, wrapper)
 
 
-class no_grad(_GradMode):  # noqa: N801 (PyTorch's name)
+class _NoGrad(_GradMode):
+    """The context of ``no_grad()``."""
+
+    _mode = False
+
+
+class _EnableGrad(_GradMode):
+    """The context of ``enable_grad()``."""
+
+    _mode = True
+
+
+def _context_or_decorated(
+    factory: type[_GradMode], what: str, orig_func: _F | None
+) -> _GradMode | _F:
+    if orig_func is None:
+        return factory()
+    if not callable(orig_func):
+        raise TypeError(
+            f"{what}() takes no arguments (or a function to decorate); got {orig_func!r}"
+        )
+    return factory()(orig_func)
+
+
+@overload
+def no_grad() -> _GradMode: ...
+@overload
+def no_grad(orig_func: _F) -> _F: ...
+def no_grad(orig_func: _F | None = None) -> _GradMode | _F:
     """Disables graph recording on this thread inside the ``with`` block or the decorated
     function (``torch.no_grad``): ops return constants (``requires_grad == False``), and
-    ``backward()`` of such a result raises.
+    ``backward()`` of such a result raises. A decorator with or without parentheses
+    (``@riftco.no_grad()``, ``@riftco.no_grad``).
+
+    Args:
+        orig_func: a function to decorate (the bare-decorator form); omitted for the context.
+
+    Returns:
+        A context manager (and decorator), or the decorated function.
+
+    Raises:
+        TypeError: ``orig_func`` is not callable.
 
     Example:
         >>> import numpy as np, riftco
@@ -74,15 +113,27 @@ class no_grad(_GradMode):  # noqa: N801 (PyTorch's name)
         >>> y.requires_grad
         False
     """
+    return _context_or_decorated(_NoGrad, "no_grad", orig_func)
 
-    _mode = False
 
-
-class enable_grad(_GradMode):  # noqa: N801 (PyTorch's name)
+@overload
+def enable_grad() -> _GradMode: ...
+@overload
+def enable_grad(orig_func: _F) -> _F: ...
+def enable_grad(orig_func: _F | None = None) -> _GradMode | _F:
     """Enables graph recording inside the ``with`` block or the decorated function, also
-    within ``no_grad`` (``torch.enable_grad``)."""
+    within ``no_grad`` (``torch.enable_grad``); with or without parentheses as a decorator.
 
-    _mode = True
+    Args:
+        orig_func: a function to decorate (the bare-decorator form); omitted for the context.
+
+    Returns:
+        A context manager (and decorator), or the decorated function.
+
+    Raises:
+        TypeError: ``orig_func`` is not callable.
+    """
+    return _context_or_decorated(_EnableGrad, "enable_grad", orig_func)
 
 
 class set_grad_enabled(_GradMode):  # noqa: N801 (PyTorch's name)

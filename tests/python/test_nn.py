@@ -276,9 +276,9 @@ def test_uniform_and_normal_draws_are_reproducible_and_validated() -> None:
 
 
 def test_a_checkpointed_module_with_dropout_and_an_unread_leaf_matches_the_plain_run() -> None:
-    """Discovery finds the unread frozen leaf, so the forward runs a plain probe first; the
-    probe and the kept run start from the same generator state, so the dropout masks, the
-    values and the gradients are the plain run's."""
+    """Discovery finds the unread frozen leaf, which the native checkpoint leaves out of the
+    boundary; the replay draws the forward run's dropout masks, so the values and the
+    gradients are the plain run's."""
 
     class Noisy(nn.Module):
         def __init__(self) -> None:
@@ -304,5 +304,5 @@ def test_a_checkpointed_module_with_dropout_and_an_unread_leaf_matches_the_plain
     np.testing.assert_array_equal(y0, y1)
     np.testing.assert_array_equal(gx0, gx1)
     np.testing.assert_array_equal(gw0, gw1)
-    assert s0 == s1  # the probe does not advance the caller's stream
+    assert s0 == s1  # the replay does not advance the caller's stream
     assert (y0 == 0).sum() > 0

@@ -58,6 +58,30 @@ def test_no_grad_as_a_decorator_restores_the_setting_also_on_exceptions() -> Non
     assert riftco.is_grad_enabled()
 
 
+def test_bare_decorators_without_parentheses() -> None:
+    """``@riftco.no_grad`` and ``@riftco.enable_grad`` work without parentheses (PyTorch 2)."""
+    x, w = leaves()
+
+    @riftco.no_grad
+    def forward(h: riftco.Variable) -> riftco.Variable:
+        assert not riftco.is_grad_enabled()
+        return F.linear(h, w)
+
+    @riftco.enable_grad
+    def recorded(h: riftco.Variable) -> riftco.Variable:
+        assert riftco.is_grad_enabled()
+        return F.linear(h, w)
+
+    assert forward.__name__ == "forward"
+    assert not forward(x).requires_grad
+    assert riftco.is_grad_enabled()
+    with riftco.no_grad():
+        assert recorded(x).requires_grad
+        assert not riftco.is_grad_enabled()
+    with pytest.raises(TypeError, match="takes no arguments"):
+        riftco.no_grad(3)  # type: ignore[call-overload]
+
+
 def test_enable_grad_inside_no_grad_and_nesting() -> None:
     x, w = leaves()
     with riftco.no_grad():

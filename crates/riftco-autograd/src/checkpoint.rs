@@ -261,7 +261,27 @@ where
     let rng_after = rng_state();
     let saved = Arc::new(saved);
     check_unchanged(&boundary, &versions, "checkpoint callable (forward run)")?;
-    validate_boundary(&name, &out, &x0, dependencies, start)?;
+    let used = validate_boundary(
+        &name,
+        &out,
+        &x0,
+        dependencies,
+        start,
+        options.prune_unused_dependencies,
+    )?;
+    // With `prune_unused_dependencies`, the boundary keeps only what the output depends on.
+    let kept: Vec<Variable> = dependencies
+        .iter()
+        .zip(&used)
+        .filter(|(_, &u)| u)
+        .map(|(d, _)| d.clone())
+        .collect();
+    let dependencies = kept.as_slice();
+    let versions: Vec<u64> = inputs
+        .iter()
+        .chain(dependencies)
+        .map(|v| v.value().version())
+        .collect();
     let value = out.value().clone();
     if value.is_placeholder() {
         return Err(CheckpointError::GraphOnlyForwardOutput { name }.into());
@@ -417,7 +437,7 @@ where
         }
         .into());
     }
-    validate_boundary(name, &out, &x0, dependencies, start)?;
+    validate_boundary(name, &out, &x0, dependencies, start, false)?;
     if let Some(forward) = &spec.record {
         let replay = RunRecord {
             hash: tensor_hash(out.value())?,
@@ -506,14 +526,16 @@ fn validate_dependencies(name: &str, dependencies: &[Variable]) -> Result<()> {
 
 /// Verifies that the graph of `out` reaches outside itself only through the input leaves `x0`
 /// and the declared dependencies, creates no new differentiable leaf, and uses every input and
-/// every dependency. Nodes with id `>= start` were created by the callable.
+/// every dependency (with `allow_unused`, a dependency may go unused). Returns which
+/// dependencies the output depends on. Nodes with id `>= start` were created by the callable.
 fn validate_boundary(
     name: &str,
     out: &Variable,
     x0: &[Variable],
     dependencies: &[Variable],
     start: u64,
-) -> Result<()> {
+    allow_unused: bool,
+) -> Result<Vec<bool>> {
     let inputs: HashMap<u64, usize> = x0.iter().enumerate().map(|(i, x)| (x.id(), i)).collect();
     let declared: HashMap<u64, usize> = dependencies
         .iter()
@@ -571,12 +593,12 @@ fn validate_boundary(
         }
         .into());
     }
-    if let Some(i) = used.iter().position(|u| !u) {
+    if let Some(i) = used.iter().position(|u| !u).filter(|_| !allow_unused) {
         return Err(CheckpointError::DependencyUnused {
             name: name.to_string(),
             dependency: dependencies[i].describe(),
         }
         .into());
     }
-    Ok(())
+    Ok(used)
 }

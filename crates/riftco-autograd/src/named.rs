@@ -53,6 +53,12 @@ pub struct CheckpointOptions {
     /// What the replay is compared with the forward run on (default
     /// [`DeterminismCheck::Metadata`]: shape and device).
     pub determinism_check: DeterminismCheck,
+    /// Whether a dependency the forward run's output does not depend on is dropped from the
+    /// checkpoint's boundary (it receives no gradient) instead of being refused with
+    /// [`crate::CheckpointError::DependencyUnused`] (default `false`). For dependencies found
+    /// automatically (every leaf a module holds, of which a callable may read only some);
+    /// a declared list should be exact.
+    pub prune_unused_dependencies: bool,
 }
 
 impl Default for CheckpointOptions {
@@ -62,6 +68,7 @@ impl Default for CheckpointOptions {
             save: Vec::new(),
             preserve_rng_state: true,
             determinism_check: DeterminismCheck::Metadata,
+            prune_unused_dependencies: false,
         }
     }
 }
@@ -78,6 +85,12 @@ impl CheckpointOptions {
     /// These options with `determinism_check` set to `check`.
     pub fn with_determinism_check(mut self, check: DeterminismCheck) -> Self {
         self.determinism_check = check;
+        self
+    }
+
+    /// These options with `prune_unused_dependencies` set to `prune`.
+    pub fn with_prune_unused_dependencies(mut self, prune: bool) -> Self {
+        self.prune_unused_dependencies = prune;
         self
     }
 

@@ -218,3 +218,41 @@ fn with_grad_mode_off_the_callable_runs_once_on_the_inputs() {
     assert_eq!(y.value().to_vec(), want);
     assert!(!y.requires_grad());
 }
+
+#[test]
+fn prune_unused_dependencies_drops_an_unread_leaf_and_keeps_the_gradients_bitwise() {
+    use riftco_autograd::{checkpoint_multi_with_options, CheckpointOptions};
+    let x = Variable::leaf(rand(&[5, 8], 1), true);
+    let w = Variable::leaf(rand(&[8, 8], 3), true);
+    let unread = Variable::leaf(rand(&[8, 8], 4), true);
+    let plain = ops::sum(&ops::silu(&ops::linear(&x, &w).unwrap()).unwrap()).unwrap();
+    plain.backward().unwrap();
+    let g_plain = grads(&[&x, &w]);
+    x.zero_grad();
+    w.zero_grad();
+
+    let deps = [w.clone(), unread.clone()];
+    let w2 = w.clone();
+    let block = move |xs: &[Variable], _| ops::silu(&ops::linear(&xs[0], &w2)?);
+    // Without the option an unread dependency is refused, naming it.
+    let strict = checkpoint_multi_with_options(
+        "block",
+        std::slice::from_ref(&x),
+        &deps,
+        &CheckpointOptions::default(),
+        block.clone(),
+    );
+    assert!(matches!(
+        checkpoint_err(strict),
+        CheckpointError::DependencyUnused { .. }
+    ));
+    let options = CheckpointOptions::default().with_prune_unused_dependencies(true);
+    let y =
+        checkpoint_multi_with_options("block", std::slice::from_ref(&x), &deps, &options, block)
+            .unwrap();
+    // The boundary is the input and the one dependency read.
+    assert_eq!(y.parents().len(), 2);
+    ops::sum(&y).unwrap().backward().unwrap();
+    assert_eq!(grads(&[&x, &w]), g_plain);
+    assert!(unread.grad().is_none());
+}

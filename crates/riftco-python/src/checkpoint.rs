@@ -103,6 +103,9 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 ///     determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"``.
 ///     name: what error messages call this checkpoint (default: ``fn.__qualname__``; for a
 ///         ``functools.partial`` ``partial(<function>)``, for a callable object its type's name).
+///     prune_unused_dependencies: drop a dependency the first run's output does not depend on
+///         (it gets no gradient) instead of refusing it (default ``False``: the list must be
+///         exact). ``riftco.checkpoint`` sets it for the dependencies it discovers.
 ///
 /// Returns:
 ///     Variable: a node with the output's value whose parents are ``x`` (each of its Variables)
@@ -144,7 +147,8 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 ///     >>> y = riftco.checkpoint(block, x, [w], save=["z"])  # the replay reuses z
 #[pyfunction]
 #[pyo3(signature = (r#fn, x, dependencies = Vec::new(), *, save = None,
-                    preserve_rng_state = true, determinism_check = "metadata", name = None))]
+                    preserve_rng_state = true, determinism_check = "metadata", name = None,
+                    prune_unused_dependencies = false))]
 #[allow(clippy::too_many_arguments)]
 fn checkpoint(
     r#fn: Py<PyAny>,
@@ -154,11 +158,13 @@ fn checkpoint(
     preserve_rng_state: bool,
     determinism_check: &str,
     name: Option<String>,
+    prune_unused_dependencies: bool,
 ) -> PyResult<PyVariable> {
     let check: DeterminismCheck = determinism_check.parse().map_err(autograd_err)?;
     let options = CheckpointOptions::saving(save_names(save.as_ref())?)
         .with_preserve_rng_state(preserve_rng_state)
-        .with_determinism_check(check);
+        .with_determinism_check(check)
+        .with_prune_unused_dependencies(prune_unused_dependencies);
     let name = match name {
         Some(n) => n,
         None => Python::attach(|py| callable_name(r#fn.bind(py))),

@@ -49,8 +49,6 @@ __all__ = [
     "is_grad_enabled",
     "_set_grad_enabled",
     "_node_id",
-    "_describe",
-    "_reached",
     "TransformerConfig",
     "DecoderOnlyTransformer",
     "DecodeSession",
@@ -329,6 +327,7 @@ def checkpoint(
     preserve_rng_state: bool = True,
     determinism_check: str = "metadata",
     name: str | None = None,
+    prune_unused_dependencies: bool = False,
 ) -> Variable:
     """Activation checkpointing (Chen et al. 2016): ``fn(x)`` now, keeping only its output value,
     and once more during backward. ``dependencies`` lists every pre-existing leaf ``fn`` reads.
@@ -399,14 +398,6 @@ def _set_grad_enabled(enabled: bool) -> bool:
 def _node_id(v: Variable) -> int:
     """The graph node's identity (equal for two wrappers of one node)."""
 
-def _describe(v: Variable) -> str:
-    """How checkpoint error messages name this node."""
-
-def _reached(
-    out: Variable, candidates: Sequence[Variable], stop: Sequence[Variable]
-) -> list[bool]:
-    """For each candidate, whether the graph of ``out`` reaches it, not walking through
-    ``stop``."""
 
 # ---------------------------------------------------------------------------------------------
 # The transformer
