@@ -1,0 +1,406 @@
+//! [`GpuContext`]: one opened device with its queue, buffer pool, pipeline cache and the
+//! pending command encoder that batches kernels until a value is read back.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use wgpu::util::DeviceExt;
+
+use crate::device::{pick_adapter, summarize, GpuKind};
+use crate::error::{AdapterSummary, GpuError, Result};
+use crate::pipelines::PipelineCache;
+use crate::pool::{bucket_bytes, GpuBuffer, MemoryStats, Pool};
+
+/// Counters of the command stream (for tests and diagnostics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Kernel dispatches recorded.
+    pub dispatches: u64,
+    /// Queue submissions (one per flush of a non-empty pending encoder).
+    pub submits: u64,
+    /// Waits for the GPU (one per download).
+    pub waits: u64,
+}
+
+/// What the device-lost callback and the uncaptured-error handler saw.
+#[derive(Default)]
+struct Health {
+    lost: Mutex<Option<String>>,
+    uncaptured: Mutex<Option<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An opened GPU: wgpu device + queue of one adapter.
+///
+/// Kernels (see [`crate::kernels`]) record compute passes into one pending command encoder;
+/// nothing waits for the GPU until [`GpuContext::download`] submits the pending work and waits
+/// for it. `Send + Sync`: the pending encoder and the caches sit behind mutexes.
+pub struct GpuContext {
+    kind: GpuKind,
+    adapter: AdapterSummary,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    limits: wgpu::Limits,
+    pool: Arc<Pool>,
+    pub(crate) pipelines: PipelineCache,
+    pending: Mutex<Option<wgpu::CommandEncoder>>,
+    dispatches: AtomicU64,
+    submits: AtomicU64,
+    waits: AtomicU64,
+    health: Arc<Health>,
+}
+
+impl GpuContext {
+    /// Open the best adapter of `kind` headless (no surface) and create its device and queue.
+    ///
+    /// # Errors
+    /// [`GpuError::DeviceUnavailable`] naming `kind` and every adapter found when none of
+    /// `kind` exists; [`GpuError::DeviceRequest`] when the adapter refuses a device.
+    pub fn open(kind: GpuKind) -> Result<Self> {
+        let (_instance, adapter) = pick_adapter(kind)?;
+        let summary = summarize(&adapter.get_info());
+        // The adapter's own limits: storage buffers as large as the device allows.
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("riftco"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
+            GpuError::DeviceRequest {
+                adapter: summary.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        let health = Arc::new(Health::default());
+        {
+            let h = Arc::clone(&health);
+            device.set_device_lost_callback(move |reason, message| {
+                *lock(&h.lost) = Some(format!("{reason:?}: {message}"));
+            });
+            // wgpu's default handler panics; errors outside a scope are kept and reported by
+            // the next operation instead.
+            let h = Arc::clone(&health);
+            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                lock(&h.uncaptured).get_or_insert_with(|| e.to_string());
+            }));
+        }
+        Ok(Self {
+            kind,
+            adapter: summary,
+            device,
+            queue,
+            limits,
+            pool: Arc::new(Pool::default()),
+            pipelines: PipelineCache::default(),
+            pending: Mutex::new(None),
+            dispatches: AtomicU64::new(0),
+            submits: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            health,
+        })
+    }
+
+    /// Open the device named `name` (`"gpu"`, `"vulkan"`, `"metal"`).
+    ///
+    /// # Errors
+    /// [`GpuError::UnknownDevice`] for another name, else as [`GpuContext::open`].
+    pub fn open_named(name: &str) -> Result<Self> {
+        Self::open(name.parse()?)
+    }
+
+    /// The kind this context was opened with.
+    pub fn kind(&self) -> GpuKind {
+        self.kind
+    }
+
+    /// The adapter in use (name, backend, device type, driver).
+    pub fn adapter(&self) -> &AdapterSummary {
+        &self.adapter
+    }
+
+    /// The wgpu device (for kernels of this crate).
+    pub(crate) fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// Byte accounting of this context's buffers.
+    pub fn memory(&self) -> MemoryStats {
+        self.pool.lock().stats
+    }
+
+    /// Free the pool's cached buffers; returns the bytes released.
+    pub fn trim_pool(&self) -> u64 {
+        self.pool.trim()
+    }
+
+    /// Counters of dispatches, submissions and waits so far.
+    pub fn batch_stats(&self) -> BatchStats {
+        BatchStats {
+            dispatches: self.dispatches.load(Ordering::Relaxed),
+            submits: self.submits.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Compute pipelines compiled so far (each kernel once per context).
+    pub fn pipelines_compiled(&self) -> usize {
+        self.pipelines.len()
+    }
+
+    /// Fail when the device was lost or an error escaped every scope.
+    fn check_health(&self) -> Result<()> {
+        if let Some(message) = lock(&self.health.lost).clone() {
+            return Err(GpuError::DeviceLost { message });
+        }
+        if let Some(message) = lock(&self.health.uncaptured).take() {
+            return Err(GpuError::Wgpu {
+                during: "an earlier operation".to_owned(),
+                message,
+            });
+        }
+        Ok(())
+    }
+
+    /// Run `f` inside out-of-memory and validation error scopes; an error caught there (or a
+    /// lost device) becomes a [`GpuError`] naming `during`.
+    pub(crate) fn scoped<T>(
+        &self,
+        during: impl Fn() -> String,
+        f: impl FnOnce() -> T,
+    ) -> Result<T> {
+        self.check_health()?;
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let out = f();
+        let v = pollster::block_on(validation.pop());
+        let o = pollster::block_on(oom.pop());
+        if let Some(e) = o {
+            return Err(GpuError::OutOfMemory {
+                during: during(),
+                message: e.to_string(),
+            });
+        }
+        if let Some(e) = v {
+            return Err(GpuError::Wgpu {
+                during: during(),
+                message: e.to_string(),
+            });
+        }
+        self.check_health()?;
+        Ok(out)
+    }
+
+    fn check_size(&self, what: &'static str, bytes: u64) -> Result<()> {
+        let limit = self
+            .limits
+            .max_buffer_size
+            .min(u64::from(self.limits.max_storage_buffer_binding_size));
+        if bytes > limit {
+            return Err(GpuError::BufferTooLarge { what, bytes, limit });
+        }
+        Ok(())
+    }
+
+    /// A buffer of `len` f32 values with unspecified contents (from the pool when a buffer of
+    /// the same bucket was freed).
+    ///
+    /// # Errors
+    /// [`GpuError::BufferTooLarge`] above the device's storage-buffer limit,
+    /// [`GpuError::OutOfMemory`] when the device cannot allocate it.
+    pub fn alloc(&self, len: usize) -> Result<GpuBuffer> {
+        let bucket = bucket_bytes(len);
+        self.check_size("storage buffer", (len as u64).saturating_mul(4))?;
+        self.check_size("storage buffer", bucket)?;
+        if let Some(buf) = self.pool.take(bucket) {
+            return Ok(GpuBuffer::new(buf, len, bucket, Arc::clone(&self.pool)));
+        }
+        let buf = self.scoped(
+            || format!("allocating a storage buffer of {bucket} bytes"),
+            || {
+                self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("riftco f32"),
+                    size: bucket,
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_SRC
+                        | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            },
+        )?;
+        self.pool.created(bucket);
+        Ok(GpuBuffer::new(buf, len, bucket, Arc::clone(&self.pool)))
+    }
+
+    /// A new buffer holding `data` (the copy is recorded in the pending command stream, so it
+    /// is ordered with the kernels around it; nothing is submitted).
+    ///
+    /// # Errors
+    /// As [`GpuContext::alloc`].
+    pub fn upload(&self, data: &[f32]) -> Result<GpuBuffer> {
+        let buf = self.alloc(data.len())?;
+        self.write(&buf, data)?;
+        Ok(buf)
+    }
+
+    /// Overwrite the values of `buf` with `data` (recorded in order with pending kernels).
+    ///
+    /// # Errors
+    /// [`GpuError::Shape`] when `data.len() != buf.len()`; out of memory for the staging copy.
+    pub fn write(&self, buf: &GpuBuffer, data: &[f32]) -> Result<()> {
+        if data.len() != buf.len() {
+            return Err(GpuError::Shape {
+                op: "write",
+                message: format!("{} values for a buffer of {} values", data.len(), buf.len()),
+            });
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let staging = self.scoped(
+            || format!("staging an upload of {} bytes", bytes.len()),
+            || {
+                self.device
+                    .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some("riftco upload"),
+                        contents: &bytes,
+                        usage: wgpu::BufferUsages::COPY_SRC,
+                    })
+            },
+        )?;
+        self.record(|enc| enc.copy_buffer_to_buffer(&staging, 0, buf.raw(), 0, buf.bytes()));
+        Ok(())
+    }
+
+    /// Record into the pending encoder (created on first use).
+    pub(crate) fn record<T>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> T) -> T {
+        let mut pending = lock(&self.pending);
+        let enc = pending.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("riftco batch"),
+                })
+        });
+        f(enc)
+    }
+
+    /// Count one recorded dispatch.
+    pub(crate) fn count_dispatch(&self) {
+        self.dispatches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A uniform buffer holding `bytes` (kernel parameters).
+    pub(crate) fn uniform(&self, bytes: &[u8]) -> Result<wgpu::Buffer> {
+        self.scoped(
+            || "creating a parameter buffer".to_owned(),
+            || {
+                self.device
+                    .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some("riftco params"),
+                        contents: bytes,
+                        usage: wgpu::BufferUsages::UNIFORM,
+                    })
+            },
+        )
+    }
+
+    /// Submit the pending encoder, if any, without waiting for the GPU.
+    ///
+    /// # Errors
+    /// [`GpuError::Wgpu`] when a recorded command was invalid; device lost.
+    pub fn flush(&self) -> Result<()> {
+        let Some(enc) = lock(&self.pending).take() else {
+            return self.check_health();
+        };
+        self.scoped(
+            || "submitting the recorded kernels".to_owned(),
+            || {
+                self.queue.submit([enc.finish()]);
+            },
+        )?;
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Block until all submitted work has finished.
+    ///
+    /// # Errors
+    /// [`GpuError::Readback`] when the wait fails; device lost.
+    pub fn wait(&self) -> Result<()> {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Readback {
+                message: e.to_string(),
+            })?;
+        self.check_health()
+    }
+
+    /// The values of `buf`: records a copy into a MAP_READ staging buffer, submits everything
+    /// pending, waits for the GPU and maps the staging buffer.
+    ///
+    /// # Errors
+    /// [`GpuError::Readback`] when mapping fails; validation errors of pending kernels;
+    /// device lost. Never panics.
+    pub fn download(&self, buf: &GpuBuffer) -> Result<Vec<f32>> {
+        if buf.is_empty() {
+            self.flush()?;
+            return Ok(Vec::new());
+        }
+        let bytes = buf.bytes();
+        let staging = self.scoped(
+            || format!("allocating a read-back buffer of {bytes} bytes"),
+            || {
+                self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("riftco readback"),
+                    size: bytes,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            },
+        )?;
+        self.record(|enc| enc.copy_buffer_to_buffer(buf.raw(), 0, &staging, 0, bytes));
+        self.flush()?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            // The receiver lives until recv below returns.
+            let _ = tx.send(r);
+        });
+        self.wait()?;
+        let mapped = rx
+            .recv()
+            .map_err(|_| GpuError::Readback {
+                message: "the map callback never ran".to_owned(),
+            })?
+            .map_err(|e| GpuError::Readback {
+                message: e.to_string(),
+            });
+        mapped?;
+        let out = {
+            let view = staging
+                .get_mapped_range(..)
+                .map_err(|e| GpuError::Readback {
+                    message: e.to_string(),
+                })?;
+            view.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext")
+            .field("kind", &self.kind)
+            .field("adapter", &self.adapter)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,121 @@
+//! Device selection: [`GpuKind`] (the names `"gpu"`, `"vulkan"`, `"metal"`), adapter
+//! enumeration and the headless adapter/device request.
+
+use std::str::FromStr;
+
+use crate::error::{AdapterSummary, GpuError, Result};
+
+/// Which GPU to open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GpuKind {
+    /// `"gpu"`: the best adapter on any native backend (discrete before integrated before
+    /// virtual before software).
+    Any,
+    /// `"vulkan"`: wgpu's Vulkan backend only (Linux, Windows; Mesa's llvmpipe counts).
+    Vulkan,
+    /// `"metal"`: wgpu's Metal backend only (macOS).
+    Metal,
+}
+
+impl GpuKind {
+    /// The device name that parses into this kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuKind::Any => "gpu",
+            GpuKind::Vulkan => "vulkan",
+            GpuKind::Metal => "metal",
+        }
+    }
+
+    /// The wgpu backends searched for this kind.
+    pub fn backends(self) -> wgpu::Backends {
+        match self {
+            GpuKind::Any => wgpu::Backends::VULKAN | wgpu::Backends::METAL,
+            GpuKind::Vulkan => wgpu::Backends::VULKAN,
+            GpuKind::Metal => wgpu::Backends::METAL,
+        }
+    }
+}
+
+impl FromStr for GpuKind {
+    type Err = GpuError;
+
+    /// `"gpu"`, `"vulkan"` or `"metal"` (exact, lower case).
+    ///
+    /// # Errors
+    /// [`GpuError::UnknownDevice`] naming the string for anything else.
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "gpu" => Ok(GpuKind::Any),
+            "vulkan" => Ok(GpuKind::Vulkan),
+            "metal" => Ok(GpuKind::Metal),
+            other => Err(GpuError::UnknownDevice {
+                name: other.to_owned(),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for GpuKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The summary of one wgpu adapter.
+pub(crate) fn summarize(info: &wgpu::AdapterInfo) -> AdapterSummary {
+    let driver = match (info.driver.is_empty(), info.driver_info.is_empty()) {
+        (false, false) => format!("{} {}", info.driver, info.driver_info),
+        (false, true) => info.driver.clone(),
+        (true, _) => info.driver_info.clone(),
+    };
+    AdapterSummary {
+        name: info.name.clone(),
+        backend: info.backend.to_str().to_owned(),
+        device_type: format!("{:?}", info.device_type),
+        driver,
+    }
+}
+
+/// Preference order of device types: lower is better.
+fn rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+/// Every adapter on every native backend this build knows (Vulkan, Metal), as summaries.
+pub fn list_adapters() -> Vec<AdapterSummary> {
+    let instance = new_instance(wgpu::Backends::VULKAN | wgpu::Backends::METAL);
+    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+        .iter()
+        .map(|a| summarize(&a.get_info()))
+        .collect()
+}
+
+pub(crate) fn new_instance(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    wgpu::Instance::new(desc)
+}
+
+/// The best adapter of `kind` (headless: no surface), or [`GpuError::DeviceUnavailable`] naming
+/// `kind` and every adapter found on any backend.
+pub(crate) fn pick_adapter(kind: GpuKind) -> Result<(wgpu::Instance, wgpu::Adapter)> {
+    let backends = kind.backends();
+    let instance = new_instance(backends);
+    let mut adapters = pollster::block_on(instance.enumerate_adapters(backends));
+    adapters.sort_by_key(|a| rank(a.get_info().device_type));
+    match adapters.into_iter().next() {
+        Some(adapter) => Ok((instance, adapter)),
+        None => Err(GpuError::DeviceUnavailable {
+            wanted: kind.name().to_owned(),
+            backends: format!("{backends:?}"),
+            found: list_adapters(),
+        }),
+    }
+}

@@ -1,0 +1,111 @@
+//! The WGSL sources (the top-level `shaders/` folder, one file per kernel family, compiled into
+//! the crate with `include_str!`) and the per-context cache of compute pipelines: each
+//! shader module and each pipeline is compiled once per [`crate::GpuContext`], on first use.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// A WGSL file of `shaders/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `shaders/elementwise.wgsl`: add, mul, scale.
+    Elementwise,
+    /// `shaders/unary.wgsl`: the maps of `UnaryOp`.
+    Unary,
+    /// `shaders/reduce.wgsl`: deterministic row sums.
+    Reduce,
+    /// `shaders/softmax.wgsl`: row softmax.
+    Softmax,
+    /// `shaders/matmul.wgsl`: tiled (batched, transposable) matmul.
+    Matmul,
+}
+
+impl Family {
+    /// Every family, in file order.
+    pub const ALL: [Family; 5] = [
+        Family::Elementwise,
+        Family::Unary,
+        Family::Reduce,
+        Family::Softmax,
+        Family::Matmul,
+    ];
+
+    /// The file name under `shaders/`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Family::Elementwise => "elementwise.wgsl",
+            Family::Unary => "unary.wgsl",
+            Family::Reduce => "reduce.wgsl",
+            Family::Softmax => "softmax.wgsl",
+            Family::Matmul => "matmul.wgsl",
+        }
+    }
+
+    /// The WGSL source.
+    pub fn source(self) -> &'static str {
+        match self {
+            Family::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
+            Family::Unary => include_str!("../../../shaders/unary.wgsl"),
+            Family::Reduce => include_str!("../../../shaders/reduce.wgsl"),
+            Family::Softmax => include_str!("../../../shaders/softmax.wgsl"),
+            Family::Matmul => include_str!("../../../shaders/matmul.wgsl"),
+        }
+    }
+}
+
+/// One compute entry point: a family and the function name in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    /// The file.
+    pub family: Family,
+    /// The `@compute` function.
+    pub entry: &'static str,
+}
+
+impl Kernel {
+    pub(crate) const fn new(family: Family, entry: &'static str) -> Self {
+        Self { family, entry }
+    }
+}
+
+/// Compiled modules and pipelines of one device.
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    modules: Mutex<HashMap<Family, wgpu::ShaderModule>>,
+    pipelines: Mutex<HashMap<Kernel, wgpu::ComputePipeline>>,
+}
+
+impl PipelineCache {
+    pub(crate) fn len(&self) -> usize {
+        self.pipelines.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    /// The pipeline of `kernel`, compiled on first use (layout derived from the shader).
+    /// Errors surface through the caller's error scope.
+    pub(crate) fn get(&self, device: &wgpu::Device, kernel: Kernel) -> wgpu::ComputePipeline {
+        let mut pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pipelines.get(&kernel) {
+            return p.clone();
+        }
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        let module = modules
+            .entry(kernel.family)
+            .or_insert_with(|| {
+                device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(kernel.family.file_name()),
+                    source: wgpu::ShaderSource::Wgsl(kernel.family.source().into()),
+                })
+            })
+            .clone();
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(kernel.entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(kernel.entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        pipelines.insert(kernel, pipeline.clone());
+        pipeline
+    }
+}
