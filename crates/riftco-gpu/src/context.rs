@@ -11,6 +11,10 @@ use crate::error::{AdapterSummary, GpuError, Result};
 use crate::pipelines::PipelineCache;
 use crate::pool::{bucket_bytes, GpuBuffer, MemoryStats, Pool};
 
+/// Dispatches recorded before the pending encoder is submitted on its own (without waiting),
+/// so that a long run of kernels with no read-back keeps a bounded command buffer.
+pub const FLUSH_EVERY: u64 = 1024;
+
 /// Counters of the command stream (for tests and diagnostics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BatchStats {
@@ -37,7 +41,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///
 /// Kernels (see [`crate::kernels`]) record compute passes into one pending command encoder;
 /// nothing waits for the GPU until [`GpuContext::download`] submits the pending work and waits
-/// for it. `Send + Sync`: the pending encoder and the caches sit behind mutexes.
+/// for it (a long run of kernels is submitted every [`FLUSH_EVERY`] dispatches, still without
+/// waiting). `Send + Sync`: the pending encoder and the caches sit behind mutexes.
 pub struct GpuContext {
     kind: GpuKind,
     adapter: AdapterSummary,
@@ -199,7 +204,7 @@ impl GpuContext {
         let limit = self
             .limits
             .max_buffer_size
-            .min(u64::from(self.limits.max_storage_buffer_binding_size));
+            .min(self.limits.max_storage_buffer_binding_size);
         if bytes > limit {
             return Err(GpuError::BufferTooLarge { what, bytes, limit });
         }
@@ -289,9 +294,17 @@ impl GpuContext {
         f(enc)
     }
 
-    /// Count one recorded dispatch.
-    pub(crate) fn count_dispatch(&self) {
-        self.dispatches.fetch_add(1, Ordering::Relaxed);
+    /// Count one recorded dispatch; every [`FLUSH_EVERY`] dispatches the pending encoder is
+    /// submitted (not waited for).
+    ///
+    /// # Errors
+    /// As [`GpuContext::flush`].
+    pub(crate) fn count_dispatch(&self) -> Result<()> {
+        let n = self.dispatches.fetch_add(1, Ordering::Relaxed) + 1;
+        if n % FLUSH_EVERY == 0 {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// A uniform buffer holding `bytes` (kernel parameters).

@@ -21,7 +21,7 @@ pub mod kernels;
 pub mod pipelines;
 mod pool;
 
-pub use context::{BatchStats, GpuContext};
+pub use context::{BatchStats, GpuContext, FLUSH_EVERY};
 pub use device::{list_adapters, GpuKind};
 pub use error::{AdapterSummary, GpuError, Result};
 pub use pool::{bucket_bytes, GpuBuffer, MemoryStats, MIN_BUCKET_BYTES};

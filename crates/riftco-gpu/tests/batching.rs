@@ -4,7 +4,7 @@
 mod common;
 
 use common::gpu_or_skip;
-use riftco_gpu::kernels;
+use riftco_gpu::{kernels, FLUSH_EVERY};
 
 #[test]
 fn a_hundred_chained_kernels_then_one_read_submit_once() {
@@ -70,4 +70,25 @@ fn uploads_are_ordered_with_the_kernels_around_them() {
     assert_eq!(ctx.batch_stats().submits, 0);
     assert_eq!(ctx.download(&first).unwrap(), vec![10.0, 20.0]);
     assert_eq!(ctx.download(&second).unwrap(), vec![50.0, 60.0]);
+}
+
+#[test]
+fn a_long_batch_is_submitted_in_chunks_without_waiting() {
+    let Some(ctx) = gpu_or_skip("a_long_batch_is_submitted_in_chunks_without_waiting") else {
+        return;
+    };
+    let x = ctx.upload(&[3.0]).unwrap();
+    let mut y = kernels::scale(&ctx, &x, 1.0).unwrap();
+    let total = 2 * FLUSH_EVERY + 52;
+    for i in 1..total {
+        // Doubling then halving: exact in f32, y stays 3.
+        y = kernels::scale(&ctx, &y, if i % 2 == 0 { 0.5 } else { 2.0 }).unwrap();
+    }
+    let s = ctx.batch_stats();
+    assert_eq!(s.dispatches, total);
+    assert_eq!(s.submits, 2, "one submit per {FLUSH_EVERY} dispatches");
+    assert_eq!(s.waits, 0);
+    let want = if (total - 1) % 2 == 1 { 6.0 } else { 3.0 };
+    assert_eq!(ctx.download(&y).unwrap(), vec![want]);
+    assert_eq!((ctx.batch_stats().submits, ctx.batch_stats().waits), (3, 1));
 }

@@ -154,6 +154,5 @@ pub(crate) fn dispatch_at(
             });
         },
     )?;
-    ctx.count_dispatch();
-    Ok(())
+    ctx.count_dispatch()
 }
