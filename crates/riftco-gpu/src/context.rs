@@ -85,7 +85,12 @@ impl GpuContext {
         {
             let h = Arc::clone(&health);
             device.set_device_lost_callback(move |reason, message| {
-                *lock(&h.lost) = Some(format!("{reason:?}: {message}"));
+                let why = if message.is_empty() {
+                    format!("{reason:?}")
+                } else {
+                    format!("{reason:?}: {message}")
+                };
+                *lock(&h.lost) = Some(why);
             });
             // wgpu's default handler panics; errors outside a scope are kept and reported by
             // the next operation instead.
@@ -155,6 +160,14 @@ impl GpuContext {
     /// Compute pipelines compiled so far (each kernel once per context).
     pub fn pipelines_compiled(&self) -> usize {
         self.pipelines.len()
+    }
+
+    /// Destroy the device now (its memory is released without waiting for drops); every later
+    /// operation on this context returns [`GpuError::DeviceLost`] (or the wgpu error of using a
+    /// destroyed device), never a panic. Also how the device-lost path is tested.
+    pub fn destroy(&self) {
+        lock(&self.pending).take();
+        self.device.destroy();
     }
 
     /// Fail when the device was lost or an error escaped every scope.

@@ -120,3 +120,21 @@ fn an_allocation_past_the_device_limit_is_an_error_not_a_panic() {
     let e = ctx.alloc(1 << 40).unwrap_err();
     assert!(matches!(e, GpuError::BufferTooLarge { .. }), "{e}");
 }
+
+#[test]
+fn operations_on_a_destroyed_device_are_errors_not_panics() {
+    let Some(ctx) = gpu_or_skip("operations_on_a_destroyed_device_are_errors_not_panics") else {
+        return;
+    };
+    let x = ctx.upload(&[1.0, 2.0]).unwrap();
+    let y = kernels::scale(&ctx, &x, 2.0).unwrap();
+    assert_eq!(ctx.download(&y).unwrap(), vec![2.0, 4.0]);
+    ctx.destroy();
+    let e = ctx.download(&y).unwrap_err();
+    assert!(matches!(e, GpuError::DeviceLost { .. }), "{e}");
+    assert!(e.to_string().contains("Destroyed"), "{e}");
+    let e = kernels::scale(&ctx, &x, 2.0).unwrap_err();
+    assert!(matches!(e, GpuError::DeviceLost { .. }), "{e}");
+    let e = ctx.upload(&[1.0, 2.0, 3.0]).unwrap_err();
+    assert!(matches!(e, GpuError::DeviceLost { .. }), "{e}");
+}
