@@ -101,11 +101,11 @@ impl GpuContext {
         }
         Ok(Self {
             kind,
+            pool: Arc::new(Pool::new(summary.to_string())),
             adapter: summary,
             device,
             queue,
             limits,
-            pool: Arc::new(Pool::default()),
             pipelines: PipelineCache::default(),
             pending: Mutex::new(None),
             dispatches: AtomicU64::new(0),
@@ -168,6 +168,19 @@ impl GpuContext {
     pub fn destroy(&self) {
         lock(&self.pending).take();
         self.device.destroy();
+    }
+
+    /// [`GpuError::ForeignBuffer`] unless `buf` was created by this context.
+    pub(crate) fn check_owner(&self, op: &'static str, what: &str, buf: &GpuBuffer) -> Result<()> {
+        if buf.belongs_to(&self.pool) {
+            return Ok(());
+        }
+        Err(GpuError::ForeignBuffer {
+            op,
+            what: what.to_owned(),
+            owner: buf.owner().to_owned(),
+            this: self.adapter.to_string(),
+        })
     }
 
     /// Fail when the device was lost or an error escaped every scope.
@@ -268,8 +281,10 @@ impl GpuContext {
     /// Overwrite the values of `buf` with `data` (recorded in order with pending kernels).
     ///
     /// # Errors
-    /// [`GpuError::Shape`] when `data.len() != buf.len()`; out of memory for the staging copy.
+    /// [`GpuError::Shape`] when `data.len() != buf.len()`; [`GpuError::ForeignBuffer`] for a
+    /// buffer of another context; out of memory for the staging copy.
     pub fn write(&self, buf: &GpuBuffer, data: &[f32]) -> Result<()> {
+        self.check_owner("write", "the buffer", buf)?;
         if data.len() != buf.len() {
             return Err(GpuError::Shape {
                 op: "write",
@@ -371,9 +386,10 @@ impl GpuContext {
     /// pending, waits for the GPU and maps the staging buffer.
     ///
     /// # Errors
-    /// [`GpuError::Readback`] when mapping fails; validation errors of pending kernels;
-    /// device lost. Never panics.
+    /// [`GpuError::Readback`] when mapping fails; [`GpuError::ForeignBuffer`] for a buffer of
+    /// another context; validation errors of pending kernels; device lost. Never panics.
     pub fn download(&self, buf: &GpuBuffer) -> Result<Vec<f32>> {
+        self.check_owner("download", "the buffer", buf)?;
         if buf.is_empty() {
             self.flush()?;
             return Ok(Vec::new());

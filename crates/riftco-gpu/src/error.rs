@@ -102,6 +102,22 @@ pub enum GpuError {
         /// The cause.
         message: String,
     },
+    /// A buffer created by another [`crate::GpuContext`] (another device, or another opening
+    /// of the same one) passed to this one: wgpu does not reliably reject it, so it is checked
+    /// before anything is recorded.
+    #[error(
+        "{op}: {what} belongs to another GPU context (opened on {owner}), not to this one ({this})"
+    )]
+    ForeignBuffer {
+        /// The operation.
+        op: &'static str,
+        /// Which operand.
+        what: String,
+        /// The adapter of the buffer's context.
+        owner: String,
+        /// The adapter of the context used.
+        this: String,
+    },
     /// Sizes that disagree with each other or with a buffer.
     #[error("{op}: {message}")]
     Shape {

@@ -40,12 +40,20 @@ pub(crate) struct PoolState {
 }
 
 /// Shared between the context and every buffer it handed out.
-#[derive(Default)]
 pub(crate) struct Pool {
     state: Mutex<PoolState>,
+    /// The adapter of the owning context (named in [`crate::GpuError::ForeignBuffer`]).
+    pub(crate) adapter: String,
 }
 
 impl Pool {
+    pub(crate) fn new(adapter: String) -> Self {
+        Self {
+            state: Mutex::new(PoolState::default()),
+            adapter,
+        }
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, PoolState> {
         // A panic while holding the lock cannot leave the counts inconsistent in a way that
         // matters more than losing them: recover the guard.
@@ -125,6 +133,16 @@ impl GpuBuffer {
     /// Bytes allocated on the device (the pool bucket, ≥ [`Self::bytes`]).
     pub fn allocated_bytes(&self) -> u64 {
         self.bucket
+    }
+
+    /// Whether this buffer was created by the context that owns `pool`.
+    pub(crate) fn belongs_to(&self, pool: &Arc<Pool>) -> bool {
+        Arc::ptr_eq(&self.pool, pool)
+    }
+
+    /// The adapter of the context that created this buffer.
+    pub(crate) fn owner(&self) -> &str {
+        &self.pool.adapter
     }
 
     pub(crate) fn raw(&self) -> &wgpu::Buffer {

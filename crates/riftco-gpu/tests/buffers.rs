@@ -138,3 +138,29 @@ fn operations_on_a_destroyed_device_are_errors_not_panics() {
     let e = ctx.upload(&[1.0, 2.0, 3.0]).unwrap_err();
     assert!(matches!(e, GpuError::DeviceLost { .. }), "{e}");
 }
+
+#[test]
+fn a_buffer_of_another_context_is_an_error_not_a_panic() {
+    let Some(ctx) = gpu_or_skip("a_buffer_of_another_context_is_an_error_not_a_panic") else {
+        return;
+    };
+    let Some(other) = gpu_or_skip("a_buffer_of_another_context_is_an_error_not_a_panic") else {
+        return;
+    };
+    let a = ctx.upload(&[1.0, 2.0]).unwrap();
+    let b = other.upload(&[3.0, 4.0]).unwrap();
+    // wgpu itself read a wrong buffer here ([2, 4] instead of an error) before the check.
+    let e = kernels::add(&ctx, &a, &b).unwrap_err();
+    assert!(matches!(e, GpuError::ForeignBuffer { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("add: the buffer at binding 1 belongs to another"),
+        "{e}"
+    );
+    let e = ctx.download(&b).unwrap_err();
+    assert!(matches!(e, GpuError::ForeignBuffer { .. }), "{e}");
+    assert!(ctx.write(&b, &[0.0, 0.0]).is_err());
+    // Both contexts still work.
+    assert_eq!(ctx.download(&a).unwrap(), vec![1.0, 2.0]);
+    assert_eq!(other.download(&b).unwrap(), vec![3.0, 4.0]);
+}

@@ -96,8 +96,9 @@ pub(crate) fn dispatch(
 /// `storage` (the last one is written) and `params` as a uniform at `params_binding`.
 ///
 /// # Errors
-/// [`GpuError::Shape`] when the written buffer is also an input (no aliasing within one
-/// dispatch); wgpu errors caught in the scope.
+/// [`GpuError::ForeignBuffer`] for a buffer of another context; [`GpuError::Shape`] when the
+/// written buffer is also an input (no aliasing within one dispatch); wgpu errors caught in
+/// the scope.
 pub(crate) fn dispatch_at(
     ctx: &GpuContext,
     kernel: Kernel,
@@ -106,6 +107,9 @@ pub(crate) fn dispatch_at(
     params: &[u8],
     groups: [u32; 3],
 ) -> Result<()> {
+    for (binding, b) in storage {
+        ctx.check_owner(kernel.entry, &format!("the buffer at binding {binding}"), b)?;
+    }
     if let Some(((_, out), inputs)) = storage.split_last() {
         if inputs.iter().any(|(_, b)| b.raw() == out.raw()) {
             return Err(GpuError::Shape {
