@@ -40,35 +40,35 @@ pub fn sum_rows(ctx: &GpuContext, x: &GpuBuffer, rows: usize, cols: usize) -> Re
     if cols == 0 {
         return ctx.upload(&vec![0.0; rows]);
     }
-    let kernel = Kernel::new(Family::Reduce, "sum_rows");
-    let mut cur: Option<GpuBuffer> = None;
-    let mut width = cols;
-    loop {
-        let blocks = width.div_ceil(SUM_BLOCK);
-        let out = ctx.alloc(rows * blocks)?;
-        let params = words(&[
-            to_u32("sum_rows", "rows", rows)?,
-            to_u32("sum_rows", "cols", width)?,
-            to_u32("sum_rows", "blocks", blocks)?,
-            0,
-        ]);
-        let grid = [to_u32("sum_rows", "blocks", blocks)?, rows as u32, 1];
-        if blocks > MAX_GROUPS as usize {
-            return Err(GpuError::Shape {
-                op: "sum_rows",
-                message: format!("cols = {cols} needs {blocks} blocks, over {MAX_GROUPS}"),
-            });
-        }
-        let input = cur.as_ref().unwrap_or(x);
-        dispatch(ctx, kernel, &[input, &out], &params, grid)?;
-        cur = Some(out);
-        if blocks == 1 {
-            break;
-        }
-        width = blocks;
+    let mut cur = sum_pass(ctx, x, rows, cols)?;
+    let mut width = cols.div_ceil(SUM_BLOCK);
+    while width > 1 {
+        cur = sum_pass(ctx, &cur, rows, width)?;
+        width = width.div_ceil(SUM_BLOCK);
     }
-    // The loop runs at least once.
-    cur.ok_or_else(|| unreachable!())
+    Ok(cur)
+}
+
+/// One pass: `[rows, width]` → `[rows, ceil(width / 512)]` block sums.
+fn sum_pass(ctx: &GpuContext, input: &GpuBuffer, rows: usize, width: usize) -> Result<GpuBuffer> {
+    let blocks = width.div_ceil(SUM_BLOCK);
+    if blocks > MAX_GROUPS as usize {
+        return Err(GpuError::Shape {
+            op: "sum_rows",
+            message: format!("cols = {width} needs {blocks} blocks, over {MAX_GROUPS}"),
+        });
+    }
+    let out = ctx.alloc(rows * blocks)?;
+    let params = words(&[
+        to_u32("sum_rows", "rows", rows)?,
+        to_u32("sum_rows", "cols", width)?,
+        to_u32("sum_rows", "blocks", blocks)?,
+        0,
+    ]);
+    let grid = [blocks as u32, rows as u32, 1];
+    let kernel = Kernel::new(Family::Reduce, "sum_rows");
+    dispatch(ctx, kernel, &[input, &out], &params, grid)?;
+    Ok(out)
 }
 
 /// `Σ_i x[i]` as a one-value buffer; `x`: `[n]` f32.
