@@ -21,8 +21,9 @@ reported by the checkpoint), deduplicated by graph identity, in the order first 
 What it can miss: leaves reached only through ``getattr`` with a computed name, through objects
 without ``__dict__`` (native objects, ``__slots__``), deeper than ``MAX_DEPTH``, or created from
 module state at call time; then the checkpoint raises ``CheckpointError`` naming the leaf and
-telling to pass ``dependencies=[...]``. What it can over-find: a global whose name is also an
-attribute name the function reads (``co_names`` lists both), or a leaf held but not used.
+telling to pass ``dependencies=[...]``. What it can over-find (a global whose name is also an
+attribute name the function reads, as ``co_names`` lists both; a leaf held but not used) is
+harmless: the checkpoint keeps only the found leaves its output depends on.
 """
 
 from __future__ import annotations
