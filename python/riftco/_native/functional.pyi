@@ -118,8 +118,9 @@ def scale(x: Variable, alpha: float) -> Variable:
 def matmul(a: Variable, b: Variable) -> Variable:
     """``[m, k] @ [k, n] -> [m, n]``."""
 
-def linear(x: Variable, w: Variable) -> Variable:
-    """``x [..., in] @ w.T`` with ``w [out, in]`` -> ``[..., out]``."""
+def linear(x: Variable, w: Variable, bias: Variable | None = None) -> Variable:
+    """``x [..., in] @ w.T (+ bias [out])`` with ``w [out, in]`` -> ``[..., out]`` (with a
+    bias, one graph node: bitwise ``add(linear(x, w), bias)``)."""
 
 def silu(x: Variable) -> Variable:
     """``x * sigmoid(x)``."""

@@ -58,8 +58,7 @@ class Linear(Module):
     def forward(self, x: Variable) -> Variable:
         """``x [..., in_features]`` -> ``[..., out_features]``; ``ShapeError`` for another last
         axis."""
-        y = F.linear(x, self.weight)
-        return y if self.bias is None else F.add(y, self.bias)
+        return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (
