@@ -66,26 +66,37 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
         value,
         vec![x.clone(), w.clone()],
         move |p, _, g| {
-            // dx and dW have the shapes of x and W (valid shapes).
-            let dx = p[0]
-                .requires_grad()
-                .then(|| {
-                    let spec = MatmulSpec::new(m, out_f, in_f);
-                    let shape = p[0].value().shape().clone();
-                    be.matmul("linear (vjp)", spec, g, p[1].value(), shape, GRAD)
-                })
-                .transpose()?;
-            let dw = p[1]
-                .requires_grad()
-                .then(|| {
-                    let spec = MatmulSpec::new(out_f, m, in_f).trans_a(true);
-                    let shape = [out_f, in_f].into();
-                    be.matmul("linear (vjp)", spec, g, p[0].value(), shape, GRAD)
-                })
-                .transpose()?;
+            let (dx, dw) = linear_vjp(be, (m, in_f, out_f), p, g)?;
             Ok(vec![dx, dw])
         },
     ))
+}
+
+/// The VJP of `x · Wᵀ` for the parents `p = [x, W, ..]`: `dx = g · W` and `dW = gᵀ · x`, each
+/// only when that parent requires grad (shapes of x and W: valid shapes).
+fn linear_vjp(
+    be: &'static dyn riftco_tensor::Backend,
+    (m, in_f, out_f): (usize, usize, usize),
+    p: &[Variable],
+    g: &riftco_tensor::Tensor,
+) -> Result<(Option<riftco_tensor::Tensor>, Option<riftco_tensor::Tensor>)> {
+    let dx = p[0]
+        .requires_grad()
+        .then(|| {
+            let spec = MatmulSpec::new(m, out_f, in_f);
+            let shape = p[0].value().shape().clone();
+            be.matmul("linear (vjp)", spec, g, p[1].value(), shape, GRAD)
+        })
+        .transpose()?;
+    let dw = p[1]
+        .requires_grad()
+        .then(|| {
+            let spec = MatmulSpec::new(out_f, m, in_f).trans_a(true);
+            let shape = [out_f, in_f].into();
+            be.matmul("linear (vjp)", spec, g, p[0].value(), shape, GRAD)
+        })
+        .transpose()?;
+    Ok((dx, dw))
 }
 
 /// `y[..., out] = x[..., in] · Wᵀ + b` with `W` stored `[out, in]` and `b` `[out]` (PyTorch
@@ -127,22 +138,7 @@ pub fn linear_bias(x: &Variable, w: &Variable, b: &Variable) -> Result<Variable>
         value,
         vec![x.clone(), w.clone(), b.clone()],
         move |p, _, g| {
-            let dx = p[0]
-                .requires_grad()
-                .then(|| {
-                    let spec = MatmulSpec::new(m, out_f, in_f);
-                    let shape = p[0].value().shape().clone();
-                    be.matmul("linear (vjp)", spec, g, p[1].value(), shape, GRAD)
-                })
-                .transpose()?;
-            let dw = p[1]
-                .requires_grad()
-                .then(|| {
-                    let spec = MatmulSpec::new(out_f, m, in_f).trans_a(true);
-                    let shape = [out_f, in_f].into();
-                    be.matmul("linear (vjp)", spec, g, p[0].value(), shape, GRAD)
-                })
-                .transpose()?;
+            let (dx, dw) = linear_vjp(be, (m, in_f, out_f), p, g)?;
             let db = p[2]
                 .requires_grad()
                 .then(|| super::broadcast::reduce_to(be, "linear (vjp)", g, &[out_f], GRAD))
