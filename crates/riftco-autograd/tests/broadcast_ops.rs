@@ -5,7 +5,7 @@
 //! bitwise the CPU's results.
 
 mod common;
-use common::{gradcheck, rand};
+use common::{bits, gradcheck, rand};
 use riftco_autograd::ops::{self, GeluApproximation};
 use riftco_autograd::{AutogradError, Variable};
 use riftco_tensor::backend::{mirror, BinaryOp};
@@ -278,10 +278,6 @@ fn log_softmax_is_stable_and_shift_invariant() {
         let total: f64 = row.iter().map(|&v| (v as f64).exp()).sum();
         assert!((total - 1.0).abs() < 1e-5, "{total}");
     }
-}
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_host().unwrap().iter().map(|v| v.to_bits()).collect()
 }
 
 /// Every new op through the mirror backend (CPU kernels on copies): bitwise the CPU's values
