@@ -339,8 +339,10 @@ def checkpoint(
 
     ``preserve_rng_state`` (default ``True``): the replay starts from the generator state the
     first run started from (same draws) and the thread's state is restored afterwards.
-    ``determinism_check``: ``"off"`` (output shape only), ``"metadata"`` (default: shape and
-    device, PyTorch's level) or ``"values"`` (also a hash of the output values and the
+    ``determinism_check``: ``"off"`` (output shape only), ``"metadata"`` (default: shape,
+    device and the replay's graph — its op names and shapes, so a module switched between
+    ``train()`` and ``eval()`` before ``backward()`` raises ``CheckpointError``; PyTorch's
+    level) or ``"values"`` (also a hash of the output values and the
     generator counter; a mismatch raises ``CheckpointError`` from ``backward()`` naming the
     checkpoint, ``name`` or ``fn.__qualname__``, and the first differing element with both
     values, committing nothing). An unknown spelling raises ``ConfigError`` naming it.
