@@ -419,6 +419,22 @@ def test_matmul_rejects_unsupported_ranks() -> None:
         b @ 2.0  # type: ignore[operator]  # noqa: B018
 
 
+def test_matmul_mismatches_name_both_shapes() -> None:
+    def v(*shape: int) -> riftco.Variable:
+        return riftco.Variable(np.ones(shape, np.float32))
+
+    x, y = v(5, 3), v(4, 2)
+    inner = r"\[3, 5\] @ \[4, 2\]: the inner dimensions 5 and 4"
+    with pytest.raises(riftco.ShapeError, match=inner):
+        x.T @ y  # noqa: B018
+    with pytest.raises(riftco.ShapeError, match=r"\[2, 3, 4\] @ \[2, 5, 6\]: the inner"):
+        v(2, 3, 4) @ v(2, 5, 6)  # noqa: B018
+    with pytest.raises(riftco.ShapeError, match=r"\[2, 3, 4\] @ \[1, 4, 5\]: the leading"):
+        v(2, 3, 4) @ v(1, 4, 5)  # noqa: B018
+    with pytest.raises(riftco.ShapeError, match=r"\[2, 3, 4\] @ \[5, 6\]: the inner"):
+        v(2, 3, 4) @ v(5, 6)  # noqa: B018
+
+
 # ---- a small MLP: Linear + bias (broadcast add) + ReLU, the shape Slice P builds on ------------
 
 

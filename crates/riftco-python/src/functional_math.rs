@@ -215,6 +215,26 @@ pub(crate) fn pow_impl(
 /// product), or `[..., m, k] @ [..., k, n]` with equal leading axes (`ops::bmm`).
 pub(crate) fn matmul_impl(py: Python<'_>, a: &Variable, b: &Variable) -> PyResult<PyVariable> {
     let (ra, rb) = (a.dims().len(), b.dims().len());
+    // Name both operands' shapes (the ops name one shape and what they expected).
+    let both = |what: &str| {
+        Exc::Shape.err(format!(
+            "matmul: shapes {:?} @ {:?}: {what}",
+            a.dims(),
+            b.dims()
+        ))
+    };
+    if ra >= 2 && rb >= 2 && a.dims()[ra - 1] != b.dims()[rb - 2] {
+        return Err(both(&format!(
+            "the inner dimensions {} and {} differ",
+            a.dims()[ra - 1],
+            b.dims()[rb - 2]
+        )));
+    }
+    if ra >= 3 && ra == rb && a.dims()[..ra - 2] != b.dims()[..rb - 2] {
+        return Err(both(
+            "the leading (batch) axes differ (they are not broadcast)",
+        ));
+    }
     let (a, b) = (a.clone(), b.clone());
     if ra == 2 && rb == 2 {
         return run(py, move || ops::matmul(&a, &b));
