@@ -2,6 +2,7 @@
 function releases the GIL while computing; shape problems raise ``riftco.ShapeError``."""
 
 from collections.abc import Callable, Sequence
+from typing import SupportsIndex
 
 import numpy.typing as npt
 
@@ -90,7 +91,9 @@ def log_softmax(x: Variable, axis: int = -1) -> Variable:
     """Numerically stable log-softmax along ``axis`` (``ShapeError`` for a bad axis)."""
 
 def mean(
-    x: Variable, axis: int | Sequence[int] | None = None, keepdims: bool = False
+    x: Variable,
+    axis: SupportsIndex | Sequence[SupportsIndex] | None = None,
+    keepdims: bool = False,
 ) -> Variable:
     """Mean over ``axis`` (``None``: all axes)."""
 
@@ -138,7 +141,9 @@ def rms_norm(x: Variable, weight: Variable, eps: float = 1e-5) -> Variable:
     """
 
 def sum(
-    x: Variable, axis: int | Sequence[int] | None = None, keepdims: bool = False
+    x: Variable,
+    axis: SupportsIndex | Sequence[SupportsIndex] | None = None,
+    keepdims: bool = False,
 ) -> Variable:
     """Sum over ``axis`` (``None``: all axes, a shape-``()`` result; negative axes count from
     the end; ``ShapeError`` for an out-of-range or repeated axis)."""
