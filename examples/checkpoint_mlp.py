@@ -10,8 +10,10 @@ with the plain run's bit for bit. ``--out PATH`` also writes the tables as markd
 
 With PyTorch installed, ``--torch`` adds PyTorch's numbers for the same chains: CPU PyTorch has
 no allocator statistics, so they are the bytes of the tensors saved for backward at the end of
-the forward (``torch.autograd.graph.saved_tensors_hooks``, storages counted once), which is
-the activation memory a backward needs, not a measured peak.
+the forward (``torch.autograd.graph.saved_tensors_hooks``, storages counted once, parameters
+left out), which is the activation memory the backward of a plain chain needs, not a measured
+peak; for ``checkpoint_sequential`` it counts what is saved outside the checkpointed segments
+(the last, plain segment), not the segment boundaries nor a replay's transient bytes.
 
 Run: ``python examples/checkpoint_mlp.py`` (defaults: d=128, batch 32, 24 blocks; depth table
 for 24 and 100 blocks).
@@ -107,10 +109,12 @@ def torch_saved_mib(d: int, batch: int, n_blocks: int, segments: int | None) -> 
     seq = torch.nn.Sequential(*layers)
     x = torch.randn(batch, d, requires_grad=True)
     seen: dict[int, int] = {}
+    params = {p.untyped_storage().data_ptr() for p in seq.parameters()}
 
     def pack(t: Any) -> Any:
         s = t.untyped_storage()
-        seen[s.data_ptr()] = s.nbytes()
+        if s.data_ptr() not in params:  # weights saved by the Linear VJPs are not activations
+            seen[s.data_ptr()] = s.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -220,8 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if want_torch:
         lines += [
             "",
-            "PyTorch columns: bytes of the tensors saved for backward at the end of the forward "
-            "(saved_tensors_hooks; CPU PyTorch has no allocator statistics), not a peak.",
+            "PyTorch columns: bytes of the activations saved for backward at the end of the "
+            "forward (saved_tensors_hooks, storages once, parameters left out; CPU PyTorch has "
+            "no allocator statistics), not a peak; for checkpoint_sequential only what its "
+            "plain last segment saves.",
         ]
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

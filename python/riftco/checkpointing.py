@@ -13,6 +13,8 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 import riftco._native as _native
 from riftco._native import CheckpointError, ConfigError, Variable
 from riftco.discovery import discover_leaves
@@ -185,7 +187,7 @@ def checkpoint(
 
 def checkpoint_sequential(
     functions: Iterable[Callable[[Variable], Variable]],
-    segments: int,
+    segments: int | np.integer[Any],
     input: Variable,
     use_reentrant: bool | None = None,
     **kwargs: Any,
@@ -201,8 +203,8 @@ def checkpoint_sequential(
     Args:
         functions: a ``riftco.nn.Sequential``, ``ModuleList`` or a list of callables
             ``Variable -> Variable``.
-        segments: the number of pieces, an int in ``[1, len(functions)]`` (more pieces than
-            functions is an error, not clamped).
+        segments: the number of pieces, an int (or NumPy integer) in ``[1, len(functions)]``
+            (more pieces than functions is an error, not clamped).
         input: the chain's input.
         use_reentrant: accepted for PyTorch compatibility and ignored.
         **kwargs: passed to each ``checkpoint`` (``preserve_rng_state``, ``determinism_check``,
@@ -222,11 +224,16 @@ def checkpoint_sequential(
     n = len(funcs)
     if n == 0:
         raise ConfigError("checkpoint_sequential: functions is empty")
-    if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= n:
+    if (
+        isinstance(segments, (bool, np.bool_))
+        or not isinstance(segments, (int, np.integer))
+        or not 1 <= segments <= n
+    ):
         raise ConfigError(
             f"checkpoint_sequential: segments must be an int in [1, {n}] (the number of "
             f"functions); got {segments!r}"
         )
+    segments = int(segments)  # a NumPy integer is accepted as its value
     if not isinstance(input, Variable):
         raise TypeError(
             f"checkpoint_sequential: input must be a riftco.Variable; got {type(input).__name__}"

@@ -3,8 +3,11 @@
 
 The search starts from the callable (and the non-Variable arguments it is given) and follows:
 
-- a ``riftco.nn.Module``: every attribute (its parameters, frozen Variables, sub-modules,
-  containers) — so a module's dependencies are exactly the leaves it holds;
+- a ``riftco.nn.Module``: all of its ``named_variables()`` (the leaves held by it and its
+  sub-modules, however deep, outside the depth and object limits below), then the other
+  instance attributes of it and of its sub-modules (neither a ``Module`` nor a ``Variable``:
+  containers, holders of weights) are walked as any object — so a module's dependencies are
+  at least the leaves ``named_parameters()`` finds;
 - a plain function: its closure cells, ``__defaults__`` and ``__kwdefaults__``, and the
   globals its code names (``co_names`` of its code object and of the code of functions nested
   in it, looked up in ``__globals__``);
@@ -13,16 +16,23 @@ The search starts from the callable (and the non-Variable arguments it is given)
 - any other object with a ``__dict__`` (a callable object, a holder of weights): its
   attributes; lists, tuples, sets and dict values: their items.
 
-Modules (Python modules), classes, strings, numbers and NumPy arrays are not searched. The
-walk is cycle-safe (each object visited once), at most ``MAX_DEPTH`` levels deep and stops
-after following ``MAX_OBJECTS`` references. Only leaves are kept (a computed node is the caller's error,
-reported by the checkpoint), deduplicated by graph identity, in the order first found.
+Modules (Python modules), classes, strings, numbers and NumPy arrays (the atoms) are not
+searched. The walk is cycle-safe (each object visited once), follows at most ``MAX_DEPTH``
+levels of references below the callable (or below a ``riftco.nn.Module``) and stops after
+visiting ``MAX_OBJECTS`` containers and objects; atoms and Variables do not count against
+that budget, so a long list of strings or numbers before the weights (a vocabulary) costs one
+visit and hides nothing. Only leaves are kept (a computed node is the caller's error, reported
+by the checkpoint), deduplicated by graph identity, in the order first found.
 
-What it can miss: leaves reached only through ``getattr`` with a computed name, through objects
-without ``__dict__`` (native objects, ``__slots__``), deeper than ``MAX_DEPTH``, or created from
-module state at call time; then the checkpoint raises ``CheckpointError`` naming the leaf and
-telling to pass ``dependencies=[...]``. What it can over-find: a global whose name is also an
-attribute name the function reads (``co_names`` lists both), or a leaf held but not used.
+What it can miss: leaves reached only through ``getattr`` with a computed name; through objects
+without ``__dict__`` (native objects, ``__slots__``); class attributes (only instance
+``__dict__`` entries are searched, a ``Variable`` assigned on a class is not found); outside
+modules, leaves deeper than ``MAX_DEPTH`` or after ``MAX_OBJECTS`` containers (a structure of
+more than that many lists, dicts or objects); or leaves created from module state at call
+time; then the checkpoint raises ``CheckpointError`` naming the leaf and telling to pass
+``dependencies=[...]``. What it can over-find (a global whose name is also an
+attribute name the function reads, as ``co_names`` lists both; a leaf held but not used) is
+harmless: the checkpoint keeps only the found leaves its output depends on.
 """
 
 from __future__ import annotations
@@ -35,15 +45,17 @@ from typing import Any
 import numpy as np
 
 from riftco._native import Variable, _node_id
+from riftco.nn.module import Module
 
 __all__ = ["MAX_DEPTH", "MAX_OBJECTS", "discover_leaves"]
 
 MAX_DEPTH = 8
-"""How many references deep the search follows from the callable."""
+"""How many references deep the search follows from the callable or from a module (the leaves
+of a ``riftco.nn.Module`` are all found, however deeply nested)."""
 
 MAX_OBJECTS = 100_000
-"""How many references the search follows at most, numbers and strings included (then it stops
-with what it found: a long list of data named by the callable costs no more than this)."""
+"""How many containers and objects the search visits at most (atoms — strings, numbers, NumPy
+arrays — and Variables are not counted; then it stops with what it found)."""
 
 _ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None), np.ndarray, np.generic)
 
@@ -71,22 +83,39 @@ def discover_leaves(roots: Iterable[object], exclude: Iterable[Variable] = ()) -
     visited: set[int] = set()
     budget = [MAX_OBJECTS]
 
+    def keep(v: Variable) -> None:
+        key = _node_id(v)
+        if v.is_leaf and key not in excluded and key not in found:
+            found[key] = v
+
     def visit(obj: Any, depth: int) -> None:
-        if budget[0] <= 0:
-            return
-        budget[0] -= 1
         if isinstance(obj, Variable):
-            key = _node_id(obj)
-            if obj.is_leaf and key not in excluded and key not in found:
-                found[key] = obj
+            keep(obj)
             return
         if isinstance(obj, _ATOMS) or isinstance(obj, (types.ModuleType, type)):
             return
-        if depth > MAX_DEPTH or id(obj) in visited:
+        if isinstance(obj, Module):
+            visit_module(obj)
             return
+        if budget[0] <= 0 or depth > MAX_DEPTH or id(obj) in visited:
+            return
+        budget[0] -= 1
         visited.add(id(obj))
         for child in _references(obj):
             visit(child, depth + 1)
+
+    def visit_module(module: Module) -> None:
+        if id(module) in visited:
+            return
+        for _, v in module.named_variables():
+            keep(v)
+        for m in module.modules():
+            if id(m) in visited:
+                continue
+            visited.add(id(m))
+            for value in vars(m).values():
+                if not isinstance(value, (Module, Variable)):
+                    visit(value, 1)
 
     for root in roots:
         visit(root, 0)

@@ -9,13 +9,16 @@ record no graph, so nothing is kept for a backward pass. A checkpoint replay dur
 Each form is a context manager and a decorator (``@riftco.no_grad()`` or ``@riftco.no_grad``:
 the decorated function
 runs with recording off at every call, whatever the caller's setting, and the caller's setting is
-restored afterwards, also when it raises).
+restored afterwards, also when it raises). A decorated generator function runs its body with the
+mode set at every resumption (each ``next()``/``send()``, ``throw()`` and ``close()``), and the
+caller's setting is in force between them, as PyTorch does.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import TypeVar, cast, overload
 
@@ -51,7 +54,10 @@ class _GradMode:
         return type(self)()
 
     def __call__(self, fn: _F) -> _F:
-        """Decorates ``fn``: every call runs inside a fresh copy of this context."""
+        """Decorates ``fn``: every call runs inside a fresh copy of this context (for a generator
+        function: every resumption of the generator)."""
+        if inspect.isgeneratorfunction(fn):
+            return cast(_F, self._wrap_generator(fn))
 
         @functools.wraps(fn)
         def wrapper(*args: object, **kwargs: object) -> object:
@@ -59,6 +65,37 @@ class _GradMode:
                 return fn(*args, **kwargs)
 
         return cast(_F, wrapper)
+
+    def _wrap_generator(
+        self, fn: Callable[..., Generator[object, object, object]]
+    ) -> Callable[..., Generator[object, object, object]]:
+        """A generator function that runs each step of ``fn``'s generator inside a fresh copy
+        of this context and yields to its caller outside it."""
+
+        @functools.wraps(fn)
+        def generator(*args: object, **kwargs: object) -> Generator[object, object, object]:
+            with self._clone():
+                gen = fn(*args, **kwargs)
+            try:
+                with self._clone():
+                    response = gen.send(None)
+                while True:
+                    try:
+                        request = yield response
+                    except GeneratorExit:
+                        with self._clone():
+                            gen.close()
+                        raise
+                    except BaseException as exc:
+                        with self._clone():
+                            response = gen.throw(exc)
+                    else:
+                        with self._clone():
+                            response = gen.send(request)
+            except StopIteration as stop:
+                return stop.value
+
+        return generator
 
 
 class _NoGrad(_GradMode):

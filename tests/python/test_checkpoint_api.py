@@ -147,8 +147,13 @@ def test_discovery_is_cycle_safe_and_bounded() -> None:
     for _ in range(riftco.discovery.MAX_DEPTH + 2):
         deep = [deep]
     assert discover_leaves([deep]) == []
-    data = list(range(riftco.discovery.MAX_OBJECTS))  # a long list of data: the walk stops
-    assert discover_leaves([[data, w]]) == [] and ids(discover_leaves([[w, data]])) == ids([w])
+    # The budget counts containers and objects (atoms are free): it stops after that many.
+    data = [[i] for i in range(riftco.discovery.MAX_OBJECTS)]
+    assert discover_leaves([[data, [w]]]) == []
+    assert ids(discover_leaves([[[w], data]])) == ids([w])
+    # A long list of atoms (numbers, strings) before the leaf costs one visit.
+    numbers = list(range(riftco.discovery.MAX_OBJECTS))
+    assert ids(discover_leaves([[numbers, w]])) == ids([w])
 
 
 class Block(nn.Module):

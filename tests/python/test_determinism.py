@@ -233,3 +233,23 @@ def test_manual_seed_and_state_round_trip() -> None:
     assert riftco.get_rng_state() == (7, 2**64 - 1)
     riftco.manual_seed(0)
     assert riftco.get_rng_state() == (0, 0)
+
+
+def test_a_module_switched_to_eval_before_backward_fails_the_metadata_check() -> None:
+    """The breaker's case: ``m.eval()`` between the forward and ``backward()`` of a checkpointed
+    module with dropout made the replay skip the dropout and silently return other gradients.
+    The default check compares the replay's graph (op names and shapes) and raises, committing
+    nothing (PyTorch raises too: another number of saved tensors)."""
+    from riftco import nn
+
+    riftco.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+    x = riftco.Variable(np.ones((4, 3)), requires_grad=True)
+    y = riftco.checkpoint(m, x)
+    m.eval()
+    with pytest.raises(riftco.CheckpointError, match=r"another graph.*train\(\) and eval\(\)"):
+        riftco.functional.sum(y).backward()
+    assert x.grad is None
+    m.train()
+    riftco.functional.sum(y).backward()  # the mode of the forward again: the replay matches
+    assert x.grad is not None

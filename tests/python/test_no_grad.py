@@ -6,6 +6,7 @@ also on exceptions, per thread."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -147,3 +148,57 @@ def test_a_checkpoint_backward_inside_no_grad_still_replays_with_recording() -> 
     w.zero_grad()
     F.sum(F.silu(F.linear(x, w))).backward()
     np.testing.assert_array_equal(got, w.grad)
+
+
+@pytest.mark.parametrize(
+    ("decorator", "inside", "outside"),
+    [
+        (lambda: riftco.no_grad(), False, True),
+        (lambda: riftco.no_grad, False, True),
+        (lambda: riftco.enable_grad(), True, False),
+        (lambda: riftco.set_grad_enabled(False), False, True),
+        (lambda: riftco.set_grad_enabled(True), True, False),
+    ],
+)
+def test_a_decorated_generator_runs_every_step_with_the_mode(
+    decorator: Callable[[], object], inside: bool, outside: bool
+) -> None:
+    """As PyTorch: each ``next()``/``send()``/``throw()``/``close()`` of a decorated generator
+    runs its body with the decorator's mode; between steps the caller's mode is in force."""
+    x, w = leaves()
+    seen: list[bool] = []
+
+    def steps(n: int):  # type: ignore[no-untyped-def]
+        try:
+            for _ in range(n):
+                seen.append(riftco.is_grad_enabled())
+                sent = yield F.linear(x, w)
+                seen.append(riftco.is_grad_enabled())
+                if sent == "stop":
+                    return "stopped"
+        except KeyError:
+            seen.append(riftco.is_grad_enabled())
+            yield None
+        finally:
+            seen.append(riftco.is_grad_enabled())
+
+    gen_fn = decorator()(steps)  # type: ignore[operator]
+    assert gen_fn.__name__ == "steps"
+    with riftco.set_grad_enabled(outside):
+        gen = gen_fn(3)
+        for _ in range(2):
+            y = next(gen)
+            assert y.requires_grad is inside
+            assert riftco.is_grad_enabled() is outside
+        with pytest.raises(StopIteration) as stop:
+            gen.send("stop")
+        assert stop.value.value == "stopped"
+        assert riftco.is_grad_enabled() is outside
+        # throw() and close() also run inside the mode.
+        gen = gen_fn(3)
+        next(gen)
+        assert gen.throw(KeyError("k")) is None
+        assert riftco.is_grad_enabled() is outside
+        gen.close()
+        assert riftco.is_grad_enabled() is outside
+    assert seen and all(s is inside for s in seen), seen

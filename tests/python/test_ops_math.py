@@ -175,11 +175,11 @@ def test_bad_operand_types() -> None:
         x + "a"  # type: ignore[operator]  # noqa: B018
     with pytest.raises(TypeError):
         [1.0] * x  # type: ignore[operator]  # noqa: B018
-    # An ndarray operand is not silently converted (which would drop the graph).
-    with pytest.raises(TypeError):
-        np.ones(3) + x  # noqa: B018
-    with pytest.raises(TypeError):
-        x * np.ones(3)  # noqa: B018
+    # A numeric ndarray operand becomes a constant (test_variable_parity.py); others refuse.
+    with pytest.raises(TypeError, match="dtype object"):
+        np.array([None, 1, 2]) + x  # noqa: B018
+    with pytest.raises(TypeError, match="dtype object"):
+        x * np.array([None, 1, 2])  # noqa: B018
     with pytest.raises(TypeError, match="at least one operand must be a Variable"):
         F.add(1.0, 2.0)
     with pytest.raises(TypeError, match="str"):
@@ -417,6 +417,22 @@ def test_matmul_rejects_unsupported_ranks() -> None:
         a @ b  # noqa: B018
     with pytest.raises(TypeError):
         b @ 2.0  # type: ignore[operator]  # noqa: B018
+
+
+def test_matmul_mismatches_name_both_shapes() -> None:
+    def v(*shape: int) -> riftco.Variable:
+        return riftco.Variable(np.ones(shape, np.float32))
+
+    x, y = v(5, 3), v(4, 2)
+    inner = r"\[3, 5\] @ \[4, 2\]: the inner dimensions 5 and 4"
+    with pytest.raises(riftco.ShapeError, match=inner):
+        x.T @ y  # noqa: B018
+    with pytest.raises(riftco.ShapeError, match=r"\[2, 3, 4\] @ \[2, 5, 6\]: the inner"):
+        v(2, 3, 4) @ v(2, 5, 6)  # noqa: B018
+    with pytest.raises(riftco.ShapeError, match=r"\[2, 3, 4\] @ \[1, 4, 5\]: the leading"):
+        v(2, 3, 4) @ v(1, 4, 5)  # noqa: B018
+    with pytest.raises(riftco.ShapeError, match=r"\[2, 3, 4\] @ \[5, 6\]: the inner"):
+        v(2, 3, 4) @ v(5, 6)  # noqa: B018
 
 
 # ---- a small MLP: Linear + bias (broadcast add) + ReLU, the shape Slice P builds on ------------

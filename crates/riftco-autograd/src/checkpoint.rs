@@ -261,7 +261,7 @@ where
     let rng_after = rng_state();
     let saved = Arc::new(saved);
     check_unchanged(&boundary, &versions, "checkpoint callable (forward run)")?;
-    let used = validate_boundary(
+    let (used, graph) = validate_boundary(
         &name,
         &out,
         &x0,
@@ -303,6 +303,7 @@ where
         n_inputs: inputs.len(),
         forward_shape: value.dims().to_vec(),
         forward_device: value.device(),
+        forward_graph: graph,
         check,
         preserve_rng_state: options.preserve_rng_state.then_some(rng_before),
         counters,
@@ -343,6 +344,8 @@ struct ReplaySpec {
     n_inputs: usize,
     forward_shape: Vec<usize>,
     forward_device: Device,
+    /// The forward run's graph inside the boundary (see [`GraphFingerprint`]).
+    forward_graph: GraphFingerprint,
     check: DeterminismCheck,
     /// With `preserve_rng_state`: the generator state before the forward run.
     preserve_rng_state: Option<RngState>,
@@ -437,7 +440,20 @@ where
         }
         .into());
     }
-    validate_boundary(name, &out, &x0, dependencies, start, false)?;
+    let (_, graph) = validate_boundary(name, &out, &x0, dependencies, start, false)?;
+    if spec.check != DeterminismCheck::Off && graph != spec.forward_graph {
+        return Err(CheckpointError::ReplayGraphChanged {
+            name: name.to_string(),
+            forward_ops: spec.forward_graph.nodes,
+            replay_ops: graph.nodes,
+            detail: if graph.nodes == spec.forward_graph.nodes {
+                ", the same count with other ops or shapes"
+            } else {
+                ""
+            },
+        }
+        .into());
+    }
     if let Some(forward) = &spec.record {
         let replay = RunRecord {
             hash: tensor_hash(out.value())?,
@@ -535,7 +551,7 @@ fn validate_boundary(
     dependencies: &[Variable],
     start: u64,
     allow_unused: bool,
-) -> Result<Vec<bool>> {
+) -> Result<(Vec<bool>, GraphFingerprint)> {
     let inputs: HashMap<u64, usize> = x0.iter().enumerate().map(|(i, x)| (x.id(), i)).collect();
     let declared: HashMap<u64, usize> = dependencies
         .iter()
@@ -548,9 +564,13 @@ fn validate_boundary(
     let boundary = |v: &Variable| {
         v.id() < start || declared.contains_key(&v.id()) || inputs.contains_key(&v.id())
     };
+    let mut graph = GraphFingerprint::default();
     out.walk(&boundary, &mut |v| {
         if error.is_some() {
             return;
+        }
+        if v.id() >= start {
+            graph.add(v);
         }
         if let Some(&i) = inputs.get(&v.id()) {
             input_used[i] = true;
@@ -600,5 +620,29 @@ fn validate_boundary(
         }
         .into());
     }
-    Ok(used)
+    Ok((used, graph))
+}
+
+/// What the replay's graph is compared with the forward run's on (with
+/// [`DeterminismCheck::Metadata`] and `Values`): the number of nodes the callable recorded
+/// inside the boundary and an order-independent hash of their op names and shapes. A replay
+/// that takes another path (a module switched to `eval()` skipping its dropout, a Python flag)
+/// records another graph, whose gradients would not belong to the forward's output. The
+/// graph-only op variants of the replay's tail record the same op names and shapes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct GraphFingerprint {
+    nodes: usize,
+    hash: u64,
+}
+
+impl GraphFingerprint {
+    fn add(&mut self, v: &Variable) {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        v.op_name().hash(&mut h);
+        v.dims().hash(&mut h);
+        self.nodes += 1;
+        // A sum: the walk order does not matter.
+        self.hash = self.hash.wrapping_add(h.finish());
+    }
 }

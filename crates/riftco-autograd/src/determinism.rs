@@ -12,10 +12,14 @@ use std::str::FromStr;
 /// - `Off`: only the output shape is compared (for safety: a replay of another shape would
 ///   send a wrong-shaped gradient to the outer pass, so it stays an error, never a panic or a
 ///   silent wrong result); the device is not compared.
-/// - `Metadata` (the default): the output's shape and device, the level of PyTorch's
-///   `torch.utils.checkpoint(determinism_check="default")`. A callable whose replay computes
-///   other *values* of the same shape (one that reads a counter, or draws other random numbers)
-///   is not caught.
+/// - `Metadata` (the default): the output's shape and device, and the graph the replay
+///   records (the number of nodes inside the boundary and a hash of their op names and shapes:
+///   a replay that takes another path, such as a module switched between `train()` and
+///   `eval()` between forward and backward, is [`CheckpointError::ReplayGraphChanged`]); the
+///   level of PyTorch's `torch.utils.checkpoint(determinism_check="default")`, which compares
+///   the saved tensors' count and metadata. A callable whose replay computes other *values*
+///   through the same ops (one that reads a counter, or draws other random numbers) is not
+///   caught.
 /// - `Values`: besides shape and device, a 64-bit hash of the output's f32 bit patterns
 ///   ([`value_hash`]) and the generator state after the run ([`crate::rng`]). A mismatch is
 ///   [`CheckpointError::ReplayValuesChanged`] (naming the first differing element and both
@@ -26,7 +30,7 @@ use std::str::FromStr;
 pub enum DeterminismCheck {
     /// Output shape only.
     Off,
-    /// Output shape and device.
+    /// Output shape and device, and the replay's graph (op names and shapes).
     #[default]
     Metadata,
     /// Shape, device, a hash of the output values and the generator state.

@@ -87,6 +87,19 @@ pub enum CheckpointError {
         forward: riftco_tensor::Device,
         replay: riftco_tensor::Device,
     },
+    /// The replay recorded another graph than the forward run (other ops, or ops on other
+    /// shapes): the callable read state that changed between the forward and the backward pass
+    /// (a module switched between `train()` and `eval()`, a Python flag), so its gradients
+    /// would belong to another computation than the output (PyTorch's metadata check raises
+    /// for this too: a different number of tensors saved).
+    #[error("checkpoint {name:?}: the replay recorded another graph than the forward run ({replay_ops} ops against {forward_ops}{detail}): the callable depends on state that changed between the forward and the backward pass (a module switched between train() and eval(), a flag); gradients would belong to another computation. Keep such state fixed until backward, or pass determinism_check=\"off\"")]
+    ReplayGraphChanged {
+        name: String,
+        forward_ops: usize,
+        replay_ops: usize,
+        /// Empty, or `", the same count with other ops or shapes"`.
+        detail: &'static str,
+    },
     /// The forward run returned a graph-only value (a placeholder holding no data): the
     /// graph-only op variants are for the replay's tail only.
     #[error("checkpoint {name:?}: the callable's forward run returned a value holding no data (a graph-only op's placeholder); use the graph-only variants only on CheckpointPass::Replay")]
@@ -216,6 +229,7 @@ impl CheckpointError {
             | CheckpointError::BackwardInsideReplay { .. }
             | CheckpointError::ReentrantReplay { .. }
             | CheckpointError::ReplayDeviceChanged { .. }
+            | CheckpointError::ReplayGraphChanged { .. }
             | CheckpointError::GraphOnlyForwardOutput { .. }
             | CheckpointError::SaveNameUnused { .. }
             | CheckpointError::NamedOpCapturedNode { .. }

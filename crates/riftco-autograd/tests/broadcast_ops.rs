@@ -5,7 +5,7 @@
 //! bitwise the CPU's results.
 
 mod common;
-use common::{gradcheck, rand};
+use common::{bits, gradcheck, rand};
 use riftco_autograd::ops::{self, GeluApproximation};
 use riftco_autograd::{AutogradError, Variable};
 use riftco_tensor::backend::{mirror, BinaryOp};
@@ -280,10 +280,6 @@ fn log_softmax_is_stable_and_shift_invariant() {
     }
 }
 
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_host().unwrap().iter().map(|v| v.to_bits()).collect()
-}
-
 /// Every new op through the mirror backend (CPU kernels on copies): bitwise the CPU's values
 /// and gradients.
 #[test]
@@ -316,4 +312,37 @@ fn mirror_backend_is_bitwise_the_cpu() {
         mirror::kernel_calls() > calls,
         "the mirror run went through the mirror backend"
     );
+}
+
+#[test]
+fn linear_with_bias_is_one_node_and_bitwise_linear_then_add() {
+    for x_dims in [&[5, 3][..], &[2, 4, 3], &[3]] {
+        let x = Variable::leaf(rand(x_dims, 1), true);
+        let w = Variable::leaf(rand(&[4, 3], 2), true);
+        let b = Variable::leaf(rand(&[4], 3), true);
+        let composed = ops::broadcast_add(&ops::linear(&x, &w).unwrap(), &b).unwrap();
+        let fused = ops::linear_bias(&x, &w, &b).unwrap();
+        assert_eq!(fused.value().to_vec(), composed.value().to_vec());
+        // One node over the leaves, not two: the product before the bias is not retained.
+        assert_eq!(fused.graph_statistics().node_count, 4);
+        assert_eq!(composed.graph_statistics().node_count, 5);
+        let grads = |y: &Variable| {
+            ops::sum(&ops::mul(y, y).unwrap())
+                .unwrap()
+                .backward()
+                .unwrap();
+            [&x, &w, &b].map(|v| v.grad().unwrap().to_vec())
+        };
+        let want = grads(&composed);
+        assert_eq!(grads(&fused), want, "x dims {x_dims:?}");
+        gradcheck(
+            |v| ops::linear_bias(&v[0], &v[1], &v[2]),
+            &[rand(x_dims, 1), rand(&[4, 3], 2), rand(&[4], 3)],
+            &[true, true, true],
+        );
+    }
+    let x = Variable::leaf(rand(&[2, 3], 1), true);
+    let w = Variable::leaf(rand(&[4, 3], 2), true);
+    let err = ops::linear_bias(&x, &w, &Variable::leaf(rand(&[3], 3), true)).unwrap_err();
+    assert!(err.to_string().contains("[3]"), "{err}");
 }

@@ -387,3 +387,55 @@ fn default_options_preserve_the_rng_state_and_check_metadata() -> Result<()> {
     assert_eq!(s.determinism_check, DeterminismCheck::Metadata);
     Ok(())
 }
+
+/// `Σ y²` through a checkpoint whose callable applies SiLU only while `flag` is set (a
+/// module's `train()` / `eval()` switch, say): the flag is cleared between the forward and
+/// the backward pass, so the replay takes another path.
+fn switched_loss(x: &Variable, p: &[Variable], check: DeterminismCheck) -> Variable {
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (f, p2) = (flag.clone(), p.to_vec());
+    let y = checkpoint_with_options("switched block", x, p, &options(check), move |x, _| {
+        let h = block(x, &p2)?;
+        if f.load(Ordering::Relaxed) {
+            ops::silu(&h)
+        } else {
+            Ok(h)
+        }
+    })
+    .unwrap();
+    flag.store(false, Ordering::Relaxed);
+    ops::sum(&ops::mul(&y, &y).unwrap()).unwrap()
+}
+
+#[test]
+fn metadata_catches_a_replay_that_records_another_graph_and_commits_nothing() {
+    let x = Variable::leaf(rand(&[4, 8], 1), true);
+    let p = params(2, 8, true);
+    let all: Vec<Variable> = p.iter().cloned().chain([x.clone()]).collect();
+    ops::sum(&block(&x, &p).unwrap())
+        .unwrap()
+        .backward()
+        .unwrap();
+    let before = grads(&all);
+    for check in [DeterminismCheck::Metadata, DeterminismCheck::Values] {
+        let err = switched_loss(&x, &p, check).backward().unwrap_err();
+        match &err {
+            AutogradError::Checkpoint(CheckpointError::ReplayGraphChanged {
+                name,
+                forward_ops,
+                replay_ops,
+                ..
+            }) => {
+                assert_eq!(name, "switched block");
+                assert_eq!(*forward_ops, *replay_ops + 1, "the SiLU node is missing");
+            }
+            other => panic!("{check:?}: expected ReplayGraphChanged, got {other:?}"),
+        }
+        assert!(err.to_string().contains("train() and eval()"), "{err}");
+        assert_eq!(grads(&all), before, "a failed pass commits nothing");
+    }
+    // "off" compares nothing: the backward differentiates the replay's graph.
+    switched_loss(&x, &p, DeterminismCheck::Off)
+        .backward()
+        .unwrap();
+}

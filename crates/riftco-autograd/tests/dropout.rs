@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{gradcheck, rand};
+use common::{bits, gradcheck, rand};
 use riftco_autograd::ops::{self, AttentionKind, AttentionLayout, DropoutMask};
 use riftco_autograd::{AutogradError, Variable};
 use riftco_tensor::backend::mirror;
@@ -337,10 +337,6 @@ fn flash_and_materialized_dropout_agree() {
             }
         }
     }
-}
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_host().unwrap().iter().map(|v| v.to_bits()).collect()
 }
 
 /// The mirror backend (CPU kernels on copies) gives bitwise the CPU's dropout and attention

@@ -4,7 +4,7 @@
 //! rounding), edge sizes, errors, and the mirror backend bitwise equal to the CPU.
 
 mod common;
-use common::{gradcheck, rand};
+use common::{bits, gradcheck, rand};
 use riftco_autograd::ops::{self, IndexItem as I};
 use riftco_autograd::{AutogradError, Variable};
 use riftco_tensor::backend::mirror;
@@ -332,10 +332,6 @@ fn permute_and_reshape_errors() {
         tensor_err(ops::reshape_infer(&x, &[5])),
         TensorError::ShapeMismatch { .. } | TensorError::LengthMismatch { .. }
     ));
-}
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_host().unwrap().iter().map(|v| v.to_bits()).collect()
 }
 
 #[test]

@@ -86,8 +86,10 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 ///
 /// ``determinism_check`` selects what the replay is compared on: ``"off"`` (the output shape
 /// only, kept so that a wrong-shaped gradient is always an error), ``"metadata"`` (the
-/// default: shape and device, PyTorch's level; a replay computing other values of the same
-/// shape is NOT caught), ``"values"`` (also a 64-bit hash of the output values and the
+/// default, PyTorch's level: shape and device, and the graph the replay records — its op
+/// names and shapes: a replay taking another path, e.g. a module switched between ``train()``
+/// and ``eval()`` before ``backward()``, raises ``CheckpointError``; a replay computing other
+/// values through the same ops is NOT caught), ``"values"`` (also a 64-bit hash of the output values and the
 /// generator counter: a replay computing other values, or drawing other random blocks, raises
 /// ``CheckpointError`` from ``backward()`` naming the checkpoint and the first differing
 /// element with both values, and no gradient is committed).

@@ -91,24 +91,37 @@ fn matmul(
     binary(py, &a, &b, ops::matmul)
 }
 
-/// Bias-free linear layer ``x @ w.T`` (PyTorch ``nn.Linear`` layout).
+/// Linear layer ``x @ w.T (+ bias)`` (PyTorch ``nn.functional.linear``, ``nn.Linear`` layout).
+///
+/// With a bias the result is one graph node (the product before the bias is added is not
+/// kept); values and gradients are bitwise those of ``add(linear(x, w), bias)``.
 ///
 /// Args:
 ///     x: Variable ``[..., in]``.
 ///     w: Variable ``[out, in]``.
+///     bias: optional Variable ``[out]``.
 ///
 /// Returns:
 ///     Variable: ``[..., out]``.
 ///
 /// Raises:
-///     ShapeError: when ``w`` is not 2-D or its ``in`` differs from ``x``'s last dimension.
+///     ShapeError: when ``w`` is not 2-D, its ``in`` differs from ``x``'s last dimension, or
+///         ``bias`` is not ``[out]``.
 #[pyfunction]
+#[pyo3(signature = (x, w, bias = None))]
 fn linear(
     py: Python<'_>,
     x: PyRef<'_, PyVariable>,
     w: PyRef<'_, PyVariable>,
+    bias: Option<PyRef<'_, PyVariable>>,
 ) -> PyResult<PyVariable> {
-    binary(py, &x, &w, ops::linear)
+    match bias {
+        None => binary(py, &x, &w, ops::linear),
+        Some(b) => {
+            let (x, w, b) = (x.inner().clone(), w.inner().clone(), b.inner().clone());
+            compute(py, move || ops::linear_bias(&x, &w, &b)).map(PyVariable)
+        }
+    }
 }
 
 /// SiLU, ``x * sigmoid(x)`` (Elfwing et al. 2018).

@@ -127,17 +127,28 @@ fn index_item(py: Python<'_>, item: &Bound<'_, PyAny>, position: usize) -> PyRes
         && (item.is_instance_of::<pyo3::types::PyInt>() || item.hasattr("__index__")?)
         && zero_dim;
     if is_int {
-        if let Ok(i) = item.extract::<isize>() {
+        // `__index__` as Python's `operator.index`: an exception it raises propagates.
+        let int = if item.is_instance_of::<pyo3::types::PyInt>() {
+            item.clone()
+        } else {
+            item.call_method0("__index__")?
+        };
+        if let Ok(i) = int.extract::<isize>() {
             return Ok(IndexItem::Int(i));
         }
         // Beyond 64 bits: out of range of every axis.
-        if item.is_instance_of::<pyo3::types::PyInt>() {
-            return Ok(IndexItem::Int(if item.lt(0)? {
+        if int.is_instance_of::<pyo3::types::PyInt>() {
+            return Ok(IndexItem::Int(if int.lt(0)? {
                 isize::MIN
             } else {
                 isize::MAX
             }));
         }
+        return Err(PyTypeError::new_err(format!(
+            "index item {position}: __index__ of a {} returned a {}, not an int",
+            type_name(item),
+            type_name(&int)
+        )));
     }
     Err(PyTypeError::new_err(format!(
         "advanced indexing is not supported: index item {position} is a {}; use ints, \
@@ -160,8 +171,31 @@ pub(crate) fn getitem(
             .collect::<PyResult<_>>()?,
         Err(_) => vec![index_item(py, key, 0)?],
     };
+    check_index_count(py, x.inner().dims(), &items)?;
     let x = x.inner().clone();
     run(py, move || ops::index(&x, &items))
+}
+
+/// `IndexOutOfRangeError` (an `IndexError`, as NumPy) for more than one `...` or more ints and
+/// slices than axes (also any int index of a 0-d Variable).
+fn check_index_count(py: Python<'_>, dims: &[usize], items: &[IndexItem]) -> PyResult<()> {
+    let rank = dims.len();
+    let consumed = items
+        .iter()
+        .filter(|i| matches!(i, IndexItem::Int(_) | IndexItem::Slice { .. }))
+        .count();
+    let ellipses = items.iter().filter(|i| **i == IndexItem::Ellipsis).count();
+    let message = if ellipses > 1 {
+        format!("an index can only have a single ellipsis ('...'); got {ellipses}")
+    } else if consumed > rank {
+        format!(
+            "too many indices: the Variable of shape {dims:?} has {rank} axes but {consumed} \
+             were indexed"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(PyErr::from_type(index_error(py)?, message))
 }
 
 /// ``x.T``: all axes reversed (NumPy's ``.T``).

@@ -11,6 +11,7 @@ use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
 use riftco_autograd::ops::{self, GeluApproximation};
 use riftco_autograd::Variable;
 pub(crate) use riftco_tensor::backend::BinaryOp;
+use riftco_tensor::{MemoryCategory, Shape, Tensor};
 
 use crate::errors::{compute, Exc};
 use crate::variable::PyVariable;
@@ -68,6 +69,67 @@ fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     }
     let np = obj.py().import("numpy")?;
     Ok(obj.is_instance(&np.getattr("number")?)? || obj.is_instance(&np.getattr("bool_")?)?)
+}
+
+/// Whether `obj` is a NumPy array (`numpy.ndarray` or a subclass).
+fn is_numpy_array(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>() {
+        return Ok(false);
+    }
+    let np = obj.py().import("numpy")?;
+    obj.is_instance(&np.getattr("ndarray")?)
+}
+
+/// A NumPy array operand of an operator as a constant float32 Variable on `like`'s device;
+/// `TypeError` naming the dtype for a non-numeric array.
+fn array_operand(arr: &Bound<'_, PyAny>, like: &Variable) -> PyResult<Operand> {
+    let dtype = arr.getattr("dtype")?;
+    let kind: String = dtype.getattr("kind")?.extract()?;
+    if !matches!(kind.as_str(), "b" | "i" | "u" | "f") {
+        return Err(PyTypeError::new_err(format!(
+            "a NumPy array of dtype {} cannot be an operand of a Variable operator: expected a \
+             bool, integer or float array",
+            dtype.str()?
+        )));
+    }
+    let (data, shape) = crate::variable::float32_data(arr)?;
+    let mut t = Tensor::from_vec(data, Shape::new(shape), MemoryCategory::Activation)
+        .map_err(crate::errors::tensor_err)?;
+    t.transfer_to(like.value().device())
+        .map_err(crate::errors::tensor_err)?;
+    Ok(Operand::Var(Variable::constant(t)))
+}
+
+/// The operands of an operator method (`None`: `NotImplemented`): Variables, numbers, and a
+/// NumPy array beside a Variable (a constant on its device, as PyTorch accepts).
+fn method_operands(
+    lhs: &Bound<'_, PyAny>,
+    rhs: &Bound<'_, PyAny>,
+) -> PyResult<Option<(Operand, Operand)>> {
+    let (a, b) = (operand(lhs)?, operand(rhs)?);
+    let (a, b) = match (a, b) {
+        (None, Some(Operand::Var(v))) if is_numpy_array(lhs)? => {
+            (Some(array_operand(lhs, &v)?), Some(Operand::Var(v)))
+        }
+        (Some(Operand::Var(v)), None) if is_numpy_array(rhs)? => {
+            let b = array_operand(rhs, &v)?;
+            (Some(Operand::Var(v)), Some(b))
+        }
+        other => other,
+    };
+    match (a, b) {
+        (Some(Operand::Scalar(_)), Some(Operand::Scalar(_))) => Ok(None),
+        (Some(a), Some(b)) => Ok(Some((a, b))),
+        _ => Ok(None),
+    }
+}
+
+/// Whether `obj` is a NumPy integer scalar (`numpy.int64(1)`; not a bool).
+fn is_numpy_integer(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !is_numpy_scalar(obj)? {
+        return Ok(false);
+    }
+    obj.is_instance(&obj.py().import("numpy")?.getattr("integer")?)
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -141,12 +203,9 @@ pub(crate) fn arith_method(
     lhs: &Bound<'_, PyAny>,
     rhs: &Bound<'_, PyAny>,
 ) -> PyResult<Option<PyVariable>> {
-    let (Some(a), Some(b)) = (operand(lhs)?, operand(rhs)?) else {
+    let Some((a, b)) = method_operands(lhs, rhs)? else {
         return Ok(None);
     };
-    if let (Operand::Scalar(_), Operand::Scalar(_)) = (&a, &b) {
-        return Ok(None);
-    }
     arith_operands(py, op, a, b).map(Some)
 }
 
@@ -177,7 +236,7 @@ pub(crate) fn compare_method(
     lhs: &Bound<'_, PyAny>,
     rhs: &Bound<'_, PyAny>,
 ) -> PyResult<Option<PyVariable>> {
-    let (Some(a), Some(b)) = (operand(lhs)?, operand(rhs)?) else {
+    let Some((a, b)) = method_operands(lhs, rhs)? else {
         return Ok(None);
     };
     compare_operands(py, kind, a, b).map(Some)
@@ -215,6 +274,26 @@ pub(crate) fn pow_impl(
 /// product), or `[..., m, k] @ [..., k, n]` with equal leading axes (`ops::bmm`).
 pub(crate) fn matmul_impl(py: Python<'_>, a: &Variable, b: &Variable) -> PyResult<PyVariable> {
     let (ra, rb) = (a.dims().len(), b.dims().len());
+    // Name both operands' shapes (the ops name one shape and what they expected).
+    let both = |what: &str| {
+        Exc::Shape.err(format!(
+            "matmul: shapes {:?} @ {:?}: {what}",
+            a.dims(),
+            b.dims()
+        ))
+    };
+    if ra >= 2 && rb >= 2 && a.dims()[ra - 1] != b.dims()[rb - 2] {
+        return Err(both(&format!(
+            "the inner dimensions {} and {} differ",
+            a.dims()[ra - 1],
+            b.dims()[rb - 2]
+        )));
+    }
+    if ra >= 3 && ra == rb && a.dims()[..ra - 2] != b.dims()[..rb - 2] {
+        return Err(both(
+            "the leading (batch) axes differ (they are not broadcast)",
+        ));
+    }
     let (a, b) = (a.clone(), b.clone());
     if ra == 2 && rb == 2 {
         return run(py, move || ops::matmul(&a, &b));
@@ -248,7 +327,8 @@ fn axes_arg(axis: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
         return Ok(None);
     };
     let one = |o: &Bound<'_, PyAny>| -> PyResult<i64> {
-        if o.is_instance_of::<PyBool>() || !o.is_instance_of::<PyInt>() {
+        // An int or a NumPy integer scalar (`numpy.int64(1)`); bools are refused.
+        if o.is_instance_of::<PyBool>() || !(o.is_instance_of::<PyInt>() || is_numpy_integer(o)?) {
             return Err(PyTypeError::new_err(format!(
                 "axis must be None, an int or a tuple of ints, got {}",
                 type_name(o)

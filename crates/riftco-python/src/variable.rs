@@ -4,7 +4,7 @@ use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyFloat, PyTuple};
 use riftco_autograd::Variable;
 use riftco_tensor::{MemoryCategory, Shape, Tensor};
 
@@ -79,12 +79,32 @@ pub(crate) fn float32_data(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<f32>, Vec<us
     Ok((data, shape))
 }
 
+/// The most axes a NumPy array built from a tensor may have (rust-numpy's limit, that of
+/// NumPy 1; NumPy 2 allows 64).
+pub(crate) const NUMPY_MAX_AXES: usize = 32;
+
+/// `ShapeError` unless a tensor of shape `dims` can become a NumPy array (at most
+/// [`NUMPY_MAX_AXES`] axes); every conversion to NumPy checks this first.
+pub(crate) fn check_numpy_rank(dims: &[usize]) -> PyResult<()> {
+    if dims.len() > NUMPY_MAX_AXES {
+        return Err(Exc::Shape.err(format!(
+            "cannot convert a value of rank {} (shape {dims:?}) to a NumPy array: at most \
+             {NUMPY_MAX_AXES} axes are supported; reshape it first",
+            dims.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A float32 NumPy copy of a tensor.
+///
+/// Raises `ShapeError` for a tensor of more than [`NUMPY_MAX_AXES`] axes.
 pub(crate) fn tensor_to_numpy<'py>(
     py: Python<'py>,
     t: &Tensor,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let dims = t.dims().to_vec();
+    check_numpy_rank(&dims)?;
     // Explicit host access: a copy from whatever device the tensor lives on.
     let data = t.to_host().map_err(crate::errors::tensor_err)?;
     let arr = ArrayD::from_shape_vec(IxDyn(&dims), data)
@@ -121,9 +141,10 @@ impl PyVariable {
     /// ``x[key]``: NumPy basic indexing (ints, slices with steps, ``...``, ``None``, tuples of
     /// these), a differentiable copy whose VJP scatters the gradient into zeros of ``x``'s
     /// shape. Raises ``IndexOutOfRangeError`` (an ``IndexError`` and a ``ShapeError``) for an
-    /// int out of range, naming the index, axis and size; ``ConfigError`` (a ``ValueError``)
-    /// for a slice step of 0, two ``...`` or too many indices; ``TypeError`` for advanced
-    /// indices (lists, arrays, bools).
+    /// int out of range, naming the index, axis and size, for more ints and slices than axes
+    /// (any int index of a 0-d Variable) and for two ``...``; ``ConfigError`` (a
+    /// ``ValueError``) for a slice step of 0; ``TypeError`` for advanced indices (lists,
+    /// arrays, bools); an exception raised by an index's ``__index__`` propagates.
     ///
     /// Example:
     ///     >>> import numpy as np, riftco
@@ -191,10 +212,19 @@ impl PyVariable {
         self.0.dims().len()
     }
 
+    /// Number of dimensions (PyTorch's ``dim()``, the same as ``ndim``).
+    fn dim(&self) -> usize {
+        self.0.dims().len()
+    }
+
     /// A float32 NumPy copy of the value.
     ///
     /// Returns:
     ///     numpy.ndarray: float32, of shape ``self.shape``.
+    ///
+    /// Raises:
+    ///     ShapeError: the value has more than 32 axes (the most a NumPy array built here may
+    ///         have; also for ``numpy.asarray(v)`` and ``grad``).
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
         tensor_to_numpy(py, self.0.value())
     }
@@ -223,10 +253,50 @@ impl PyVariable {
         self.0.value().item().map_err(tensor_err)
     }
 
+    /// ``float(v)``: the value of a one-element variable (as ``item()``); ``ShapeError`` for
+    /// more elements.
+    fn __float__(&self) -> PyResult<f64> {
+        self.item().map(f64::from)
+    }
+
+    /// ``int(v)``: the value of a one-element variable truncated toward zero (as
+    /// ``int(v.item())``: ``ValueError`` for NaN, ``OverflowError`` for an infinity);
+    /// ``ShapeError`` for more elements.
+    fn __int__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let x = self.item()?;
+        Ok(PyFloat::new(py, f64::from(x))
+            .call_method0("__int__")?
+            .unbind())
+    }
+
+    /// ``format(v, spec)`` and f-strings: with an empty spec any variable formats as
+    /// ``str(v)`` (as every Python object); with a spec a one-element variable formats its
+    /// value as a float (``f"{loss:.3f}"``), and more elements are a ``TypeError`` (as NumPy).
+    fn __format__(slf: &Bound<'_, Self>, spec: &str) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let v = slf.get();
+        if spec.is_empty() {
+            return Ok(slf.str()?.into_any().unbind());
+        }
+        if v.0.value().numel() == 1 {
+            return Ok(PyFloat::new(py, f64::from(v.item()?))
+                .call_method1("__format__", (spec,))?
+                .unbind());
+        }
+        Err(PyTypeError::new_err(format!(
+            "unsupported format string {spec:?} for a Variable of shape {:?}: only a \
+             one-element Variable formats as a number",
+            v.0.dims()
+        )))
+    }
+
     /// The gradient committed by the last successful backward pass, or ``None``.
     ///
     /// Returns:
     ///     numpy.ndarray | None: a float32 copy of shape ``self.shape``.
+    ///
+    /// Raises:
+    ///     ShapeError: the variable has more than 32 axes.
     #[getter]
     fn grad<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
         self.0.grad().map(|g| tensor_to_numpy(py, &g)).transpose()
@@ -334,6 +404,19 @@ impl PyVariable {
             .ok_or_else(|| PyTypeError::new_err("len() of a 0-d Variable"))
     }
 
+    /// ``iter(v)``: the sub-Variables ``v[0], v[1], ...`` along the first axis (lazily);
+    /// ``TypeError`` for a 0-d Variable (as NumPy: iteration over a 0-d array).
+    fn __iter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let Some(&n) = slf.get().0.dims().first() else {
+            return Err(PyTypeError::new_err("iteration over a 0-d Variable"));
+        };
+        let builtins = py.import("builtins")?;
+        let range = builtins.getattr("range")?.call1((n,))?;
+        let getitem = slf.getattr("__getitem__")?;
+        Ok(builtins.getattr("map")?.call1((getitem, range))?.unbind())
+    }
+
     // ---- operators and math methods (bodies in functional_math; see its docs) -------------
 
     fn __add__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
@@ -392,9 +475,10 @@ impl PyVariable {
     fn __ne__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         fm::compare_dunder(slf, other, fm::BinaryOp::Ne)
     }
-    /// ``None``: NumPy ufuncs and ndarray operators defer to ``Variable``'s own operators, so
-    /// ``ndarray + Variable`` raises ``TypeError`` instead of silently returning a detached
-    /// ndarray (NumPy scalars are accepted as scalar operands).
+    /// ``None``: NumPy ufuncs and ndarray operators defer to ``Variable``'s own (reflected)
+    /// operators, so ``ndarray + Variable`` is a Variable (the array becomes a float32
+    /// constant on the Variable's device, as in PyTorch) instead of a detached ndarray; a
+    /// non-numeric array is a ``TypeError`` naming its dtype.
     #[classattr]
     fn __array_ufunc__() -> Option<()> {
         None

@@ -2,9 +2,9 @@
 ``python -m mypy.stubtest riftco._native``)."""
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import EllipsisType, NotImplementedType
-from typing import Any, SupportsIndex, final
+from typing import Any, SupportsIndex, TypeAlias, final
 
 import numpy as np
 import numpy.typing as npt
@@ -196,6 +196,8 @@ def empty_cache() -> int:
 # Autograd
 # ---------------------------------------------------------------------------------------------
 
+_Operand: TypeAlias = Variable | float | npt.NDArray[Any]
+
 @final
 class Variable:
     """A graph node: a float32 value and, for op results, what backward needs.
@@ -212,8 +214,9 @@ class Variable:
     ) -> Variable:
         """NumPy basic indexing (ints, slices with steps, ``...``, ``None``, tuples of these), a
         differentiable copy; the VJP scatters into zeros. ``IndexOutOfRangeError`` (an
-        ``IndexError``) for an int out of range naming index, axis and size; ``TypeError`` for
-        advanced indices (lists, arrays, bools)."""
+        ``IndexError``) for an int out of range naming index, axis and size, and for more ints
+        and slices than axes or two ``...``; ``TypeError`` for advanced indices (lists, arrays,
+        bools); an exception raised by an index's ``__index__`` propagates."""
     @property
     def T(self) -> Variable:
         """All axes reversed (NumPy's ``.T``), a differentiable copy."""
@@ -234,15 +237,27 @@ class Variable:
     @property
     def ndim(self) -> int:
         """``len(shape)``."""
+    def dim(self) -> int:
+        """``len(shape)`` (PyTorch's ``dim()``)."""
     def numpy(self) -> npt.NDArray[np.float32]:
-        """A float32 NumPy copy of the value, of shape ``self.shape``."""
+        """A float32 NumPy copy of the value, of shape ``self.shape``; ``ShapeError`` for more
+        than 32 axes."""
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
-        """``numpy.asarray(variable)`` support (a copy)."""
+        """``numpy.asarray(variable)`` support (a copy); ``ShapeError`` for more than 32 axes."""
     def item(self) -> float:
         """The value of a one-element variable; ``ShapeError`` otherwise."""
+    def __float__(self) -> float:
+        """``float(v)``: as ``item()``."""
+    def __int__(self) -> int:
+        """``int(v)``: ``int(v.item())`` (truncated; ``ValueError`` for NaN, ``OverflowError``
+        for an infinity); ``ShapeError`` for more than one element."""
+    def __format__(self, spec: str, /) -> str:
+        """An empty spec gives ``str(v)``; with a spec a one-element variable formats as its
+        float value (``f"{loss:.3f}"``) and more elements are a ``TypeError``."""
     @property
     def grad(self) -> npt.NDArray[np.float32] | None:
-        """The committed gradient (float32 copy of shape ``self.shape``) or ``None``."""
+        """The committed gradient (float32 copy of shape ``self.shape``) or ``None``;
+        ``ShapeError`` for more than 32 axes."""
     @property
     def requires_grad(self) -> bool:
         """Whether gradients flow to this node."""
@@ -270,16 +285,20 @@ class Variable:
     def graph_statistics(self) -> dict[str, int]:
         """``{"node_count": reachable nodes, "element_count": float32 elements they own}``."""
     def __len__(self) -> int: ...
-    # Operators: NumPy broadcasting; a Python int/float on either side. ``==`` and friends
+    def __iter__(self) -> Iterator[Variable]:
+        """``self[0], self[1], ...`` (lazily); ``TypeError`` for a 0-d Variable."""
+    # Operators: NumPy broadcasting; a Python int/float or a numeric NumPy array (a float32
+    # constant on this Variable's device) on either side (comparisons too, typed without arrays
+    # here to keep the reflected signatures of ndarray and Variable apart). ``==`` and friends
     # return 1.0/0.0 Variables that never require grad; hashing stays identity-based.
-    def __add__(self, other: Variable | float, /) -> Variable: ...
-    def __radd__(self, other: Variable | float, /) -> Variable: ...
-    def __sub__(self, other: Variable | float, /) -> Variable: ...
-    def __rsub__(self, other: Variable | float, /) -> Variable: ...
-    def __mul__(self, other: Variable | float, /) -> Variable: ...
-    def __rmul__(self, other: Variable | float, /) -> Variable: ...
-    def __truediv__(self, other: Variable | float, /) -> Variable: ...
-    def __rtruediv__(self, other: Variable | float, /) -> Variable: ...
+    def __add__(self, other: _Operand, /) -> Variable: ...
+    def __radd__(self, other: _Operand, /) -> Variable: ...
+    def __sub__(self, other: _Operand, /) -> Variable: ...
+    def __rsub__(self, other: _Operand, /) -> Variable: ...
+    def __mul__(self, other: _Operand, /) -> Variable: ...
+    def __rmul__(self, other: _Operand, /) -> Variable: ...
+    def __truediv__(self, other: _Operand, /) -> Variable: ...
+    def __rtruediv__(self, other: _Operand, /) -> Variable: ...
     def __matmul__(self, other: Variable, /) -> Variable:
         """2-D @ 2-D, N-D @ 2-D, or N-D @ N-D with equal leading axes (N >= 3)."""
     def __rmatmul__(self, other: Variable, /) -> Variable:
@@ -303,9 +322,13 @@ class Variable:
     __array_ufunc__: None
     def __bool__(self) -> bool:
         """Nonzero for a one-element Variable; ``ValueError`` for any other size."""
-    def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Variable:
+    def sum(
+        self, axis: SupportsIndex | Sequence[SupportsIndex] | None = None, keepdims: bool = False
+    ) -> Variable:
         """``functional.sum(self, axis, keepdims)``."""
-    def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Variable:
+    def mean(
+        self, axis: SupportsIndex | Sequence[SupportsIndex] | None = None, keepdims: bool = False
+    ) -> Variable:
         """``functional.mean(self, axis, keepdims)``."""
     def exp(self) -> Variable: ...
     def log(self) -> Variable: ...
@@ -339,8 +362,10 @@ def checkpoint(
 
     ``preserve_rng_state`` (default ``True``): the replay starts from the generator state the
     first run started from (same draws) and the thread's state is restored afterwards.
-    ``determinism_check``: ``"off"`` (output shape only), ``"metadata"`` (default: shape and
-    device, PyTorch's level) or ``"values"`` (also a hash of the output values and the
+    ``determinism_check``: ``"off"`` (output shape only), ``"metadata"`` (default: shape,
+    device and the replay's graph — its op names and shapes, so a module switched between
+    ``train()`` and ``eval()`` before ``backward()`` raises ``CheckpointError``; PyTorch's
+    level) or ``"values"`` (also a hash of the output values and the
     generator counter; a mismatch raises ``CheckpointError`` from ``backward()`` naming the
     checkpoint, ``name`` or ``fn.__qualname__``, and the first differing element with both
     values, committing nothing). An unknown spelling raises ``ConfigError`` naming it.

@@ -2,6 +2,7 @@
 function releases the GIL while computing; shape problems raise ``riftco.ShapeError``."""
 
 from collections.abc import Callable, Sequence
+from typing import SupportsIndex
 
 import numpy.typing as npt
 
@@ -90,7 +91,9 @@ def log_softmax(x: Variable, axis: int = -1) -> Variable:
     """Numerically stable log-softmax along ``axis`` (``ShapeError`` for a bad axis)."""
 
 def mean(
-    x: Variable, axis: int | Sequence[int] | None = None, keepdims: bool = False
+    x: Variable,
+    axis: SupportsIndex | Sequence[SupportsIndex] | None = None,
+    keepdims: bool = False,
 ) -> Variable:
     """Mean over ``axis`` (``None``: all axes)."""
 
@@ -118,8 +121,9 @@ def scale(x: Variable, alpha: float) -> Variable:
 def matmul(a: Variable, b: Variable) -> Variable:
     """``[m, k] @ [k, n] -> [m, n]``."""
 
-def linear(x: Variable, w: Variable) -> Variable:
-    """``x [..., in] @ w.T`` with ``w [out, in]`` -> ``[..., out]``."""
+def linear(x: Variable, w: Variable, bias: Variable | None = None) -> Variable:
+    """``x [..., in] @ w.T (+ bias [out])`` with ``w [out, in]`` -> ``[..., out]`` (with a
+    bias, one graph node: bitwise ``add(linear(x, w), bias)``)."""
 
 def silu(x: Variable) -> Variable:
     """``x * sigmoid(x)``."""
@@ -137,7 +141,9 @@ def rms_norm(x: Variable, weight: Variable, eps: float = 1e-5) -> Variable:
     """
 
 def sum(
-    x: Variable, axis: int | Sequence[int] | None = None, keepdims: bool = False
+    x: Variable,
+    axis: SupportsIndex | Sequence[SupportsIndex] | None = None,
+    keepdims: bool = False,
 ) -> Variable:
     """Sum over ``axis`` (``None``: all axes, a shape-``()`` result; negative axes count from
     the end; ``ShapeError`` for an out-of-range or repeated axis)."""

@@ -5,8 +5,8 @@
 - containers ``Sequential`` and ``ModuleList``;
 - layers ``Linear``, ``Embedding``, ``RMSNorm``, ``Dropout``, ``ReLU``, ``GELU``, ``SiLU``.
 
-A module is a callable, so ``riftco.checkpoint(block, x)`` checkpoints it and declares its
-leaves (``named_variables()``) as the dependencies.
+A module is a callable, so ``riftco.checkpoint(block, x)`` checkpoints it; its dependencies are
+the leaves it holds (``named_variables()``) that the output depends on.
 """
 
 from riftco.nn.containers import ModuleList, Sequential

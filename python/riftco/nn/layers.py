@@ -58,8 +58,7 @@ class Linear(Module):
     def forward(self, x: Variable) -> Variable:
         """``x [..., in_features]`` -> ``[..., out_features]``; ``ShapeError`` for another last
         axis."""
-        y = F.linear(x, self.weight)
-        return y if self.bias is None else F.add(y, self.bias)
+        return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (
@@ -104,10 +103,12 @@ class RMSNorm(Module):
 
     Args:
         dim: the size of the normalised last axis (int > 0).
-        eps: added to the mean square (finite, > 0; default ``1e-6``).
+        eps: added to the mean square: a Python or NumPy number, finite and > 0 also once
+            rounded to float32 (the smallest accepted is about ``1.4e-45``; default ``1e-6``).
 
     Raises:
-        ConfigError: a non-positive ``dim``; ``eps`` not finite and > 0 (at the first call).
+        ConfigError: a non-positive ``dim``; ``eps`` not a finite number > 0, or one that
+            rounds to 0 in float32 (``1e-50``), naming it.
 
     Shapes: ``x [..., dim]`` -> same.
     """
@@ -115,8 +116,18 @@ class RMSNorm(Module):
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.dim = _positive_int(dim, "RMSNorm: dim")
-        if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
+        number = isinstance(eps, (int, float, np.integer, np.floating)) and not isinstance(
+            eps, (bool, np.bool_)
+        )
+        if not (number and math.isfinite(float(eps)) and float(eps) > 0):
             raise ConfigError(f"RMSNorm: eps must be a finite number > 0; got {eps!r}")
+        with np.errstate(over="ignore"):
+            as_f32 = float(np.float32(eps))
+        if not (as_f32 > 0 and math.isfinite(as_f32)):
+            raise ConfigError(
+                f"RMSNorm: eps = {eps!r} is 0 or infinite once rounded to float32 (the values "
+                f"are float32): give an eps in [1.4e-45, 3.4e38]"
+            )
         self.eps = float(eps)
         self.weight = Variable(np.ones(self.dim, dtype=np.float32), requires_grad=True)
 
@@ -165,11 +176,30 @@ class ReLU(Module):
 
 
 class GELU(Module):
-    """The Gaussian error linear unit elementwise (``torch.nn.GELU``). Shapes: any -> same."""
+    """The Gaussian error linear unit elementwise (``torch.nn.GELU``). Shapes: any -> same.
+
+    Args:
+        approximate: ``"none"`` (exact, with erf; the default) or ``"tanh"`` (the tanh
+            approximation), as ``functional.gelu``.
+
+    Raises:
+        ConfigError: another ``approximate`` (naming it).
+    """
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ConfigError(
+                f'GELU: approximate must be "none" or "tanh"; got {approximate!r}'
+            )
+        self.approximate = approximate
 
     def forward(self, x: Variable) -> Variable:
-        """``gelu(x)``."""
-        return F.gelu(x)
+        """``gelu(x, approximate)``."""
+        return F.gelu(x, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return "" if self.approximate == "none" else f"approximate={self.approximate!r}"
 
 
 class SiLU(Module):

@@ -66,24 +66,84 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
         value,
         vec![x.clone(), w.clone()],
         move |p, _, g| {
-            // dx and dW have the shapes of x and W (valid shapes).
-            let dx = p[0]
-                .requires_grad()
-                .then(|| {
-                    let spec = MatmulSpec::new(m, out_f, in_f);
-                    let shape = p[0].value().shape().clone();
-                    be.matmul("linear (vjp)", spec, g, p[1].value(), shape, GRAD)
-                })
-                .transpose()?;
-            let dw = p[1]
-                .requires_grad()
-                .then(|| {
-                    let spec = MatmulSpec::new(out_f, m, in_f).trans_a(true);
-                    let shape = [out_f, in_f].into();
-                    be.matmul("linear (vjp)", spec, g, p[0].value(), shape, GRAD)
-                })
-                .transpose()?;
+            let (dx, dw) = linear_vjp(be, (m, in_f, out_f), p, g)?;
             Ok(vec![dx, dw])
+        },
+    ))
+}
+
+/// The VJP of `x · Wᵀ` for the parents `p = [x, W, ..]`: `dx = g · W` and `dW = gᵀ · x`, each
+/// only when that parent requires grad (shapes of x and W: valid shapes).
+fn linear_vjp(
+    be: &'static dyn riftco_tensor::Backend,
+    (m, in_f, out_f): (usize, usize, usize),
+    p: &[Variable],
+    g: &riftco_tensor::Tensor,
+) -> Result<(Option<riftco_tensor::Tensor>, Option<riftco_tensor::Tensor>)> {
+    let dx = p[0]
+        .requires_grad()
+        .then(|| {
+            let spec = MatmulSpec::new(m, out_f, in_f);
+            let shape = p[0].value().shape().clone();
+            be.matmul("linear (vjp)", spec, g, p[1].value(), shape, GRAD)
+        })
+        .transpose()?;
+    let dw = p[1]
+        .requires_grad()
+        .then(|| {
+            let spec = MatmulSpec::new(out_f, m, in_f).trans_a(true);
+            let shape = [out_f, in_f].into();
+            be.matmul("linear (vjp)", spec, g, p[0].value(), shape, GRAD)
+        })
+        .transpose()?;
+    Ok((dx, dw))
+}
+
+/// `y[..., out] = x[..., in] · Wᵀ + b` with `W` stored `[out, in]` and `b` `[out]` (PyTorch
+/// `nn.Linear`), recorded as ONE node: the graph keeps `y` only, not the product before the
+/// bias is added (which no VJP reads), so a layer with bias retains the bytes of one output.
+/// Values and gradients are bitwise those of [`linear`] followed by
+/// [`crate::ops::broadcast_add`] (the same kernels in the same order).
+///
+/// VJP: `dx = dy · W`, `dW = dyᵀ · x`, `db = Σ dy` over the leading axes.
+///
+/// # Errors
+/// As [`linear`]; [`TensorError::ShapeMismatch`] when `b` is not `[out]`.
+pub fn linear_bias(x: &Variable, w: &Variable, b: &Variable) -> Result<Variable> {
+    let out_f = w.dims().first().copied().unwrap_or(0);
+    if b.dims() != [out_f] || w.dims().len() != 2 {
+        return Err(TensorError::ShapeMismatch {
+            op: "linear (bias vs weight [out, in])",
+            expected: vec![out_f],
+            got: b.dims().to_vec(),
+        }
+        .into());
+    }
+    let product = crate::grad_mode::no_grad(|| linear(x, w))?;
+    let be = backend("linear", &[x, w, b])?;
+    let shape = product.value().shape().clone();
+    let value = be.binary(
+        "linear (bias)",
+        riftco_tensor::backend::BinaryOp::Add,
+        product.value(),
+        b.value(),
+        shape,
+        ACT,
+    )?;
+    drop(product);
+    let in_f = w.dims()[1];
+    let m: usize = x.dims()[..x.dims().len() - 1].iter().product();
+    Ok(Variable::from_op(
+        "linear",
+        value,
+        vec![x.clone(), w.clone(), b.clone()],
+        move |p, _, g| {
+            let (dx, dw) = linear_vjp(be, (m, in_f, out_f), p, g)?;
+            let db = p[2]
+                .requires_grad()
+                .then(|| super::broadcast::reduce_to(be, "linear (vjp)", g, &[out_f], GRAD))
+                .transpose()?;
+            Ok(vec![dx, dw, db])
         },
     ))
 }

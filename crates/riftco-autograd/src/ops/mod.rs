@@ -47,7 +47,7 @@ pub use dropout::{
 pub use elementwise::{add, add_graph_only, mul, scale, scale_graph_only, silu, sum, swiglu};
 pub use embedding::embedding;
 pub use index::{index, index_view, IndexItem};
-pub use linalg::{bmm, linear, linear_graph_only, matmul};
+pub use linalg::{bmm, linear, linear_bias, linear_graph_only, matmul};
 pub use loss::cross_entropy;
 pub use norm::rms_norm;
 pub use reduce::{log_softmax, mean_axes, sum_axes};

@@ -100,3 +100,8 @@ pub fn run_chain(x: &Variable, layers: &[Vec<Variable>], ckpt: bool) -> Variable
     }
     ops::sum(&ops::mul(&h, &h).unwrap()).unwrap()
 }
+
+/// The bit patterns of a tensor's elements (read from any device), for bitwise comparisons.
+pub fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_host().unwrap().iter().map(|v| v.to_bits()).collect()
+}
