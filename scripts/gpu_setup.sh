@@ -17,16 +17,22 @@ if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok install
     exit 0
 fi
 
+as_root=()
 if [ "$(id -u)" -ne 0 ]; then
-    echo "gpu_setup: not root; not installing $pkg (run as root: apt-get install -y $pkg)"
-    exit 0
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        as_root=(sudo -n)
+    else
+        echo "gpu_setup: not root and no password-less sudo; not installing $pkg (run as root:"
+        echo "  apt-get install -y $pkg)"
+        exit 0
+    fi
 fi
 
 echo "gpu_setup: installing $pkg"
 export DEBIAN_FRONTEND=noninteractive
-if ! apt-get install -y --no-install-recommends "$pkg"; then
+if ! "${as_root[@]}" apt-get install -y --no-install-recommends "$pkg"; then
     # The package lists may be missing or stale on a fresh machine.
-    apt-get update
-    apt-get install -y --no-install-recommends "$pkg"
+    "${as_root[@]}" apt-get update
+    "${as_root[@]}" apt-get install -y --no-install-recommends "$pkg"
 fi
 echo "gpu_setup: $pkg installed"

@@ -22,6 +22,11 @@ trap steps_summary EXIT
 step "setup"
 bash scripts/setup.sh
 
+# The GPU tests (crates/riftco-gpu) need an adapter: Mesa's software Vulkan device (llvmpipe)
+# on a machine without a GPU. Under CI=true they fail, never skip, when none is found.
+step "GPU driver for the riftco-gpu tests (scripts/gpu_setup.sh)"
+bash scripts/gpu_setup.sh
+
 step "cargo fmt --all --check"
 cargo fmt --all --check
 
