@@ -212,6 +212,10 @@ fn index_errors_name_index_axis_and_size() {
     ] {
         let e = tensor_err(ops::index(&x, &items));
         assert!(e.to_string().contains(want), "{e}");
+        // Too many indices and two `...` are index errors (NumPy's IndexError), a zero step an
+        // invalid argument (NumPy's ValueError).
+        let index_error = matches!(e, TensorError::InvalidIndex { .. });
+        assert_eq!(index_error, want != "step cannot be zero", "{e:?}");
     }
 }
 

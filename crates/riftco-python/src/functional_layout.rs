@@ -61,15 +61,16 @@ fn index_error(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
         .map(|t| t.bind(py).clone())
 }
 
-/// Runs a layout op; an integer index out of range raises [`index_error`].
+/// Runs a layout op; an index that does not fit the tensor (an integer out of range, too many
+/// indices, two `...`) raises [`index_error`].
 fn run(
     py: Python<'_>,
     f: impl FnOnce() -> riftco_autograd::Result<Variable> + Send,
 ) -> PyResult<PyVariable> {
     let out = compute(py, move || match f() {
-        Err(AutogradError::Tensor(e @ TensorError::IndexOutOfBounds { .. })) => {
-            Ok(Err(e.to_string()))
-        }
+        Err(AutogradError::Tensor(
+            e @ (TensorError::IndexOutOfBounds { .. } | TensorError::InvalidIndex { .. }),
+        )) => Ok(Err(e.to_string())),
         other => other.map(Ok),
     })?;
     match out {
@@ -171,31 +172,8 @@ pub(crate) fn getitem(
             .collect::<PyResult<_>>()?,
         Err(_) => vec![index_item(py, key, 0)?],
     };
-    check_index_count(py, x.inner().dims(), &items)?;
     let x = x.inner().clone();
     run(py, move || ops::index(&x, &items))
-}
-
-/// `IndexOutOfRangeError` (an `IndexError`, as NumPy) for more than one `...` or more ints and
-/// slices than axes (also any int index of a 0-d Variable).
-fn check_index_count(py: Python<'_>, dims: &[usize], items: &[IndexItem]) -> PyResult<()> {
-    let rank = dims.len();
-    let consumed = items
-        .iter()
-        .filter(|i| matches!(i, IndexItem::Int(_) | IndexItem::Slice { .. }))
-        .count();
-    let ellipses = items.iter().filter(|i| **i == IndexItem::Ellipsis).count();
-    let message = if ellipses > 1 {
-        format!("an index can only have a single ellipsis ('...'); got {ellipses}")
-    } else if consumed > rank {
-        format!(
-            "too many indices: the Variable of shape {dims:?} has {rank} axes but {consumed} \
-             were indexed"
-        )
-    } else {
-        return Ok(());
-    };
-    Err(PyErr::from_type(index_error(py)?, message))
 }
 
 /// ``x.T``: all axes reversed (NumPy's ``.T``).

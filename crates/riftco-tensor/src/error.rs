@@ -56,6 +56,10 @@ pub enum TensorError {
         index: usize,
         bound: usize,
     },
+    /// An index expression does not fit the tensor: more than one `...`, or more indexed axes
+    /// than the tensor has (NumPy's `IndexError`).
+    #[error("{op}: {message}")]
+    InvalidIndex { op: &'static str, message: String },
     /// An integer index along an axis is outside `-size..size` (NumPy's `IndexError`).
     #[error("{op}: index {index} is out of range for axis {axis} of size {size} (must be in {lo}..{size})", lo = -(*size as i128))]
     IndexOutOfBounds {
@@ -137,9 +141,9 @@ impl TensorError {
             | TensorError::ShapeOverflow { .. }
             | TensorError::AxisOutOfRange { .. }
             | TensorError::JoinShapeMismatch { .. } => ErrorKind::Shape,
-            TensorError::IndexOutOfRange { .. } | TensorError::IndexOutOfBounds { .. } => {
-                ErrorKind::IndexOutOfRange
-            }
+            TensorError::IndexOutOfRange { .. }
+            | TensorError::IndexOutOfBounds { .. }
+            | TensorError::InvalidIndex { .. } => ErrorKind::IndexOutOfRange,
             TensorError::TokenOutOfRange { .. } => ErrorKind::Tokens,
             TensorError::DeviceUnavailable { .. } => ErrorKind::DeviceUnavailable,
             // Host access to a device tensor: the tensor is on another device than the host.

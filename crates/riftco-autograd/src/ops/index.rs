@@ -73,8 +73,8 @@ fn slice_bounds(
 ///
 /// # Errors
 /// [`TensorError::IndexOutOfBounds`] for an integer outside `-size..size` (naming the index,
-/// the axis and its size); [`TensorError::InvalidArgument`] for a step of 0, more than one
-/// `...`, or more indexed axes than the tensor has.
+/// the axis and its size); [`TensorError::InvalidIndex`] for more than one `...` or more
+/// indexed axes than the tensor has; [`TensorError::InvalidArgument`] for a step of 0.
 pub fn index_view(dims: &[usize], items: &[IndexItem]) -> Result<StridedView> {
     let op = "index";
     let invalid = |message: String| -> crate::error::AutogradError {
@@ -86,13 +86,16 @@ pub fn index_view(dims: &[usize], items: &[IndexItem]) -> Result<StridedView> {
         .filter(|i| matches!(i, IndexItem::Int(_) | IndexItem::Slice { .. }))
         .count();
     let ellipses = items.iter().filter(|i| **i == IndexItem::Ellipsis).count();
+    let bad_index = |message: String| -> crate::error::AutogradError {
+        TensorError::InvalidIndex { op, message }.into()
+    };
     if ellipses > 1 {
-        return Err(invalid(format!(
+        return Err(bad_index(format!(
             "an index can only have a single ellipsis ('...'); got {ellipses}"
         )));
     }
     if consumed > rank {
-        return Err(invalid(format!(
+        return Err(bad_index(format!(
             "too many indices: the tensor of shape {dims:?} has {rank} axes but {consumed} \
              were indexed"
         )));
