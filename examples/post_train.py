@@ -7,10 +7,10 @@ writes the adapter (PEFT layout) to ``runs/post_train/adapter`` with
 trains every weight and writes ``model.safetensors`` instead.
 
     python examples/post_train.py
-    python examples/post_train.py --fine-tuning-method full --activation-checkpointing block
-    python examples/post_train.py --activation-checkpointing selective:dots
-    python examples/post_train.py --activation-memory-budget 8MiB
-    python examples/post_train.py --model runs/pretrain --data my_notes/ --lora-rank 16
+    python examples/post_train.py --fine-tuning-method full --out runs/post_train-full
+    python examples/post_train.py --activation-checkpointing selective:dots --out runs/pt-dots
+    python examples/post_train.py --activation-memory-budget 8MiB --out runs/pt-budget
+    python examples/post_train.py --model runs/pretrain --data my_notes/ --lora-rank 16 --out runs/pt-notes
 
 The flags and the code are those of ``python -m riftco post-train`` (``riftco.commands.post_train``).
 

@@ -2,14 +2,18 @@
 
 With no arguments it trains on the source of the running interpreter's standard library
 (``riftco.default_corpus()``: ``*.py`` files in sorted order, 8 MiB cap) and writes
-``runs/pretrain/{model.safetensors, config.json, training_metadata.json}``, then prints a
-generated sample. ``--data PATH...`` trains on given text files or folders instead.
+``runs/pretrain/{model.safetensors, config.json, training_metadata.json}`` (and ``loss.png``,
+``memory.png`` with matplotlib), then prints a generated sample. ``--data PATH...`` trains on
+given text files or folders instead.
 
     python examples/pretrain.py                                  # the README's main job
-    python examples/pretrain.py --activation-checkpointing block --steps 100
-    python examples/pretrain.py --activation-checkpointing segments:2
-    python examples/pretrain.py --activation-memory-budget 64MiB     # planned per block
+    python examples/pretrain.py --activation-checkpointing block --steps 100 --out runs/block
+    python examples/pretrain.py --activation-checkpointing segments:2 --out runs/segments
+    python examples/pretrain.py --activation-memory-budget 64MiB --out runs/budget
     python examples/pretrain.py --data notes/ book.txt --out runs/mine
+
+Each run goes to its own ``--out`` folder: a folder holding another configuration's run is
+refused without ``--overwrite``.
 
 The flags and the code are those of ``python -m riftco pretrain`` (``riftco.commands.pretrain``).
 

@@ -5,7 +5,8 @@
   baseline ``ln 256`` dashed; below it the learning rate of every step.
 - ``memory.png``: the peak bytes of each step by category (``memory_per_step``: parameter,
   optimizer state, gradient, activation, workspace), stacked, in MiB, with the peak of their
-  sum (``total``) and the buffer pool's cached bytes as lines.
+  sum (``total``) as a line (below the stack's top when the categories peak at different
+  moments of the step); below it the buffer pool's cached bytes after each step.
 
 Both are :data:`PLOT_SIZE_PX` pixels, drawn with matplotlib's Agg canvas on a ``Figure`` of
 their own (``matplotlib.pyplot`` and its global state are not used; the process's backend is
@@ -102,6 +103,11 @@ def _new_figure(rows: int) -> tuple[Any, list[Any]]:
     return fig, list(axes)
 
 
+def _integer_steps(ax: Any) -> None:
+    ticker = importlib.import_module("matplotlib.ticker")
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+
+
 def _save(fig: Any, path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI)
@@ -155,6 +161,7 @@ def _loss_plot(meta: dict[str, Any], path: Path) -> Path:
     ax_lr.set_xlabel("step")
     ax_lr.grid(alpha=0.3)
     ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+    _integer_steps(ax_lr)
     return _save(fig, path)
 
 
@@ -168,7 +175,9 @@ def _memory_plot(meta: dict[str, Any], path: Path) -> Path:
     mib = 2.0**20
     n = len(mem["total"])
     steps = list(range(1, n + 1))
-    fig, (ax,) = _new_figure(1)
+    cached = mem.get(CACHED_KEY) or []
+    fig, axes = _new_figure(2 if cached else 1)
+    ax = axes[0]
     present = [(k, label) for k, label in _STACKED if any(mem.get(k) or [])]
     ax.stackplot(
         steps,
@@ -177,22 +186,22 @@ def _memory_plot(meta: dict[str, Any], path: Path) -> Path:
         alpha=0.85,
     )
     ax.plot(steps, [b / mib for b in mem["total"]], color="black", lw=1.0, label="peak of the sum")
-    if mem.get(CACHED_KEY):
-        ax.plot(
-            steps,
-            [b / mib for b in mem[CACHED_KEY]],
-            color="gray",
-            ls="--",
-            lw=1.0,
-            label="cached by the buffer pool (after the step)",
-        )
-    ax.set_xlabel("step")
     ax.set_ylabel("peak bytes in the step (MiB)")
     ax.set_title(_title(meta), fontsize=10)
     ax.set_xlim(1, max(n, 2))
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize=9)
+    if cached:
+        # Its own panel: the pool's free buffers can dwarf a small model's live bytes.
+        ax_c = axes[1]
+        ax_c.plot(steps, [b / mib for b in cached], color="gray", lw=1.2)
+        ax_c.set_ylabel("pool cache (MiB)")
+        ax_c.set_ylim(bottom=0)
+        ax_c.grid(alpha=0.3)
+        ax_c.set_title("free buffers the pool keeps for reuse, after the step", fontsize=9)
+    axes[-1].set_xlabel("step")
+    _integer_steps(axes[-1])
     return _save(fig, path)
 
 
