@@ -56,7 +56,7 @@ def test_python_m_riftco_exists() -> None:
 
 def test_sample_length_does_not_follow_a_huge_max_seq_len(tmp_path: Path, text_file: Path) -> None:
     # Was: the sample filled max_seq_len (100,000 bytes, minutes of decoding after the save).
-    args = [*TINY, "--steps", "1", "--data", text_file, "--out", tmp_path]
+    args: list[str | Path] = [*TINY, "--steps", "1", "--data", text_file, "--out", tmp_path]
     r = run("-m", "riftco", "pretrain", *args, "--max-seq-len", "100000", "--seq-len", "16")
     assert r.returncode == 0, r.stderr
     header, sample = r.stdout.split("--- sample", 1)
@@ -126,7 +126,7 @@ def test_example_without_the_package_says_how_to_set_up(script: Path) -> None:
 
 def test_another_configuration_is_not_overwritten(tmp_path: Path, text_file: Path) -> None:
     out = tmp_path / "run"
-    base = [*TINY, "--data", text_file, "--out", out]
+    base: list[str | Path] = [*TINY, "--data", text_file, "--out", out]
     assert run(PRETRAIN, *base, "--steps", "2").returncode == 0
     state = (out / "model.safetensors").read_bytes()
     line = error_line(run(PRETRAIN, *base, "--steps", "3"))
