@@ -451,11 +451,12 @@ def _train_guarded(
 
 def _write_plots(out_dir: Path, metadata: dict[str, Any], log: Log | None) -> None:
     """``loss.png`` and ``memory.png`` of a finished run, or one log line why not."""
-    from riftco import plotting  # matplotlib is imported only here, when it is installed
+    from riftco import plotting  # which imports matplotlib only when it draws
 
     try:
         written = plotting.write_plots(metadata, out_dir)
-    except plotting.PlottingUnavailableError as e:
+    except (plotting.PlottingUnavailableError, plotting.RunMetadataError, OSError) as e:
+        # The run is saved and complete: a picture that cannot be drawn or written is reported.
         if log is not None:
             log(f"plots not written: {e}")
         return
