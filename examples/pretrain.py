@@ -2,14 +2,20 @@
 
 With no arguments it trains on the source of the running interpreter's standard library
 (``riftco.default_corpus()``: ``*.py`` files in sorted order, 8 MiB cap) and writes
-``runs/pretrain/{model.safetensors, config.json, training_metadata.json}``, then prints a
-generated sample. ``--data PATH...`` trains on given text files or folders instead.
+``runs/pretrain/{model.safetensors, config.json, training_metadata.json}`` (and ``loss.png``,
+``memory.png`` with matplotlib), then prints a generated sample. ``--data PATH...`` trains on
+given text files or folders instead.
 
     python examples/pretrain.py                                  # the README's main job
-    python examples/pretrain.py --activation-checkpointing block --steps 100
-    python examples/pretrain.py --activation-checkpointing segments:2
-    python examples/pretrain.py --activation-memory-budget 64MiB     # planned per block
+    python examples/pretrain.py --activation-checkpointing block --steps 100 --out runs/block
+    python examples/pretrain.py --activation-checkpointing segments:2 --out runs/segments
+    python examples/pretrain.py --activation-memory-budget 64MiB --out runs/budget
     python examples/pretrain.py --data notes/ book.txt --out runs/mine
+
+Each run goes to its own ``--out`` folder: a folder holding another configuration's run is
+refused without ``--overwrite``.
+
+The flags and the code are those of ``python -m riftco pretrain`` (``riftco.commands.pretrain``).
 
 Exit codes: 0 done, 2 bad input (one ``error:`` line on stderr), 130 interrupted with Ctrl-C
 (the last periodic save is left intact).
@@ -19,166 +25,28 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-import riftco
-from riftco.cli import (
-    ArgumentParser,
-    add_checkpointing_arguments,
-    add_dropout_arguments,
-    check_sample_args,
-    fail,
-    int_range,
-    non_negative_float,
-    output_folder,
-    run_cli,
-)
+try:
+    from riftco.cli import run_cli
+    from riftco.commands import pretrain
+except ModuleNotFoundError as e:  # run by an interpreter without the package (the system python3)
+    print(
+        f"pretrain.py: error: {e} in {sys.executable}: riftco is installed in the "
+        "repository's .venv; run `bash scripts/setup.sh` once, then "
+        "`.venv/bin/python examples/pretrain.py` (or `bash scripts/main.sh`)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 PROG = "pretrain.py"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = ArgumentParser(
-        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    data = p.add_argument_group("data and output")
-    data.add_argument(
-        "--data",
-        nargs="+",
-        metavar="PATH",
-        help="text files or folders (default: the embedded stdlib-source corpus)",
-    )
-    data.add_argument(
-        "--out", default="runs/pretrain", metavar="DIR", help="output folder (default: %(default)s)"
-    )
-    train = p.add_argument_group("training")
-    add_checkpointing_arguments(train)
-    train.add_argument(
-        "--attention",
-        choices=riftco.ATTENTION_KINDS,
-        default="flash",
-        help="full-sequence attention kind (default: %(default)s)",
-    )
-    train.add_argument("--steps", type=int_range(1), default=600)
-    train.add_argument("--batch-size", type=int_range(1), default=16)
-    train.add_argument("--seq-len", type=int_range(1), default=128)
-    train.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    train.add_argument("--warmup-steps", type=int_range(0), default=50)
-    train.add_argument("--lr-schedule", choices=riftco.LR_SCHEDULES, default="cosine")
-    train.add_argument("--weight-decay", type=float, default=0.0, help="> 0 selects AdamW")
-    train.add_argument(
-        "--seed", type=int_range(0), default=0, help="seeds weights and batch sampling"
-    )
-    train.add_argument("--save-every", type=int_range(1), default=100, metavar="STEPS")
-    train.add_argument("--log-every", type=int_range(1), default=10, metavar="STEPS")
-    train.add_argument(
-        "--no-progress", action="store_true", help="log lines instead of a progress bar"
-    )
-    model = p.add_argument_group("model size")
-    model.add_argument("--d-model", type=int_range(1), default=128)
-    model.add_argument("--n-heads", type=int_range(1), default=4)
-    model.add_argument("--n-layers", type=int_range(1), default=4)
-    model.add_argument("--d-ff", type=int_range(1), default=344)
-    model.add_argument("--max-seq-len", type=int_range(1), default=128)
-    add_dropout_arguments(model, lora=False)
-    sample = p.add_argument_group("sample")
-    sample.add_argument("--prompt", default="def ", help="prompt of the printed sample")
-    sample.add_argument(
-        "--sample-tokens",
-        type=int_range(0),
-        default=None,
-        help="bytes to generate (default: fill max_seq_len)",
-    )
-    sample.add_argument("--temperature", type=non_negative_float, default=0.8)
-    sample.add_argument("--top-k", type=int_range(1), default=40)
-    return p.parse_args(argv)
-
-
-def log(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    return pretrain.parse_args(argv, prog=PROG)
 
 
 def main() -> None:
-    args = parse_args()
-    model_config = riftco.TransformerConfig(
-        vocab_size=riftco.data.VOCAB_SIZE,
-        d_model=args.d_model,
-        n_heads=args.n_heads,
-        n_layers=args.n_layers,
-        d_ff=args.d_ff,
-        max_seq_len=args.max_seq_len,
-        seed=args.seed,
-        attention_dropout=args.attention_dropout,
-        residual_dropout=args.residual_dropout,
-    )
-    config = riftco.PretrainingConfig(
-        attention=args.attention,
-        activation_checkpointing=args.activation_checkpointing,
-        activation_memory_budget=args.activation_memory_budget,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        seq_len=args.seq_len,
-        lr=args.lr,
-        warmup_steps=args.warmup_steps,
-        lr_schedule=args.lr_schedule,
-        weight_decay=args.weight_decay,
-        seed=args.seed,
-        save_every=args.save_every,
-        log_every=args.log_every,
-    )
-    if args.seq_len > args.max_seq_len:
-        fail(f"--seq-len {args.seq_len} exceeds --max-seq-len {args.max_seq_len}")
-    prompt, n_new = check_sample_args(
-        args.prompt, args.sample_tokens, args.temperature, args.top_k, args.seed, args.max_seq_len
-    )
-    # The policy against the model's depth before anything is created (exit 2, no folder).
-    riftco.parse_activation_checkpointing(
-        args.activation_checkpointing, args.activation_memory_budget, n_layers=args.n_layers
-    )
-    corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
-    with output_folder(args.out) as out:
-        train(args, model_config, config, corpus, out, prompt, n_new)
-
-
-def train(
-    args: argparse.Namespace,
-    model_config: riftco.TransformerConfig,
-    config: riftco.PretrainingConfig,
-    corpus: riftco.Corpus,
-    out: Path,
-    prompt: bytes,
-    n_new: int,
-) -> None:
-    log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
-    log(
-        f"model: d_model {args.d_model}, {args.n_heads} heads, {args.n_layers} layers, d_ff "
-        f"{args.d_ff}; attention {args.attention}, activation checkpointing "
-        f"{args.activation_checkpointing}"
-        + (
-            ""
-            if args.activation_memory_budget is None
-            else f", activation memory budget {args.activation_memory_budget:,} bytes"
-        )
-        + f"; {riftco.num_threads()} kernel threads"
-    )
-    metadata = riftco.run_pretraining(
-        model_config, config, corpus, out, progress=not args.no_progress, log=log
-    )
-    peak_mib = metadata["peak_memory_bytes"].get("activation", 0) / 2**20
-    print(
-        f"final loss {metadata['final_loss']:.4f} (uniform baseline ln 256 = "
-        f"{riftco.stages.UNIFORM_BASELINE_LOSS:.4f}); validation loss "
-        f"{metadata['validation_loss_before']:.4f} -> {metadata['validation_loss_after']:.4f}; "
-        f"{metadata['tokens_per_s']:,.0f} tokens/s; peak activation {peak_mib:.1f} MiB; "
-        f"{metadata['wall_time_s']:.1f} s"
-    )
-    print(f"saved {out / riftco.MODEL_STATE_FILE} and {out / riftco.METADATA_FILE}")
-    model = riftco.load_model(out, attention=args.attention)
-    text = riftco.generate(
-        model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
-    )
-    print(f"--- sample (temperature {args.temperature}, top-k {args.top_k}) ---")
-    print(riftco.decode_bytes(prompt + text))
+    pretrain.run(parse_args(), PROG)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every check the project has: Rust formatting, lints, tests, doc tests and bench builds, the
-# hand-written Python stubs against the built module, the Python tests and the C tests.
+# hand-written Python stubs against the built module, mypy, the Python tests and the C tests
+# (tests/c/run.sh). Run it from any folder: it works in the repository it belongs to.
 #
 # The workspace is compiled in as few configurations as the checks allow, and each cargo
 # command is chosen so that it reuses what an earlier one built: cargo resolves features per
@@ -35,7 +36,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 # --examples: the dependencies are then resolved with the dev-dependencies' features, as for
 # clippy above, so their checked metadata is reused (without it every dependency is checked
-# again). The one example, crates/riftco-capi/examples/reference_losses.rs, is documented too.
+# again). The workspace's examples (crates/*/examples: reference_losses, hash_throughput,
+# gpu_timings) are documented too.
 step "cargo doc --workspace --no-deps --examples (warnings are errors: broken intra-doc links)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --examples
 

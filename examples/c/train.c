@@ -5,11 +5,14 @@
  *
  *   train [TEXT_FILE [MODEL_PATH [POLICY]]]
  *
- * TEXT_FILE defaults to this source file, MODEL_PATH to riftco_train_c.safetensors, POLICY to
+ * TEXT_FILE defaults to this source file (TRAIN_DEFAULT_TEXT: the path the compiler was given,
+ * relative to the folder it ran in, unless the build defines it, as the README's command does
+ * with an absolute path), MODEL_PATH to riftco_train_c.safetensors, POLICY to
  * "block" (any spelling of rt_model_set_activation_checkpointing_policy: "segments:2", "auto",
  * "selective:dots", "disabled,block", "budget:1MiB", ...). With the default POLICY the "step",
  * "eval" and "decode" lines are compared by tests/c/run.sh with the output of the Rust program
- * crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule).
+ * crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule). The "sample"
+ * line shows the prompt and the decoded bytes as text (printable ASCII, other bytes as \xNN).
  *
  * Data: step s, row b uses bytes [start, start + SEQ_PLUS_ONE) with
  * start = ((s * BATCH + b) * STRIDE) % (n - SEQ_PLUS_ONE + 1).
@@ -46,6 +49,24 @@ static uint32_t float_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
+}
+
+#ifndef TRAIN_DEFAULT_TEXT
+#define TRAIN_DEFAULT_TEXT __FILE__
+#endif
+
+/* Prints bytes as text: printable ASCII as is, a backslash doubled, anything else as \xNN. */
+static void print_text(const unsigned char *bytes, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = bytes[i];
+        if (c == '\\') {
+            fputs("\\\\", stdout);
+        } else if (c >= 0x20 && c < 0x7f) {
+            putchar(c);
+        } else {
+            printf("\\x%02x", c);
+        }
+    }
 }
 
 static unsigned char *read_file(const char *path, size_t *len) {
@@ -99,7 +120,7 @@ static size_t argmax(const float *x, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    const char *text_path = argc > 1 ? argv[1] : __FILE__;
+    const char *text_path = argc > 1 ? argv[1] : TRAIN_DEFAULT_TEXT;
     const char *model_path = argc > 2 ? argv[2] : "riftco_train_c.safetensors";
     const char *checkpointed = argc > 3 ? argv[3] : "block";
     int ok = 0;
@@ -123,6 +144,13 @@ int main(int argc, char **argv) {
 
     data = read_file(text_path, &n);
     if (data == NULL) {
+        if (argc <= 1) {
+            fprintf(stderr,
+                    "no TEXT_FILE given, and the default (this program's source, %s) cannot be "
+                    "read from this folder: pass a text file (train some.txt), run it from the "
+                    "repository root, or compile with -DTRAIN_DEFAULT_TEXT='\"/abs/path\"'\n",
+                    text_path);
+        }
         goto done;
     }
     if (n < SEQ_PLUS_ONE) {
@@ -216,15 +244,25 @@ int main(int argc, char **argv) {
     CHECK(rt_decode_session_create(reloaded, &session));
     printf("decode");
     uint32_t token = 0;
+    unsigned char text[PROMPT + GENERATE + 1];
+    size_t text_len = 0;
     for (size_t i = 0; i < PROMPT + GENERATE; i++) {
         token = i < PROMPT ? data[i] : token;
+        if (i < PROMPT) {
+            text[text_len++] = data[i];
+        }
         CHECK(rt_decode_session_decode_token(session, token, logits, loaded_config.vocab_size));
         token = (uint32_t)argmax(logits, loaded_config.vocab_size);
         if (i >= PROMPT - 1) {
             printf(" %" PRIu32, token);
+            /* Byte-level vocabulary: token ids below 256 are bytes. */
+            text[text_len++] = (unsigned char)(token < 256 ? token : '?');
         }
     }
     printf("\n");
+    printf("sample (greedy, prompt = the first %d bytes of the data): \"", PROMPT);
+    print_text(text, text_len);
+    printf("\"\n");
     ok = 1;
 
 done:

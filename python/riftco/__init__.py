@@ -17,9 +17,11 @@ this package is its Python front:
   ``ACTIVATION_CHECKPOINTING_FORMS``, ``SELECTIVE_POLICIES``, ``BLOCK_VALUE_NAMES``,
   ``parse_activation_checkpointing``, ``parse_byte_size``);
 - memory accounting: ``memory_stats()``, ``reset_peak_memory_stats()``, and the buffer pool's
-  ``cached_bytes()`` / ``empty_cache()``;
+  ``cached_bytes()`` / ``empty_cache()``; the kernels' ``num_threads()`` and ``simd_level()``;
 - training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
-  ``run_post_training``, and ``generate``;
+  ``run_post_training``, and ``generate``; ``plotting.write_plots`` (``loss.png``,
+  ``memory.png`` of a run, with the optional matplotlib); the ``riftco`` command
+  (``python -m riftco``, :mod:`riftco.commands`);
 - exceptions rooted at ``RiftcoError`` (input errors also subclass ``ValueError``, state and
   device errors ``RuntimeError``, ``OutOfMemoryError`` the builtin ``MemoryError``).
 """
@@ -60,10 +62,11 @@ from riftco._native import (
     parse_byte_size,
     reset_peak_memory_stats,
     set_rng_state,
+    simd_level,
     tensor,
     uniform,
 )
-from riftco import configs, data, functional, generation, stages
+from riftco import configs, data, functional, generation, plotting, run_records, stages
 from riftco.checkpointing import checkpoint, checkpoint_sequential
 from riftco.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from riftco import nn, optim  # noqa: E402 (they import the names above)
@@ -113,11 +116,13 @@ __all__ = [
     "normal",
     "num_threads",
     "optim",
+    "plotting",
     "parse_activation_checkpointing",
     "parse_byte_size",
     "reset_peak_memory_stats",
     "set_grad_enabled",
     "set_rng_state",
+    "simd_level",
     "tensor",
     "uniform",
     "load_model",

@@ -27,7 +27,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from riftco._native import (
     BLOCK_VALUE_NAMES,
@@ -45,12 +45,18 @@ from riftco.stages import TrainingInterrupted, _SigintGuard, prepare_out_dir
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
+DEFAULT_SAMPLE_BYTES = 256
+"""Bytes sampled when ``--sample-tokens`` is not given (fewer when the prompt leaves fewer of
+the model's ``max_seq_len`` positions), whatever ``max_seq_len`` is."""
+
 U64_MAX = 2**64 - 1
 
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_USAGE",
     "ArgumentParser",
+    "DEFAULT_SAMPLE_BYTES",
+    "HelpFormatter",
     "U64_MAX",
     "UsageError",
     "activation_checkpointing_arg",
@@ -74,9 +80,33 @@ def fail(message: str) -> NoReturn:
     raise UsageError(message)
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's line breaks and appends ``(default: X)`` to every flag's help
+    that does not show its default already (none for flags whose default is ``None`` or
+    ``False``: their help says what happens without them)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one ``prog: error: ...`` line on stderr and
-    exit code 2 (``--help`` still prints the usage)."""
+    exit code 2 (``--help`` still prints the usage). Help shows every default
+    (:class:`HelpFormatter`) unless another ``formatter_class`` is given."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
@@ -264,19 +294,24 @@ def check_sample_args(
     :func:`riftco.generation.check_generation_args` so that a bad setting fails before training.
 
     ``prompt`` is a command-line string; its bytes are ``os.fsencode(prompt)`` (the bytes given
-    on the command line, even when they are not valid UTF-8). ``sample_tokens=None`` fills the
-    model's ``max_seq_len`` positions.
+    on the command line, even when they are not valid UTF-8). ``sample_tokens=None`` samples
+    :data:`DEFAULT_SAMPLE_BYTES` bytes, or fewer when the prompt leaves fewer of the model's
+    ``max_seq_len`` positions.
 
     Raises:
         UsageError: an empty prompt, or a prompt plus sample longer than ``max_seq_len``, naming
             the flags and the values.
     """
     data = os.fsencode(prompt)
-    n_new = max(max_seq_len - len(data) + 1, 0) if sample_tokens is None else sample_tokens
+    fill = max(max_seq_len - len(data) + 1, 0)
+    n_new = min(DEFAULT_SAMPLE_BYTES, fill) if sample_tokens is None else sample_tokens
     try:
         check_generation_args(data, n_new, temperature, top_k, seed, max_seq_len=max_seq_len)
     except TokenError as e:
-        fail(f"sample settings (--prompt, --sample-tokens, --temperature, --top-k): {e}")
+        hint = ""
+        if data and n_new > fill:
+            hint = f"; pass --sample-tokens {fill} or less, or a shorter --prompt"
+        fail(f"sample settings (--prompt, --sample-tokens, --temperature, --top-k): {e}{hint}")
     return data, n_new
 
 

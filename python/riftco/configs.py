@@ -127,6 +127,7 @@ class _LoopConfig:
     log_every: int = 10
     save_every: int = 100
     eval_batches: int = 4
+    eval_every: int | None = None
     validation_fraction: float = 0.05
 
     def __post_init__(self) -> None:
@@ -141,6 +142,8 @@ class _LoopConfig:
         for name in ("steps", "batch_size", "seq_len", "log_every", "save_every", "eval_batches"):
             _check_int(name, getattr(self, name), 1)
         _check_int("warmup_steps", self.warmup_steps, 0)
+        if self.eval_every is not None:
+            _check_int("eval_every", self.eval_every, 1)
         _check_int("seed", self.seed, 0)
         _check_float("lr", self.lr, low=0.0)
         _check_float("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0, low_open=False)
@@ -195,7 +198,9 @@ class PretrainingConfig(_LoopConfig):
         seed: seeds batch sampling (the model's initial weights use the model config's seed).
         log_every: steps between log lines / progress-bar updates of the loss.
         save_every: steps between saves of the model state (and always at the end).
-        eval_batches: held-out batches for the validation loss before and after training.
+        eval_batches: held-out batches for each validation loss.
+        eval_every: steps between validation losses during training (recorded in the metadata's
+            ``validation_losses``), or ``None`` (default): only before and after training.
         validation_fraction: tail fraction of the corpus held out for validation.
     """
 

@@ -46,6 +46,7 @@ __all__ = [
     "CorpusError",
     "DEFAULT_CORPUS_MAX_BYTES",
     "BatchSampler",
+    "check_corpus_fits",
     "decode_bytes",
     "default_corpus",
     "default_post_training_corpus",
@@ -110,16 +111,23 @@ def _stdlib_python_files(root: Path) -> list[str]:
 
 
 def _concatenate(
-    parts: Iterable[tuple[str, bytes]], max_bytes: int, truncate: bool
+    parts: Iterable[tuple[str, bytes]], max_bytes: int, truncate: bool, headers: bool = True
 ) -> tuple[bytes, tuple[str, ...]]:
+    """Joins the parts. With ``headers`` each is preceded by a ``# ==== <name> ====`` line and
+    ends with a newline; without, the texts are kept byte for byte, a newline inserted only
+    between a part that does not end with one and the next (a user's files: the corpus is their
+    bytes, so a 12-byte file is a 12-byte corpus)."""
     out = bytearray()
     names: list[str] = []
     for name, text in parts:
         if not text.strip():
             continue  # an empty or whitespace-only file adds nothing, not even its header
-        chunk = f"# ==== {name} ====\n".encode() + text
-        if not chunk.endswith(b"\n"):
-            chunk += b"\n"
+        if headers:
+            chunk = f"# ==== {name} ====\n".encode() + text
+            if not chunk.endswith(b"\n"):
+                chunk += b"\n"
+        else:
+            chunk = (b"\n" if out and not out.endswith(b"\n") else b"") + text
         if len(out) + len(chunk) > max_bytes:
             if not truncate:
                 raise CorpusError(
@@ -204,7 +212,8 @@ def load_corpus(
     max_bytes: int = LOAD_CORPUS_MAX_BYTES,
 ) -> Corpus:
     """Text files, and every non-hidden file under given directories (recursively, sorted by
-    relative path), concatenated in the order given. Files containing NUL bytes (binary) and
+    relative path), concatenated in the order given, byte for byte (no header lines; a newline is
+    inserted between two files only when the first does not end with one). Files containing NUL bytes (binary) and
     anything that is not a regular file (FIFOs, devices, sockets) are skipped inside directories;
     a binary file named directly is refused. A single path may be given as a ``str`` or
     ``os.PathLike`` instead of a sequence. No file is read past ``max_bytes``.
@@ -236,9 +245,53 @@ def load_corpus(
                     continue
                 yield str(f), text
 
-    data, used = _concatenate(parts(), max_bytes, truncate=False)
+    data, used = _concatenate(parts(), max_bytes, truncate=False, headers=False)
     shown = ", ".join(str(p) for p in resolved)
     return _to_corpus(data, shown, used)
+
+
+def check_corpus_fits(
+    corpus: Corpus,
+    seq_len: int,
+    validation_fraction: float,
+    *,
+    seq_len_name: str = "seq_len",
+    data_name: str | None = None,
+) -> None:
+    """Checks that ``corpus`` split by :meth:`Corpus.split` leaves at least ``seq_len + 1`` bytes
+    for training windows and 2 for a validation window (one input and one target byte).
+
+    ``seq_len_name`` and ``data_name`` (``None``: not named) are how the message names the two
+    settings (the command line passes ``"--seq-len"`` and ``"--data"``).
+
+    Raises:
+        CorpusError: naming the corpus size, its training and validation parts, what
+            ``seq_len`` needs, the largest ``seq_len`` this corpus allows and the smallest
+            corpus this ``seq_len`` needs.
+    """
+    n = len(corpus)
+    train, val = corpus.split(validation_fraction)
+    n_train, n_val = int(train.shape[0]), int(val.shape[0])
+    if n_train >= seq_len + 1 and n_val >= 2:
+        return
+    need = seq_len + 2
+    while True:  # the smallest corpus whose split fits (at most a few dozen iterations past)
+        n_val_need = max(1, int(round(need * validation_fraction)))
+        if need - n_val_need >= seq_len + 1 and n_val_need >= 2:
+            break
+        need += 1
+    fits = (
+        f" or a {seq_len_name} of at most {n_train - 1}"
+        if n_val >= 2 and n_train >= 2
+        else f" (this corpus is too small for any {seq_len_name})"
+    )
+    raise CorpusError(
+        f"the corpus has {n:,} bytes: {n_train:,} for training and {n_val:,} held out for "
+        f"validation (the last {validation_fraction:.0%}); {seq_len_name} {seq_len} needs at "
+        f"least {seq_len + 1:,} training bytes and 2 validation bytes, a corpus of at least "
+        f"{need:,} bytes: pass more text{'' if data_name is None else ' with ' + data_name}"
+        f"{fits}"
+    )
 
 
 class BatchSampler:

@@ -14,7 +14,13 @@ a corpus, and writes into ``out_dir``:
   the mask stream, not model state, updated at every save), per-step losses, learning rates and
   step times, tokens/s, peak
   memory by category (``riftco.memory_stats()``; the peak is reset at the start of every step and
-  the maximum over steps is recorded), validation loss before and after, wall time.
+  the maximum over steps is recorded), validation loss before and after, wall time;
+- per step (:mod:`riftco.run_records`): ``memory_per_step`` (each category's peak bytes in that
+  step and the buffer pool's cached bytes after it) and ``validation_losses`` (step 0, every
+  ``eval_every`` steps, the last step);
+- ``loss.png`` and ``memory.png`` (:func:`riftco.plotting.write_plots`) at the end of a complete
+  run when ``plots`` is true and matplotlib is installed (``pip install 'riftco[plot]'``);
+  without matplotlib the ``log`` callback gets one line saying so and the run still succeeds.
 
 Saves happen every ``save_every`` steps and at the end, each file written atomically (temporary
 file, fsync, rename) with Ctrl-C deferred until the save is complete, so interrupting training
@@ -36,6 +42,7 @@ import json
 import math
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -57,13 +64,13 @@ from riftco._native import (
     RiftcoError,
     TransformerConfig,
     __version__,
-    memory_stats,
     num_threads,
     reset_peak_memory_stats,
     write_file_atomic,
 )
 from riftco.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
-from riftco.data import VOCAB_SIZE, BatchSampler, Corpus
+from riftco.data import VOCAB_SIZE, BatchSampler, Corpus, check_corpus_fits
+from riftco.run_records import StepRecords
 
 MODEL_STATE_FILE = "model.safetensors"
 METADATA_FILE = "training_metadata.json"
@@ -220,11 +227,6 @@ def _dropout_metadata(model: DecoderOnlyTransformer) -> dict[str, Any]:
     }
 
 
-def _peak_bytes(device: str) -> dict[str, int]:
-    """Peak bytes by category on ``device`` (the model's: each device has its own counters)."""
-    return {k: int(v["peak_bytes"]) for k, v in memory_stats(device=device).items()}
-
-
 class _Progress:
     """A tqdm bar (when ``enabled`` and tqdm is installed) or log lines every ``log_every``."""
 
@@ -241,6 +243,13 @@ class _Progress:
                 self._bar = tqdm(
                     total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=0.5
                 )
+
+    def note(self, line: str) -> None:
+        """A line above the bar (or a log line)."""
+        if self._bar is not None:
+            self._bar.write(line, file=sys.stderr)
+        elif self._log is not None:
+            self._log(line)
 
     def update(
         self, step: int, total: int, loss: float, tokens_per_s: float, act_bytes: int
@@ -274,6 +283,7 @@ def _train(
     metadata: dict[str, Any],
     progress: bool,
     log: Log | None,
+    plots: bool,
 ) -> dict[str, Any]:
     """Runs the stage with SIGINT handled by a :class:`_SigintGuard` from start to end (whatever
     SIGINT disposition the process inherited): Ctrl-C anywhere in the run raises
@@ -287,7 +297,7 @@ def _train(
     try:
         with _sigint_guard() as guard:
             try:
-                return _train_guarded(
+                _train_guarded(
                     stage=stage,
                     model=model,
                     params=params,
@@ -300,6 +310,9 @@ def _train(
                     log=log,
                     guard=guard,
                 )
+                if plots:
+                    _write_plots(out_dir, metadata, log)
+                return metadata
             except KeyboardInterrupt:
                 raise TrainingInterrupted(out_dir, metadata.get("saved_step")) from None
     finally:
@@ -324,6 +337,7 @@ def _train_guarded(
     train_tokens, val_tokens = corpus.split(cfg.validation_fraction)
     sampler = BatchSampler(train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed)
     val_seq = min(cfg.seq_len, val_tokens.shape[0] - 1)
+    records = StepRecords(metadata, model.device)
 
     def val_batches() -> Iterator[np.ndarray[Any, Any]]:
         sampler = BatchSampler(val_tokens, cfg.batch_size, val_seq, cfg.seed + 1)
@@ -361,6 +375,7 @@ def _train_guarded(
         saved_step=None,
         complete=False,
     )
+    records.record_validation(0, metadata["validation_loss_before"])
     if log is not None:
         log(f"validation loss before {stage}: {metadata['validation_loss_before']:.4f}")
     # Planned after the validation passes (another shape would replace the model's cached plan):
@@ -404,7 +419,7 @@ def _train_guarded(
             dt = time.perf_counter() - t0
             value = float(loss.item())
             del loss
-            for k, v in _peak_bytes(model.device).items():
+            for k, v in records.record_step().items():
                 peaks[k] = max(peaks.get(k, 0), v)
             losses.append(value)
             lrs.append(lr)
@@ -413,8 +428,13 @@ def _train_guarded(
             if not math.isfinite(value):
                 raise RiftcoError(f"the loss became {value} at step {step + 1}; try a smaller lr")
             last = step + 1 == cfg.steps
+            if last or (cfg.eval_every is not None and (step + 1) % cfg.eval_every == 0):
+                val_loss = _validation_loss(model, val_batches)
+                records.record_validation(step + 1, val_loss)
+                if not last:
+                    bar.note(f"step {step + 1}/{cfg.steps} validation loss {val_loss:.4f}")
             if last:
-                metadata["validation_loss_after"] = _validation_loss(model, val_batches)
+                metadata["validation_loss_after"] = val_loss
                 metadata["complete"] = True
             if last or (step + 1) % cfg.save_every == 0:
                 save(step + 1)
@@ -427,6 +447,21 @@ def _train_guarded(
             f"{metadata['tokens_per_s']:,.0f} tokens/s, {metadata['wall_time_s']:.1f} s"
         )
     return metadata
+
+
+def _write_plots(out_dir: Path, metadata: dict[str, Any], log: Log | None) -> None:
+    """``loss.png`` and ``memory.png`` of a finished run, or one log line why not."""
+    from riftco import plotting  # which imports matplotlib only when it draws
+
+    try:
+        written = plotting.write_plots(metadata, out_dir)
+    except (plotting.PlottingUnavailableError, plotting.RunMetadataError, OSError) as e:
+        # The run is saved and complete: a picture that cannot be drawn or written is reported.
+        if log is not None:
+            log(f"plots not written: {e}")
+        return
+    if log is not None:
+        log("wrote " + " and ".join(str(p) for p in written))
 
 
 def _check_fits(model_config: TransformerConfig, cfg: _LoopConfig) -> None:
@@ -448,12 +483,14 @@ def run_pretraining(
     out_dir: str | os.PathLike[str],
     progress: bool = True,
     log: Log | None = None,
+    plots: bool = True,
 ) -> dict[str, Any]:
     """Trains a fresh ``DecoderOnlyTransformer(model_config, ...)`` on ``corpus``.
 
     Writes ``model.safetensors``, ``config.json`` and ``training_metadata.json`` into
     ``out_dir`` (see the module docstring) and returns the metadata dict. ``progress`` shows a
-    tqdm bar; otherwise ``log`` (when given) receives a line every ``log_every`` steps.
+    tqdm bar; otherwise ``log`` (when given) receives a line every ``log_every`` steps. ``plots``
+    writes ``loss.png`` and ``memory.png`` at the end when matplotlib is installed.
 
     Raises:
         ConfigError: ``seq_len`` above ``max_seq_len``, ``vocab_size < 256``, a checkpointing
@@ -461,11 +498,13 @@ def run_pretraining(
             per-block list of another length), or a budget below the smallest achievable peak
             (the message names it); all raised before ``out_dir`` is created.
         OutputDirError: ``out_dir`` cannot be written.
-        CorpusError: the corpus is too small for ``seq_len``.
+        CorpusError: the corpus is too small for ``seq_len`` (the message names the sizes and
+            what fits), raised before ``out_dir`` is created.
         TrainingInterrupted: on Ctrl-C, after the last completed save (left intact).
     """
     cfg = pretraining_config
     _check_fits(model_config, cfg)
+    check_corpus_fits(corpus, cfg.seq_len, cfg.validation_fraction)
     # The model and its plan before the output folder: a policy that does not fit the model or
     # a budget below the smallest achievable peak fails with nothing created.
     model = DecoderOnlyTransformer(
@@ -491,6 +530,7 @@ def run_pretraining(
         metadata=metadata,
         progress=progress,
         log=log,
+        plots=plots,
     )
 
 
@@ -504,7 +544,10 @@ def resolve_model_state(model_path: str | os.PathLike[str]) -> Path:
     if path.is_dir():
         path = path / MODEL_STATE_FILE
     if not path.is_file():
-        raise ModelStateError(f"no model state at {str(path)!r}; pass a pretraining output folder")
+        raise ModelStateError(
+            f"no model state at {str(path)!r}: pass the output folder of a pretraining run or a "
+            "model.safetensors file (`python -m riftco pretrain` writes runs/pretrain)"
+        )
     return path
 
 
@@ -608,6 +651,7 @@ def run_post_training(
     progress: bool = True,
     log: Log | None = None,
     base_model: str | os.PathLike[str] | None = None,
+    plots: bool = True,
 ) -> dict[str, Any]:
     """Fine-tunes a pretrained model on ``corpus``.
 
@@ -624,7 +668,8 @@ def run_post_training(
     With ``fine_tuning_method="lora"`` adapters are enabled and only they are trained (base
     weights frozen and unchanged); ``adapter/`` is written in PEFT layout. With ``"full"`` every
     parameter is trained and ``model.safetensors`` + ``config.json`` are written. Both write
-    ``training_metadata.json``; returns the metadata dict.
+    ``training_metadata.json`` (and ``loss.png``, ``memory.png`` as :func:`run_pretraining`
+    with ``plots``); returns the metadata dict.
 
     Raises:
         ModelStateError: no or invalid model state at the path.
@@ -632,6 +677,7 @@ def run_post_training(
     """
     cfg = post_training_config
     base_path = None if base_model is None else str(base_model)
+    check_corpus_fits(corpus, cfg.seq_len, cfg.validation_fraction)
     if isinstance(model_or_path, DecoderOnlyTransformer):
         model = model_or_path
         # Checked before the model changes; what is set below is undone if a later check fails.
@@ -682,4 +728,5 @@ def run_post_training(
         metadata=metadata,
         progress=progress,
         log=log,
+        plots=plots,
     )

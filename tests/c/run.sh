@@ -7,7 +7,9 @@
 #      libriftco.a);
 #   4. the three run under valgrind with no invalid access and no "definitely lost" block;
 #   5. the loss sequence, eval loss and greedy decode of train.c equal those of the Rust program
-#      crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule).
+#      crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule);
+#   6. train.c prints the decoded bytes as text, and without TEXT_FILE outside the repository
+#      root it says to pass one (built with -DTRAIN_DEFAULT_TEXT=ABS_PATH it runs there).
 # The Rust side is built as `cargo build --release --workspace` and `cargo test --workspace`
 # resolve it, so after scripts/test.sh's bench and test builds this compiles almost nothing.
 # Honours CARGO_TARGET_DIR. Exits non-zero on any failure.
@@ -116,6 +118,26 @@ if [[ "$(wc -l < "$SCRATCH/c.txt")" -lt 8 ]] || ! diff -u "$SCRATCH/rust.txt" "$
     exit 1
 fi
 echo "C and Rust agree bit for bit on $(grep -c '^step ' "$SCRATCH/c.txt") step losses, the eval loss and the decoded tokens"
+
+step "train.c: the decoded tokens as text; the default text file from another folder"
+# The sample line is the decode line's tokens as bytes (printable ASCII here: the data is C).
+grep -E '^sample \(greedy, prompt = the first 8 bytes of the data\): "' "$SCRATCH/train_c.txt"
+mkdir -p "$SCRATCH/elsewhere"
+# Built with a relative __FILE__, the default text cannot be found from another folder: the
+# program must say to pass a text file (and fail), not just print a perror line.
+if (cd "$SCRATCH/elsewhere" && "$SCRATCH/train" > out.txt 2> err.txt); then
+    echo "FAIL: train without TEXT_FILE succeeded outside the repository root" >&2
+    exit 1
+fi
+grep -q "pass a text file" "$SCRATCH/elsewhere/err.txt" || {
+    cat "$SCRATCH/elsewhere/err.txt" >&2
+    echo "FAIL: no hint to pass a text file" >&2
+    exit 1
+}
+"$CC" "${CFLAGS[@]}" -DTRAIN_DEFAULT_TEXT="\"$PWD/examples/c/train.c\"" examples/c/train.c \
+    -o "$SCRATCH/train_abs" -L"$LIB" -lriftco -Wl,-rpath,"$LIB"
+(cd "$SCRATCH/elsewhere" && "$SCRATCH/train_abs" > /dev/null) \
+    || { echo "FAIL: train built with TRAIN_DEFAULT_TEXT did not run from another folder" >&2; exit 1; }
 
 steps_summary
 trap 'rm -rf "$SCRATCH"' EXIT

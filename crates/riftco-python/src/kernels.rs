@@ -13,6 +13,7 @@ use crate::errors::{compute, tensor_err};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(simd_level, m)?)?;
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     Ok(())
 }
@@ -32,6 +33,30 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn num_threads() -> usize {
     riftco_kernels::num_threads()
+}
+
+/// The instruction-set level the CPU kernels run at, chosen at run time from what this CPU
+/// supports: `"avx512"` (x86-64 AVX-512 F/BW/CD/DQ/VL, 16 f32 lanes), `"avx2"` (AVX2 + FMA,
+/// 8 lanes), `"neon"` (AArch64, 4 lanes) or `"scalar"` (also when `RIFTCO_FORCE_SCALAR=1`).
+///
+/// Losses are bitwise reproducible for one level, not across levels: the levels differ in
+/// summation order and fused multiply-adds.
+///
+/// Returns:
+///     str: one of `"avx512"`, `"avx2"`, `"neon"`, `"scalar"`.
+///
+/// Example:
+///     >>> import riftco
+///     >>> riftco.simd_level() in ("avx512", "avx2", "neon", "scalar")
+///     True
+#[pyfunction]
+fn simd_level() -> &'static str {
+    match riftco_kernels::simd::current_level() {
+        riftco_kernels::simd::SimdLevel::Avx512 => "avx512",
+        riftco_kernels::simd::SimdLevel::Avx2 => "avx2",
+        riftco_kernels::simd::SimdLevel::Neon => "neon",
+        riftco_kernels::simd::SimdLevel::Scalar => "scalar",
+    }
 }
 
 /// Matrix product `a @ b` of two 2-D float32 arrays, computed by the riftco GEMM kernel.

@@ -35,6 +35,7 @@ __all__ = [
     "DecodeError",
     "OutOfMemoryError",
     "num_threads",
+    "simd_level",
     "matmul",
     "Variable",
     "tensor",
@@ -165,6 +166,10 @@ def _error_kind_classes() -> dict[str, type[BaseException]]:
 def num_threads() -> int:
     """Number of worker threads the CPU kernels run on (``RIFTCO_NUM_THREADS`` or the number of
     physical cores; at least 1)."""
+
+def simd_level() -> str:
+    """The instruction-set level the CPU kernels run at: ``"avx512"``, ``"avx2"`` (AVX2 + FMA),
+    ``"neon"`` or ``"scalar"`` (also under ``RIFTCO_FORCE_SCALAR=1``)."""
 
 def matmul(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """``a @ b`` for float32 arrays of shapes ``[m, k]`` and ``[k, n]``; returns ``[m, n]``.

@@ -1,0 +1,102 @@
+"""What the training subcommands share: the corpus line, the corpus check with the flags'
+names, and the guard that keeps a run from silently replacing another configuration's run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from riftco.cli import fail
+from riftco.data import Corpus, CorpusError, check_corpus_fits
+from riftco.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
+
+__all__ = ["check_corpus", "check_run_folder", "corpus_line", "log"]
+
+# Settings that change how often a run reports or saves, not what it computes.
+_REPORTING_KEYS = frozenset({"log_every", "save_every", "eval_every"})
+
+
+def log(line: str) -> None:
+    """A progress line on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def corpus_line(corpus: Corpus, validation_fraction: float) -> str:
+    """``corpus: N bytes in K files (...): T for training, V held out for validation``."""
+    train, val = corpus.split(validation_fraction)
+    files = len(corpus.files)
+    return (
+        f"corpus: {len(corpus):,} bytes in {files} {'part' if files == 1 else 'parts'} "
+        f"({corpus.description}): {train.shape[0]:,} for training, {val.shape[0]:,} held out "
+        "for validation"
+    )
+
+
+def check_corpus(corpus: Corpus, seq_len: int, validation_fraction: float) -> None:
+    """:func:`riftco.data.check_corpus_fits` naming ``--seq-len`` and ``--data``."""
+    try:
+        check_corpus_fits(
+            corpus, seq_len, validation_fraction, seq_len_name="--seq-len", data_name="--data"
+        )
+    except CorpusError as e:
+        fail(str(e))
+
+
+def _normalized(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key old -> new`` for the keys both dicts have (nested one level), reporting keys
+    skipped; a key only one side has (a newer riftco's field) is not a difference."""
+    out: list[str] = []
+    for key in sorted(set(old) & set(new)):
+        a, b = old[key], new[key]
+        if isinstance(a, dict) and isinstance(b, dict):
+            for sub in sorted(set(a) & set(b) - _REPORTING_KEYS):
+                if a[sub] != b[sub]:
+                    out.append(f"{sub} {a[sub]!r} -> {b[sub]!r}")
+        elif a != b:
+            out.append(f"{key} {a!r} -> {b!r}")
+    return out
+
+
+def check_run_folder(out: str | Path, configuration: dict[str, Any], overwrite: bool) -> None:
+    """Refuses (``UsageError``) to write into ``out`` when it holds another configuration's run,
+    unless ``overwrite``.
+
+    ``configuration`` holds the metadata entries that define the run (``stage``,
+    ``model_config``, ``training_config``, ``corpus`` description, ``base_model``). A folder
+    whose ``training_metadata.json`` records the same values (reporting settings such as
+    ``log_every`` aside) is the same run again and may be replaced; a folder with model files
+    but no readable metadata is refused too. A missing or empty folder is always fine.
+    """
+    if overwrite:
+        return
+    path = Path(out)
+    meta_path = path / METADATA_FILE
+    state = [p for p in (MODEL_STATE_FILE, ADAPTER_DIR) if (path / p).exists()]
+    hint = "pass --overwrite to replace it, or --out with another folder"
+    if not meta_path.is_file():
+        if state:
+            fail(f"{str(path)!r} holds {' and '.join(state)} but no {METADATA_FILE}; {hint}")
+        return
+    try:
+        old = json.loads(meta_path.read_bytes())
+    except (OSError, ValueError) as e:
+        fail(f"{str(meta_path)!r} cannot be read ({e}); {hint}")
+    if not isinstance(old, dict):
+        fail(f"{str(meta_path)!r} is not a run's metadata; {hint}")
+    new = _normalized(configuration)
+    old_conf = {k: old[k] for k in new if k in old}
+    if "corpus" in old_conf and isinstance(old_conf["corpus"], dict):
+        old_conf["corpus"] = old_conf["corpus"].get("description")
+    diffs = _differences(old_conf, new)
+    if diffs:
+        shown = ", ".join(diffs[:4]) + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "")
+        fail(
+            f"{str(path)!r} holds a {old.get('stage', 'training')} run of another configuration "
+            f"({shown}); {hint}"
+        )

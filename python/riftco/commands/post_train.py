@@ -1,0 +1,249 @@
+"""``riftco post-train``: fine-tune a model saved by ``riftco pretrain`` on other text.
+
+By default it LoRA-fine-tunes ``runs/pretrain`` on the Python language reference that ships
+with every CPython install (``pydoc_data/topics.py``, English prose the pretraining corpus
+excludes), writes the adapter (PEFT layout) to ``runs/post_train/adapter`` with
+``training_metadata.json`` (and ``loss.png``, ``memory.png`` when matplotlib is installed), and
+prints a sample before and after. ``--fine-tuning-method full`` trains every weight and writes
+``model.safetensors`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import riftco
+from riftco.cli import (
+    DEFAULT_SAMPLE_BYTES,
+    ArgumentParser,
+    add_checkpointing_arguments,
+    add_dropout_arguments,
+    check_sample_args,
+    fail,
+    int_range,
+    non_negative_float,
+    output_folder,
+)
+from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log
+from riftco.stages import MODEL_STATE_FILE
+
+__all__ = ["DEFAULT_MODEL", "DEFAULT_OUT", "add_arguments", "parse_args", "run"]
+
+DEFAULT_MODEL = "runs/pretrain"
+DEFAULT_OUT = "runs/post_train"
+
+EPILOG = """examples:
+  riftco post-train                                           # LoRA on runs/pretrain
+  riftco post-train --fine-tuning-method full --out runs/post_train-full
+  riftco post-train --activation-checkpointing selective:dots
+  riftco post-train --model runs/pretrain --data my_notes/ --lora-rank 16
+
+exit codes: 0 done, 2 bad input (one "error:" line on stderr), 130 interrupted with Ctrl-C
+(the last periodic save is left intact)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``riftco post-train`` (and ``examples/post_train.py``)."""
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        metavar="DIR",
+        help="pretraining output folder or model.safetensors",
+    )
+    p.add_argument(
+        "--data",
+        nargs="+",
+        metavar="PATH",
+        help="text files or folders, read byte for byte (default: the stdlib's "
+        "pydoc_data/topics.py)",
+    )
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="output folder")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a run of another configuration in --out (without it that is refused)",
+    )
+    p.add_argument("--no-plots", action="store_true", help="do not write loss.png and memory.png")
+    p.add_argument(
+        "--fine-tuning-method",
+        choices=riftco.FINE_TUNING_METHODS,
+        default="lora",
+        help="train LoRA adapters only, or every weight",
+    )
+    add_checkpointing_arguments(p)
+    p.add_argument(
+        "--attention", choices=riftco.ATTENTION_KINDS, default="flash", help="attention kind"
+    )
+    p.add_argument("--lora-rank", type=int_range(1), default=8, help="adapter rank r")
+    p.add_argument(
+        "--lora-alpha", type=float, default=16.0, help="adapter scale: alpha / r"
+    )
+    p.add_argument("--lora-mlp", action="store_true", help="also adapt the MLP projections")
+    add_dropout_arguments(p, lora=True, keep_model=True)
+    p.add_argument("--steps", type=int_range(1), default=200, help="optimizer steps")
+    p.add_argument("--batch-size", type=int_range(1), default=8, help="sequences per step")
+    p.add_argument(
+        "--seq-len", type=int_range(1), default=None, help="default: the model's max_seq_len"
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="peak learning rate (default: 3e-3 for lora, 5e-4 for full)",
+    )
+    p.add_argument("--warmup-steps", type=int_range(0), default=10, help="linear warm-up steps")
+    p.add_argument("--seed", type=int_range(0), default=0, help="seeds batches and adapters")
+    p.add_argument(
+        "--save-every", type=int_range(1), default=50, metavar="STEPS", help="steps between saves"
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int_range(1),
+        default=25,
+        metavar="STEPS",
+        help="steps between validation losses (recorded in training_metadata.json)",
+    )
+    p.add_argument(
+        "--log-every",
+        type=int_range(1),
+        default=10,
+        metavar="STEPS",
+        help="steps between log lines with --no-progress",
+    )
+    p.add_argument("--no-progress", action="store_true", help="log lines instead of a progress bar")
+    p.add_argument("--prompt", default="The ", help="prompt of the printed samples")
+    p.add_argument(
+        "--sample-tokens",
+        type=int_range(0),
+        default=None,
+        help=f"bytes to generate (default: {DEFAULT_SAMPLE_BYTES}, fewer when the model's "
+        "max_seq_len leaves fewer positions after the prompt)",
+    )
+    p.add_argument("--temperature", type=non_negative_float, default=0.8, help="0 is greedy")
+    p.add_argument("--top-k", type=int_range(1), default=40, help="sample among the k likeliest")
+
+
+def parse_args(
+    argv: list[str] | None = None, prog: str = "riftco post-train"
+) -> argparse.Namespace:
+    """Parses the flags (``sys.argv[1:]`` when ``argv`` is ``None``)."""
+    p = ArgumentParser(prog=prog, description=__doc__, epilog=EPILOG)
+    add_arguments(p)
+    return p.parse_args(argv)
+
+
+def _resolve_model(path: str) -> Path:
+    """The model state file, or a ``UsageError`` with the next step."""
+    try:
+        return riftco.stages.resolve_model_state(path)
+    except riftco.ModelStateError as e:
+        if path == DEFAULT_MODEL:
+            fail(
+                f"no model state at the default --model {DEFAULT_MODEL!r} (no "
+                f"{MODEL_STATE_FILE} there): run `python -m riftco pretrain` (or "
+                "examples/pretrain.py) first, or pass --model FOLDER"
+            )
+        raise
+
+
+def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
+    """Checks every flag, then samples, fine-tunes, saves, plots and samples again (see the
+    module docstring). Bad input raises before any folder exists."""
+    state = _resolve_model(args.model)
+    model = riftco.load_model(
+        state,
+        attention=args.attention,
+        activation_checkpointing=args.activation_checkpointing,
+        activation_memory_budget=args.activation_memory_budget,
+    )
+    max_seq_len = int(model.config.max_seq_len)
+    seq_len = max_seq_len if args.seq_len is None else args.seq_len
+    if seq_len > max_seq_len:
+        fail(
+            f"--seq-len {seq_len} exceeds the model's max_seq_len {max_seq_len}; pass a "
+            f"--seq-len of at most {max_seq_len}"
+        )
+    prompt, n_new = check_sample_args(
+        args.prompt, args.sample_tokens, args.temperature, args.top_k, args.seed, max_seq_len
+    )
+    lr = args.lr if args.lr is not None else (3e-3 if args.fine_tuning_method == "lora" else 5e-4)
+    config = riftco.PostTrainingConfig(
+        fine_tuning_method=args.fine_tuning_method,
+        activation_checkpointing=args.activation_checkpointing,
+        activation_memory_budget=args.activation_memory_budget,
+        attention=args.attention,
+        lora_rank=args.lora_rank,
+        lora_alpha=args.lora_alpha,
+        lora_mlp=args.lora_mlp,
+        attention_dropout=args.attention_dropout,
+        residual_dropout=args.residual_dropout,
+        lora_dropout=args.lora_dropout,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seq_len=seq_len,
+        lr=lr,
+        warmup_steps=args.warmup_steps,
+        seed=args.seed,
+        save_every=args.save_every,
+        eval_every=args.eval_every,
+        log_every=args.log_every,
+    )
+    corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
+    check_corpus(corpus, seq_len, config.validation_fraction)
+    # A budget below the smallest achievable peak fails here, before the sample and before any
+    # folder exists (run_post_training plans again with the adapters).
+    model.activation_checkpointing_plan(config.batch_size, config.seq_len)
+    check_run_folder(
+        args.out,
+        {
+            "stage": f"post_training_{args.fine_tuning_method}",
+            "base_model": str(state),
+            "training_config": config.to_dict(),
+            "corpus": corpus.description,
+        },
+        args.overwrite,
+    )
+    with output_folder(args.out) as out:
+        _train(args, model, config, corpus, out, prompt, n_new, state)
+
+
+def _train(
+    args: argparse.Namespace,
+    model: riftco.DecoderOnlyTransformer,
+    config: riftco.PostTrainingConfig,
+    corpus: riftco.Corpus,
+    out: Path,
+    prompt: bytes,
+    n_new: int,
+    state: Path,
+) -> None:
+    log(corpus_line(corpus, config.validation_fraction))
+
+    def sample(when: str) -> None:
+        text = riftco.generate(
+            model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+        )
+        print(f"--- sample {when} post-training ---")
+        print(riftco.decode_bytes(prompt + text))
+
+    sample("before")
+    metadata = riftco.run_post_training(
+        model,
+        config,
+        corpus,
+        out,
+        progress=not args.no_progress,
+        log=log,
+        base_model=state,
+        plots=not args.no_plots,
+    )
+    print(
+        f"{args.fine_tuning_method} post-training: final loss {metadata['final_loss']:.4f}; "
+        f"validation loss {metadata['validation_loss_before']:.4f} -> "
+        f"{metadata['validation_loss_after']:.4f}; {metadata['tokens_per_s']:,.0f} tokens/s; "
+        f"{metadata['wall_time_s']:.1f} s"
+    )
+    saved = out / (riftco.ADAPTER_DIR if args.fine_tuning_method == "lora" else MODEL_STATE_FILE)
+    print(f"saved {saved} and {out / riftco.METADATA_FILE}")
+    sample("after")

@@ -1,0 +1,244 @@
+"""``riftco pretrain``: pretrain a small LLaMA-style byte-level language model on real text.
+
+With no arguments it trains the main job (d_model 128, 4 heads, 4 layers, 600 Adam steps of
+16 x 128 bytes) on the source of the running interpreter's standard library
+(``riftco.default_corpus()``), writes ``runs/pretrain/{model.safetensors, config.json,
+training_metadata.json}`` (and ``loss.png``, ``memory.png`` when matplotlib is installed), then
+prints a generated sample. ``--data PATH...`` trains on given text files or folders instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import riftco
+from riftco.cli import (
+    DEFAULT_SAMPLE_BYTES,
+    ArgumentParser,
+    add_checkpointing_arguments,
+    add_dropout_arguments,
+    check_sample_args,
+    fail,
+    int_range,
+    non_negative_float,
+    output_folder,
+)
+from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log
+
+__all__ = ["DEFAULT_OUT", "add_arguments", "parse_args", "run"]
+
+DEFAULT_OUT = "runs/pretrain"
+
+EPILOG = """examples:
+  riftco pretrain                                             # the main job
+  riftco pretrain --activation-checkpointing block --out runs/pretrain-block
+  riftco pretrain --activation-memory-budget 64MiB --out runs/pretrain-budget
+  riftco pretrain --data notes/ book.txt --out runs/mine
+
+exit codes: 0 done, 2 bad input (one "error:" line on stderr), 130 interrupted with Ctrl-C
+(the last periodic save is left intact)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``riftco pretrain`` (and ``examples/pretrain.py``)."""
+    data = p.add_argument_group("data and output")
+    data.add_argument(
+        "--data",
+        nargs="+",
+        metavar="PATH",
+        help="text files or folders, read byte for byte (default: the embedded stdlib-source "
+        "corpus)",
+    )
+    data.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="output folder")
+    data.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a run of another configuration in --out (without it that is refused)",
+    )
+    data.add_argument(
+        "--no-plots", action="store_true", help="do not write loss.png and memory.png"
+    )
+    train = p.add_argument_group("training")
+    add_checkpointing_arguments(train)
+    train.add_argument(
+        "--attention",
+        choices=riftco.ATTENTION_KINDS,
+        default="flash",
+        help="full-sequence attention kind",
+    )
+    train.add_argument("--steps", type=int_range(1), default=600, help="optimizer steps")
+    train.add_argument(
+        "--batch-size", type=int_range(1), default=16, help="sequences per step"
+    )
+    train.add_argument(
+        "--seq-len", type=int_range(1), default=128, help="bytes per sequence (<= --max-seq-len)"
+    )
+    train.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    train.add_argument(
+        "--warmup-steps", type=int_range(0), default=50, help="linear warm-up steps"
+    )
+    train.add_argument(
+        "--lr-schedule",
+        choices=riftco.LR_SCHEDULES,
+        default="cosine",
+        help="after the warm-up: cosine decay to lr/10, or constant",
+    )
+    train.add_argument("--weight-decay", type=float, default=0.0, help="> 0 selects AdamW")
+    train.add_argument(
+        "--seed", type=int_range(0), default=0, help="seeds weights and batch sampling"
+    )
+    train.add_argument(
+        "--save-every", type=int_range(1), default=100, metavar="STEPS", help="steps between saves"
+    )
+    train.add_argument(
+        "--eval-every",
+        type=int_range(1),
+        default=50,
+        metavar="STEPS",
+        help="steps between validation losses (recorded in training_metadata.json)",
+    )
+    train.add_argument(
+        "--log-every",
+        type=int_range(1),
+        default=10,
+        metavar="STEPS",
+        help="steps between log lines with --no-progress",
+    )
+    train.add_argument(
+        "--no-progress", action="store_true", help="log lines instead of a progress bar"
+    )
+    model = p.add_argument_group("model size")
+    model.add_argument("--d-model", type=int_range(1), default=128, help="embedding width")
+    model.add_argument("--n-heads", type=int_range(1), default=4, help="attention heads")
+    model.add_argument("--n-layers", type=int_range(1), default=4, help="transformer blocks")
+    model.add_argument("--d-ff", type=int_range(1), default=344, help="SwiGLU hidden width")
+    model.add_argument(
+        "--max-seq-len", type=int_range(1), default=128, help="positions the model supports"
+    )
+    add_dropout_arguments(model, lora=False)
+    sample = p.add_argument_group("sample")
+    sample.add_argument("--prompt", default="def ", help="prompt of the printed sample")
+    sample.add_argument(
+        "--sample-tokens",
+        type=int_range(0),
+        default=None,
+        help=f"bytes to generate (default: {DEFAULT_SAMPLE_BYTES}, fewer when "
+        "--max-seq-len leaves fewer positions after the prompt)",
+    )
+    sample.add_argument(
+        "--temperature", type=non_negative_float, default=0.8, help="0 is greedy"
+    )
+    sample.add_argument("--top-k", type=int_range(1), default=40, help="sample among the k likeliest")
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "riftco pretrain") -> argparse.Namespace:
+    """Parses the flags (``sys.argv[1:]`` when ``argv`` is ``None``)."""
+    p = ArgumentParser(prog=prog, description=__doc__, epilog=EPILOG)
+    add_arguments(p)
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
+    """Checks every flag, then trains, saves, plots and prints a sample (see the module
+    docstring). Bad input raises ``UsageError`` or a ``RiftcoError`` before any folder exists."""
+    model_config = riftco.TransformerConfig(
+        vocab_size=riftco.data.VOCAB_SIZE,
+        d_model=args.d_model,
+        n_heads=args.n_heads,
+        n_layers=args.n_layers,
+        d_ff=args.d_ff,
+        max_seq_len=args.max_seq_len,
+        seed=args.seed,
+        attention_dropout=args.attention_dropout,
+        residual_dropout=args.residual_dropout,
+    )
+    config = riftco.PretrainingConfig(
+        attention=args.attention,
+        activation_checkpointing=args.activation_checkpointing,
+        activation_memory_budget=args.activation_memory_budget,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        lr_schedule=args.lr_schedule,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+        save_every=args.save_every,
+        eval_every=args.eval_every,
+        log_every=args.log_every,
+    )
+    if args.seq_len > args.max_seq_len:
+        fail(
+            f"--seq-len {args.seq_len} exceeds --max-seq-len {args.max_seq_len}; pass a "
+            f"--seq-len of at most {args.max_seq_len} or a larger --max-seq-len"
+        )
+    prompt, n_new = check_sample_args(
+        args.prompt, args.sample_tokens, args.temperature, args.top_k, args.seed, args.max_seq_len
+    )
+    # The policy against the model's depth before anything is created (exit 2, no folder).
+    riftco.parse_activation_checkpointing(
+        args.activation_checkpointing, args.activation_memory_budget, n_layers=args.n_layers
+    )
+    corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
+    check_corpus(corpus, args.seq_len, config.validation_fraction)
+    check_run_folder(
+        args.out,
+        {
+            "stage": "pretraining",
+            "model_config": model_config.to_dict(),
+            "training_config": config.to_dict(),
+            "corpus": corpus.description,
+        },
+        args.overwrite,
+    )
+    with output_folder(args.out) as out:
+        _train(args, model_config, config, corpus, out, prompt, n_new)
+
+
+def _train(
+    args: argparse.Namespace,
+    model_config: riftco.TransformerConfig,
+    config: riftco.PretrainingConfig,
+    corpus: riftco.Corpus,
+    out: Path,
+    prompt: bytes,
+    n_new: int,
+) -> None:
+    log(corpus_line(corpus, config.validation_fraction))
+    log(
+        f"model: d_model {args.d_model}, {args.n_heads} heads, {args.n_layers} layers, d_ff "
+        f"{args.d_ff}; attention {args.attention}, activation checkpointing "
+        f"{args.activation_checkpointing}"
+        + (
+            ""
+            if args.activation_memory_budget is None
+            else f", activation memory budget {args.activation_memory_budget:,} bytes"
+        )
+        + f"; {riftco.num_threads()} kernel threads, SIMD {riftco.simd_level()}"
+    )
+    metadata = riftco.run_pretraining(
+        model_config,
+        config,
+        corpus,
+        out,
+        progress=not args.no_progress,
+        log=log,
+        plots=not args.no_plots,
+    )
+    peak_mib = metadata["peak_memory_bytes"].get("activation", 0) / 2**20
+    print(
+        f"final loss {metadata['final_loss']:.4f} (uniform baseline ln 256 = "
+        f"{riftco.stages.UNIFORM_BASELINE_LOSS:.4f}); validation loss "
+        f"{metadata['validation_loss_before']:.4f} -> {metadata['validation_loss_after']:.4f}; "
+        f"{metadata['tokens_per_s']:,.0f} tokens/s; peak activation {peak_mib:.1f} MiB; "
+        f"{metadata['wall_time_s']:.1f} s"
+    )
+    print(f"saved {out / riftco.MODEL_STATE_FILE} and {out / riftco.METADATA_FILE}")
+    model = riftco.load_model(out, attention=args.attention)
+    text = riftco.generate(
+        model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+    )
+    print(f"--- sample (temperature {args.temperature}, top-k {args.top_k}, {n_new} bytes) ---")
+    print(riftco.decode_bytes(prompt + text))

@@ -1,0 +1,321 @@
+"""The ``riftco`` command (``python -m riftco``) end to end on tiny models: every subcommand,
+the per-step records in ``training_metadata.json``, and the messages a new user meets."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import riftco
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_MODEL = ["--d-model", "32", "--n-heads", "2", "--n-layers", "2", "--d-ff", "64"]
+TINY_TRAIN = ["--batch-size", "2", "--seq-len", "16", "--warmup-steps", "1", "--no-progress"]
+N_PARAMETERS = 37_024  # the tiny model's weights (vocab 256, d_model 32, 2 layers, d_ff 64)
+
+
+def riftco_cmd(
+    *args: str | Path, cwd: Path = ROOT, stdin: str | None = None, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "riftco", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=cwd,
+        input=stdin,
+    )
+
+
+def one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", path
+    width, height = struct.unpack(">II", data[16:24])
+    return int(width), int(height)
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "text.txt"
+    path.write_bytes(bytes(riftco.default_corpus().tokens[:20_000]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory: pytest.TempPathFactory, text_file: Path) -> Path:
+    out = tmp_path_factory.mktemp("run") / "pretrain"
+    r = riftco_cmd(
+        "pretrain",
+        *TINY_MODEL,
+        "--max-seq-len",
+        "32",
+        *TINY_TRAIN,
+        "--steps",
+        "5",
+        "--eval-every",
+        "2",
+        "--data",
+        text_file,
+        "--out",
+        out,
+    )
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def post_trained(tmp_path_factory: pytest.TempPathFactory, pretrained: Path) -> Path:
+    out = tmp_path_factory.mktemp("run") / "post_train"
+    r = riftco_cmd(
+        "post-train",
+        "--model",
+        pretrained,
+        "--steps",
+        "3",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--lora-rank",
+        "2",
+        "--lr",
+        "0.05",
+        "--eval-every",
+        "1",
+        "--sample-tokens",
+        "8",
+        "--no-progress",
+        "--out",
+        out,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "sample before" in r.stdout and "sample after" in r.stdout
+    return out
+
+
+def test_python_m_riftco_lists_the_subcommands() -> None:
+    r = riftco_cmd("--help")
+    assert r.returncode == 0, r.stderr
+    for name in ("pretrain", "post-train", "generate", "plot", "info"):
+        assert name in r.stdout
+    r = riftco_cmd("--version")
+    assert r.returncode == 0 and riftco.__version__ in r.stdout
+
+
+def test_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "riftco"
+    if not script.exists():
+        pytest.skip(f"no console script at {script} (the package was not installed by pip/maturin)")
+    r = subprocess.run([str(script), "info"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"riftco {riftco.__version__}" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("command", "defaults"),
+    [
+        (
+            "pretrain",
+            {
+                "--steps": "600",
+                "--batch-size": "16",
+                "--seq-len": "128",
+                "--lr": "0.003",
+                "--warmup-steps": "50",
+                "--eval-every": "50",
+                "--d-model": "128",
+                "--n-heads": "4",
+                "--n-layers": "4",
+                "--d-ff": "344",
+                "--max-seq-len": "128",
+                "--temperature": "0.8",
+                "--top-k": "40",
+                "--out": "runs/pretrain",
+            },
+        ),
+        (
+            "post-train",
+            {
+                "--steps": "200",
+                "--batch-size": "8",
+                "--lora-rank": "8",
+                "--lora-alpha": "16.0",
+                "--warmup-steps": "10",
+                "--model": "runs/pretrain",
+                "--out": "runs/post_train",
+            },
+        ),
+    ],
+)
+def test_help_shows_every_default(command: str, defaults: dict[str, str]) -> None:
+    r = riftco_cmd(command, "--help")
+    assert r.returncode == 0, r.stderr
+    # argparse wraps help text: join the lines of each flag's entry.
+    text = " ".join(r.stdout.split())
+    for flag, value in defaults.items():
+        entry = text.split(f" {flag} ", 1)[1][:400]
+        assert f"(default: {value})" in entry, (flag, entry[:200])
+
+
+def test_pretrain_records_memory_and_validation_per_step(pretrained: Path) -> None:
+    meta = json.loads((pretrained / "training_metadata.json").read_text())
+    # The keys recorded before per-step records existed are still there.
+    for key in ("losses", "lrs", "step_times_s", "peak_memory_bytes", "final_loss"):
+        assert key in meta
+    assert meta["validation_loss_before"] is not None and meta["complete"]
+    mem = meta["memory_per_step"]
+    for category in ("parameter", "gradient", "optimizer_state", "activation", "total", "cached"):
+        assert len(mem[category]) == 5, category
+    for category, peak in meta["peak_memory_bytes"].items():
+        assert peak == max(mem[category]), category
+    assert mem["parameter"] == [4 * N_PARAMETERS] * 5
+    # Adam keeps two moments per weight; gradients are one per weight at their peak.
+    assert mem["optimizer_state"][-1] == 2 * 4 * N_PARAMETERS
+    assert all(a > 0 for a in mem["activation"])
+    val = meta["validation_losses"]
+    assert [v["step"] for v in val] == [0, 2, 4, 5]
+    assert val[0]["loss"] == meta["validation_loss_before"]
+    assert val[-1]["loss"] == meta["validation_loss_after"]
+    assert meta["training_config"]["eval_every"] == 2
+
+
+def test_eval_every_leaves_the_training_losses_unchanged(text_file: Path, tmp_path: Path) -> None:
+    config = riftco.TransformerConfig(
+        vocab_size=256, d_model=32, n_heads=2, n_layers=2, d_ff=64, max_seq_len=32, seed=0
+    )
+    corpus = riftco.load_corpus(text_file)
+    runs = []
+    for eval_every in (None, 1):
+        cfg = riftco.PretrainingConfig(
+            steps=4, batch_size=2, seq_len=16, warmup_steps=1, eval_every=eval_every
+        )
+        out = tmp_path / str(eval_every)
+        runs.append(riftco.run_pretraining(config, cfg, corpus, out, progress=False, plots=False))
+    assert runs[0]["losses"] == runs[1]["losses"]  # bitwise: the same floats
+    assert [v["step"] for v in runs[0]["validation_losses"]] == [0, 4]
+    assert [v["step"] for v in runs[1]["validation_losses"]] == [0, 1, 2, 3, 4]
+    assert runs[0]["validation_loss_after"] == runs[1]["validation_loss_after"]
+    assert not (tmp_path / "None" / "loss.png").exists()
+
+
+def test_pretrain_writes_both_plots(pretrained: Path) -> None:
+    for name in ("loss.png", "memory.png"):
+        path = pretrained / name
+        assert path.stat().st_size > 10_000, name
+        assert png_size(path) == riftco.plotting.PLOT_SIZE_PX
+
+
+def test_plot_subcommand_rewrites_the_pictures(pretrained: Path, tmp_path: Path) -> None:
+    r = riftco_cmd("plot", pretrained, "--out", tmp_path / "pictures")
+    assert r.returncode == 0, r.stderr
+    for name in ("loss.png", "memory.png"):
+        path = tmp_path / "pictures" / name
+        assert str(path) in r.stdout
+        assert png_size(path) == riftco.plotting.PLOT_SIZE_PX and path.stat().st_size > 10_000
+
+
+def test_plot_without_a_run_names_the_folder(tmp_path: Path) -> None:
+    one_error_line(riftco_cmd("plot", tmp_path / "nothing"), "no training_metadata.json", "nothing")
+
+
+def test_post_train_lora_records_and_plots(post_trained: Path, pretrained: Path) -> None:
+    meta = json.loads((post_trained / "training_metadata.json").read_text())
+    assert meta["stage"] == "post_training_lora"
+    assert [v["step"] for v in meta["validation_losses"]] == [0, 1, 2, 3]
+    assert len(meta["memory_per_step"]["activation"]) == 3
+    assert meta["base_model"] == str(pretrained / "model.safetensors")
+    for name in ("loss.png", "memory.png"):
+        assert png_size(post_trained / name) == riftco.plotting.PLOT_SIZE_PX
+
+
+def _reference_text(state: Path, adapter: Path | None, prompt: bytes, n: int) -> str:
+    model = riftco.load_model(state)
+    if adapter is not None:
+        model.load_lora(str(adapter))
+    out = riftco.generate(model, prompt, n, temperature=0.0, top_k=40, seed=0)
+    return riftco.decode_bytes(prompt + out)
+
+
+def test_generate_from_a_saved_model(pretrained: Path) -> None:
+    r = riftco_cmd("generate", "--model", pretrained, "--temperature", "0", "--sample-tokens", "12", "def ")
+    assert r.returncode == 0, r.stderr
+    expected = _reference_text(pretrained / "model.safetensors", None, b"def ", 12)
+    assert r.stdout == expected + "\n"
+
+
+def test_generate_from_an_adapter_with_the_prompt_on_stdin(
+    post_trained: Path, pretrained: Path
+) -> None:
+    expected = _reference_text(
+        pretrained / "model.safetensors", post_trained / "adapter", b"The ", 12
+    )
+    for model in (post_trained, post_trained / "adapter"):
+        r = riftco_cmd(
+            "generate", "--model", model, "--temperature", "0", "--sample-tokens", "12", "-",
+            stdin="The \n",
+        )
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == expected + "\n"
+        assert "LoRA adapter" in r.stderr
+    # The adapter changed the model: the base alone continues differently (lr 0.05, 3 steps).
+    base = _reference_text(pretrained / "model.safetensors", None, b"The ", 12)
+    assert base != expected
+
+
+def test_generate_default_length_is_capped(pretrained: Path) -> None:
+    r = riftco_cmd("generate", "--model", pretrained, "x")
+    assert r.returncode == 0, r.stderr
+    # max_seq_len 32 leaves 32 positions for a 1-byte prompt: 32 new bytes, not 256.
+    assert "32 bytes" in r.stderr
+
+
+def test_generate_without_a_model_says_what_to_run(tmp_path: Path) -> None:
+    line = one_error_line(riftco_cmd("generate", "hello", cwd=tmp_path), "no model state")
+    assert "python -m riftco pretrain" in line
+
+
+def test_info_reports_version_threads_simd_devices() -> None:
+    r = riftco_cmd("info")
+    assert r.returncode == 0, r.stderr
+    assert f"riftco {riftco.__version__}" in r.stdout
+    assert f"kernel threads: {riftco.num_threads()}" in r.stdout
+    assert f"SIMD level: {riftco.simd_level()}" in r.stdout
+    assert "device cpu: available" in r.stdout
+    r = riftco_cmd("info", "--json")
+    facts = json.loads(r.stdout)
+    assert facts["simd_level"] in ("avx512", "avx2", "neon", "scalar")
+    assert facts["devices"][0] == {"device": "cpu", "available": True}
+    assert facts["devices"][1]["device"] == "metal" and not facts["devices"][1]["available"]
+
+
+def test_simd_level_follows_force_scalar() -> None:
+    code = "import riftco; print(riftco.simd_level())"
+    env = dict(os.environ, RIFTCO_FORCE_SCALAR="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.stdout.strip() == "scalar", r.stderr
+
+
+def test_parameter_count_constant_matches_the_model() -> None:
+    model = riftco.DecoderOnlyTransformer(
+        riftco.TransformerConfig(
+            vocab_size=256, d_model=32, n_heads=2, n_layers=2, d_ff=64, max_seq_len=32, seed=0
+        )
+    )
+    assert sum(int(np.prod(p.shape)) for p in model.parameters()) == N_PARAMETERS
