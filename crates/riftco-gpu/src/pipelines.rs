@@ -32,11 +32,13 @@ pub enum Family {
     Loss,
     /// `shaders/adam.wgsl`: Adam/AdamW updates.
     Adam,
+    /// `shaders/flash_attention.wgsl`: FlashAttention-2 forward and backward (GQA).
+    FlashAttention,
 }
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 12] = [
+    pub const ALL: [Family; 13] = [
         Family::Elementwise,
         Family::Unary,
         Family::Reduce,
@@ -49,6 +51,7 @@ impl Family {
         Family::Embedding,
         Family::Loss,
         Family::Adam,
+        Family::FlashAttention,
     ];
 
     /// The file name under `shaders/`.
@@ -66,6 +69,7 @@ impl Family {
             Family::Embedding => "embedding.wgsl",
             Family::Loss => "loss.wgsl",
             Family::Adam => "adam.wgsl",
+            Family::FlashAttention => "flash_attention.wgsl",
         }
     }
 
@@ -84,6 +88,7 @@ impl Family {
             Family::Embedding => include_str!("../../../shaders/embedding.wgsl"),
             Family::Loss => include_str!("../../../shaders/loss.wgsl"),
             Family::Adam => include_str!("../../../shaders/adam.wgsl"),
+            Family::FlashAttention => include_str!("../../../shaders/flash_attention.wgsl"),
         }
     }
 }
