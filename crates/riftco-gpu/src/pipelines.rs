@@ -34,11 +34,13 @@ pub enum Family {
     Adam,
     /// `shaders/flash_attention.wgsl`: FlashAttention-2 forward and backward (GQA).
     FlashAttention,
+    /// `shaders/dropout.wgsl`: Philox4x32-10 and dropout masks.
+    Dropout,
 }
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 13] = [
+    pub const ALL: [Family; 14] = [
         Family::Elementwise,
         Family::Unary,
         Family::Reduce,
@@ -52,6 +54,7 @@ impl Family {
         Family::Loss,
         Family::Adam,
         Family::FlashAttention,
+        Family::Dropout,
     ];
 
     /// The file name under `shaders/`.
@@ -70,6 +73,7 @@ impl Family {
             Family::Loss => "loss.wgsl",
             Family::Adam => "adam.wgsl",
             Family::FlashAttention => "flash_attention.wgsl",
+            Family::Dropout => "dropout.wgsl",
         }
     }
 
@@ -89,6 +93,7 @@ impl Family {
             Family::Loss => include_str!("../../../shaders/loss.wgsl"),
             Family::Adam => include_str!("../../../shaders/adam.wgsl"),
             Family::FlashAttention => include_str!("../../../shaders/flash_attention.wgsl"),
+            Family::Dropout => include_str!("../../../shaders/dropout.wgsl"),
         }
     }
 }

@@ -182,3 +182,5 @@ pub use rms_norm::{rms_norm, rms_norm_backward};
 pub use rope::{rope, GpuRopeTable};
 mod flash_attention;
 pub use flash_attention::{flash_attention_backward, flash_attention_forward, FLASH_MAX_D_HEAD};
+mod dropout;
+pub use dropout::{dropout, philox4x32_10_blocks};
