@@ -12,6 +12,13 @@
 // invocation per query row; flash_dkv one invocation per (batch, KV head, key), which walks the
 // group's query heads in increasing order and, inside, the queries in increasing order, so dK and
 // dV are summed over the group in a fixed order. d_head is at most MAX_D (checked on the host).
+// Dropout on the attention probabilities (Dao et al. 2022, FlashAttention, Appendix B), when
+// params.dropout = 1: out = (P * Z) V with Z = M / (1 - p), M the keep mask of riftco-kernels'
+// philox::DropoutMask over the index space [batch, n_heads, seq_q, seq_k] (element
+// e = row * seq_k + j, row = (b * n_heads + h) * seq_q + i), regenerated in every pass, never
+// stored; lse is that of P without dropout. Backward: dV = (P * Z)^T dO, dP = (dO V^T) * Z,
+// dS = P * (dP - D) with D = rowsum(dO * O) of the dropped output. With params.dropout = 0,
+// Z = 1 and every product by it is exact.
 
 struct Params {
     batch: u32,
@@ -22,6 +29,18 @@ struct Params {
     d_head: u32,
     causal: u32,
     scale: f32,
+    dropout: u32,
+    p: f32,
+    z_scale: f32,
+    offset_lo: u32,
+    offset_hi: u32,
+    stream0: u32,
+    stream1: u32,
+    key0: u32,
+    key1: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -48,6 +67,60 @@ fn neg_inf() -> f32 {
 
 fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
+}
+
+const M0: u32 = 0xD2511F53u;
+const M1: u32 = 0xCD9E8D57u;
+const W0: u32 = 0x9E3779B9u;
+const W1: u32 = 0xBB67AE85u;
+
+// High 32 bits of the 64-bit product a * b, from 16-bit halves (as in dropout.wgsl).
+fn mulhi(a: u32, b: u32) -> u32 {
+    let a_lo = a & 0xffffu;
+    let a_hi = a >> 16u;
+    let b_lo = b & 0xffffu;
+    let b_hi = b >> 16u;
+    let ll = a_lo * b_lo;
+    let lh = a_lo * b_hi;
+    let hl = a_hi * b_lo;
+    let hh = a_hi * b_hi;
+    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
+}
+
+fn philox_round(c: vec4<u32>, k: vec2<u32>) -> vec4<u32> {
+    return vec4<u32>(
+        mulhi(M1, c.z) ^ c.y ^ k.x,
+        M1 * c.z,
+        mulhi(M0, c.x) ^ c.w ^ k.y,
+        M0 * c.x,
+    );
+}
+
+fn philox4x32_10(counter: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
+    var c = philox_round(counter, key);
+    var k = key;
+    for (var r = 1u; r < 10u; r = r + 1u) {
+        k = k + vec2<u32>(W0, W1);
+        c = philox_round(c, k);
+    }
+    return c;
+}
+
+// Z of probability (row, j): 1 without dropout, else z_scale where kept and 0 where dropped.
+fn z(row: u32, j: u32) -> f32 {
+    if (params.dropout == 0u) {
+        return 1.0;
+    }
+    let e = row * params.seq_k + j;
+    let lo = params.offset_lo + e / 4u;
+    let hi = params.offset_hi + select(0u, 1u, lo < params.offset_lo);
+    let block = philox4x32_10(
+        vec4<u32>(lo, hi, params.stream0, params.stream1),
+        vec2<u32>(params.key0, params.key1),
+    );
+    let keep = f32(block[e % 4u] >> 8u) * (1.0 / 16777216.0) >= params.p;
+    return select(0.0, params.z_scale, keep);
 }
 
 // Keys query i may attend.
@@ -102,8 +175,9 @@ fn flash_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
         let alpha = exp(m - m_new);
         let p = exp(s - m_new);
         l = l * alpha + p;
+        let pz = p * z(row, j);
         for (var c = 0u; c < d; c = c + 1u) {
-            acc[c] = acc[c] * alpha + p * v[kj + c];
+            acc[c] = acc[c] * alpha + pz * v[kj + c];
         }
         m = m_new;
     }
@@ -160,7 +234,7 @@ fn flash_dq(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
         for (var c = 0u; c < d; c = c + 1u) {
             dp = dp + dout[qi + c] * v[kj + c];
         }
-        let ds = p * (dp - delta);
+        let ds = p * (dp * z(row, j) - delta);
         for (var c = 0u; c < d; c = c + 1u) {
             acc[c] = acc[c] + ds * k[kj + c];
         }
@@ -204,9 +278,11 @@ fn flash_dkv(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
             for (var c = 0u; c < d; c = c + 1u) {
                 dp = dp + dout[qi + c] * v[kj + c];
             }
-            let ds = p * (dp - delta_in[row]);
+            let zij = z(row, j);
+            let ds = p * (dp * zij - delta_in[row]);
+            let pz = p * zij;
             for (var c = 0u; c < d; c = c + 1u) {
-                acc_v[c] = acc_v[c] + p * dout[qi + c];
+                acc_v[c] = acc_v[c] + pz * dout[qi + c];
                 acc_k[c] = acc_k[c] + ds * q[qi + c];
             }
         }

@@ -193,3 +193,212 @@ fn bad_shapes_are_shape_errors() {
         &["lse", "5", "6"],
     );
 }
+
+/// Dropout inside flash attention: forward and backward vs the CPU's `_with_dropout` kernels on
+/// K/V repeated per group (the same mask over `[batch, n_heads, seq_q, seq_k]`), at offsets that
+/// wrap the 64-bit block counter; `p = 0` is exactly the plain kernels; tolerance as above.
+#[test]
+fn dropout_inside_flash_attention_matches_the_cpu() {
+    let Some(ctx) = gpu_or_skip("dropout_inside_flash_attention_matches_the_cpu") else {
+        return;
+    };
+    use riftco_kernels::attention::{
+        flash_attention_backward_with_dropout as cpu_bwd,
+        flash_attention_forward_with_dropout as cpu_fwd, AttentionLayout,
+    };
+    use riftco_kernels::philox::DropoutMask;
+    for (b, h, kvh, sq, sk, d, p, offset) in [
+        (1, 2, 1, 5, 7, 4, 0.3, 0),
+        (2, 4, 2, 9, 9, 3, 0.5, u64::MAX - 5),
+        (1, 1, 1, 1, 1, 2, 0.1, 11),
+    ] {
+        let group = h / kvh;
+        let dims = AttentionDims {
+            batch: b,
+            n_heads: h,
+            seq_q: sq,
+            seq_k: sk,
+            d_head: d,
+        };
+        let mask = DropoutMask {
+            p,
+            key: [0xdead_beef, 7],
+            stream: [1, 2],
+            offset,
+        };
+        let q = values(b * h * sq * d, 151, -1.0, 1.0);
+        let k = values(b * kvh * sk * d, 152, -1.0, 1.0);
+        let v = values(b * kvh * sk * d, 153, -1.0, 1.0);
+        let dout = values(b * h * sq * d, 154, -1.0, 1.0);
+        let (k_rep, v_rep) = (repeat_kv(&k, b, kvh, group), repeat_kv(&v, b, kvh, group));
+        let scale = 0.5;
+        let (gq, gk, gv, gdo) = (
+            ctx.upload(&q).unwrap(),
+            ctx.upload(&k).unwrap(),
+            ctx.upload(&v).unwrap(),
+            ctx.upload(&dout).unwrap(),
+        );
+        for causal in [false, true] {
+            let what = format!("b={b} h={h} kvh={kvh} sq={sq} sk={sk} p={p} causal={causal}");
+            let layout = AttentionLayout::BatchHeadSeq;
+            let (mut out, mut lse) = (vec![0.0; q.len()], vec![0.0; b * h * sq]);
+            cpu_fwd(
+                &q,
+                &k_rep,
+                &v_rep,
+                dims,
+                layout,
+                scale,
+                causal,
+                Some(&mask),
+                &mut out,
+                &mut lse,
+            );
+            let (go, glse) = kernels::flash_attention_forward_with_dropout(
+                &ctx,
+                &gq,
+                &gk,
+                &gv,
+                dims,
+                kvh,
+                scale,
+                causal,
+                Some(&mask),
+            )
+            .unwrap();
+            assert_close(
+                &format!("out {what}"),
+                &ctx.download(&go).unwrap(),
+                &out,
+                1e-4,
+                1e-2,
+            );
+            assert_close(
+                &format!("lse {what}"),
+                &ctx.download(&glse).unwrap(),
+                &lse,
+                1e-4,
+                1e-2,
+            );
+            let (mut dq, mut dk, mut dv) = (
+                vec![0.0; q.len()],
+                vec![0.0; k_rep.len()],
+                vec![0.0; v_rep.len()],
+            );
+            cpu_bwd(
+                &q,
+                &k_rep,
+                &v_rep,
+                &out,
+                &lse,
+                &dout,
+                dims,
+                layout,
+                scale,
+                causal,
+                Some(&mask),
+                &mut dq,
+                &mut dk,
+                &mut dv,
+            );
+            let (dk, dv) = (
+                sum_groups(&dk, b, kvh, group),
+                sum_groups(&dv, b, kvh, group),
+            );
+            let (gdq, gdk, gdv) = kernels::flash_attention_backward_with_dropout(
+                &ctx,
+                &gq,
+                &gk,
+                &gv,
+                &go,
+                &glse,
+                &gdo,
+                dims,
+                kvh,
+                scale,
+                causal,
+                Some(&mask),
+            )
+            .unwrap();
+            assert_close(
+                &format!("dq {what}"),
+                &ctx.download(&gdq).unwrap(),
+                &dq,
+                1e-4,
+                1e-2,
+            );
+            assert_close(
+                &format!("dk {what}"),
+                &ctx.download(&gdk).unwrap(),
+                &dk,
+                1e-4,
+                1e-2,
+            );
+            assert_close(
+                &format!("dv {what}"),
+                &ctx.download(&gdv).unwrap(),
+                &dv,
+                1e-4,
+                1e-2,
+            );
+        }
+        // p = 0 is bitwise the kernel without dropout.
+        let zero = DropoutMask { p: 0.0, ..mask };
+        let with = kernels::flash_attention_forward_with_dropout(
+            &ctx,
+            &gq,
+            &gk,
+            &gv,
+            dims,
+            kvh,
+            scale,
+            true,
+            Some(&zero),
+        )
+        .unwrap();
+        let without =
+            kernels::flash_attention_forward(&ctx, &gq, &gk, &gv, dims, kvh, scale, true).unwrap();
+        assert_eq!(
+            ctx.download(&with.0)
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>(),
+            ctx.download(&without.0)
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>(),
+            "p = 0"
+        );
+    }
+    let dims = AttentionDims {
+        batch: 1,
+        n_heads: 1,
+        seq_q: 2,
+        seq_k: 2,
+        d_head: 2,
+    };
+    let x = ctx.upload(&[0.0; 4]).unwrap();
+    let bad = DropoutMask {
+        p: 1.0,
+        key: [0, 0],
+        stream: [0, 0],
+        offset: 0,
+    };
+    assert_shape_error(
+        "dropout p",
+        kernels::flash_attention_forward_with_dropout(
+            &ctx,
+            &x,
+            &x,
+            &x,
+            dims,
+            1,
+            1.0,
+            true,
+            Some(&bad),
+        ),
+        &["p = 1"],
+    );
+}

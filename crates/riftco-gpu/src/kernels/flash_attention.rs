@@ -13,8 +13,16 @@
 //! result is deterministic and no float atomics are used. Key tiles are one key wide: the
 //! online-softmax rescaling runs per key and nothing is staged in workgroup memory (a tiled
 //! version is future work; llvmpipe does not reward it).
+//!
+//! Dropout on the attention probabilities (Dao et al. 2022, "FlashAttention", Appendix B), as
+//! `riftco_kernels::attention::flash_attention_{forward,backward}_with_dropout`: `out = (P ⊙ Z)
+//! V`, `Z = M / (1 − p)` with `M` the keep mask of a [`DropoutMask`] over the index space
+//! `[batch, n_heads, seq_q, seq_k]` (element `((b·n_heads + h)·seq_q + i)·seq_k + j`), which
+//! the shaders regenerate with Philox4x32-10 in every pass (never stored); `lse` is that of
+//! `P` without dropout, and `D = rowsum(dO ⊙ O)` holds with the dropped output.
 
 use riftco_kernels::attention::AttentionDims;
+use riftco_kernels::philox::DropoutMask;
 
 use super::shape::{positive, product};
 use super::{dispatch_at, expect_len, grid_1d, to_u32, words, WG_1D};
@@ -78,8 +86,10 @@ fn params(
     n_kv_heads: usize,
     scale: f32,
     causal: bool,
+    dropout: Option<&DropoutMask>,
 ) -> Result<Vec<u8>> {
-    Ok(words(&[
+    let dropout = dropout.filter(|m| !m.is_identity());
+    let mut w = vec![
         to_u32(op, "batch", dims.batch)?,
         to_u32(op, "n_heads", dims.n_heads)?,
         to_u32(op, "n_kv_heads", n_kv_heads)?,
@@ -88,7 +98,45 @@ fn params(
         to_u32(op, "d_head", dims.d_head)?,
         u32::from(causal),
         scale.to_bits(),
-    ]))
+    ];
+    match dropout {
+        None => w.extend([0; 12]),
+        Some(m) => {
+            if !DropoutMask::is_valid_p(m.p) {
+                return Err(GpuError::Shape {
+                    op,
+                    message: format!(
+                        "dropout p = {}, expected a finite probability in [0, 1)",
+                        m.p
+                    ),
+                });
+            }
+            // The shaders index the mask with a 32-bit element number.
+            let bh = dims.batch * dims.n_heads;
+            let mask_len = product(op, "batch · n_heads · seq_q", bh, dims.seq_q)
+                .and_then(|r| product(op, "batch · n_heads · seq_q · seq_k", r, dims.seq_k))?;
+            to_u32(
+                op,
+                "dropout elements (batch · n_heads · seq_q · seq_k)",
+                mask_len,
+            )?;
+            w.extend([
+                1,
+                m.p.to_bits(),
+                m.scale().to_bits(),
+                m.offset as u32,
+                (m.offset >> 32) as u32,
+                m.stream[0],
+                m.stream[1],
+                m.key[0],
+                m.key[1],
+                0,
+                0,
+                0,
+            ]);
+        }
+    }
+    Ok(words(&w))
 }
 
 /// The grid for `n` invocations of the 64-wide attention kernels (the shaders flatten
@@ -119,17 +167,39 @@ pub fn flash_attention_forward(
     scale: f32,
     causal: bool,
 ) -> Result<(GpuBuffer, GpuBuffer)> {
+    flash_attention_forward_with_dropout(ctx, q, k, v, dims, n_kv_heads, scale, causal, None)
+}
+
+/// [`flash_attention_forward`] with dropout on the attention probabilities (module docs):
+/// `out = (P ⊙ M / (1 − p)) V`, `lse` the logsumexp of `P` without dropout. `None` or
+/// `p == 0` is exactly [`flash_attention_forward`].
+///
+/// # Errors
+/// As [`flash_attention_forward`], and [`GpuError::Shape`] when the mask's `p` is not a finite
+/// probability in `[0, 1)` or `batch · n_heads · seq_q · seq_k` exceeds 32 bits.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_forward_with_dropout(
+    ctx: &GpuContext,
+    q: &GpuBuffer,
+    k: &GpuBuffer,
+    v: &GpuBuffer,
+    dims: AttentionDims,
+    n_kv_heads: usize,
+    scale: f32,
+    causal: bool,
+    dropout: Option<&DropoutMask>,
+) -> Result<(GpuBuffer, GpuBuffer)> {
     let op = "flash_attention_forward";
     let s = sizes(op, dims, n_kv_heads)?;
     expect_len(op, "q", q, s.q_len)?;
     expect_len(op, "k", k, s.kv_len)?;
     expect_len(op, "v", v, s.kv_len)?;
+    let p = params(op, dims, n_kv_heads, scale, causal, dropout)?;
     let out = ctx.alloc(s.q_len)?;
     let lse = ctx.alloc(s.q_rows)?;
     if s.q_rows == 0 {
         return Ok((out, lse));
     }
-    let p = params(op, dims, n_kv_heads, scale, causal)?;
     let kernel = Kernel::new(Family::FlashAttention, "flash_forward");
     let storage = [(0, q), (1, k), (2, v), (7, &out), (8, &lse)];
     dispatch_at(ctx, kernel, &storage, 13, &p, grid(op, s.q_rows)?)?;
@@ -157,6 +227,32 @@ pub fn flash_attention_backward(
     scale: f32,
     causal: bool,
 ) -> Result<(GpuBuffer, GpuBuffer, GpuBuffer)> {
+    flash_attention_backward_with_dropout(
+        ctx, q, k, v, out, lse, dout, dims, n_kv_heads, scale, causal, None,
+    )
+}
+
+/// [`flash_attention_backward`] with the dropout mask of the forward (module docs; `out` is
+/// the dropped output): `dV = (P ⊙ Z)ᵀ dO`, `dP = (dO Vᵀ) ⊙ Z`, `dS = P ⊙ (dP − D)`. `None` or
+/// `p == 0` is exactly [`flash_attention_backward`].
+///
+/// # Errors
+/// As [`flash_attention_forward_with_dropout`] and [`flash_attention_backward`].
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_backward_with_dropout(
+    ctx: &GpuContext,
+    q: &GpuBuffer,
+    k: &GpuBuffer,
+    v: &GpuBuffer,
+    out: &GpuBuffer,
+    lse: &GpuBuffer,
+    dout: &GpuBuffer,
+    dims: AttentionDims,
+    n_kv_heads: usize,
+    scale: f32,
+    causal: bool,
+    dropout: Option<&DropoutMask>,
+) -> Result<(GpuBuffer, GpuBuffer, GpuBuffer)> {
     let op = "flash_attention_backward";
     let s = sizes(op, dims, n_kv_heads)?;
     expect_len(op, "q", q, s.q_len)?;
@@ -168,7 +264,7 @@ pub fn flash_attention_backward(
     let dq = ctx.alloc(s.q_len)?;
     let dk = ctx.alloc(s.kv_len)?;
     let dv = ctx.alloc(s.kv_len)?;
-    let p = params(op, dims, n_kv_heads, scale, causal)?;
+    let p = params(op, dims, n_kv_heads, scale, causal, dropout)?;
     let delta = ctx.alloc(s.q_rows)?;
     if s.q_rows > 0 {
         let kernel = Kernel::new(Family::FlashAttention, "flash_delta");

@@ -181,6 +181,9 @@ pub use masked_softmax::{
 pub use rms_norm::{rms_norm, rms_norm_backward};
 pub use rope::{rope, GpuRopeTable};
 mod flash_attention;
-pub use flash_attention::{flash_attention_backward, flash_attention_forward, FLASH_MAX_D_HEAD};
+pub use flash_attention::{
+    flash_attention_backward, flash_attention_backward_with_dropout, flash_attention_forward,
+    flash_attention_forward_with_dropout, FLASH_MAX_D_HEAD,
+};
 mod dropout;
 pub use dropout::{dropout, philox4x32_10_blocks};
