@@ -18,16 +18,43 @@ pub enum Family {
     Softmax,
     /// `shaders/matmul.wgsl`: tiled (batched, transposable) matmul.
     Matmul,
+    /// `shaders/activation.wgsl`: SiLU, SwiGLU and their VJPs.
+    Activation,
+    /// `shaders/rms_norm.wgsl`: RMSNorm and its VJP.
+    RmsNorm,
+    /// `shaders/rope.wgsl`: rotary position embedding.
+    Rope,
+    /// `shaders/masked_softmax.wgsl`: causal softmax and the softmax VJP.
+    MaskedSoftmax,
+    /// `shaders/embedding.wgsl`: embedding gather and its deterministic VJP.
+    Embedding,
+    /// `shaders/loss.wgsl`: softmax cross-entropy and its VJP.
+    Loss,
+    /// `shaders/adam.wgsl`: Adam/AdamW updates.
+    Adam,
+    /// `shaders/flash_attention.wgsl`: FlashAttention-2 forward and backward (GQA).
+    FlashAttention,
+    /// `shaders/dropout.wgsl`: Philox4x32-10 and dropout masks.
+    Dropout,
 }
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 14] = [
         Family::Elementwise,
         Family::Unary,
         Family::Reduce,
         Family::Softmax,
         Family::Matmul,
+        Family::Activation,
+        Family::RmsNorm,
+        Family::Rope,
+        Family::MaskedSoftmax,
+        Family::Embedding,
+        Family::Loss,
+        Family::Adam,
+        Family::FlashAttention,
+        Family::Dropout,
     ];
 
     /// The file name under `shaders/`.
@@ -38,6 +65,15 @@ impl Family {
             Family::Reduce => "reduce.wgsl",
             Family::Softmax => "softmax.wgsl",
             Family::Matmul => "matmul.wgsl",
+            Family::Activation => "activation.wgsl",
+            Family::RmsNorm => "rms_norm.wgsl",
+            Family::Rope => "rope.wgsl",
+            Family::MaskedSoftmax => "masked_softmax.wgsl",
+            Family::Embedding => "embedding.wgsl",
+            Family::Loss => "loss.wgsl",
+            Family::Adam => "adam.wgsl",
+            Family::FlashAttention => "flash_attention.wgsl",
+            Family::Dropout => "dropout.wgsl",
         }
     }
 
@@ -49,6 +85,15 @@ impl Family {
             Family::Reduce => include_str!("../../../shaders/reduce.wgsl"),
             Family::Softmax => include_str!("../../../shaders/softmax.wgsl"),
             Family::Matmul => include_str!("../../../shaders/matmul.wgsl"),
+            Family::Activation => include_str!("../../../shaders/activation.wgsl"),
+            Family::RmsNorm => include_str!("../../../shaders/rms_norm.wgsl"),
+            Family::Rope => include_str!("../../../shaders/rope.wgsl"),
+            Family::MaskedSoftmax => include_str!("../../../shaders/masked_softmax.wgsl"),
+            Family::Embedding => include_str!("../../../shaders/embedding.wgsl"),
+            Family::Loss => include_str!("../../../shaders/loss.wgsl"),
+            Family::Adam => include_str!("../../../shaders/adam.wgsl"),
+            Family::FlashAttention => include_str!("../../../shaders/flash_attention.wgsl"),
+            Family::Dropout => include_str!("../../../shaders/dropout.wgsl"),
         }
     }
 }

@@ -160,3 +160,30 @@ pub(crate) fn dispatch_at(
     )?;
     ctx.count_dispatch()
 }
+
+// Transformer ops (one file per family), beside the foundation's kernels above.
+mod activation;
+mod adam;
+mod embedding;
+mod loss;
+mod masked_softmax;
+mod rms_norm;
+mod rope;
+mod shape;
+
+pub use activation::{silu, silu_backward, swiglu, swiglu_backward};
+pub use adam::adam_update;
+pub use embedding::{embedding, embedding_backward};
+pub use loss::{cross_entropy, cross_entropy_backward};
+pub use masked_softmax::{
+    causal_softmax_rows, causal_softmax_rows_backward, softmax_rows_backward,
+};
+pub use rms_norm::{rms_norm, rms_norm_backward};
+pub use rope::{rope, GpuRopeTable};
+mod flash_attention;
+pub use flash_attention::{
+    flash_attention_backward, flash_attention_backward_with_dropout, flash_attention_forward,
+    flash_attention_forward_with_dropout, FLASH_MAX_D_HEAD,
+};
+mod dropout;
+pub use dropout::{dropout, philox4x32_10_blocks};

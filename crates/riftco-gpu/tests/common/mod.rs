@@ -71,3 +71,5 @@ pub fn values(n: usize, seed: u32, lo: f32, hi: f32) -> Vec<f32> {
 
 /// The edge sizes every kernel is tested on: 1, odd, and non-multiples of 16 and 256.
 pub const SIZES: [usize; 5] = [1, 7, 63, 65, 257];
+
+pub mod checks;

@@ -1,0 +1,89 @@
+// SiLU and SwiGLU with their VJPs, element-wise on f32 buffers of one length `n` (the GPU twins
+// of riftco-kernels' elementwise::{silu, silu_backward, swiglu, swiglu_backward}):
+//   silu:            out0 = x * sigmoid(x)                          (Elfwing et al. 2018, eq. 4)
+//   silu_backward:   out0 = dy * sigmoid(x) * (1 + x * (1 - sigmoid(x)))
+//   swiglu:          out0 = silu(gate) * up                          (Shazeer 2020, eq. 6)
+//   swiglu_backward: out0 = dgate = dy * up * silu'(gate), out1 = dup = dy * silu(gate)
+// sigmoid(x) = 1 / (1 + exp(-x)), the CPU kernels' form. One invocation per element on a 2-D
+// grid (x up to 65535 workgroups); invocations past `n` return.
+
+struct Params {
+    n: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read> c: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out0: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out1: array<f32>;
+@group(0) @binding(5) var<uniform> params: Params;
+
+const WG: u32 = 256u;
+
+fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * WG;
+}
+
+fn sigmoid(v: f32) -> f32 {
+    return 1.0 / (1.0 + exp(-v));
+}
+
+// SiLU'(v) = sigmoid(v) (1 + v (1 - sigmoid(v))).
+fn silu_grad(v: f32) -> f32 {
+    let s = sigmoid(v);
+    return s * (v * (1.0 - s) + 1.0);
+}
+
+// silu: a = x.
+@compute @workgroup_size(256)
+fn silu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    out0[i] = a[i] * sigmoid(a[i]);
+}
+
+// silu_backward: a = x, b = dy.
+@compute @workgroup_size(256)
+fn silu_backward(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    out0[i] = b[i] * silu_grad(a[i]);
+}
+
+// swiglu: a = gate, b = up.
+@compute @workgroup_size(256)
+fn swiglu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let g = a[i];
+    out0[i] = g * sigmoid(g) * b[i];
+}
+
+// swiglu_backward: a = gate, b = up, c = dy; out0 = dgate, out1 = dup.
+@compute @workgroup_size(256)
+fn swiglu_backward(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let g = a[i];
+    let s = sigmoid(g);
+    let d = c[i];
+    out0[i] = d * b[i] * (s * (g * (1.0 - s) + 1.0));
+    out1[i] = d * (g * s);
+}
