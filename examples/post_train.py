@@ -11,6 +11,11 @@ trains every weight and writes ``model.safetensors`` instead.
     python examples/post_train.py --activation-checkpointing selective:dots
     python examples/post_train.py --activation-memory-budget 8MiB
     python examples/post_train.py --model runs/pretrain --data my_notes/ --lora-rank 16
+    python examples/post_train.py --model path/to/hf-llama-folder --data my_notes/
+
+``--model`` is a pretraining output folder or a plain Hugging Face Llama folder (``config.json``
+with ``model.safetensors`` or shards, float32/bfloat16/float16). A folder with a
+``tokenizer.json`` is tokenized with it (``pip install tokenizers``); one without is byte-level.
 
 Exit codes: 0 done, 2 bad input (one ``error:`` line on stderr), 130 interrupted with Ctrl-C
 (the last periodic save is left intact).
@@ -21,8 +26,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import riftco
+from riftco.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
 from riftco.cli import (
     ArgumentParser,
     add_checkpointing_arguments,
@@ -131,11 +138,17 @@ def main() -> None:
         log_every=args.log_every,
     )
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
+    try:
+        tokenizer = load_folder_tokenizer(args.model)
+    except (ImportError, riftco.TokenError) as e:
+        fail(str(e))
+    if tokenizer is not None:
+        corpus = tokenize_corpus(corpus, tokenizer, int(model.config.vocab_size))
     # A budget below the smallest achievable peak fails here, before the sample and before any
     # folder exists (run_post_training plans again with the adapters).
     model.activation_checkpointing_plan(config.batch_size, config.seq_len)
     with output_folder(args.out) as out:
-        train(args, model, config, corpus, out, prompt, n_new)
+        train(args, model, config, corpus, out, prompt, n_new, tokenizer)
 
 
 def train(
@@ -146,14 +159,25 @@ def train(
     out: Path,
     prompt: bytes,
     n_new: int,
+    tokenizer: Any | None = None,
 ) -> None:
-    log(f"corpus: {len(corpus):,} bytes in {len(corpus.files)} parts ({corpus.description})")
+    unit = "bytes" if tokenizer is None else "tokens"
+    log(f"corpus: {len(corpus):,} {unit} in {len(corpus.files)} parts ({corpus.description})")
 
     def sample(when: str) -> None:
+        print(f"--- sample {when} post-training ---")
+        if tokenizer is not None:
+            ids = tokenizer.encode(riftco.decode_bytes(prompt)).ids
+            room = int(model.config.max_seq_len) - len(ids) + 1
+            new = generate_ids(
+                model, ids, max(0, min(n_new, room)), temperature=args.temperature,
+                top_k=args.top_k, seed=args.seed,
+            )
+            print(tokenizer.decode(ids + new))
+            return
         text = riftco.generate(
             model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
         )
-        print(f"--- sample {when} post-training ---")
         print(riftco.decode_bytes(prompt + text))
 
     sample("before")

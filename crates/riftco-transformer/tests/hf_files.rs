@@ -3,7 +3,10 @@
 //! folders (`model.safetensors.index.json`), bf16 saves, `torch_dtype`, token ids and RoPE
 //! scaling in `config.json`, and every bad input named.
 
-use riftco_transformer::state::{hf_config_json, save_model_as, StateDtype, SHARD_INDEX_FILE};
+use riftco_transformer::state::{
+    config_json_pairing, hf_config_json, save_model_as, ConfigJsonPairing, StateDtype,
+    SHARD_INDEX_FILE,
+};
 use riftco_transformer::{
     load_model, save_model, ActivationCheckpointingKind as Ck, DecoderOnlyTransformer,
     FullSequenceAttentionKind as Attn, RopeScaling, TransformerConfig, TransformerError,
@@ -313,6 +316,10 @@ fn sharded_folder_loads_equal_to_the_single_file() {
     let dir = tmp_dir("shards");
     write_shards(&dir, &m);
     let back = load(&dir.join(SHARD_INDEX_FILE)).unwrap();
+    assert_eq!(
+        config_json_pairing(&dir.join(SHARD_INDEX_FILE)).unwrap(),
+        ConfigJsonPairing::Unrecorded
+    );
     // A plain Hugging Face config carries no initialisation seed.
     let mut want = m.config().clone();
     want.seed = 0;

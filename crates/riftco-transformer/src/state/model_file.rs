@@ -164,11 +164,16 @@ pub enum ConfigJsonPairing {
 
 /// Checks the `config.json` beside the model-state file `path` against the hash of the one
 /// saved with it (metadata `riftco_config_json_fnv1a64`). Reads only the state's header and at
-/// most [`MAX_JSON_BYTES`](super::MAX_JSON_BYTES) of `config.json`.
+/// most [`MAX_JSON_BYTES`](super::MAX_JSON_BYTES) of `config.json`. A shard index
+/// (`*.index.json`) is [`ConfigJsonPairing::Unrecorded`].
 ///
 /// # Errors
 /// As [`load_model`] for the state file's header.
 pub fn config_json_pairing(path: &Path) -> Result<ConfigJsonPairing> {
+    // A shard index records no config.json hash (riftco does not write shards).
+    if is_shard_index(path) {
+        return Ok(ConfigJsonPairing::Unrecorded);
+    }
     let header = read_header(path)?;
     let Some(recorded) = header.metadata.get(HF_CONFIG_HASH_KEY) else {
         return Ok(ConfigJsonPairing::Unrecorded);
