@@ -8,8 +8,9 @@ use riftco_transformer::state::{
     SHARD_INDEX_FILE,
 };
 use riftco_transformer::{
-    load_model, save_model, ActivationCheckpointingKind as Ck, DecoderOnlyTransformer,
-    FullSequenceAttentionKind as Attn, RopeScaling, TransformerConfig, TransformerError,
+    load_model, load_weights_into, save_model, ActivationCheckpointingKind as Ck,
+    DecoderOnlyTransformer, FullSequenceAttentionKind as Attn, RopeScaling, TransformerConfig,
+    TransformerError,
 };
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -320,6 +321,8 @@ fn sharded_folder_loads_equal_to_the_single_file() {
         config_json_pairing(&dir.join(SHARD_INDEX_FILE)).unwrap(),
         ConfigJsonPairing::Unrecorded
     );
+    let reason = state_reason(load_weights_into(&m, &dir.join(SHARD_INDEX_FILE)));
+    assert!(reason.contains("load_model"), "{reason}");
     // A plain Hugging Face config carries no initialisation seed.
     let mut want = m.config().clone();
     want.seed = 0;

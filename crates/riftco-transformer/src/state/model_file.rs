@@ -194,9 +194,16 @@ pub fn config_json_pairing(path: &Path) -> Result<ConfigJsonPairing> {
 ///
 /// # Errors
 /// As [`load_model`]; also [`TransformerError::State`](crate::TransformerError::State) when the file's `riftco_config` metadata
-/// describes a different architecture than the model's config (the seed is ignored). Nothing is
-/// copied unless every tensor validates.
+/// describes a different architecture than the model's config (the seed is ignored), or `path`
+/// is a shard index (`*.index.json`). Nothing is copied unless every tensor validates.
 pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
+    if is_shard_index(path) {
+        return Err(state_err(
+            path,
+            "a shard index: weights are loaded in place from one safetensors file; load a \
+             sharded checkpoint with load_model",
+        ));
+    }
     let header = read_header(path)?;
     let config = model.config();
     if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
