@@ -29,9 +29,8 @@ impl StateDtype {
         }
     }
 
-    /// The dtype a `torch_dtype` name is read as: `"float32"`, `"bfloat16"` and `"float16"`
-    /// (the dtypes riftco reads; `float16` is read but not written, so it maps to `None` for
-    /// saving and `Some` here only to tell it is known).
+    /// The safetensors dtype of a `torch_dtype` name riftco reads (`"float32"`, `"bfloat16"`,
+    /// `"float16"`), `None` for any other name. `float16` is read but never written.
     pub(super) fn from_hf_name(name: &str) -> Option<Dtype> {
         match name {
             "float32" => Some(Dtype::F32),
