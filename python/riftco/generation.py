@@ -232,7 +232,8 @@ def generate(
     then each sampled token (see :func:`sample_token`, with ``numpy.random.default_rng(seed)``).
     Only the first 256 logits (the byte vocabulary) are sampled from. ``temperature == 0`` is
     greedy; any positive finite temperature is numerically safe (a tiny one approaches greedy).
-    Returns the new bytes only.
+    Returns the new bytes only; generation stops early, without returning it, at the first
+    sampled token in ``model.eos_token_ids`` (Hugging Face ``eos_token_id``; none by default).
 
     Raises:
         TypeError, TokenError: bad arguments, as :func:`check_generation_args` lists.
@@ -246,6 +247,7 @@ def generate(
     n_new = operator.index(max_new_tokens)
     if n_new == 0:
         return b""
+    eos = frozenset(model.eos_token_ids)
     session = model.decode_session()
     logits: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
     for token in data:
@@ -259,6 +261,8 @@ def generate(
             allow_masked=False,
         )
         token = sample_token(z, temperature, top_k, rng)
+        if token in eos:
+            break
         out.append(token)
         if i + 1 < n_new:
             logits = session.decode_token(token)

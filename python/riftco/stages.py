@@ -73,6 +73,8 @@ from riftco.data import VOCAB_SIZE, BatchSampler, Corpus, check_corpus_fits
 from riftco.run_records import StepRecords
 
 MODEL_STATE_FILE = "model.safetensors"
+SHARD_INDEX_FILE = "model.safetensors.index.json"
+"""The index of a sharded Hugging Face checkpoint (``weight_map``: tensor name to shard file)."""
 METADATA_FILE = "training_metadata.json"
 METADATA_FILE_MODE = 0o644
 """Permissions of ``training_metadata.json`` (``rw-r--r--``), the same as the model files (all are
@@ -464,8 +466,12 @@ def _write_plots(out_dir: Path, metadata: dict[str, Any], log: Log | None) -> No
         log("wrote " + " and ".join(str(p) for p in written))
 
 
-def _check_fits(model_config: TransformerConfig, cfg: _LoopConfig) -> None:
-    if model_config.vocab_size < VOCAB_SIZE:
+def _check_fits(
+    model_config: TransformerConfig, cfg: _LoopConfig, byte_tokens: bool = True
+) -> None:
+    """Byte tokens need ``vocab_size >= 256``; a corpus of another tokenizer's ids (not
+    ``uint8``) is checked id by id by the model's loss."""
+    if byte_tokens and model_config.vocab_size < VOCAB_SIZE:
         raise ConfigError(
             f"vocab_size must be >= {VOCAB_SIZE} for byte-level tokens; "
             f"got {model_config.vocab_size}"
@@ -535,14 +541,21 @@ def run_pretraining(
 
 
 def resolve_model_state(model_path: str | os.PathLike[str]) -> Path:
-    """``model_path`` itself when a file, ``model_path/model.safetensors`` when a folder.
+    """``model_path`` itself when a file; for a folder its ``model.safetensors``, else its
+    ``model.safetensors.index.json`` (a sharded Hugging Face checkpoint).
 
     Raises:
-        ModelStateError: when neither exists.
+        ModelStateError: when none exists (naming the path and the files looked for).
     """
     path = Path(model_path)
     if path.is_dir():
-        path = path / MODEL_STATE_FILE
+        for name in (MODEL_STATE_FILE, SHARD_INDEX_FILE):
+            if (path / name).is_file():
+                return path / name
+        raise ModelStateError(
+            f"no model state at {str(path)!r}: the folder has neither {MODEL_STATE_FILE} nor "
+            f"{SHARD_INDEX_FILE}; pass a pretraining output folder or a Hugging Face model folder"
+        )
     if not path.is_file():
         raise ModelStateError(
             f"no model state at {str(path)!r}: pass the output folder of a pretraining run or a "
@@ -561,7 +574,9 @@ def load_model(
     *,
     determinism_check: str = "metadata",
 ) -> DecoderOnlyTransformer:
-    """Loads ``model.safetensors`` from a stage output folder (or a given file).
+    """Loads ``model.safetensors`` from a stage output folder, a plain Hugging Face Llama model
+    folder (``config.json`` with ``model.safetensors`` or a sharded
+    ``model.safetensors.index.json``; F32, BF16 or F16 tensors), or a given file.
 
     ``attention``, ``activation_checkpointing``, ``activation_memory_budget`` and
     ``determinism_check`` (``"off"``, ``"metadata"`` or ``"values"``) are those of
@@ -681,7 +696,7 @@ def run_post_training(
     if isinstance(model_or_path, DecoderOnlyTransformer):
         model = model_or_path
         # Checked before the model changes; what is set below is undone if a later check fails.
-        _check_fits(model.config, cfg)
+        _check_fits(model.config, cfg, corpus.tokens.dtype == np.uint8)
         undo = _model_settings(model)
     else:
         base_path = str(resolve_model_state(model_or_path))
@@ -691,7 +706,7 @@ def run_post_training(
             cfg.activation_checkpointing,
             activation_memory_budget=cfg.activation_memory_budget,
         )
-        _check_fits(model.config, cfg)
+        _check_fits(model.config, cfg, corpus.tokens.dtype == np.uint8)
         undo = None
     try:
         model.set_attention(cfg.attention)

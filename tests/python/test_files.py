@@ -342,8 +342,8 @@ def test_transformers_5_rope_parameters_set_theta(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "rope",
     [
-        {"rope_parameters": {"rope_theta": 50000.0, "rope_type": "linear", "factor": 2.0}},
         {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0}},
+        {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "longrope", "factor": 8.0}},
         {"rope_scaling": {"type": "dynamic", "factor": 2.0}},
         {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
     ],

@@ -66,6 +66,10 @@ impl From<&rt_transformer_config> for TransformerConfig {
             // Not in the struct (ABI 2.x): set with rt_model_set_dropout.
             attention_dropout: 0.0,
             residual_dropout: 0.0,
+            // Not in the C ABI: unscaled RoPE, no token ids (a loaded model keeps its own).
+            rope_scaling: riftco_transformer::RopeScaling::Default,
+            bos_token_id: None,
+            eos_token_ids: Vec::new(),
         }
     }
 }

@@ -45,23 +45,43 @@ impl RopeTable {
             d_head > 0 && d_head % 2 == 0,
             "RopeTable: d_head must be even"
         );
-        let half = d_head / 2;
+        let inv_freq: Vec<f64> = (0..d_head / 2)
+            .map(|i| 1.0 / theta.powf((2 * i) as f64 / d_head as f64))
+            .collect();
+        Self::try_from_inverse_frequencies(max_positions, &inv_freq)
+    }
+
+    /// The table of the given inverse frequencies (radians per position, one per rotated pair,
+    /// `d_head = 2 · inv_freq.len()`), e.g. scaled ones (linear or Llama 3 RoPE scaling): entry
+    /// `(p, i)` is `cos`/`sin` of `p · inv_freq[i]`, computed in f64 and rounded once to f32.
+    /// Both tables are allocated fallibly and in full before any angle is computed.
+    ///
+    /// # Errors
+    /// As [`RopeTable::try_new`].
+    ///
+    /// # Panics
+    /// When `inv_freq` is empty.
+    pub fn try_from_inverse_frequencies(
+        max_positions: usize,
+        inv_freq: &[f64],
+    ) -> Result<Self, std::collections::TryReserveError> {
+        assert!(!inv_freq.is_empty(), "RopeTable: d_head must be even");
+        let half = inv_freq.len();
         // An overflowing count asks for usize::MAX elements, which try_reserve_exact refuses.
         let len = max_positions.saturating_mul(half);
         let (mut cos, mut sin) = (Vec::new(), Vec::new());
         cos.try_reserve_exact(len)?;
         sin.try_reserve_exact(len)?;
         for p in 0..max_positions {
-            for i in 0..half {
-                let inv_freq = 1.0 / theta.powf((2 * i) as f64 / d_head as f64);
+            for &f in inv_freq {
                 // HF computes inv_freq in f32 then multiplies; we keep f64 for the angle.
-                let angle = p as f64 * inv_freq;
+                let angle = p as f64 * f;
                 cos.push(angle.cos() as f32);
                 sin.push(angle.sin() as f32);
             }
         }
         Ok(Self {
-            d_head,
+            d_head: 2 * half,
             max_positions,
             cos,
             sin,

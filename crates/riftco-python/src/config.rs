@@ -3,7 +3,9 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
 use riftco_transformer::config::validate_dropout;
-use riftco_transformer::{DecoderOnlyTransformer, TransformerConfig, TransformerError};
+use riftco_transformer::{
+    DecoderOnlyTransformer, RopeScaling, TransformerConfig, TransformerError,
+};
 
 use crate::errors::transformer_err;
 
@@ -182,7 +184,8 @@ impl PyTransformerConfig {
     #[new]
     #[pyo3(signature = (vocab_size, d_model, n_heads, n_layers, d_ff, max_seq_len,
                         rms_norm_eps = 1e-5, rope_theta = 10000.0, seed = 0,
-                        attention_dropout = None, residual_dropout = None))]
+                        attention_dropout = None, residual_dropout = None, rope_scaling = None,
+                        bos_token_id = None, eos_token_ids = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         vocab_size: i64,
@@ -196,6 +199,9 @@ impl PyTransformerConfig {
         seed: u64,
         attention_dropout: Option<Bound<'_, PyAny>>,
         residual_dropout: Option<Bound<'_, PyAny>>,
+        rope_scaling: Option<Bound<'_, PyDict>>,
+        bos_token_id: Option<Bound<'_, PyAny>>,
+        eos_token_ids: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         // `None` is the default (0); an explicit None is accepted as "no dropout" like omission.
         let p = |field, v: Option<Bound<'_, PyAny>>| v.map_or(Ok(0.0), |v| probability(field, &v));
@@ -211,6 +217,22 @@ impl PyTransformerConfig {
             seed,
             attention_dropout: p("attention_dropout", attention_dropout)?,
             residual_dropout: p("residual_dropout", residual_dropout)?,
+            rope_scaling: rope_scaling
+                .map(|d| rope_scaling_from_dict(&d))
+                .transpose()?
+                .unwrap_or_default(),
+            bos_token_id: bos_token_id
+                .map(|v| token_id_arg("bos_token_id", &v))
+                .transpose()?,
+            eos_token_ids: match eos_token_ids {
+                None => Vec::new(),
+                Some(v) if v.extract::<i128>().is_ok() => vec![token_id_arg("eos_token_ids", &v)?],
+                Some(v) => v
+                    .try_iter()
+                    .map_err(|_| token_ids_type_err(&v))?
+                    .map(|x| token_id_arg("eos_token_ids", &x?))
+                    .collect::<PyResult<Vec<u32>>>()?,
+            },
         };
         c.validate().map_err(transformer_err)?;
         Ok(Self(c))
@@ -283,6 +305,25 @@ impl PyTransformerConfig {
     fn residual_dropout(&self) -> f64 {
         f32_as_python_float(self.0.residual_dropout)
     }
+    /// RoPE frequency scaling as a dict: ``{"rope_type": "default"}``, ``{"rope_type":
+    /// "linear", "factor": f}`` or ``{"rope_type": "llama3", "factor", "low_freq_factor",
+    /// "high_freq_factor", "original_max_position_embeddings"}`` (Hugging Face's
+    /// ``rope_parameters`` without ``rope_theta``).
+    #[getter]
+    fn rope_scaling<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        rope_scaling_to_dict(py, &self.0.rope_scaling)
+    }
+    /// Token id that starts a sequence (Hugging Face ``bos_token_id``), or None.
+    #[getter]
+    fn bos_token_id(&self) -> Option<u32> {
+        self.0.bos_token_id
+    }
+    /// Token ids that end a sequence (Hugging Face ``eos_token_id``; empty when none):
+    /// ``riftco.generate`` stops at the first one sampled.
+    #[getter]
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.0.eos_token_ids.clone()
+    }
     /// Head width, ``d_model // n_heads``.
     #[getter]
     fn d_head(&self) -> usize {
@@ -294,7 +335,8 @@ impl PyTransformerConfig {
     /// Returns:
     ///     dict[str, int | float]: keys ``vocab_size``, ``d_model``, ``n_heads``, ``n_layers``,
     ///     ``d_ff``, ``max_seq_len``, ``rms_norm_eps``, ``rope_theta``, ``seed``,
-    ///     ``attention_dropout``, ``residual_dropout``.
+    ///     ``attention_dropout``, ``residual_dropout``; and ``rope_scaling`` (dict),
+    ///     ``bos_token_id``, ``eos_token_ids`` (list) when they are not the defaults.
     fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
         let c = &self.0;
         let d = PyDict::new(py);
@@ -312,6 +354,15 @@ impl PyTransformerConfig {
             f32_as_python_float(c.attention_dropout),
         )?;
         d.set_item("residual_dropout", f32_as_python_float(c.residual_dropout))?;
+        if c.rope_scaling != RopeScaling::Default {
+            d.set_item("rope_scaling", rope_scaling_to_dict(py, &c.rope_scaling)?)?;
+        }
+        if let Some(id) = c.bos_token_id {
+            d.set_item("bos_token_id", id)?;
+        }
+        if !c.eos_token_ids.is_empty() {
+            d.set_item("eos_token_ids", c.eos_token_ids.clone())?;
+        }
         Ok(d.unbind())
     }
 
@@ -339,4 +390,53 @@ impl PyTransformerConfig {
         let from_dict = py.get_type::<Self>().getattr("from_dict")?.unbind();
         Ok((from_dict, (self.to_dict(py)?,)))
     }
+}
+
+/// A [`RopeScaling`] from a Python dict (through its JSON form).
+///
+/// # Errors
+/// `ConfigError` naming the dict for an unknown `rope_type`, a missing or unknown key, or a
+/// value of the wrong type; `TypeError` when it is not JSON-serialisable.
+fn rope_scaling_from_dict(d: &Bound<'_, PyDict>) -> PyResult<RopeScaling> {
+    let json = d.py().import("json")?;
+    let text: String = json.call_method1("dumps", (d,))?.extract()?;
+    serde_json::from_str(&text).map_err(|e| {
+        crate::errors::Exc::Config.err(format!(
+            "rope_scaling = {text}: {e} (expected {{\"rope_type\": \"default\"}}, \
+             {{\"rope_type\": \"linear\", \"factor\": ...}} or {{\"rope_type\": \"llama3\", \
+             \"factor\", \"low_freq_factor\", \"high_freq_factor\", \
+             \"original_max_position_embeddings\"}})"
+        ))
+    })
+}
+
+fn rope_scaling_to_dict<'py>(py: Python<'py>, r: &RopeScaling) -> PyResult<Bound<'py, PyAny>> {
+    let text = serde_json::to_string(r)
+        .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+/// A token id argument: a Python int in `[0, 2^32)` (a bool is not one); the range below
+/// `vocab_size` is checked by the config's validation.
+fn token_id_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u32> {
+    let bad = || {
+        crate::errors::Exc::Config.err(format!(
+            "{field} = {}: expected a token id, an int in [0, vocab_size)",
+            v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    };
+    if v.is_instance_of::<PyBool>() {
+        return Err(bad());
+    }
+    v.extract::<i128>()
+        .ok()
+        .and_then(|x| u32::try_from(x).ok())
+        .ok_or_else(bad)
+}
+
+fn token_ids_type_err(v: &Bound<'_, PyAny>) -> PyErr {
+    crate::errors::Exc::Config.err(format!(
+        "eos_token_ids = {}: expected a token id or a list of them",
+        v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+    ))
 }

@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 
 mod checkpoint;
 mod config;
+mod decode_session;
 mod devices;
 mod discovery;
 mod draws;

@@ -1,21 +1,23 @@
-//! `DecoderOnlyTransformer` and `DecodeSession`.
+//! `DecoderOnlyTransformer` (its `DecodeSession` is in `decode_session`).
 
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use riftco_autograd::DeterminismCheck;
 use riftco_tensor::Device;
-use riftco_transformer::state::{config_json_pairing, ConfigJsonPairing};
+use riftco_transformer::state::{
+    config_json_pairing, save_model_as, ConfigJsonPairing, StateDtype,
+};
 use riftco_transformer::{
-    load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model, DecodeSession,
-    DecoderOnlyTransformer, FullSequenceAttentionKind, LoraConfig, LoraTargets, OptionTable,
-    TransformerError, ATTENTION_KINDS,
+    load_lora_adapter, load_model, load_weights_into, save_lora_adapter, DecoderOnlyTransformer,
+    FullSequenceAttentionKind, LoraConfig, LoraTargets, OptionTable, TransformerError,
+    ATTENTION_KINDS,
 };
 
 use crate::config::{f32_as_python_float, probability, set_model_dropout, PyTransformerConfig};
+use crate::decode_session::PyDecodeSession;
 use crate::errors::{autograd_err, compute, tensor_err, transformer_err, Exc};
 use crate::policy::{count_arg, plan_dict, policy_from};
 use crate::tokens::token_ids;
@@ -508,18 +510,47 @@ impl PyModel {
     ///
     /// Args:
     ///     path: the ``.safetensors`` file to write (not named ``config.json``).
+    ///     dtype: ``"float32"`` (default, exact) or ``"bfloat16"`` (each value rounded to the
+    ///         nearest bfloat16, ties to even; half the bytes, for exchange; ``config.json``
+    ///         then says ``"torch_dtype": "bfloat16"``).
     ///
     /// Raises:
+    ///     ConfigError: for another ``dtype`` (named).
     ///     ModelStateError: for an unusable path name.
     ///     OSError: when the file cannot be written (the path is in the message).
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        compute(py, || save_model(&self.read(), &path))
+    #[pyo3(signature = (path, dtype = "float32"))]
+    fn save(&self, py: Python<'_>, path: PathBuf, dtype: &str) -> PyResult<()> {
+        let dtype = match dtype {
+            "float32" => StateDtype::F32,
+            "bfloat16" => StateDtype::BF16,
+            other => {
+                return Err(Exc::Config.err(format!(
+                    "dtype = {other:?}: expected \"float32\" or \"bfloat16\""
+                )))
+            }
+        };
+        compute(py, || save_model_as(&self.read(), &path, dtype))
     }
 
-    /// Loads a model saved by ``save()``.
+    /// Token id that starts a sequence (``config.bos_token_id``), or None.
+    #[getter]
+    fn bos_token_id(&self) -> Option<u32> {
+        self.read().config().bos_token_id
+    }
+
+    /// Token ids that end a sequence (``config.eos_token_ids``; empty when none).
+    #[getter]
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.read().config().eos_token_ids.clone()
+    }
+
+    /// Loads a model saved by ``save()``, or a Hugging Face Llama checkpoint (``config.json``
+    /// beside the weights).
     ///
     /// Args:
-    ///     path: the ``.safetensors`` file.
+    ///     path: the ``.safetensors`` file, or the ``model.safetensors.index.json`` of a sharded
+    ///         folder (every shard it names is read). F32, BF16 and F16 tensors are read,
+    ///         converted to f32 exactly.
     ///     attention: ``"flash"`` or ``"materialized"``.
     ///     activation_checkpointing: any policy form the constructor accepts (the file records
     ///         none).
@@ -530,7 +561,9 @@ impl PyModel {
     ///     DecoderOnlyTransformer: a new model with the saved config and weights.
     ///
     /// Raises:
-    ///     ModelStateError: for a truncated, corrupt or mismatching file (names, shapes, dtypes),
+    ///     ModelStateError: for a truncated, corrupt or mismatching file (names, shapes, a dtype
+    ///         other than F32/BF16/F16), a bad shard index (a missing shard, a tensor mapped
+    ///         twice or not where the index says, a shard path leaving the folder),
     ///         an invalid declared config, or a path that is not a regular file (a FIFO, a
     ///         device such as ``/dev/zero``, a socket).
     ///     OSError: when the file cannot be read (``IsADirectoryError`` for a directory).
@@ -719,78 +752,6 @@ impl PyModel {
             m.device().name(),
             if m.has_lora() { "True" } else { "False" },
         )
-    }
-}
-
-/// Incremental decoding with a per-layer K/V cache (no graph, GIL released per token).
-///
-/// Example:
-///     >>> import riftco
-///     >>> model = riftco.DecoderOnlyTransformer(riftco.TransformerConfig(256, 32, 4, 2, 64, 16))
-///     >>> session = model.decode_session()
-///     >>> session.decode_token(65).shape
-///     (256,)
-#[pyclass(name = "DecodeSession", module = "riftco._native", frozen)]
-pub struct PyDecodeSession {
-    inner: Mutex<DecodeSession>,
-}
-
-impl PyDecodeSession {
-    fn lock(&self) -> MutexGuard<'_, DecodeSession> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-#[pymethods]
-impl PyDecodeSession {
-    /// Feeds ``token`` at the next position and returns the next-token logits.
-    ///
-    /// Args:
-    ///     token: id in ``[0, vocab_size)``.
-    ///
-    /// Returns:
-    ///     numpy.ndarray: float32 ``[vocab_size]``.
-    ///
-    /// Raises:
-    ///     TokenError: for an id outside the vocabulary.
-    ///     DecodeError: when the cache already holds ``max_seq_len`` positions, or when the
-    ///         model changed structurally (``enable_lora``, ``set_lora_active``,
-    ///         ``merge_lora``, ``load_lora``) after this session was opened (``reset()`` does
-    ///         not lift it: open a new session).
-    fn decode_token<'py>(
-        &self,
-        py: Python<'py>,
-        token: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        // Any Python int (however large) is a token id to check, not an OverflowError.
-        let value: i128 = token.extract().map_err(|_| {
-            Exc::Token.err(format!(
-                "invalid tokens: a token id must be an int in [0, vocab_size); got {}",
-                token.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-            ))
-        })?;
-        let vocab = self.lock().vocab_size();
-        let token = u32::try_from(value)
-            .ok()
-            .filter(|&t| (t as usize) < vocab)
-            .ok_or_else(|| {
-                Exc::Token.err(format!(
-                "invalid tokens: token id {value} is outside the vocabulary (vocab_size {vocab})"
-            ))
-            })?;
-        let logits = compute(py, || self.lock().decode_token(token))?;
-        Ok(logits.into_pyarray(py))
-    }
-
-    /// Tokens decoded so far (the position of the next token).
-    #[getter]
-    fn position(&self) -> usize {
-        self.lock().position()
-    }
-
-    /// Empties the cache (position 0).
-    fn reset(&self) {
-        self.lock().reset();
     }
 }
 

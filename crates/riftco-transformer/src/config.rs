@@ -1,6 +1,7 @@
 //! Model configuration and its validation.
 
 use crate::error::{Result, TransformerError};
+use crate::rope_scaling::RopeScaling;
 use serde::{Deserialize, Serialize};
 
 /// Sizes and numerics of a LLaMA-style decoder-only transformer.
@@ -49,6 +50,22 @@ pub struct TransformerConfig {
         deserialize_with = "residual_dropout_from_json"
     )]
     pub residual_dropout: f32,
+    /// RoPE frequency scaling (default unscaled; Hugging Face `rope_parameters` /
+    /// `rope_scaling`), validated by [`RopeScaling::validate`].
+    #[serde(default, skip_serializing_if = "is_default_rope")]
+    pub rope_scaling: RopeScaling,
+    /// Token id that starts a sequence (Hugging Face `bos_token_id`), below `vocab_size`;
+    /// informational (riftco adds no token by itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos_token_id: Option<u32>,
+    /// Token ids that end a sequence (Hugging Face `eos_token_id`, an integer or a list), each
+    /// below `vocab_size`; generation stops at the first one sampled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub eos_token_ids: Vec<u32>,
+}
+
+fn is_default_rope(r: &RopeScaling) -> bool {
+    *r == RopeScaling::Default
 }
 
 /// A dropout probability as the f64 of its shortest f32 decimal (`0.1`, not
@@ -265,6 +282,9 @@ impl TransformerConfig {
             seed: 0,
             attention_dropout: 0.0,
             residual_dropout: 0.0,
+            rope_scaling: RopeScaling::Default,
+            bos_token_id: None,
+            eos_token_ids: Vec::new(),
         }
     }
 
@@ -310,7 +330,8 @@ impl TransformerConfig {
     /// [`TransformerError::Config`] naming the first invalid field and its value: zero sizes,
     /// `d_model` not divisible by `n_heads`, odd `d_head` (RoPE pairs dimensions), non-positive
     /// or non-finite `rms_norm_eps` / `rope_theta`, a dropout probability outside `[0, 1)`
-    /// (NaN and infinities included), `n_layers` above [`MAX_N_LAYERS`], or sizes whose [`MemoryFootprint`] exceeds
+    /// (NaN and infinities included), invalid [`RopeScaling`] parameters, a `bos_token_id` or
+    /// `eos_token_ids` entry not below `vocab_size`, `n_layers` above [`MAX_N_LAYERS`], or sizes whose [`MemoryFootprint`] exceeds
     /// [`MAX_MODEL_BYTES`] (naming the largest size of the largest part, and the byte count).
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &'static str, value: String, reason: &str| {
@@ -369,6 +390,21 @@ impl TransformerConfig {
                 self.rope_theta.to_string(),
                 "must be a positive finite number",
             );
+        }
+        self.rope_scaling.validate()?;
+        for (field, id) in self
+            .bos_token_id
+            .iter()
+            .map(|&id| ("bos_token_id", id))
+            .chain(self.eos_token_ids.iter().map(|&id| ("eos_token_ids", id)))
+        {
+            if id as usize >= self.vocab_size {
+                return bad(
+                    field,
+                    id.to_string(),
+                    &format!("a token id must be below vocab_size = {}", self.vocab_size),
+                );
+            }
         }
         validate_dropout("attention_dropout", self.attention_dropout)?;
         validate_dropout("residual_dropout", self.residual_dropout)?;

@@ -23,6 +23,7 @@ pub mod linear;
 pub mod model;
 pub mod optim;
 pub mod policy;
+pub mod rope_scaling;
 pub mod state;
 
 pub use checkpointing::{
@@ -39,4 +40,5 @@ pub use policy::{
     ActivationCheckpointingKind, FullSequenceAttentionKind, OptionRow, OptionTable,
     ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS,
 };
+pub use rope_scaling::RopeScaling;
 pub use state::{load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model};

@@ -150,15 +150,19 @@ impl Weights {
 /// [`TransformerConfig::validate`] but does not fit this machine is an out-of-memory error.
 fn init_weights(config: &TransformerConfig) -> Result<Weights> {
     // The RoPE table first: it is not drawn from the generator, and a failure here costs nothing.
-    let rope = RopeTable::try_new(config.max_seq_len, config.d_head(), config.rope_theta).map_err(
-        |_| TensorError::OutOfMemory {
-            op: "RoPE table",
-            bytes: config
-                .max_seq_len
-                .saturating_mul(config.d_head())
-                .saturating_mul(4),
-        },
-    )?;
+    let inv_freq = config
+        .rope_scaling
+        .inverse_frequencies(config.d_head(), config.rope_theta);
+    let rope =
+        RopeTable::try_from_inverse_frequencies(config.max_seq_len, &inv_freq).map_err(|_| {
+            TensorError::OutOfMemory {
+                op: "RoPE table",
+                bytes: config
+                    .max_seq_len
+                    .saturating_mul(config.d_head())
+                    .saturating_mul(4),
+            }
+        })?;
     // Each parameter by its layout row's rule, drawn in state-dict order from one seeded
     // generator.
     let mut rng = Rng::new(config.seed);

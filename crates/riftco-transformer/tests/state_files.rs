@@ -426,7 +426,7 @@ fn logits(m: &DecoderOnlyTransformer) -> Vec<f32> {
 }
 
 #[test]
-fn hugging_face_rope_parameters_give_theta_and_other_rope_types_are_refused() {
+fn hugging_face_rope_parameters_give_theta_and_unsupported_rope_types_are_refused() {
     // transformers 5: rope_parameters, no top-level rope_theta.
     let path = hf_folder("rope5", 50000.0, |hf| {
         hf["rope_parameters"] = json!({"rope_theta": 50000.0, "rope_type": "default"});
@@ -447,11 +447,6 @@ fn hugging_face_rope_parameters_give_theta_and_other_rope_types_are_refused() {
     assert_eq!(load(&path).unwrap().config().rope_theta, 10000.0);
 
     for (key, params, needle) in [
-        (
-            "rope_parameters",
-            json!({"rope_theta": 50000.0, "rope_type": "linear", "factor": 2.0}),
-            "\"linear\"",
-        ),
         (
             "rope_parameters",
             json!({"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0}),

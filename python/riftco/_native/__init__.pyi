@@ -451,10 +451,16 @@ class TransformerConfig:
         seed: int = 0,
         attention_dropout: float | None = None,
         residual_dropout: float | None = None,
+        rope_scaling: Any = None,
+        bos_token_id: int | None = None,
+        eos_token_ids: int | Sequence[int] | None = None,
     ) -> TransformerConfig:
         """``attention_dropout`` / ``residual_dropout``: probabilities in ``[0, 1)`` (``None``
         means 0); a bool, a non-number or a value outside ``[0, 1)`` raises ``ConfigError``
-        naming the field."""
+        naming the field. ``rope_scaling``: ``{"rope_type": "default"}`` (``None``),
+        ``{"rope_type": "linear", "factor": f}`` or ``{"rope_type": "llama3", "factor",
+        "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}``; token ids
+        must be below ``vocab_size``."""
     @staticmethod
     def from_dict(d: dict[str, Any]) -> TransformerConfig:
         """A config from the constructor's keyword names (e.g. ``to_dict()`` output)."""
@@ -480,6 +486,13 @@ class TransformerConfig:
     def attention_dropout(self) -> float: ...
     @property
     def residual_dropout(self) -> float: ...
+    @property
+    def rope_scaling(self) -> dict[str, Any]:
+        """RoPE frequency scaling (``{"rope_type": ..., ...}``)."""
+    @property
+    def bos_token_id(self) -> int | None: ...
+    @property
+    def eos_token_ids(self) -> list[int]: ...
     @property
     def d_head(self) -> int:
         """``d_model // n_heads``."""
@@ -595,9 +608,13 @@ class DecoderOnlyTransformer:
     def has_lora(self) -> bool: ...
     @property
     def lora_active(self) -> bool: ...
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def save(self, path: str | os.PathLike[str], dtype: str = "float32") -> None:
         """Safetensors model state (HF Llama names) plus ``config.json`` beside it, saved
-        atomically as a pair."""
+        atomically as a pair; ``dtype="bfloat16"`` rounds to nearest even."""
+    @property
+    def bos_token_id(self) -> int | None: ...
+    @property
+    def eos_token_ids(self) -> list[int]: ...
     @staticmethod
     def load(
         path: str | os.PathLike[str],

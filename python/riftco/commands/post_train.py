@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import riftco
 from riftco.cli import (
@@ -26,6 +27,7 @@ from riftco.cli import (
     output_folder,
 )
 from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log
+from riftco.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
 from riftco.stages import MODEL_STATE_FILE
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_OUT", "add_arguments", "parse_args", "run"]
@@ -38,6 +40,11 @@ EPILOG = """examples:
   riftco post-train --fine-tuning-method full --out runs/post_train-full
   riftco post-train --activation-checkpointing selective:dots
   riftco post-train --model runs/pretrain --data my_notes/ --lora-rank 16
+  riftco post-train --model path/to/hf-llama-folder --data my_notes/
+
+--model is a pretraining output folder or a plain Hugging Face Llama folder (config.json with
+model.safetensors or shards, float32/bfloat16/float16). A folder with a tokenizer.json is
+tokenized with it (pip install tokenizers); one without is byte-level.
 
 exit codes: 0 done, 2 bad input (one "error:" line on stderr), 130 interrupted with Ctrl-C
 (the last periodic save is left intact)."""
@@ -49,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         default=DEFAULT_MODEL,
         metavar="DIR",
-        help="pretraining output folder or model.safetensors",
+        help="pretraining output folder, Hugging Face Llama folder or model.safetensors",
     )
     p.add_argument(
         "--data",
@@ -190,6 +197,12 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         log_every=args.log_every,
     )
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
+    try:
+        tokenizer = load_folder_tokenizer(args.model)
+    except (ImportError, riftco.TokenError) as e:
+        fail(str(e))
+    if tokenizer is not None:
+        corpus = tokenize_corpus(corpus, tokenizer, int(model.config.vocab_size))
     check_corpus(corpus, seq_len, config.validation_fraction)
     # A budget below the smallest achievable peak fails here, before the sample and before any
     # folder exists (run_post_training plans again with the adapters).
@@ -205,7 +218,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         args.overwrite,
     )
     with output_folder(args.out) as out:
-        _train(args, model, config, corpus, out, prompt, n_new, state)
+        _train(args, model, config, corpus, out, prompt, n_new, state, tokenizer)
 
 
 def _train(
@@ -217,14 +230,29 @@ def _train(
     prompt: bytes,
     n_new: int,
     state: Path,
+    tokenizer: Any | None = None,
 ) -> None:
-    log(corpus_line(corpus, config.validation_fraction))
+    line = corpus_line(corpus, config.validation_fraction)
+    log(line if tokenizer is None else line.replace(" bytes in ", " tokens in ", 1))
 
     def sample(when: str) -> None:
+        print(f"--- sample {when} post-training ---")
+        if tokenizer is not None:
+            ids = tokenizer.encode(riftco.decode_bytes(prompt)).ids
+            room = int(model.config.max_seq_len) - len(ids) + 1
+            new = generate_ids(
+                model,
+                ids,
+                max(0, min(n_new, room)),
+                temperature=args.temperature,
+                top_k=args.top_k,
+                seed=args.seed,
+            )
+            print(tokenizer.decode(ids + new))
+            return
         text = riftco.generate(
             model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
         )
-        print(f"--- sample {when} post-training ---")
         print(riftco.decode_bytes(prompt + text))
 
     sample("before")

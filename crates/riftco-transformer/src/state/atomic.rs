@@ -12,6 +12,7 @@
 //! about to write that were left by processes no longer running
 //! ([`remove_stale_temporaries`]).
 
+use super::dtype::StateDtype;
 use super::{io_err, parent_dir, state_err};
 use crate::error::Result;
 use riftco_tensor::Tensor;
@@ -218,6 +219,17 @@ pub(super) fn write_safetensors(
     tensors: &[(String, Tensor)],
     metadata: HashMap<String, String>,
 ) -> Result<()> {
+    write_safetensors_as(path, out, tensors, metadata, StateDtype::F32)
+}
+
+/// [`write_safetensors`] with every tensor encoded in `dtype`.
+pub(super) fn write_safetensors_as(
+    path: &Path,
+    out: &mut impl Write,
+    tensors: &[(String, Tensor)],
+    metadata: HashMap<String, String>,
+    dtype: StateDtype,
+) -> Result<()> {
     let mut header = serde_json::Map::new();
     let metadata: serde_json::Map<String, serde_json::Value> = metadata
         .into_iter()
@@ -228,10 +240,11 @@ pub(super) fn write_safetensors(
     for (name, t) in tensors {
         let end = t
             .numel()
-            .checked_mul(4)
+            .checked_mul(dtype.size())
             .and_then(|n| n.checked_add(offset))
             .ok_or_else(|| state_err(path, format!("tensor {name} is too large to save")))?;
-        let info = json!({"dtype": "F32", "shape": t.dims(), "data_offsets": [offset, end]});
+        let info =
+            json!({"dtype": dtype.safetensors(), "shape": t.dims(), "data_offsets": [offset, end]});
         if header.insert(name.clone(), info).is_some() {
             return Err(state_err(path, format!("tensor name {name} appears twice")));
         }
@@ -256,7 +269,7 @@ pub(super) fn write_safetensors(
         };
         for chunk in data.chunks(1 << 14) {
             bytes.clear();
-            bytes.extend(chunk.iter().flat_map(|x| x.to_le_bytes()));
+            dtype.encode(chunk, &mut bytes);
             out.write_all(&bytes).map_err(io)?;
         }
     }

@@ -1,6 +1,8 @@
 //! The Hugging Face `config.json` (`LlamaConfig`) written beside a model state and read when
 //! a state file carries no riftco config.
 
+use super::dtype::StateDtype;
+use super::hf_rope::{rope_from_hf, rope_parameters_json};
 use crate::config::{probability_from_json, TransformerConfig};
 use serde_json::json;
 
@@ -9,7 +11,31 @@ use serde_json::json;
 /// probabilities); `residual_dropout` has no `LlamaConfig` counterpart and is carried only in
 /// the riftco-specific `"riftco"` object (`transformers` keeps unknown keys as attributes and
 /// ignores them).
+///
+/// RoPE is written in the transformers-5 form, `rope_parameters = {"rope_type", "rope_theta",
+/// ...}`; a scaled RoPE is also written as `rope_scaling` (the same object) for older
+/// `transformers`. `bos_token_id` / `eos_token_id` (an integer, or a list for several) are
+/// written when set, `torch_dtype` and `dtype` say `"float32"`.
 pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
+    hf_config_json_as(config, StateDtype::F32)
+}
+
+/// [`hf_config_json`] for a state file whose tensors are saved in `dtype` (`torch_dtype` and
+/// `dtype` name it).
+pub(super) fn hf_config_json_as(
+    config: &TransformerConfig,
+    dtype: StateDtype,
+) -> serde_json::Value {
+    let rope_parameters = rope_parameters_json(config);
+    let rope_scaling = match config.rope_scaling {
+        crate::RopeScaling::Default => serde_json::Value::Null,
+        _ => rope_parameters.clone(),
+    };
+    let eos = match config.eos_token_ids[..] {
+        [] => serde_json::Value::Null,
+        [one] => json!(one),
+        ref many => json!(many),
+    };
     json!({
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -23,15 +49,18 @@ pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
         "max_position_embeddings": config.max_seq_len,
         "rms_norm_eps": config.rms_norm_eps,
         "rope_theta": config.rope_theta,
-        "rope_scaling": null,
-        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+        "rope_scaling": rope_scaling,
+        "rope_parameters": rope_parameters,
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": eos,
         "hidden_act": "silu",
         "attention_bias": false,
         "mlp_bias": false,
         "attention_dropout": json_f32(config.attention_dropout),
         "initializer_range": 0.02,
         "tie_word_embeddings": false,
-        "torch_dtype": "float32",
+        "torch_dtype": dtype.hf_name(),
+        "dtype": dtype.hf_name(),
         "use_cache": true,
         "riftco": config,
     })
@@ -39,14 +68,13 @@ pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
 
 /// A [`TransformerConfig`](crate::TransformerConfig) from Hugging Face `LlamaConfig` fields (defaults as in
 /// `transformers`: `rms_norm_eps` 1e-6, `rope_theta` 10000). Rejects what riftco's model cannot
-/// represent: grouped-query attention, tied embeddings, RoPE scaling, biases, another activation.
+/// represent: grouped-query attention, tied embeddings, biases, another activation.
 ///
-/// RoPE θ is read from the top-level `rope_theta` (transformers 4), from `rope_parameters`
-/// (transformers 5: `{"rope_type": "default", "rope_theta": ...}`, no top-level key) or from
-/// `rope_scaling` (older files); two of them giving different θ is an error. Any `rope_type`
-/// other than `"default"` (`"linear"`, `"dynamic"`, `"yarn"`, `"llama3"`, ...) is refused by
-/// name, as is a `partial_rotary_factor` other than 1: riftco implements unscaled, full-width
-/// RoPE only.
+/// RoPE θ and scaling are read as [`rope_from_hf`] says (`default`, `linear` and `llama3`; any
+/// other `rope_type` is refused by name). `bos_token_id` (an integer) and `eos_token_id` (an
+/// integer or a list of them) are read when present and not null. `torch_dtype` / `dtype` is
+/// information only (each tensor carries its own dtype) and must be `"float32"`, `"bfloat16"` or
+/// `"float16"` when present.
 pub(super) fn config_from_hf(
     v: &serde_json::Value,
 ) -> std::result::Result<TransformerConfig, String> {
@@ -66,7 +94,19 @@ pub(super) fn config_from_hf(
         usize_field("max_position_embeddings")?,
     );
     config.rms_norm_eps = number_field(v, "rms_norm_eps")?.unwrap_or(1e-6) as f32;
-    config.rope_theta = rope_theta(v)?;
+    (config.rope_theta, config.rope_scaling) = rope_from_hf(v)?;
+    check_dtype(v)?;
+    config.bos_token_id = match token_ids(v, "bos_token_id")? {
+        Some(ids) if ids.len() == 1 && !v["bos_token_id"].is_array() => Some(ids[0]),
+        Some(_) => {
+            return Err(format!(
+                "bos_token_id = {} is not a token id (a non-negative integer)",
+                v["bos_token_id"]
+            ))
+        }
+        None => None,
+    };
+    config.eos_token_ids = token_ids(v, "eos_token_id")?.unwrap_or_default();
     config.attention_dropout = attention_dropout(v)?.unwrap_or(0.0);
     if let Some(kv) = v.get("num_key_value_heads").filter(|x| !x.is_null()) {
         let kv = kv
@@ -143,7 +183,10 @@ pub(super) fn attention_dropout(v: &serde_json::Value) -> std::result::Result<Op
 }
 
 /// `v[key]` as a number: `None` when absent or null, an error naming the key for another type.
-fn number_field(v: &serde_json::Value, key: &str) -> std::result::Result<Option<f64>, String> {
+pub(super) fn number_field(
+    v: &serde_json::Value,
+    key: &str,
+) -> std::result::Result<Option<f64>, String> {
     match v.get(key) {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(x) => x
@@ -153,65 +196,42 @@ fn number_field(v: &serde_json::Value, key: &str) -> std::result::Result<Option<
     }
 }
 
-/// RoPE θ of a Hugging Face config (see [`config_from_hf`]), default 10000.
-fn rope_theta(v: &serde_json::Value) -> std::result::Result<f64, String> {
-    let mut theta = number_field(v, "rope_theta")?.map(|t| ("rope_theta", t));
-    if let Some(f) = number_field(v, "partial_rotary_factor")? {
-        if f != 1.0 {
-            return Err(format!(
-                "partial_rotary_factor {f} is not supported (riftco rotates the whole head)"
-            ));
-        }
-    }
-    for (key, theta_label) in [
-        ("rope_parameters", "rope_parameters.rope_theta"),
-        ("rope_scaling", "rope_scaling.rope_theta"),
-    ] {
-        let params = match v.get(key) {
-            None | Some(serde_json::Value::Null) => continue,
-            Some(p @ serde_json::Value::Object(_)) => p,
-            Some(other) => return Err(format!("{key} = {other} is not an object")),
-        };
-        let per_layer_type = params
-            .as_object()
-            .is_some_and(|m| m.values().any(serde_json::Value::is_object));
-        let rope_type = match params.get("rope_type").or_else(|| params.get("type")) {
-            Some(serde_json::Value::String(t)) => t.as_str(),
-            // transformers 5 may key parameters by layer type ({"full_attention": {...}}).
-            None if per_layer_type => {
+/// Checks `torch_dtype` and `dtype` of a Hugging Face config: absent, null or one of
+/// `"float32"`, `"bfloat16"`, `"float16"` (information only: the tensors carry their own
+/// dtype).
+pub(super) fn check_dtype(v: &serde_json::Value) -> std::result::Result<(), String> {
+    for key in ["torch_dtype", "dtype"] {
+        match v.get(key) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::String(s)) if StateDtype::from_hf_name(s).is_some() => {}
+            Some(other) => {
                 return Err(format!(
-                    "{key} = {params} gives RoPE parameters per layer type, which is not supported"
+                    "{key} = {other} is not a dtype riftco reads: expected \"float32\", \
+                     \"bfloat16\" or \"float16\""
                 ))
-            }
-            None if key == "rope_parameters" => "default",
-            _ => {
-                return Err(format!(
-                    "{key} = {params} has no rope_type string; expected \"default\""
-                ))
-            }
-        };
-        if rope_type != "default" {
-            return Err(format!(
-                "{key}.rope_type {rope_type:?} is not supported: riftco implements only \"default\" \
-                 (unscaled) RoPE ({key} = {params})"
-            ));
-        }
-        if let Some(f) = number_field(params, "partial_rotary_factor")? {
-            if f != 1.0 {
-                return Err(format!(
-                    "{key}.partial_rotary_factor {f} is not supported (riftco rotates the whole \
-                     head)"
-                ));
-            }
-        }
-        if let Some(t) = number_field(params, "rope_theta")? {
-            match theta {
-                Some((from, earlier)) if earlier != t => {
-                    return Err(format!("{theta_label} {t} disagrees with {from} {earlier}"))
-                }
-                _ => theta = Some((theta_label, t)),
             }
         }
     }
-    Ok(theta.map_or(10000.0, |(_, t)| t))
+    Ok(())
+}
+
+/// `v[key]` as token ids: `None` when absent or null; an integer or a list of integers (each at
+/// most `u32::MAX`), else an error naming the key and the value.
+fn token_ids(v: &serde_json::Value, key: &str) -> std::result::Result<Option<Vec<u32>>, String> {
+    let one = |x: &serde_json::Value| x.as_u64().and_then(|n| u32::try_from(n).ok());
+    let bad = || {
+        format!(
+            "{key} = {} is not a token id (a non-negative integer) or a list of them",
+            v[key]
+        )
+    };
+    match v.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|x| one(x).ok_or_else(bad))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map(Some),
+        Some(x) => one(x).map(|id| Some(vec![id])).ok_or_else(bad),
+    }
 }

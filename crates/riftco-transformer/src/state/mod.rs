@@ -4,7 +4,12 @@
 //!   Hugging Face Llama name (`model.layers.{i}.self_attn.q_proj.weight`, ...), f32, Linear
 //!   weights `[out, in]`, metadata `{"format": "pt", "riftco_config": <TransformerConfig JSON>}`,
 //!   plus a `config.json` beside the file that Hugging Face `LlamaConfig` reads. The file loads
-//!   into `LlamaForCausalLM` unchanged.
+//!   into `LlamaForCausalLM` unchanged. [`save_model_as`] saves bf16 instead (rounded to nearest
+//!   even, for exchange).
+//! - Loads read F32, BF16 and F16 tensors (converted to f32 exactly), one file or a sharded
+//!   folder through its [`SHARD_INDEX_FILE`], with the config from the state's metadata or a
+//!   plain Hugging Face `config.json` (RoPE `default`/`linear`/`llama3`, `bos_token_id`,
+//!   `eos_token_id`, `torch_dtype` as information).
 //! - [`save_lora_adapter`] / [`load_lora_adapter`]: PEFT layout, `adapter_model.safetensors` +
 //!   `adapter_config.json`.
 //!
@@ -18,22 +23,27 @@
 //! not saved.
 
 mod atomic;
+mod dtype;
 mod hf_config;
+mod hf_rope;
 mod lora;
 mod model_file;
 mod read;
+mod shards;
 
 use crate::error::TransformerError;
 use std::path::{Path, PathBuf};
 
 pub use atomic::write_file_atomic;
+pub use dtype::StateDtype;
 pub use hf_config::hf_config_json;
 pub use lora::{load_lora_adapter, save_lora_adapter};
 pub use model_file::{
     config_json_pairing, expected_base_shapes, load_model, load_weights_into, save_model,
-    ConfigJsonPairing,
+    save_model_as, ConfigJsonPairing,
 };
 pub use read::{MAX_HEADER_BYTES, MAX_JSON_BYTES};
+pub use shards::SHARD_INDEX_FILE;
 
 /// Metadata key holding the [`TransformerConfig`](crate::TransformerConfig) JSON in a model-state file.
 pub const CONFIG_METADATA_KEY: &str = "riftco_config";

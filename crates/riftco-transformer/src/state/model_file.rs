@@ -1,11 +1,12 @@
 //! The model-state file: save, load, and the config it declares.
 
-use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
-use super::hf_config::{attention_dropout, config_from_hf, hf_config_json};
+use super::atomic::{remove_stale_temporaries, write_safetensors_as, AtomicGroup};
+use super::dtype::StateDtype;
+use super::hf_config::{attention_dropout, check_dtype, config_from_hf, hf_config_json_as};
 use super::read::{
     check_tensors, copy_into, read_f32_values, read_header, read_json, read_json_bytes, unchanged,
-    Header,
 };
+use super::shards::{is_shard_index, load_sharded};
 use super::{
     fnv1a64_hex, io_err, parent_dir, state_err, CONFIG_METADATA_KEY, HF_CONFIG_FILE,
     HF_CONFIG_HASH_KEY,
@@ -50,6 +51,16 @@ use std::path::Path;
 /// writable (the existing files are left intact); [`TransformerError::State`](crate::TransformerError::State) when `path` has no
 /// file name or is named `config.json`.
 pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
+    save_model_as(model, path, StateDtype::F32)
+}
+
+/// [`save_model`] with the tensors saved in `dtype`: [`StateDtype::BF16`] rounds each f32 to
+/// the nearest bfloat16 (ties to even) and `config.json` then says `"torch_dtype": "bfloat16"`
+/// (half the bytes, for exchange: a model loaded from it holds the rounded values).
+///
+/// # Errors
+/// As [`save_model`].
+pub fn save_model_as(model: &DecoderOnlyTransformer, path: &Path, dtype: StateDtype) -> Result<()> {
     let name = match path.file_name() {
         None => return Err(state_err(path, "the path has no file name")),
         Some(n) if n == HF_CONFIG_FILE => {
@@ -63,7 +74,8 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
     };
     let config = model.config();
     let config_json = serde_json::to_string(config).map_err(|e| state_err(path, e))?;
-    let hf = serde_json::to_vec_pretty(&hf_config_json(config)).map_err(|e| state_err(path, e))?;
+    let hf = serde_json::to_vec_pretty(&hf_config_json_as(config, dtype))
+        .map_err(|e| state_err(path, e))?;
     let tensors: Vec<(String, Tensor)> = model
         .weights()
         .named_base_parameters()
@@ -87,7 +99,9 @@ pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
                 .map_err(|source| io_err(&hf_path, source))
         })?;
     }
-    group.stage(path, |out| write_safetensors(path, out, &tensors, metadata))?;
+    group.stage(path, |out| {
+        write_safetensors_as(path, out, &tensors, metadata, dtype)
+    })?;
     group.commit()
 }
 
@@ -119,8 +133,11 @@ pub fn load_model(
     attention: FullSequenceAttentionKind,
     checkpointing: impl Into<ActivationCheckpointing>,
 ) -> Result<DecoderOnlyTransformer> {
+    if is_shard_index(path) {
+        return load_sharded(path, attention, checkpointing);
+    }
     let header = read_header(path)?;
-    let config = resolve_config(path, &header)?;
+    let config = resolve_config(path, &header.metadata)?;
     let expected = expected_base_shapes(&config);
     check_tensors(path, &header, &expected, &config_summary(&config))?;
     let values = read_f32_values(path, header, &expected)?;
@@ -147,11 +164,16 @@ pub enum ConfigJsonPairing {
 
 /// Checks the `config.json` beside the model-state file `path` against the hash of the one
 /// saved with it (metadata `riftco_config_json_fnv1a64`). Reads only the state's header and at
-/// most [`MAX_JSON_BYTES`](super::MAX_JSON_BYTES) of `config.json`.
+/// most [`MAX_JSON_BYTES`](super::MAX_JSON_BYTES) of `config.json`. A shard index
+/// (`*.index.json`) is [`ConfigJsonPairing::Unrecorded`].
 ///
 /// # Errors
 /// As [`load_model`] for the state file's header.
 pub fn config_json_pairing(path: &Path) -> Result<ConfigJsonPairing> {
+    // A shard index records no config.json hash (riftco does not write shards).
+    if is_shard_index(path) {
+        return Ok(ConfigJsonPairing::Unrecorded);
+    }
     let header = read_header(path)?;
     let Some(recorded) = header.metadata.get(HF_CONFIG_HASH_KEY) else {
         return Ok(ConfigJsonPairing::Unrecorded);
@@ -172,9 +194,16 @@ pub fn config_json_pairing(path: &Path) -> Result<ConfigJsonPairing> {
 ///
 /// # Errors
 /// As [`load_model`]; also [`TransformerError::State`](crate::TransformerError::State) when the file's `riftco_config` metadata
-/// describes a different architecture than the model's config (the seed is ignored). Nothing is
-/// copied unless every tensor validates.
+/// describes a different architecture than the model's config (the seed is ignored), or `path`
+/// is a shard index (`*.index.json`). Nothing is copied unless every tensor validates.
 pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
+    if is_shard_index(path) {
+        return Err(state_err(
+            path,
+            "a shard index: weights are loaded in place from one safetensors file; load a \
+             sharded checkpoint with load_model",
+        ));
+    }
     let header = read_header(path)?;
     let config = model.config();
     if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
@@ -205,13 +234,16 @@ pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usiz
 /// The config of a model-state file: its `riftco_config` metadata (with the dropout
 /// probabilities of `config.json`, see [`apply_config_json_dropout`]), else `config.json` beside
 /// it (the `"riftco"` key, else the Hugging Face `LlamaConfig` fields). Validated.
-pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<TransformerConfig> {
-    if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
+pub(super) fn resolve_config(
+    path: &Path,
+    metadata: &HashMap<String, String>,
+) -> Result<TransformerConfig> {
+    if let Some(raw) = metadata.get(CONFIG_METADATA_KEY) {
         let mut config = parse_riftco_config(path, raw)?;
         config
             .validate()
             .map_err(|e| state_err(path, format!("the file's config is invalid: {e}")))?;
-        apply_config_json_dropout(path, header, &mut config)?;
+        apply_config_json_dropout(path, metadata, &mut config)?;
         return Ok(config);
     }
     let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
@@ -225,6 +257,7 @@ pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<Transformer
         ));
     }
     let value = read_json(&hf_path)?;
+    check_dtype(&value).map_err(|reason| state_err(&hf_path, reason))?;
     let (config, fields) = match value.get("riftco") {
         Some(r) => {
             let config: TransformerConfig = serde_json::from_value(r.clone()).map_err(|e| {
@@ -285,7 +318,7 @@ pub(super) fn resolve_config(path: &Path, header: &Header) -> Result<Transformer
 /// apply. Without `config.json` the state's own probabilities load.
 fn apply_config_json_dropout(
     path: &Path,
-    header: &Header,
+    metadata: &HashMap<String, String>,
     config: &mut TransformerConfig,
 ) -> Result<()> {
     let hf_path = parent_dir(path).join(HF_CONFIG_FILE);
@@ -293,7 +326,7 @@ fn apply_config_json_dropout(
         return Ok(());
     }
     let bytes = read_json_bytes(&hf_path)?;
-    if header.metadata.get(HF_CONFIG_HASH_KEY) == Some(&fnv1a64_hex(&bytes)) {
+    if metadata.get(HF_CONFIG_HASH_KEY) == Some(&fnv1a64_hex(&bytes)) {
         return Ok(());
     }
     let value: serde_json::Value = serde_json::from_slice(&bytes)

@@ -12,10 +12,10 @@
 //! read past the length the header declares, and allocations are fallible, so a crafted file
 //! costs at most its own size.
 
+use super::dtype::{decode, is_readable};
 use super::{io_err, state_err};
 use crate::error::Result;
 use safetensors::tensor::{Metadata, TensorInfo};
-use safetensors::Dtype;
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File};
 use std::io::Read;
@@ -255,15 +255,25 @@ pub(super) fn read_header(path: &Path) -> Result<Header> {
     })
 }
 
-/// Checks that the header holds exactly the `expected` names, each F32 with the expected shape.
-/// `context` describes where the expectation comes from (the config), for the error message.
+/// Checks that the header holds exactly the `expected` names, each of a dtype that is read
+/// (F32, BF16, F16) with the expected shape. `context` describes where the expectation comes
+/// from (the config), for the error message.
 pub(super) fn check_tensors(
     path: &Path,
     header: &Header,
     expected: &[(String, Vec<usize>)],
     context: &str,
 ) -> Result<()> {
-    let infos = header.tensors.tensors();
+    check_tensor_infos(path, &header.tensors.tensors(), expected, context)
+}
+
+/// [`check_tensors`] for the tensors of one or several files (a sharded state), by name.
+pub(super) fn check_tensor_infos(
+    path: &Path,
+    infos: &HashMap<String, &TensorInfo>,
+    expected: &[(String, Vec<usize>)],
+    context: &str,
+) -> Result<()> {
     let names: BTreeSet<&str> = infos.keys().map(String::as_str).collect();
     let wanted: BTreeSet<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
     let list = |v: Vec<&str>| {
@@ -299,10 +309,14 @@ pub(super) fn check_tensors(
     }
     for (name, shape) in expected {
         let info = infos[name.as_str()];
-        if info.dtype != Dtype::F32 {
+        if !is_readable(info.dtype) {
             return Err(state_err(
                 path,
-                format!("tensor {name} has dtype {:?}, expected F32", info.dtype),
+                format!(
+                    "tensor {name} has dtype {:?}; riftco reads F32, BF16 and F16 (converted to \
+                     f32 exactly)",
+                    info.dtype
+                ),
             ));
         }
         if info.shape != *shape {
@@ -319,8 +333,8 @@ pub(super) fn check_tensors(
 }
 
 /// Reads the data section (its length was checked against the file by [`read_header`]) and
-/// returns the values of the `expected` tensors, in `expected` order. Call [`check_tensors`]
-/// first.
+/// returns the values of the `expected` tensors converted to f32, in `expected` order. Call
+/// [`check_tensors`] first.
 pub(super) fn read_f32_values(
     path: &Path,
     mut header: Header,
@@ -340,16 +354,7 @@ pub(super) fn read_f32_values(
         let bytes = data
             .get(start..end)
             .ok_or_else(|| state_err(path, format!("tensor {name} lies outside the data")))?;
-        let mut values = Vec::new();
-        values
-            .try_reserve_exact(bytes.len() / 4)
-            .map_err(|_| state_err(path, format!("cannot allocate tensor {name}")))?;
-        values.extend(
-            bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        );
-        out.push((name.clone(), values));
+        out.push((name.clone(), decode(path, name, info.dtype, bytes)?));
     }
     Ok(out)
 }
