@@ -18,16 +18,20 @@ pub enum Family {
     Softmax,
     /// `shaders/matmul.wgsl`: tiled (batched, transposable) matmul.
     Matmul,
+    /// `shaders/strided.wgsl`: fill, add_assign/axpy, broadcasting binary, keepdims reduce,
+    /// strided gather/scatter (the GPU backend's index-mapping kernels).
+    Strided,
 }
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 6] = [
         Family::Elementwise,
         Family::Unary,
         Family::Reduce,
         Family::Softmax,
         Family::Matmul,
+        Family::Strided,
     ];
 
     /// The file name under `shaders/`.
@@ -38,6 +42,7 @@ impl Family {
             Family::Reduce => "reduce.wgsl",
             Family::Softmax => "softmax.wgsl",
             Family::Matmul => "matmul.wgsl",
+            Family::Strided => "strided.wgsl",
         }
     }
 
@@ -49,6 +54,7 @@ impl Family {
             Family::Reduce => include_str!("../../../shaders/reduce.wgsl"),
             Family::Softmax => include_str!("../../../shaders/softmax.wgsl"),
             Family::Matmul => include_str!("../../../shaders/matmul.wgsl"),
+            Family::Strided => include_str!("../../../shaders/strided.wgsl"),
         }
     }
 }
