@@ -143,3 +143,53 @@ fn unary(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     }
     y[i] = apply(params.op, x[i], params.c);
 }
+
+// ---- unary_backward: dx[i] = dy[i] * f'(x[i]) given x, the forward output y and dy ----------
+// The same formulas, op order and op codes as riftco-kernels' `UnaryOp::backward`.
+
+@group(0) @binding(3) var<storage, read> fwd_y: array<f32>;
+@group(0) @binding(4) var<storage, read> dy: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dx: array<f32>;
+
+const INV_SQRT_2PI: f32 = 0.3989423;
+
+fn backward(op: u32, v: f32, out: f32, g: f32, c: f32) -> f32 {
+    switch op {
+        case 0u, 12u: { return -g; }
+        case 1u: { return g * out; }
+        case 2u: { return g / v; }
+        case 3u: { return g * (1.0 - out * out); }
+        case 4u: { return g * (out * (1.0 - out)); }
+        case 5u: { return select(0.0, g, v > 0.0); }
+        case 6u: {
+            let pdf = exp(-0.5 * v * v) * INV_SQRT_2PI;
+            return g * (normal_cdf(v) + v * pdf);
+        }
+        case 7u: {
+            let v2 = v * v;
+            let t = safe_tanh(SQRT_2_OVER_PI * (v + GELU_TANH_C * v2 * v));
+            let dinner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_TANH_C * v2);
+            return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * dinner);
+        }
+        case 8u: {
+            if (c == 0.0) {
+                return 0.0;
+            }
+            return g * (c * pow_scalar(v, c - 1.0));
+        }
+        case 9u: { return g; }
+        case 10u: { return g * c; }
+        case 11u: { return g / c; }
+        case 13u: { return -g * (out / v); }
+        default: { return nan_f32(); }
+    }
+}
+
+@compute @workgroup_size(256)
+fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= params.n) {
+        return;
+    }
+    dx[i] = backward(params.op, x[i], fwd_y[i], dy[i], params.c);
+}

@@ -355,7 +355,13 @@ impl GpuContext {
     /// # Errors
     /// [`GpuError::Wgpu`] when a recorded command was invalid; device lost.
     pub fn flush(&self) -> Result<()> {
-        let Some(enc) = lock(&self.pending).take() else {
+        // The pending lock is held through the submission: another thread must not record
+        // into (and submit) a newer encoder before this one is submitted, or the queue would
+        // run its commands first (a pooled buffer reused by that thread would be read or
+        // written out of order).
+        let mut pending = lock(&self.pending);
+        let Some(enc) = pending.take() else {
+            drop(pending);
             return self.check_health();
         };
         self.scoped(
@@ -364,6 +370,7 @@ impl GpuContext {
                 self.queue.submit([enc.finish()]);
             },
         )?;
+        drop(pending);
         self.submits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -10,10 +10,15 @@
 //!   family), compiled once per context. Kernels record into one pending command encoder;
 //!   nothing waits for the GPU until [`GpuContext::download`] reads a value back.
 //!
+//! - [`backend`]: the GPU as a riftco device ([`install`] registers [`GpuBackend`], the
+//!   `riftco_tensor::backend::Backend` of [`riftco_tensor::Device::Vulkan`] /
+//!   [`riftco_tensor::Device::Metal`]).
+//!
 //! Every failure is a [`GpuError`]: validation and out-of-memory errors are caught in wgpu
 //! error scopes, a lost device is reported by the next operation; nothing here panics on bad
 //! input or a failing device.
 
+pub mod backend;
 mod context;
 mod device;
 mod error;
@@ -21,6 +26,7 @@ pub mod kernels;
 pub mod pipelines;
 mod pool;
 
+pub use backend::{install, install_device, GpuBackend};
 pub use context::{BatchStats, GpuContext, FLUSH_EVERY};
 pub use device::{list_adapters, GpuKind};
 pub use error::{AdapterSummary, GpuError, Result};

@@ -36,11 +36,14 @@ pub enum Family {
     FlashAttention,
     /// `shaders/dropout.wgsl`: Philox4x32-10 and dropout masks.
     Dropout,
+    /// `shaders/strided.wgsl`: fill, add_assign/axpy, broadcasting binary, keepdims reduce,
+    /// strided gather/scatter (the GPU backend's index-mapping kernels).
+    Strided,
 }
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 14] = [
+    pub const ALL: [Family; 15] = [
         Family::Elementwise,
         Family::Unary,
         Family::Reduce,
@@ -55,6 +58,7 @@ impl Family {
         Family::Adam,
         Family::FlashAttention,
         Family::Dropout,
+        Family::Strided,
     ];
 
     /// The file name under `shaders/`.
@@ -74,6 +78,7 @@ impl Family {
             Family::Adam => "adam.wgsl",
             Family::FlashAttention => "flash_attention.wgsl",
             Family::Dropout => "dropout.wgsl",
+            Family::Strided => "strided.wgsl",
         }
     }
 
@@ -94,6 +99,7 @@ impl Family {
             Family::Adam => include_str!("../../../shaders/adam.wgsl"),
             Family::FlashAttention => include_str!("../../../shaders/flash_attention.wgsl"),
             Family::Dropout => include_str!("../../../shaders/dropout.wgsl"),
+            Family::Strided => include_str!("../../../shaders/strided.wgsl"),
         }
     }
 }

@@ -4,32 +4,46 @@ use std::fmt;
 
 /// Where a tensor's storage lives.
 ///
-/// `Cpu` is always available. `Metal` exists in the enum on every platform so that code and
-/// configuration are portable, but a build without the Metal backend (every non-macOS build)
-/// answers [`Device::check_available`] with [`crate::TensorError::DeviceUnavailable`].
+/// `Cpu` is always available. The GPU devices (`Metal`, `Vulkan`) exist in the enum on every
+/// platform so that code and configuration are portable; they are available once the GPU
+/// backend (`riftco_gpu::install`) has registered a backend for them, which needs an adapter of
+/// that kind (Metal: macOS only). Until then [`Device::check_available`] answers
+/// [`crate::TensorError::DeviceUnavailable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Device {
     /// Host memory, CPU kernels.
     #[default]
     Cpu,
-    /// Apple GPU through Metal (macOS builds with the `metal` feature only).
+    /// Apple GPU through Metal (wgpu's Metal backend; macOS only).
     Metal,
     /// The device of a backend registered at run time with [`crate::backend::register`]
     /// (PyTorch's `privateuseone`): today the test backend [`crate::backend::mirror`], which
     /// proves that every op reaches its kernels through the backend trait.
     PrivateUse1,
+    /// A GPU through Vulkan (wgpu's Vulkan backend; Mesa's software Vulkan, llvmpipe, in CI).
+    Vulkan,
 }
 
 impl Device {
     /// Every device, in [`Device::index`] order.
-    pub const ALL: [Device; 3] = [Device::Cpu, Device::Metal, Device::PrivateUse1];
+    pub const ALL: [Device; 4] = [
+        Device::Cpu,
+        Device::Metal,
+        Device::PrivateUse1,
+        Device::Vulkan,
+    ];
 
-    /// The lowercase name used by the Python and C APIs (`"cpu"`, `"metal"`, `"privateuseone"`).
+    /// The GPU devices, in the order `"gpu"` prefers them when both have a backend.
+    pub const GPUS: [Device; 2] = [Device::Metal, Device::Vulkan];
+
+    /// The lowercase name used by the Python and C APIs (`"cpu"`, `"metal"`, `"privateuseone"`,
+    /// `"vulkan"`).
     pub fn name(self) -> &'static str {
         match self {
             Device::Cpu => "cpu",
             Device::Metal => "metal",
             Device::PrivateUse1 => "privateuseone",
+            Device::Vulkan => "vulkan",
         }
     }
 
@@ -43,44 +57,66 @@ impl Device {
         Self::ALL.get(index).copied().unwrap_or(Device::Cpu)
     }
 
-    /// Parses `"cpu"` or `"metal"` (case-insensitive).
+    /// Parses `"cpu"`, `"metal"`, `"privateuseone"`, `"vulkan"` or `"gpu"` (case-insensitive).
+    /// `"gpu"` names the device of the GPU backend that is registered (Metal before Vulkan
+    /// when both are; see [`Device::GPUS`]).
     ///
     /// # Errors
-    /// [`crate::TensorError::InvalidArgument`] naming the string and the valid names.
+    /// [`crate::TensorError::InvalidArgument`] naming the string and the valid names;
+    /// [`crate::TensorError::DeviceUnavailable`] for `"gpu"` while no GPU backend is registered
+    /// (naming what was looked for and the devices that have a backend).
     pub fn parse(name: &str) -> crate::Result<Self> {
         match name.to_ascii_lowercase().as_str() {
             "cpu" => Ok(Device::Cpu),
             "metal" => Ok(Device::Metal),
             "privateuseone" => Ok(Device::PrivateUse1),
+            "vulkan" => Ok(Device::Vulkan),
+            "gpu" => Self::best_gpu(),
             _ => Err(crate::TensorError::InvalidArgument {
                 op: "Device::parse",
                 message: format!(
-                    "unknown device {name:?}; expected one of \"cpu\", \"metal\", \"privateuseone\""
+                    "unknown device {name:?}; expected one of \"cpu\", \"metal\", \
+                     \"privateuseone\", \"vulkan\", \"gpu\""
                 ),
             }),
         }
     }
 
+    /// The GPU device `"gpu"` names: the first of [`Device::GPUS`] with a registered backend.
+    ///
+    /// # Errors
+    /// [`crate::TensorError::DeviceUnavailable`] (for the platform's GPU device: Metal on
+    /// macOS, Vulkan elsewhere) naming the devices that were looked for and those found.
+    pub fn best_gpu() -> crate::Result<Self> {
+        let found = crate::backend::registered_devices();
+        if let Some(d) = Self::GPUS.into_iter().find(|d| found.contains(d)) {
+            return Ok(d);
+        }
+        let names: Vec<&str> = std::iter::once("cpu")
+            .chain(found.iter().map(|d| d.name()))
+            .collect();
+        Err(crate::TensorError::DeviceUnavailable {
+            device: if cfg!(target_os = "macos") {
+                Device::Metal
+            } else {
+                Device::Vulkan
+            },
+            reason: format!(
+                "\"gpu\" looked for a GPU backend (\"metal\" or \"vulkan\") and found none \
+                 registered (devices with a backend: {}); open one with \
+                 riftco_gpu::install (it needs a GPU adapter; Mesa's software Vulkan works)",
+                names.join(", ")
+            ),
+        })
+    }
+
     /// `Ok(())` when tensors can be placed on this device in this build.
     ///
     /// # Errors
-    /// [`crate::TensorError::DeviceUnavailable`] for `Metal` on builds without the Metal backend,
-    /// and for `PrivateUse1` while no backend is registered for it.
+    /// [`crate::TensorError::DeviceUnavailable`] for every device but `Cpu` while no backend is
+    /// registered for it (the message says how to register one).
     pub fn check_available(self) -> crate::Result<()> {
-        match self {
-            Device::Cpu => Ok(()),
-            Device::PrivateUse1 => crate::backend::for_device(self).map(|_| ()),
-            Device::Metal => Err(crate::TensorError::DeviceUnavailable {
-                device: self,
-                reason: if cfg!(target_os = "macos") {
-                    "riftco's Metal backend is not implemented yet; use \"cpu\"".into()
-                } else {
-                    "Metal exists only on macOS (and riftco's Metal backend is not implemented \
-                     yet); use \"cpu\""
-                        .into()
-                },
-            }),
-        }
+        crate::backend::for_device(self).map(|_| ())
     }
 }
 

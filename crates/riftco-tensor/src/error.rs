@@ -124,6 +124,26 @@ pub enum TensorError {
     #[error("{op}: out of memory: could not allocate {bytes} bytes")]
     OutOfMemory { op: &'static str, bytes: usize },
     /// Any other invalid argument, described.
+    /// The device's backend has no kernel for this operation yet (an honest intermediate
+    /// state of a new backend, never a silent fallback): run the op on another device.
+    #[error("{op}: not implemented on device {device} yet (its kernel is still to be written); move the tensors to \"cpu\" for this operation")]
+    Unsupported {
+        /// The operation.
+        op: &'static str,
+        /// The device without the kernel.
+        device: Device,
+    },
+    /// The device failed while running an operation (a rejected command, a lost device, a
+    /// failed read-back); the message is the device layer's.
+    #[error("{op}: device {device} failed: {message}")]
+    DeviceFailure {
+        /// The operation.
+        op: &'static str,
+        /// The device.
+        device: Device,
+        /// What failed, from the device layer.
+        message: String,
+    },
     #[error("{op}: {message}")]
     InvalidArgument { op: &'static str, message: String },
 }
@@ -145,7 +165,9 @@ impl TensorError {
             | TensorError::IndexOutOfBounds { .. }
             | TensorError::InvalidIndex { .. } => ErrorKind::IndexOutOfRange,
             TensorError::TokenOutOfRange { .. } => ErrorKind::Tokens,
-            TensorError::DeviceUnavailable { .. } => ErrorKind::DeviceUnavailable,
+            TensorError::DeviceUnavailable { .. }
+            | TensorError::Unsupported { .. }
+            | TensorError::DeviceFailure { .. } => ErrorKind::DeviceUnavailable,
             // Host access to a device tensor: the tensor is on another device than the host.
             TensorError::DeviceMismatch { .. } | TensorError::NotOnHost { .. } => {
                 ErrorKind::DeviceMismatch

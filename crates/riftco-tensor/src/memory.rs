@@ -106,11 +106,7 @@ impl DeviceCounters {
 }
 
 const N_DEVICES: usize = Device::ALL.len();
-static COUNTERS: [DeviceCounters; N_DEVICES] = [
-    DeviceCounters::new(),
-    DeviceCounters::new(),
-    DeviceCounters::new(),
-];
+static COUNTERS: [DeviceCounters; N_DEVICES] = [const { DeviceCounters::new() }; N_DEVICES];
 
 pub(crate) fn record_alloc(device: Device, category: MemoryCategory, bytes: usize) {
     let c = &COUNTERS[device.index()];

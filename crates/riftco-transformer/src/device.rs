@@ -19,12 +19,17 @@ impl DecoderOnlyTransformer {
     /// parameters had when they were built: build them after moving the model. Moving to the
     /// current device is a no-op apart from the version bumps.
     ///
+    /// A GPU device (`Vulkan`, `Metal`) is opened on first use through the GPU backend
+    /// (`riftco_gpu::install_device`; the `gpu` feature, on by default). Ops without a GPU
+    /// kernel yet fail on it with `TensorError::Unsupported` naming the op.
+    ///
     /// # Errors
-    /// `TensorError::DeviceUnavailable` for a device without backend; `OutOfMemory` when a copy
-    /// cannot be allocated — then every parameter already moved is moved back, so the model is
-    /// never split across devices.
+    /// `TensorError::DeviceUnavailable` for a device without backend (for a GPU device, naming
+    /// what was looked for and the adapters found); `OutOfMemory` when a copy cannot be
+    /// allocated — then every parameter already moved is moved back, so the model is never
+    /// split across devices.
     pub fn to_device(&mut self, device: Device) -> Result<()> {
-        riftco_tensor::backend::for_device(device)?;
+        open_backend(device)?;
         let from = self.device();
         let mut params: Vec<Variable> = self
             .weights()
@@ -42,6 +47,37 @@ impl DecoderOnlyTransformer {
         self.revision().bump("to_device");
         Ok(())
     }
+}
+
+/// The backend of `device`, opening the GPU backend for a GPU device on first use.
+fn open_backend(device: Device) -> Result<()> {
+    #[cfg(feature = "gpu")]
+    if Device::GPUS.contains(&device) && riftco_tensor::backend::for_device(device).is_err() {
+        riftco_gpu::install_device(device)?;
+    }
+    riftco_tensor::backend::for_device(device)?;
+    Ok(())
+}
+
+/// [`Device::parse`] that also opens the GPU backend for `"gpu"`, `"vulkan"` and `"metal"`
+/// (the `gpu` feature): `"gpu"` names the best adapter's device (Metal on macOS, Vulkan
+/// elsewhere).
+///
+/// # Errors
+/// `TensorError::InvalidArgument` for an unknown name (listing the valid ones);
+/// `TensorError::DeviceUnavailable` when the GPU asked for has no adapter (naming what was
+/// looked for and what was found).
+pub fn resolve_device(name: &str) -> Result<Device> {
+    #[cfg(feature = "gpu")]
+    if name.eq_ignore_ascii_case("gpu") {
+        let (device, _) = riftco_gpu::install(riftco_gpu::GpuKind::Any)?;
+        return Ok(device);
+    }
+    let device = Device::parse(name)?;
+    if Device::GPUS.contains(&device) {
+        open_backend(device)?;
+    }
+    Ok(device)
 }
 
 /// Moves every parameter of `params` (and its gradient) from `from` to `device`; on a failure

@@ -10,13 +10,19 @@ mod elementwise;
 mod matmul;
 mod reduce;
 mod softmax;
+mod strided;
 mod unary;
+mod unary_backward;
 
 pub use elementwise::{add, mul, scale};
 pub use matmul::{batched_matmul, matmul, matmul_into};
 pub use reduce::{sum, sum_rows, SUM_BLOCK};
 pub use softmax::softmax_rows;
+pub use strided::{
+    axpy, binary, binary_code, copy, copy_range, fill, gather, reduce_axes, scatter,
+};
 pub use unary::{unary, unary_code};
+pub use unary_backward::unary_backward;
 
 use crate::error::{GpuError, Result};
 use crate::pipelines::Kernel;

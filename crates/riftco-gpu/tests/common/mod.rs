@@ -72,4 +72,25 @@ pub fn values(n: usize, seed: u32, lo: f32, hi: f32) -> Vec<f32> {
 /// The edge sizes every kernel is tested on: 1, odd, and non-multiples of 16 and 256.
 pub const SIZES: [usize; 5] = [1, 7, 63, 65, 257];
 
+/// The GPU device for a backend test, the GPU backend installed (opened once per process), or
+/// `None` (with the reason on stderr) when the test must skip; the same rule as
+/// [`gpu_or_skip`]: no adapter fails under `CI=true`, an unknown device name always fails.
+pub fn backend_or_skip(test: &str) -> Option<riftco_tensor::Device> {
+    let name = std::env::var(DEVICE_VAR).unwrap_or_else(|_| "gpu".to_owned());
+    let kind: riftco_gpu::GpuKind = match name.parse() {
+        Ok(k) => k,
+        Err(e) => panic!("{test}: {DEVICE_VAR}: {e}"),
+    };
+    match riftco_gpu::install(kind) {
+        Ok((device, _)) => Some(device),
+        Err(err) if in_ci() => panic!(
+            "{test}: CI=true and no GPU could be opened (install mesa-vulkan-drivers: scripts/gpu_setup.sh): {err}"
+        ),
+        Err(err) => {
+            eprintln!("SKIPPED {test}: no GPU ({err}); set CI=true to make this a failure");
+            None
+        }
+    }
+}
+
 pub mod checks;

@@ -474,8 +474,8 @@ pub fn register(backend: Box<dyn Backend>) -> Result<&'static dyn Backend> {
 /// The backend of `device`.
 ///
 /// # Errors
-/// [`TensorError::DeviceUnavailable`] when no backend is registered for it (`Metal` on every
-/// build today).
+/// [`TensorError::DeviceUnavailable`] when no backend is registered for it (a GPU device until
+/// `riftco_gpu::install` opened it; the message says how to register one).
 pub fn for_device(device: Device) -> Result<&'static dyn Backend> {
     if device == Device::Cpu {
         return Ok(&cpu::CpuBackend);
@@ -485,21 +485,32 @@ pub fn for_device(device: Device) -> Result<&'static dyn Backend> {
         return Ok(*b);
     }
     drop(list);
-    match device {
-        Device::PrivateUse1 => Err(TensorError::DeviceUnavailable {
-            device,
-            reason: "no backend is registered for it (Rust: riftco_tensor::backend::register; \
-                     the mirror test backend: riftco_tensor::backend::mirror::install, from \
-                     Python riftco._native._install_mirror_backend())"
-                .into(),
-        }),
-        _ => device
-            .check_available()
-            .and(Err(TensorError::DeviceUnavailable {
-                device,
-                reason: "no backend is registered for it".into(),
-            })),
-    }
+    let reason = match device {
+        // Returned above; kept for an exhaustive match.
+        Device::Cpu => "the CPU backend is built in".to_owned(),
+        Device::PrivateUse1 => {
+            "no backend is registered for it (Rust: riftco_tensor::backend::register; \
+             the mirror test backend: riftco_tensor::backend::mirror::install, from \
+             Python riftco._native._install_mirror_backend())"
+                .to_owned()
+        }
+        Device::Metal if !cfg!(target_os = "macos") => "Metal exists only on macOS (wgpu's Metal \
+             backend); on this platform use \"vulkan\" or \"cpu\""
+            .to_owned(),
+        Device::Metal | Device::Vulkan => format!(
+            "the GPU backend is not open for it (Rust: riftco_gpu::install; moving a model there \
+             with DecoderOnlyTransformer::to_device opens it); it needs a {} adapter",
+            device.name()
+        ),
+    };
+    Err(TensorError::DeviceUnavailable { device, reason })
+}
+
+/// The devices with a registered backend (not the CPU's, which always exists), in
+/// registration order.
+pub fn registered_devices() -> Vec<Device> {
+    let list = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+    list.iter().map(|(d, _)| *d).collect()
 }
 
 /// The backend of the device all `tensors` live on.

@@ -1,0 +1,615 @@
+//! The GPU as a riftco device: [`GpuBackend`] implements `riftco_tensor::backend::Backend` on
+//! one [`GpuContext`], with [`GpuBuffer`] as the storage's device buffer, and [`install`]
+//! registers it for [`Device::Vulkan`] or [`Device::Metal`] (the adapter's backend).
+//!
+//! Every kernel records into the context's pending command stream; nothing waits for the GPU
+//! until a value is read on the host ([`Backend::download`], e.g. `Tensor::to_host`). Outputs
+//! are new pooled buffers accounted by the storage under `(device, category)`.
+//!
+//! Implemented: memory and transfers, copies, element-wise and broadcasting maps and their
+//! VJPs, sums and keepdims reductions, matrix products (every `MatmulSpec` transpose), the
+//! `[0, 2, 1, 3]` transpose and strided gather / scatter. The transformer kernels (SiLU /
+//! SwiGLU, RMSNorm, RoPE, softmax and its VJP, causal softmax, dropout, embedding,
+//! cross-entropy, FlashAttention-2, Adam) are not written yet: they return
+//! [`TensorError::Unsupported`] naming the op and the device, never a CPU fallback.
+
+mod linalg;
+mod maps;
+mod memory;
+
+use std::sync::{Arc, Mutex, RwLockReadGuard};
+
+use riftco_tensor::backend::{
+    AdamHyper, AttentionDims, AttentionLayout, Backend, BinaryOp, DropoutMask, MatmulSpec, Pair,
+    ReduceOp, RopeTable, StridedView, UnaryOp,
+};
+use riftco_tensor::storage::{Buffer, DeviceBuffer};
+use riftco_tensor::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
+
+use crate::{GpuBuffer, GpuContext, GpuError, GpuKind};
+
+impl DeviceBuffer for GpuBuffer {
+    fn len(&self) -> usize {
+        GpuBuffer::len(self)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// The riftco device of an adapter's wgpu backend: Metal for Metal, Vulkan otherwise.
+pub fn device_of(ctx: &GpuContext) -> Device {
+    if ctx.adapter().backend.eq_ignore_ascii_case("metal") {
+        Device::Metal
+    } else {
+        Device::Vulkan
+    }
+}
+
+/// The backend of one opened GPU (see the [module documentation](self)).
+#[derive(Debug)]
+pub struct GpuBackend {
+    ctx: Arc<GpuContext>,
+    device: Device,
+}
+
+type Installed = Vec<(Device, Arc<GpuContext>)>;
+
+static INSTALLED: Mutex<Installed> = Mutex::new(Vec::new());
+
+/// Opens the best adapter of `kind` (once per riftco device; later calls return the device
+/// already open) and registers its [`GpuBackend`]. Returns the device (`Metal` or `Vulkan`)
+/// and the context, for diagnostics (adapter, batching and pool counters).
+///
+/// # Errors
+/// [`TensorError::DeviceUnavailable`] naming what was looked for and every adapter found
+/// when none of `kind` exists (or it refuses a device).
+pub fn install(kind: GpuKind) -> Result<(Device, Arc<GpuContext>)> {
+    let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    let wanted: &[Device] = match kind {
+        GpuKind::Any => &Device::GPUS,
+        GpuKind::Vulkan => &[Device::Vulkan],
+        GpuKind::Metal => &[Device::Metal],
+    };
+    for d in wanted {
+        if let Some((dev, ctx)) = installed.iter().find(|(x, _)| x == d) {
+            return Ok((*dev, Arc::clone(ctx)));
+        }
+    }
+    let want_device = match kind {
+        GpuKind::Metal => Device::Metal,
+        GpuKind::Vulkan => Device::Vulkan,
+        GpuKind::Any if cfg!(target_os = "macos") => Device::Metal,
+        GpuKind::Any => Device::Vulkan,
+    };
+    let ctx = GpuContext::open(kind)
+        .map_err(|e| to_tensor_error("riftco_gpu::install", want_device, e))?;
+    let ctx = Arc::new(ctx);
+    let device = device_of(&ctx);
+    riftco_tensor::backend::register(Box::new(GpuBackend {
+        ctx: Arc::clone(&ctx),
+        device,
+    }))?;
+    installed.push((device, Arc::clone(&ctx)));
+    Ok((device, ctx))
+}
+
+/// [`install`] for a riftco device (`Vulkan` or `Metal`).
+///
+/// # Errors
+/// [`TensorError::InvalidArgument`] for a device that is not a GPU; as [`install`].
+pub fn install_device(device: Device) -> Result<Arc<GpuContext>> {
+    let kind = match device {
+        Device::Vulkan => GpuKind::Vulkan,
+        Device::Metal => GpuKind::Metal,
+        other => {
+            return Err(TensorError::InvalidArgument {
+                op: "riftco_gpu::install_device",
+                message: format!("{other} is not a GPU device; expected \"vulkan\" or \"metal\""),
+            })
+        }
+    };
+    install(kind).map(|(_, ctx)| ctx)
+}
+
+/// A [`GpuError`] as the tensor layer's error for `op` on `device`.
+pub fn to_tensor_error(op: &'static str, device: Device, e: GpuError) -> TensorError {
+    match e {
+        GpuError::UnknownDevice { .. }
+        | GpuError::Shape { .. }
+        | GpuError::ForeignBuffer { .. } => TensorError::InvalidArgument {
+            op,
+            message: e.to_string(),
+        },
+        GpuError::DeviceUnavailable { .. } | GpuError::DeviceRequest { .. } => {
+            TensorError::DeviceUnavailable {
+                device,
+                reason: e.to_string(),
+            }
+        }
+        GpuError::BufferTooLarge { bytes, .. } => TensorError::OutOfMemory {
+            op,
+            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+        },
+        _ => TensorError::DeviceFailure {
+            op,
+            device,
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The operands' GPU buffers under read guards.
+pub(crate) struct Reads<'a> {
+    guards: Vec<RwLockReadGuard<'a, Buffer>>,
+}
+
+impl Reads<'_> {
+    /// The `i`-th operand's buffer (checked to be a [`GpuBuffer`] when the guards were taken).
+    pub(crate) fn get(&self, i: usize) -> &GpuBuffer {
+        match &*self.guards[i] {
+            Buffer::Device(b) => b
+                .as_any()
+                .downcast_ref()
+                .unwrap_or_else(|| unreachable!("checked in GpuBackend::read")),
+            _ => unreachable!("checked in GpuBackend::read"),
+        }
+    }
+}
+
+impl GpuBackend {
+    /// The context.
+    pub fn context(&self) -> &GpuContext {
+        &self.ctx
+    }
+
+    pub(crate) fn err(&self, op: &'static str) -> impl Fn(GpuError) -> TensorError + '_ {
+        move |e| to_tensor_error(op, self.device, e)
+    }
+
+    fn unsupported<T>(&self, op: &'static str) -> Result<T> {
+        Err(TensorError::Unsupported {
+            op,
+            device: self.device,
+        })
+    }
+
+    /// The error for a buffer that is not one of this backend's.
+    pub(crate) fn foreign(&self, op: &'static str, buffer: &Buffer) -> TensorError {
+        match buffer {
+            Buffer::Placeholder(_) => TensorError::NoData { op },
+            _ => TensorError::InvalidArgument {
+                op,
+                message: format!("not a buffer of the {} GPU backend", self.device),
+            },
+        }
+    }
+
+    /// Read guards over the buffers of `tensors`, each checked to be a [`GpuBuffer`].
+    pub(crate) fn read<'a>(&self, op: &'static str, tensors: &[&'a Tensor]) -> Result<Reads<'a>> {
+        let mut guards = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            let g = t.buffer();
+            let ok = matches!(&*g, Buffer::Device(b) if b.as_any().is::<GpuBuffer>());
+            if !ok {
+                return Err(self.foreign(op, &g));
+            }
+            guards.push(g);
+        }
+        Ok(Reads { guards })
+    }
+
+    /// A tensor of `shape` over the new buffer `buf` in category `c`.
+    pub(crate) fn tensor(&self, buf: GpuBuffer, shape: Shape, c: MemoryCategory) -> Result<Tensor> {
+        Tensor::from_buffer(Buffer::Device(Box::new(buf)), shape, self.device, c)
+    }
+
+    /// Runs `f` on the GPU buffer of `dst` under its write guard (bumping its version), with
+    /// `src`'s buffer: a copy of it first when `src` shares `dst`'s storage (a kernel cannot
+    /// read and write one buffer).
+    pub(crate) fn in_place(
+        &self,
+        op: &'static str,
+        dst: &Tensor,
+        src: &Tensor,
+        f: impl FnOnce(&GpuBuffer, &GpuBuffer) -> std::result::Result<(), GpuError>,
+    ) -> Result<()> {
+        let copy;
+        let reads;
+        let src_buf: &GpuBuffer = if dst.same_storage(src) {
+            let r = self.read(op, &[src])?;
+            copy = crate::kernels::copy(&self.ctx, r.get(0)).map_err(self.err(op))?;
+            &copy
+        } else {
+            reads = self.read(op, &[src])?;
+            reads.get(0)
+        };
+        let mut guard = dst.buffer_mut();
+        let dst_buf: &GpuBuffer = match &mut *guard {
+            Buffer::Device(b) => match b.as_any().downcast_ref() {
+                Some(g) => g,
+                None => return Err(self.foreign(op, &guard)),
+            },
+            other => return Err(self.foreign(op, other)),
+        };
+        f(src_buf, dst_buf).map_err(self.err(op))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+impl Backend for GpuBackend {
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn cached_bytes(&self) -> usize {
+        usize::try_from(self.ctx.memory().cached_bytes).unwrap_or(usize::MAX)
+    }
+
+    fn alloc(&self, op: &'static str, numel: usize, fill: Option<f32>) -> Result<Buffer> {
+        memory::alloc(self, op, numel, fill)
+    }
+
+    fn upload(&self, op: &'static str, data: &[f32]) -> Result<Buffer> {
+        memory::upload(self, op, data)
+    }
+
+    fn download(&self, op: &'static str, buffer: &Buffer) -> Result<Vec<f32>> {
+        memory::download(self, op, buffer)
+    }
+
+    fn copy(&self, op: &'static str, src: &Tensor, c: MemoryCategory) -> Result<Tensor> {
+        memory::copy(self, op, src, c)
+    }
+
+    fn copy_range(
+        &self,
+        op: &'static str,
+        dst: &Tensor,
+        dst_offset: usize,
+        src: &Tensor,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        memory::copy_range(self, op, dst, dst_offset, src, src_offset, len)
+    }
+
+    fn add(&self, op: &'static str, a: &Tensor, b: &Tensor, c: MemoryCategory) -> Result<Tensor> {
+        maps::same_shape(self, op, crate::kernels::add, a, b, c)
+    }
+
+    fn mul(&self, op: &'static str, a: &Tensor, b: &Tensor, c: MemoryCategory) -> Result<Tensor> {
+        maps::same_shape(self, op, crate::kernels::mul, a, b, c)
+    }
+
+    fn scale(&self, op: &'static str, x: &Tensor, alpha: f32, c: MemoryCategory) -> Result<Tensor> {
+        maps::scale(self, op, x, alpha, c)
+    }
+
+    fn add_assign(&self, op: &'static str, dst: &Tensor, src: &Tensor) -> Result<()> {
+        maps::axpy(self, op, None, src, dst)
+    }
+
+    fn axpy(&self, op: &'static str, alpha: f32, x: &Tensor, dst: &Tensor) -> Result<()> {
+        maps::axpy(self, op, Some(alpha), x, dst)
+    }
+
+    fn sum(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor> {
+        maps::sum(self, op, x, c)
+    }
+
+    fn unary(
+        &self,
+        op: &'static str,
+        kind: UnaryOp,
+        x: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        maps::unary(self, op, kind, x, c)
+    }
+
+    fn unary_backward(
+        &self,
+        op: &'static str,
+        kind: UnaryOp,
+        x: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        maps::unary_backward(self, op, kind, x, y, dy, c)
+    }
+
+    fn binary(
+        &self,
+        op: &'static str,
+        kind: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out_shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        maps::binary(self, op, kind, a, b, out_shape, c)
+    }
+
+    fn reduce(
+        &self,
+        op: &'static str,
+        kind: ReduceOp,
+        x: &Tensor,
+        out_shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        maps::reduce(self, op, kind, x, out_shape, c)
+    }
+
+    fn silu(&self, op: &'static str, _x: &Tensor, _c: MemoryCategory) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn silu_backward(
+        &self,
+        op: &'static str,
+        _x: &Tensor,
+        _g: &Tensor,
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn swiglu(
+        &self,
+        op: &'static str,
+        _gate: &Tensor,
+        _up: &Tensor,
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn swiglu_backward(
+        &self,
+        op: &'static str,
+        _gate: &Tensor,
+        _up: &Tensor,
+        _g: &Tensor,
+        _c: MemoryCategory,
+    ) -> Result<Pair> {
+        self.unsupported(op)
+    }
+
+    fn rms_norm(
+        &self,
+        op: &'static str,
+        _x: &Tensor,
+        _weight: &Tensor,
+        _eps: f32,
+        _c: MemoryCategory,
+    ) -> Result<Pair> {
+        self.unsupported(op)
+    }
+
+    fn rms_norm_backward(
+        &self,
+        op: &'static str,
+        _x: &Tensor,
+        _weight: &Tensor,
+        _rstd: &Tensor,
+        _g: &Tensor,
+        _weight_grad: bool,
+        _c: MemoryCategory,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        self.unsupported(op)
+    }
+
+    fn rope(
+        &self,
+        op: &'static str,
+        _x: &Tensor,
+        _table: &RopeTable,
+        _seq: usize,
+        _heads: usize,
+        _start_pos: usize,
+        _inverse: bool,
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn softmax(
+        &self,
+        op: &'static str,
+        _x: &Tensor,
+        _cols: usize,
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn softmax_backward(
+        &self,
+        op: &'static str,
+        _y: &Tensor,
+        _g: &Tensor,
+        _cols: usize,
+        _scale: f32,
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn causal_softmax(
+        &self,
+        op: &'static str,
+        _scores: &Tensor,
+        _dims: AttentionDims,
+        _scale: f32,
+        _causal: bool,
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn dropout(
+        &self,
+        op: &'static str,
+        _x: &Tensor,
+        mask: &DropoutMask,
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        riftco_tensor::backend::check_dropout(op, Some(mask))?;
+        self.unsupported(op)
+    }
+
+    fn matmul(
+        &self,
+        op: &'static str,
+        spec: MatmulSpec,
+        a: &Tensor,
+        b: &Tensor,
+        shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        linalg::batched_matmul(self, op, 1, spec, a, b, shape, c)
+    }
+
+    fn batched_matmul(
+        &self,
+        op: &'static str,
+        batch: usize,
+        spec: MatmulSpec,
+        a: &Tensor,
+        b: &Tensor,
+        shape: Shape,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        linalg::batched_matmul(self, op, batch, spec, a, b, shape, c)
+    }
+
+    fn transpose_0213(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        dims: [usize; 4],
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        linalg::transpose_0213(self, op, x, dims, c)
+    }
+
+    fn gather_strided(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        view: &StridedView,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        linalg::gather_strided(self, op, x, view, c)
+    }
+
+    fn scatter_strided(
+        &self,
+        op: &'static str,
+        dst: &Tensor,
+        src: &Tensor,
+        view: &StridedView,
+        accumulate: bool,
+    ) -> Result<()> {
+        linalg::scatter_strided(self, op, dst, src, view, accumulate)
+    }
+
+    fn embedding(
+        &self,
+        op: &'static str,
+        _table: &Tensor,
+        _ids: &[u32],
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn embedding_backward(
+        &self,
+        op: &'static str,
+        _ids: &[u32],
+        _g: &Tensor,
+        _vocab: usize,
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn cross_entropy(
+        &self,
+        op: &'static str,
+        _logits: &Tensor,
+        _targets: &[u32],
+        _c: MemoryCategory,
+    ) -> Result<Pair> {
+        self.unsupported(op)
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        op: &'static str,
+        _logits: &Tensor,
+        _targets: &[u32],
+        _lse: &Tensor,
+        _g: &Tensor,
+        _c: MemoryCategory,
+    ) -> Result<Tensor> {
+        self.unsupported(op)
+    }
+
+    fn flash_attention_forward(
+        &self,
+        op: &'static str,
+        _q: &Tensor,
+        _k: &Tensor,
+        _v: &Tensor,
+        _dims: AttentionDims,
+        _layout: AttentionLayout,
+        _scale: f32,
+        _causal: bool,
+        dropout: Option<&DropoutMask>,
+        _c: MemoryCategory,
+    ) -> Result<Pair> {
+        riftco_tensor::backend::check_dropout(op, dropout)?;
+        self.unsupported(op)
+    }
+
+    fn flash_attention_backward(
+        &self,
+        op: &'static str,
+        _q: &Tensor,
+        _k: &Tensor,
+        _v: &Tensor,
+        _out: &Tensor,
+        _lse: &Tensor,
+        _g: &Tensor,
+        _dims: AttentionDims,
+        _layout: AttentionLayout,
+        _scale: f32,
+        _causal: bool,
+        dropout: Option<&DropoutMask>,
+        _c: MemoryCategory,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        riftco_tensor::backend::check_dropout(op, dropout)?;
+        self.unsupported(op)
+    }
+
+    fn adam_update(
+        &self,
+        op: &'static str,
+        _param: &Tensor,
+        _grad: &Tensor,
+        _m: &Tensor,
+        _v: &Tensor,
+        _step: u64,
+        _hyper: AdamHyper,
+    ) -> Result<()> {
+        self.unsupported(op)
+    }
+}
