@@ -66,6 +66,8 @@ impl From<&rt_transformer_config> for TransformerConfig {
             // Not in the struct (ABI 2.x): set with rt_model_set_dropout.
             attention_dropout: 0.0,
             residual_dropout: 0.0,
+            n_kv_heads: c.n_heads,
+            tie_word_embeddings: false,
         }
     }
 }
@@ -216,7 +218,8 @@ pub unsafe extern "C" fn rt_model_free(model: *mut rt_model) {
     })
 }
 
-/// Writes the model's configuration into `*out`.
+/// Writes the model's configuration into `*out` (the 2.0 fields; `rt_model_config_v2` adds
+/// `n_kv_heads` and `tie_word_embeddings`).
 ///
 /// Errors: RT_ERROR_NULL_POINTER.
 #[no_mangle]

@@ -16,7 +16,7 @@ pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
         "hidden_size": config.d_model,
         "intermediate_size": config.d_ff,
         "num_attention_heads": config.n_heads,
-        "num_key_value_heads": config.n_heads,
+        "num_key_value_heads": config.n_kv_heads,
         "head_dim": config.d_head(),
         "num_hidden_layers": config.n_layers,
         "vocab_size": config.vocab_size,
@@ -30,7 +30,7 @@ pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
         "mlp_bias": false,
         "attention_dropout": json_f32(config.attention_dropout),
         "initializer_range": 0.02,
-        "tie_word_embeddings": false,
+        "tie_word_embeddings": config.tie_word_embeddings,
         "torch_dtype": "float32",
         "use_cache": true,
         "riftco": config,
@@ -38,8 +38,9 @@ pub fn hf_config_json(config: &TransformerConfig) -> serde_json::Value {
 }
 
 /// A [`TransformerConfig`](crate::TransformerConfig) from Hugging Face `LlamaConfig` fields (defaults as in
-/// `transformers`: `rms_norm_eps` 1e-6, `rope_theta` 10000). Rejects what riftco's model cannot
-/// represent: grouped-query attention, tied embeddings, RoPE scaling, biases, another activation.
+/// `transformers`: `rms_norm_eps` 1e-6, `rope_theta` 10000, `num_key_value_heads` =
+/// `num_attention_heads`, `tie_word_embeddings` false as in `LlamaConfig`). Rejects what riftco's
+/// model cannot represent: RoPE scaling, biases, another activation.
 ///
 /// RoPE θ is read from the top-level `rope_theta` (transformers 4), from `rope_parameters`
 /// (transformers 5: `{"rope_type": "default", "rope_theta": ...}`, no top-level key) or from
@@ -69,22 +70,24 @@ pub(super) fn config_from_hf(
     config.rope_theta = rope_theta(v)?;
     config.attention_dropout = attention_dropout(v)?.unwrap_or(0.0);
     if let Some(kv) = v.get("num_key_value_heads").filter(|x| !x.is_null()) {
-        let kv = kv
+        // Whether it divides num_attention_heads is checked by TransformerConfig::validate.
+        config.n_kv_heads = kv
             .as_u64()
-            .ok_or_else(|| format!("num_key_value_heads {kv} is not an integer"))?;
-        if kv as usize != n_heads {
-            return Err(format!(
-                "num_key_value_heads {kv} != num_attention_heads {n_heads}: grouped-query \
-                 attention is not supported"
-            ));
-        }
+            .and_then(|x| usize::try_from(x).ok())
+            .ok_or_else(|| format!("num_key_value_heads {kv} is not a non-negative integer"))?;
+    } else {
+        config.n_kv_heads = n_heads;
+    }
+    if let Some(t) = v.get("tie_word_embeddings").filter(|x| !x.is_null()) {
+        config.tie_word_embeddings = t
+            .as_bool()
+            .ok_or_else(|| format!("tie_word_embeddings = {t} is not a boolean"))?;
     }
     let is = |key: &str, want: serde_json::Value| match v.get(key) {
         None | Some(serde_json::Value::Null) => true,
         Some(got) => *got == want,
     };
     for (key, want) in [
-        ("tie_word_embeddings", json!(false)),
         ("attention_bias", json!(false)),
         ("mlp_bias", json!(false)),
         ("hidden_act", json!("silu")),
