@@ -77,6 +77,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model = p.add_argument_group("model size")
     model.add_argument("--d-model", type=int_range(1), default=128)
     model.add_argument("--n-heads", type=int_range(1), default=4)
+    model.add_argument(
+        "--n-kv-heads",
+        type=int_range(1),
+        default=None,
+        help="key/value heads of grouped-query attention, dividing --n-heads "
+        "(default: --n-heads, multi-head attention)",
+    )
+    model.add_argument(
+        "--tie-word-embeddings",
+        action="store_true",
+        help="the LM head reads the token embedding matrix (one parameter)",
+    )
     model.add_argument("--n-layers", type=int_range(1), default=4)
     model.add_argument("--d-ff", type=int_range(1), default=344)
     model.add_argument("--max-seq-len", type=int_range(1), default=128)
@@ -104,6 +116,8 @@ def main() -> None:
         vocab_size=riftco.data.VOCAB_SIZE,
         d_model=args.d_model,
         n_heads=args.n_heads,
+        n_kv_heads=args.n_kv_heads,
+        tie_word_embeddings=args.tie_word_embeddings,
         n_layers=args.n_layers,
         d_ff=args.d_ff,
         max_seq_len=args.max_seq_len,

@@ -253,7 +253,7 @@ mod tests {
             unsafe { rt_abi_version(&mut major, &mut minor) },
             rt_status::RT_OK
         );
-        assert_eq!((major, minor), (2, 3));
+        assert_eq!((major, minor), (2, 4));
         assert_eq!(
             unsafe { rt_abi_version(std::ptr::null_mut(), &mut minor) },
             rt_status::RT_ERROR_NULL_POINTER

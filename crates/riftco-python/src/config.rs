@@ -33,7 +33,7 @@ use crate::errors::transformer_err;
 ///         ``v_proj`` are ``[n_kv_heads * d_head, d_model]``. Default (``None``): ``n_heads``.
 ///     tie_word_embeddings: whether the LM head reads the token embedding matrix (one
 ///         parameter ``model.embed_tokens.weight``, no ``lm_head.weight``; its gradient sums
-///         both uses). Default False.
+///         both uses); a bool. Default (``None``): False.
 ///
 /// Dropout is active only in the training forwards of ``loss`` / ``logits`` while the model is
 /// training (``model.train()``, the default); after ``model.eval()``, and in decoding, nothing
@@ -86,6 +86,20 @@ fn kv_heads(v: Option<Bound<'_, PyAny>>, n_heads: usize) -> PyResult<usize> {
         .extract()
         .map_err(|_| err("expected an int dividing n_heads"))?;
     usize::try_from(n).map_err(|_| err("must be at least 1 and divide n_heads"))
+}
+
+/// The `tie_word_embeddings` argument: a Python bool.
+///
+/// # Errors
+/// `ConfigError` naming `tie_word_embeddings` and the value for anything else (`1`, `"yes"`).
+fn tie_flag(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    v.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+        transformer_err(TransformerError::Config {
+            field: "tie_word_embeddings",
+            value: v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string()),
+            reason: "expected a bool".into(),
+        })
+    })
 }
 
 /// A dropout probability argument named `field`: an int or float (or any object with
@@ -217,7 +231,7 @@ impl PyTransformerConfig {
     #[pyo3(signature = (vocab_size, d_model, n_heads, n_layers, d_ff, max_seq_len,
                         rms_norm_eps = 1e-5, rope_theta = 10000.0, seed = 0,
                         attention_dropout = None, residual_dropout = None, n_kv_heads = None,
-                        tie_word_embeddings = false))]
+                        tie_word_embeddings = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         vocab_size: i64,
@@ -232,7 +246,7 @@ impl PyTransformerConfig {
         attention_dropout: Option<Bound<'_, PyAny>>,
         residual_dropout: Option<Bound<'_, PyAny>>,
         n_kv_heads: Option<Bound<'_, PyAny>>,
-        tie_word_embeddings: bool,
+        tie_word_embeddings: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         // `None` is the default (0); an explicit None is accepted as "no dropout" like omission.
         let p = |field, v: Option<Bound<'_, PyAny>>| v.map_or(Ok(0.0), |v| probability(field, &v));
@@ -250,7 +264,7 @@ impl PyTransformerConfig {
             attention_dropout: p("attention_dropout", attention_dropout)?,
             residual_dropout: p("residual_dropout", residual_dropout)?,
             n_kv_heads: kv_heads(n_kv_heads, n_heads)?,
-            tie_word_embeddings,
+            tie_word_embeddings: tie_word_embeddings.map_or(Ok(false), |v| tie_flag(&v))?,
         };
         c.validate().map_err(transformer_err)?;
         Ok(Self(c))

@@ -55,7 +55,8 @@ pub struct TransformerConfig {
     /// `num_key_value_heads`): at least 1 and a divisor of `n_heads`; query head `h` reads
     /// key/value head `h / (n_heads / n_kv_heads)`. `k_proj` and `v_proj` are
     /// `[n_kv_heads · d_head, d_model]` and the decode K/V cache holds `n_kv_heads` heads.
-    /// Default `n_heads` (multi-head attention).
+    /// Default `n_heads` (multi-head attention); code that changes `n_heads` of an existing
+    /// config sets this field too (validation refuses a value that no longer divides it).
     #[serde(default, deserialize_with = "n_kv_heads_from_json")]
     pub n_kv_heads: usize,
     /// Whether the LM head reads the token embedding matrix (Press & Wolf 2017, "Using the
