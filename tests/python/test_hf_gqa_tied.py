@@ -72,3 +72,26 @@ def test_save_pretrained_of_a_gqa_tied_llama_loads_into_riftco(
     got = ours.logits(np.array([TOKENS], dtype=np.int64)).numpy()
     err = float(np.max(np.abs(got - hf_logits(theirs))))
     assert err < 1e-5, f"max |riftco - transformers| = {err}"
+
+
+def test_lora_adapters_of_a_gqa_tied_model_load_in_peft(tmp_path: Path) -> None:
+    peft: Any = pytest.importorskip("peft", reason="peft is optional and not installed here")
+    config = riftco.TransformerConfig(
+        64, 32, 4, 2, 48, 24, seed=4, n_kv_heads=2, tie_word_embeddings=True
+    )
+    model = riftco.DecoderOnlyTransformer(config)
+    (tmp_path / "base").mkdir()
+    model.save(tmp_path / "base" / "model.safetensors")
+    model.enable_lora(rank=2, alpha=4.0, mlp=True, seed=1)
+    opt = riftco.Adam(model.parameters(), lr=1e-2)
+    for _ in range(3):  # B starts at zero: train a few steps so the adapters matter
+        model.loss(np.array([TOKENS + [1]], dtype=np.int64)).backward()
+        opt.step()
+    model.save_lora(tmp_path / "adapter")
+    base = transformers.LlamaForCausalLM.from_pretrained(
+        tmp_path / "base", attn_implementation="eager", torch_dtype=torch.float32
+    )
+    theirs = peft.PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+    ours = model.logits(np.array([TOKENS], dtype=np.int64)).numpy()
+    err = float(np.max(np.abs(ours - hf_logits(theirs))))
+    assert err < 1e-5, f"max |riftco - peft| = {err}"
