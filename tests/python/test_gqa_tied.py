@@ -37,7 +37,8 @@ def config(n_kv_heads: int | None = 2, tied: bool = True) -> riftco.TransformerC
 
 
 def rms_norm(x: F64, w: F64, eps: float) -> F64:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+    out: F64 = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+    return out
 
 
 def rope(x: F64, theta: float) -> F64:
@@ -49,7 +50,8 @@ def rope(x: F64, theta: float) -> F64:
     sin = np.concatenate([np.sin(angles)] * 2, axis=-1)[:, None, :]
     half = d // 2
     rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated * sin
+    out: F64 = x * cos + rotated * sin
+    return out
 
 
 def reference_logits(c: riftco.TransformerConfig, w: dict[str, F64], tokens: list[int]) -> F64:
@@ -79,7 +81,8 @@ def reference_logits(c: riftco.TransformerConfig, w: dict[str, F64], tokens: lis
         x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
     x = rms_norm(x, w["model.norm.weight"], c.rms_norm_eps)
     head = w["model.embed_tokens.weight"] if c.tie_word_embeddings else w["lm_head.weight"]
-    return x @ head.T
+    logits: F64 = x @ head.T
+    return logits
 
 
 def weights(model: riftco.DecoderOnlyTransformer) -> dict[str, F64]:

@@ -25,7 +25,8 @@ TOKENS = [3, 17, 42, 8, 63, 0, 25, 9, 11, 30, 5]
 def hf_logits(model: Any) -> np.ndarray[Any, Any]:
     with torch.no_grad():
         out = model(torch.tensor([TOKENS], dtype=torch.long)).logits
-    return out[0].to(torch.float32).numpy()
+    logits: np.ndarray[Any, Any] = out[0].to(torch.float32).numpy()
+    return logits
 
 
 @pytest.mark.parametrize(("n_kv_heads", "tied"), [(2, True), (1, False), (2, False), (4, True)])
