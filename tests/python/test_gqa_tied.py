@@ -176,3 +176,29 @@ def test_bad_n_kv_heads_is_a_config_error_naming_the_value(value: Any, shown: st
 def test_bad_tie_word_embeddings_is_a_config_error_naming_the_value(value: Any) -> None:
     with pytest.raises(riftco.ConfigError, match="tie_word_embeddings = "):
         riftco.TransformerConfig(64, 32, 4, 2, 48, 24, tie_word_embeddings=value)
+
+
+def test_pretrain_example_takes_n_kv_heads_and_tie_word_embeddings(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "pretrain.py"
+    common = ["--steps", "2", "--batch-size", "2", "--seq-len", "16", "--max-seq-len", "16",
+              "--d-model", "32", "--n-heads", "4", "--n-layers", "2", "--d-ff", "48",
+              "--no-progress", "--save-every", "2", "--sample-tokens", "0"]
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, str(script), "--out", str(out), "--n-kv-heads", "2",
+         "--tie-word-embeddings", *common],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    hf = json.loads((out / "config.json").read_text())
+    assert hf["num_key_value_heads"] == 2 and hf["tie_word_embeddings"] is True
+    bad = subprocess.run(
+        [sys.executable, str(script), "--out", str(tmp_path / "bad"), "--n-kv-heads", "3",
+         *common],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert bad.returncode == 2
+    assert "n_kv_heads = 3" in bad.stderr and "n_heads 4" in bad.stderr
