@@ -1,7 +1,9 @@
 /*
  * Activation-checkpointing policies of the riftco C ABI 2.2: every policy form set through its
  * setter trains with the `disabled` loss (bit for bit) and reads back its form and spelling;
- * every bad input returns its documented status with a message naming the bad value.
+ * every bad input returns its documented status with a message naming the bad value. Also the
+ * 2.4 config (grouped-query attention, tied embeddings): a GQA + tied model trains under
+ * `block` with the `disabled` loss, reads its config back, and bad fields are named.
  *
  *   test_policies
  *
@@ -381,8 +383,55 @@ static void test_load_with_auto(const char *scratch) {
     rt_model_free(model);
 }
 
+static void test_gqa_tied_config_v2(void) {
+    rt_transformer_config_v2 c;
+    EXPECT_OK(rt_transformer_config_v2_default(&c));
+    EXPECT_TRUE(c.n_kv_heads == c.base.n_heads && c.tie_word_embeddings == 0);
+    c.base = small_config();
+    c.n_kv_heads = 1;
+    c.tie_word_embeddings = 1;
+    float losses[2][STEPS];
+    const uint32_t policies[2] = {RT_ACTIVATION_CHECKPOINTING_DISABLED,
+                                  RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK};
+    for (size_t i = 0; i < 2; i++) {
+        rt_model *model = NULL;
+        EXPECT_OK(rt_model_create_v2(&c, RT_ATTENTION_FLASH, policies[i], &model));
+        if (model == NULL) {
+            return;
+        }
+        rt_transformer_config_v2 back;
+        EXPECT_OK(rt_model_config_v2(model, &back));
+        EXPECT_TRUE(back.n_kv_heads == 1 && back.tie_word_embeddings == 1);
+        EXPECT_TRUE(back.base.n_heads == 2 && back.base.d_model == 16);
+        EXPECT_TRUE(train(model, losses[i]));
+        rt_model_free(model);
+    }
+    EXPECT_TRUE(memcmp(losses[0], losses[1], sizeof losses[0]) == 0);
+
+    rt_model *model = NULL;
+    c.n_kv_heads = 3;
+    EXPECT(rt_model_create_v2(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("n_kv_heads = 3");
+    EXPECT_MESSAGE_HAS("n_heads 2");
+    EXPECT_TRUE(model == NULL);
+    c.n_kv_heads = 0;
+    EXPECT(rt_model_create_v2(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("n_kv_heads = 0");
+    c.n_kv_heads = 2;
+    c.tie_word_embeddings = 2;
+    EXPECT(rt_model_create_v2(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("tie_word_embeddings = 2");
+    EXPECT(rt_model_create_v2(NULL, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model),
+           RT_ERROR_NULL_POINTER);
+    EXPECT(rt_transformer_config_v2_default(NULL), RT_ERROR_NULL_POINTER);
+}
+
 int main(int argc, char **argv) {
     const char *scratch = argc > 1 ? argv[1] : ".";
+    test_gqa_tied_config_v2();
     test_every_form_trains_with_the_disabled_loss();
     test_integer_forms();
     test_bad_inputs();

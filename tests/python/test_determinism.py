@@ -18,7 +18,7 @@ import pytest
 import riftco
 from riftco import functional as F
 
-SMALL = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=3, d_ff=48, max_seq_len=16)
+SMALL: dict[str, Any] = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=3, d_ff=48, max_seq_len=16)
 BATCH, SEQ = 2, 12
 
 

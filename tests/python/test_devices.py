@@ -5,12 +5,14 @@ explicit copy; mixing devices is a clear error."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 import riftco
 
-TINY = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=2, d_ff=48, max_seq_len=16)
+TINY: dict[str, Any] = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=2, d_ff=48, max_seq_len=16)
 
 
 def tokens(batch: int, seq_plus_one: int) -> np.ndarray:

@@ -164,7 +164,7 @@ def test_crafted_max_seq_len_is_a_clear_error(tmp_path: Path, exponent: int) -> 
 
 # Two models (n_layers 1 and 2) and two adapters (rank 2 and 4) the child saves in turn, as
 # fast as it can, until it is killed. The parent builds the same four from the same seeds.
-KILL_SIZES = dict(vocab_size=256, d_model=128, n_heads=4, d_ff=256, max_seq_len=32)
+KILL_SIZES: dict[str, Any] = dict(vocab_size=256, d_model=128, n_heads=4, d_ff=256, max_seq_len=32)
 
 SAVE_LOOP = """
     import sys, riftco

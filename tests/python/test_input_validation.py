@@ -17,7 +17,7 @@ from riftco import functional as F
 from riftco.data import BatchSampler, CorpusError
 from riftco.generation import check_generation_args, generate, sample_token
 
-TINY = dict(vocab_size=256, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_seq_len=32, seed=1)
+TINY: dict[str, Any] = dict(vocab_size=256, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_seq_len=32, seed=1)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,8 @@ where ``import torch`` works.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from collections.abc import Callable, Sequence
 
@@ -484,7 +486,7 @@ def test_operators_on_the_mirror_backend_are_bitwise_the_cpu() -> None:
     buffers no CPU kernel can read) give bitwise the CPU's values and gradients, scalar
     operands (placed on the Variable's device) included."""
     riftco._native._install_mirror_backend()
-    tiny = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=1, d_ff=48, max_seq_len=16)
+    tiny: dict[str, Any] = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=1, d_ff=48, max_seq_len=16)
 
     def run(device: str) -> list[bytes]:
         m = riftco.DecoderOnlyTransformer(riftco.TransformerConfig(**tiny)).to(device)

@@ -42,7 +42,7 @@ from riftco.stages import (
     run_pretraining,
 )
 
-TINY = dict(vocab_size=256, d_model=32, n_heads=2, n_layers=2, d_ff=64, max_seq_len=32, seed=3)
+TINY: dict[str, Any] = dict(vocab_size=256, d_model=32, n_heads=2, n_layers=2, d_ff=64, max_seq_len=32, seed=3)
 
 
 def tiny_config() -> riftco.TransformerConfig:

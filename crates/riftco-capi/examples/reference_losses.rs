@@ -43,6 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.vocab_size = 256;
     config.d_model = 32;
     config.n_heads = 4;
+    config.n_kv_heads = 4;
     config.n_layers = 2;
     config.d_ff = 64;
     config.max_seq_len = 32;

@@ -37,7 +37,7 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 3
+#define RT_ABI_VERSION_MINOR 4
 
 /**
  * Status of every fallible function. Values are stable: a code is never renumbered or reused.
@@ -273,50 +273,6 @@ typedef struct rt_graph rt_graph;
 typedef struct rt_model rt_model;
 
 /**
- * Current and peak bytes of one memory category.
- */
-typedef struct rt_memory_category_stats {
-    /**
-     * Bytes allocated now.
-     */
-    uint64_t current_bytes;
-    /**
-     * Highest current_bytes since the last rt_reset_peak_memory_stats.
-     */
-    uint64_t peak_bytes;
-} rt_memory_category_stats;
-
-/**
- * Tensor memory of the whole process (every model), by category.
- */
-typedef struct rt_memory_stats {
-    /**
-     * Model weights (trainable or frozen).
-     */
-    struct rt_memory_category_stats parameter;
-    /**
-     * Gradients.
-     */
-    struct rt_memory_category_stats gradient;
-    /**
-     * Optimizer state (Adam moments).
-     */
-    struct rt_memory_category_stats optimizer_state;
-    /**
-     * Forward values retained by graphs or produced during forwards.
-     */
-    struct rt_memory_category_stats activation;
-    /**
-     * Temporaries (kernel scratch, inputs built from user data).
-     */
-    struct rt_memory_category_stats workspace;
-    /**
-     * All categories together (the peak of the sum, not the sum of peaks).
-     */
-    struct rt_memory_category_stats total;
-} rt_memory_stats;
-
-/**
  * Sizes and numerics of a model. It does not carry the activation-checkpointing policy (seed
  * 000): pass that to `rt_model_create` and change it with
  * `rt_model_set_activation_checkpointing`.
@@ -359,6 +315,75 @@ typedef struct rt_transformer_config {
      */
     uint64_t seed;
 } rt_transformer_config;
+
+/**
+ * `rt_transformer_config` plus the fields added in ABI 2.4. Fill it with
+ * `rt_transformer_config_v2_default` (or from `rt_model_config_v2`) and change fields.
+ */
+typedef struct rt_transformer_config_v2 {
+    /**
+     * The 2.0 fields (sizes, RMSNorm epsilon, RoPE theta, seed).
+     */
+    struct rt_transformer_config base;
+    /**
+     * Key/value heads of grouped-query attention (Ainslie et al. 2023; Hugging Face's
+     * `num_key_value_heads`): at least 1 and a divisor of `base.n_heads`; query head `h` reads
+     * key/value head `h / (n_heads / n_kv_heads)`, `k_proj` and `v_proj` are
+     * `[n_kv_heads * d_head, d_model]` and the decode K/V cache holds `n_kv_heads` heads.
+     * `n_heads` is multi-head attention (the default).
+     */
+    size_t n_kv_heads;
+    /**
+     * 1: the LM head reads the token embedding matrix (one parameter,
+     * `model.embed_tokens.weight`; no `lm_head.weight` is saved); 0: untied (the default).
+     * Any other value is RT_ERROR_INVALID_ARGUMENT.
+     */
+    uint32_t tie_word_embeddings;
+} rt_transformer_config_v2;
+
+/**
+ * Current and peak bytes of one memory category.
+ */
+typedef struct rt_memory_category_stats {
+    /**
+     * Bytes allocated now.
+     */
+    uint64_t current_bytes;
+    /**
+     * Highest current_bytes since the last rt_reset_peak_memory_stats.
+     */
+    uint64_t peak_bytes;
+} rt_memory_category_stats;
+
+/**
+ * Tensor memory of the whole process (every model), by category.
+ */
+typedef struct rt_memory_stats {
+    /**
+     * Model weights (trainable or frozen).
+     */
+    struct rt_memory_category_stats parameter;
+    /**
+     * Gradients.
+     */
+    struct rt_memory_category_stats gradient;
+    /**
+     * Optimizer state (Adam moments).
+     */
+    struct rt_memory_category_stats optimizer_state;
+    /**
+     * Forward values retained by graphs or produced during forwards.
+     */
+    struct rt_memory_category_stats activation;
+    /**
+     * Temporaries (kernel scratch, inputs built from user data).
+     */
+    struct rt_memory_category_stats workspace;
+    /**
+     * All categories together (the peak of the sum, not the sum of peaks).
+     */
+    struct rt_memory_category_stats total;
+} rt_memory_stats;
 
 /**
  * LoRA hyper-parameters for `rt_model_enable_lora`.
@@ -409,6 +434,36 @@ extern "C" {
  * Errors: RT_ERROR_NULL_POINTER when `major` or `minor` is NULL.
  */
 rt_status rt_abi_version(uint32_t *major, uint32_t *minor);
+
+/**
+ * Writes the default configuration (that of `rt_transformer_config_default`, with
+ * `n_kv_heads = n_heads` = 8 and `tie_word_embeddings = 0`) into `*out`.
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_transformer_config_v2_default(struct rt_transformer_config_v2 *out);
+
+/**
+ * `rt_model_create` with an `rt_transformer_config_v2` (grouped-query attention, tied
+ * embeddings). On success `*out` receives a new handle owned by the caller (release it with
+ * rt_model_free); on failure `*out` is set to NULL.
+ *
+ * Errors: as rt_model_create; RT_ERROR_INVALID_ARGUMENT also for `n_kv_heads` 0 or not
+ * dividing `n_heads` (the message names both values) and a `tie_word_embeddings` other than
+ * 0 or 1.
+ */
+rt_status rt_model_create_v2(const struct rt_transformer_config_v2 *config,
+                             uint32_t attention,
+                             uint32_t activation_checkpointing,
+                             struct rt_model **out);
+
+/**
+ * Writes the model's configuration, with `n_kv_heads` and `tie_word_embeddings`, into `*out`
+ * (`rt_model_config` writes only the 2.0 fields).
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_model_config_v2(const struct rt_model *model, struct rt_transformer_config_v2 *out);
 
 /**
  * Creates a decode session with an empty cache. `*out` receives a new handle owned by the
@@ -603,7 +658,8 @@ rt_status rt_model_retain(const struct rt_model *model, struct rt_model **out);
 void rt_model_free(struct rt_model *model);
 
 /**
- * Writes the model's configuration into `*out`.
+ * Writes the model's configuration into `*out` (the 2.0 fields; `rt_model_config_v2` adds
+ * `n_kv_heads` and `tie_word_embeddings`).
  *
  * Errors: RT_ERROR_NULL_POINTER.
  */

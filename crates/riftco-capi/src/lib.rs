@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.3.
+//! The riftco C ABI 2.4.
 //!
 //! 2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH. 2.2 added the
 //! activation-checkpointing policies beyond `disabled` and `block`: the constants
@@ -11,6 +11,9 @@
 //! 2.3 added dropout: `rt_model_set_dropout` / `rt_model_dropout` (attention, residual and LoRA
 //! probabilities), `rt_model_set_training` / `rt_model_training` and
 //! `rt_model_dropout_step` / `rt_model_set_dropout_step`.
+//! 2.4 added grouped-query attention and tied embeddings: `rt_transformer_config_v2`
+//! (`rt_transformer_config` plus `n_kv_heads` and `tie_word_embeddings`),
+//! `rt_transformer_config_v2_default`, `rt_model_create_v2` and `rt_model_config_v2`.
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -31,6 +34,7 @@
 // the C caller's and documented in the header.
 #![allow(clippy::missing_safety_doc)]
 
+mod config_v2;
 mod decode;
 mod dropout;
 mod error;
@@ -40,6 +44,7 @@ mod policy;
 mod state;
 mod train;
 
+pub use config_v2::*;
 pub use decode::*;
 pub use dropout::*;
 pub use error::*;
@@ -52,7 +57,7 @@ pub use train::*;
 /// Major version of the C ABI. A change means existing callers may need source changes.
 pub const RT_ABI_VERSION_MAJOR: u32 = 2;
 /// Minor version of the C ABI. A change only adds functions, constants or status codes.
-pub const RT_ABI_VERSION_MINOR: u32 = 3;
+pub const RT_ABI_VERSION_MINOR: u32 = 4;
 
 /// Writes the run-time ABI version of the loaded library (compare with the compile-time
 /// `RT_ABI_VERSION_MAJOR` / `RT_ABI_VERSION_MINOR` of the header).
@@ -248,7 +253,7 @@ mod tests {
             unsafe { rt_abi_version(&mut major, &mut minor) },
             rt_status::RT_OK
         );
-        assert_eq!((major, minor), (2, 3));
+        assert_eq!((major, minor), (2, 4));
         assert_eq!(
             unsafe { rt_abi_version(std::ptr::null_mut(), &mut minor) },
             rt_status::RT_ERROR_NULL_POINTER

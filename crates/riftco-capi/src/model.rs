@@ -70,6 +70,8 @@ impl From<&rt_transformer_config> for TransformerConfig {
             rope_scaling: riftco_transformer::RopeScaling::Default,
             bos_token_id: None,
             eos_token_ids: Vec::new(),
+            n_kv_heads: c.n_heads,
+            tie_word_embeddings: false,
         }
     }
 }
@@ -220,7 +222,8 @@ pub unsafe extern "C" fn rt_model_free(model: *mut rt_model) {
     })
 }
 
-/// Writes the model's configuration into `*out`.
+/// Writes the model's configuration into `*out` (the 2.0 fields; `rt_model_config_v2` adds
+/// `n_kv_heads` and `tie_word_embeddings`).
 ///
 /// Errors: RT_ERROR_NULL_POINTER.
 #[no_mangle]

@@ -70,6 +70,7 @@ fn forward_and_backward_match_the_cpu_with_grouped_kv_heads() {
         let dims = AttentionDims {
             batch: b,
             n_heads: h,
+            n_kv_heads: h,
             seq_q: sq,
             seq_k: sk,
             d_head: d,
@@ -154,6 +155,7 @@ fn bad_shapes_are_shape_errors() {
     let dims = |n_heads, d_head| AttentionDims {
         batch: 1,
         n_heads,
+        n_kv_heads: n_heads,
         seq_q: 3,
         seq_k: 4,
         d_head,
@@ -174,6 +176,7 @@ fn bad_shapes_are_shape_errors() {
     let huge = AttentionDims {
         batch: usize::MAX,
         n_heads: 2,
+        n_kv_heads: 2,
         seq_q: 3,
         seq_k: 4,
         d_head: 4,
@@ -183,6 +186,7 @@ fn bad_shapes_are_shape_errors() {
     let dm = AttentionDims {
         batch: 1,
         n_heads: 2,
+        n_kv_heads: 2,
         seq_q: 3,
         seq_k: 3,
         d_head: 4,
@@ -216,6 +220,7 @@ fn dropout_inside_flash_attention_matches_the_cpu() {
         let dims = AttentionDims {
             batch: b,
             n_heads: h,
+            n_kv_heads: h,
             seq_q: sq,
             seq_k: sk,
             d_head: d,
@@ -375,6 +380,7 @@ fn dropout_inside_flash_attention_matches_the_cpu() {
     let dims = AttentionDims {
         batch: 1,
         n_heads: 1,
+        n_kv_heads: 1,
         seq_q: 2,
         seq_k: 2,
         d_head: 2,

@@ -22,6 +22,7 @@ fn dims(batch: usize, n_heads: usize, seq_q: usize, seq_k: usize) -> AttentionDi
     AttentionDims {
         batch,
         n_heads,
+        n_kv_heads: n_heads,
         seq_q,
         seq_k,
         d_head: 4,

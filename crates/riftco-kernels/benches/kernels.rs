@@ -94,6 +94,7 @@ fn main() {
     let dims = AttentionDims {
         batch: 8,
         n_heads: 8,
+        n_kv_heads: 8,
         seq_q: 256,
         seq_k: 256,
         d_head: 32,

@@ -22,13 +22,19 @@
 //! forward generates it for each `P` tile it multiplies with `V`, the backward regenerates it
 //! tile by tile (see [`flash_attention_backward_with_dropout`] for the gradient identities).
 //!
+//! Grouped-query attention: keys and values have `n_kv_heads` heads (a divisor of `n_heads`);
+//! query head `h` reads key/value head `h / (n_heads / n_kv_heads)` by index (see
+//! [`AttentionDims`]); nothing is repeated in memory.
+//!
 //! Parallelism and determinism: the forward pass runs one task per (batch, head, query tile); the
-//! backward pass one task per (batch, head), which iterates key tiles and, inside, query tiles in
-//! a fixed order, so `dQ`, `dK` and `dV` are accumulated in the same order for any thread count.
+//! backward pass one task per (batch, key/value head), which iterates the query heads of its
+//! group in order and, for each, key tiles and, inside, query tiles in a fixed order, so `dQ`,
+//! `dK` and `dV` are accumulated in the same order for any thread count.
 
 use pulp::Simd;
 use rayon::prelude::*;
 
+pub use crate::attention_dims::{AttentionDims, AttentionLayout};
 use crate::philox::DropoutMask;
 use crate::simd::{arch, exp_f32s, simd_op};
 use crate::strided::{gemm_into, gemm_into_shared, MatRef, SharedMut};
@@ -40,38 +46,6 @@ pub const BLOCK_K: usize = 64;
 /// Keys per tile in the forward pass: larger tiles mean fewer online-softmax rescalings, and a
 /// `BLOCK_Q × FORWARD_BLOCK_K` score tile (64 KiB) still fits in L2.
 pub const FORWARD_BLOCK_K: usize = 256;
-
-/// Sizes of one attention call. Layout `[batch, n_heads, seq, d_head]`, contiguous.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AttentionDims {
-    /// Batch size.
-    pub batch: usize,
-    /// Number of heads (keys and values have as many heads as queries).
-    pub n_heads: usize,
-    /// Query sequence length.
-    pub seq_q: usize,
-    /// Key/value sequence length.
-    pub seq_k: usize,
-    /// Head dimension.
-    pub d_head: usize,
-}
-
-impl AttentionDims {
-    fn pairs(&self) -> usize {
-        self.batch * self.n_heads
-    }
-
-    /// Number of keys query `i` may attend under the mask.
-    fn allowed(&self, i: usize, causal: bool) -> usize {
-        if !causal {
-            return self.seq_k;
-        }
-        // j <= i + seq_k − seq_q  ⇔  j < i + 1 + seq_k − seq_q.
-        (i + 1 + self.seq_k)
-            .saturating_sub(self.seq_q)
-            .min(self.seq_k)
-    }
-}
 
 /// `v[..] *= alpha`.
 #[inline(always)]
@@ -132,33 +106,6 @@ fn ds_row<S: Simd>(s: S, p: &[f32], ds: &mut [f32], delta: f32) {
     }
     for (d, &pp) in dt.iter_mut().zip(pt) {
         *d = pp * (*d - delta);
-    }
-}
-
-/// Memory layout of `q`, `k`, `v`, `out` and their gradients. `lse` is always
-/// `[batch, n_heads, seq_q]`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AttentionLayout {
-    /// `[batch, n_heads, seq, d_head]`: each head's rows are contiguous.
-    #[default]
-    BatchHeadSeq,
-    /// `[batch, seq, n_heads, d_head]`: the layout of a `[batch, seq, d_model]` projection after
-    /// a free reshape, so attention needs no transposition before or after.
-    BatchSeqHead,
-}
-
-impl AttentionLayout {
-    /// Offset of row 0 of pair `pair = b·n_heads + h` in a tensor with `seq` rows per head, and
-    /// the distance between consecutive rows of that head.
-    fn head_rows(self, dims: &AttentionDims, pair: usize, seq: usize) -> (usize, usize) {
-        let d = dims.d_head;
-        match self {
-            AttentionLayout::BatchHeadSeq => (pair * seq * d, d),
-            AttentionLayout::BatchSeqHead => {
-                let (b, h) = (pair / dims.n_heads, pair % dims.n_heads);
-                ((b * seq * dims.n_heads + h) * d, dims.n_heads * d)
-            }
-        }
     }
 }
 
@@ -224,8 +171,9 @@ fn forward_tile<S: Simd>(
 ) {
     let d = dims.d_head;
     let br = lse.len();
-    let (qb, qrs) = layout.head_rows(&dims, pair, dims.seq_q);
-    let (kb, krs) = layout.head_rows(&dims, pair, dims.seq_k);
+    let (qb, qrs) = layout.head_rows(d, dims.n_heads, pair, dims.seq_q);
+    let kv_pair = dims.kv_pair_of(pair);
+    let (kb, krs) = layout.head_rows(d, dims.n_kv_heads, kv_pair, dims.seq_k);
     // The score tile is overwritten by its product before any read: no need to clear it.
     if scratch.sc.len() < br * FORWARD_BLOCK_K {
         scratch.sc.resize(br * FORWARD_BLOCK_K, 0.0);
@@ -305,11 +253,21 @@ fn check(name: &str, what: &str, got: usize, want: usize) {
     );
 }
 
+fn check_groups(name: &str, dims: &AttentionDims) {
+    assert!(
+        dims.n_kv_heads >= 1 && dims.n_heads % dims.n_kv_heads == 0,
+        "{name}: n_kv_heads {} must be >= 1 and divide n_heads {}",
+        dims.n_kv_heads,
+        dims.n_heads
+    );
+}
+
 /// FlashAttention-2 forward in the `[batch, n_heads, seq, d_head]` layout; see
 /// [`flash_attention_forward_with_layout`].
 ///
 /// # Panics
-/// When a slice length disagrees with `dims` (callers validate shapes first).
+/// When a slice length disagrees with `dims` or `n_kv_heads` does not divide `n_heads`
+/// (callers validate shapes first).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_forward(
     q: &[f32],
@@ -341,7 +299,8 @@ pub fn flash_attention_forward(
 /// `lse`: `[batch, n_heads, seq_q]`.
 ///
 /// # Panics
-/// When a slice length disagrees with `dims` (callers validate shapes first).
+/// When a slice length disagrees with `dims` or `n_kv_heads` does not divide `n_heads`
+/// (callers validate shapes first).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_forward_with_layout(
     q: &[f32],
@@ -364,7 +323,8 @@ pub fn flash_attention_forward_with_layout(
 /// [`flash_attention_forward_with_layout`] (no random words are generated).
 ///
 /// # Panics
-/// When a slice length disagrees with `dims` (callers validate shapes first).
+/// When a slice length disagrees with `dims` or `n_kv_heads` does not divide `n_heads`
+/// (callers validate shapes first).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_forward_with_dropout(
     q: &[f32],
@@ -379,11 +339,12 @@ pub fn flash_attention_forward_with_dropout(
     lse: &mut [f32],
 ) {
     let dropout = dropout.filter(|m| !m.is_identity()).copied();
-    let (p, d) = (dims.pairs(), dims.d_head);
+    let (p, kvp, d) = (dims.pairs(), dims.kv_pairs(), dims.d_head);
     let name = "flash_attention_forward";
+    check_groups(name, &dims);
     check(name, "q", q.len(), p * dims.seq_q * d);
-    check(name, "k", k.len(), p * dims.seq_k * d);
-    check(name, "v", v.len(), p * dims.seq_k * d);
+    check(name, "k", k.len(), kvp * dims.seq_k * d);
+    check(name, "v", v.len(), kvp * dims.seq_k * d);
     check(name, "out", out.len(), p * dims.seq_q * d);
     check(name, "lse", lse.len(), p * dims.seq_q);
     if p == 0 || dims.seq_q == 0 {
@@ -425,10 +386,42 @@ pub fn flash_attention_forward_with_dropout(
     }
 }
 
-/// Backward for one (batch·head): Algorithm 2, with the pair's rows of `dQ`, `dK`, `dV` owned
-/// by the task. Key tiles are the outer loop, query tiles the inner one, in a fixed order. The
+/// Backward for one (batch, key/value head): Algorithm 2 for each query head of its group in
+/// order (grouped-query attention sums `dK`, `dV` over them in that fixed order), with the
+/// rows of `dK`, `dV` of the key/value pair and `dQ` of its query heads owned by the task. Key tiles are the outer loop, query tiles the inner one, in a fixed order. The
 /// tile products (`QKᵀ`, `PᵀdO`, `dO·Vᵀ`, `dS·K`, `dSᵀQ`) run on `gemm`'s micro-kernels through
 /// strided views; the element-wise parts (exp, `dS = P ⊙ (dP − D)`) use the SIMD helpers.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn backward_kv_pair<S: Simd>(
+    s: S,
+    dims: AttentionDims,
+    layout: AttentionLayout,
+    kv_pair: usize,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &[f32],
+    lse: &[f32],
+    dout: &[f32],
+    scale: f32,
+    causal: bool,
+    dropout: Option<DropoutMask>,
+    grads: [SharedMut; 3],
+) {
+    let g = dims.group();
+    let (b, kvh) = (kv_pair / dims.n_kv_heads, kv_pair % dims.n_kv_heads);
+    for j in 0..g {
+        let pair = b * dims.n_heads + kvh * g + j;
+        let lse = &lse[pair * dims.seq_q..(pair + 1) * dims.seq_q];
+        backward_pair(
+            s, dims, layout, pair, kv_pair, q, k, v, out, lse, dout, scale, causal, dropout, grads,
+        );
+    }
+}
+
+/// [`backward_kv_pair`] for query pair `pair` (reading key/value pair `kv_pair`); `lse` is the
+/// pair's `seq_q` logsumexps.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn backward_pair<S: Simd>(
@@ -436,6 +429,7 @@ fn backward_pair<S: Simd>(
     dims: AttentionDims,
     layout: AttentionLayout,
     pair: usize,
+    kv_pair: usize,
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -449,8 +443,8 @@ fn backward_pair<S: Simd>(
 ) {
     let [dq, dk, dv] = grads;
     let (d, sq, sk) = (dims.d_head, dims.seq_q, dims.seq_k);
-    let (qb, qrs) = layout.head_rows(&dims, pair, sq);
-    let (kb, krs) = layout.head_rows(&dims, pair, sk);
+    let (qb, qrs) = layout.head_rows(d, dims.n_heads, pair, sq);
+    let (kb, krs) = layout.head_rows(d, dims.n_kv_heads, kv_pair, sk);
     // D_i = rowsum(dO ⊙ O) (Algorithm 2, line 4).
     let delta: Vec<f32> = (0..sq)
         .map(|i| {
@@ -533,10 +527,11 @@ fn backward_pair<S: Simd>(
                     MatRef::rows(pz_tile, 0, bq, bk, bk)
                 }
             };
-            // SAFETY (all three accumulations below): the rows of this pair in dQ, dK and dV
-            // belong to this task alone (one task per pair; different pairs are different heads
-            // or batch entries, whose rows never overlap), and the gradient buffers are
-            // distinct from every input.
+            // SAFETY (all three accumulations below): the rows of this query pair in dQ and of
+            // its key/value pair in dK and dV belong to this task alone (one task per key/value
+            // pair, which alone handles the query heads of its group; different pairs are
+            // different heads or batch entries, whose rows never overlap), and the gradient
+            // buffers are distinct from every input.
             // dV_j += (P ⊙ Z)ᵀ · dO_i
             unsafe { gemm_into_shared(dv, kb + k0 * krs, krs, true, p_view.t(), do_tile) };
             // dS = P ⊙ (dP − D_i), pre-multiplied by the softmax scale.
@@ -559,18 +554,19 @@ fn backward_pair<S: Simd>(
 }
 
 simd_op!(BackwardOp<'a> {
-    dims: AttentionDims, layout: AttentionLayout, pair: usize, q: &'a [f32], k: &'a [f32],
+    dims: AttentionDims, layout: AttentionLayout, kv_pair: usize, q: &'a [f32], k: &'a [f32],
     v: &'a [f32], out: &'a [f32], lse: &'a [f32], dout: &'a [f32], scale: f32, causal: bool,
     dropout: Option<DropoutMask>, grads: [SharedMut; 3]
-} -> () = |s| backward_pair(
-    s, dims, layout, pair, q, k, v, out, lse, dout, scale, causal, dropout, grads
+} -> () = |s| backward_kv_pair(
+    s, dims, layout, kv_pair, q, k, v, out, lse, dout, scale, causal, dropout, grads
 ));
 
 /// FlashAttention-2 backward in the `[batch, n_heads, seq, d_head]` layout; see
 /// [`flash_attention_backward_with_layout`].
 ///
 /// # Panics
-/// When a slice length disagrees with `dims` (callers validate shapes first).
+/// When a slice length disagrees with `dims` or `n_kv_heads` does not divide `n_heads`
+/// (callers validate shapes first).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_backward(
     q: &[f32],
@@ -609,7 +605,8 @@ pub fn flash_attention_backward(
 /// Algorithm 2.
 ///
 /// # Panics
-/// When a slice length disagrees with `dims` (callers validate shapes first).
+/// When a slice length disagrees with `dims` or `n_kv_heads` does not divide `n_heads`
+/// (callers validate shapes first).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_backward_with_layout(
     q: &[f32],
@@ -646,7 +643,8 @@ pub fn flash_attention_backward_with_layout(
 /// - `dQ = scale · dS K`, `dK = scale · dSᵀ Q` as without dropout.
 ///
 /// # Panics
-/// When a slice length disagrees with `dims` (callers validate shapes first).
+/// When a slice length disagrees with `dims` or `n_kv_heads` does not divide `n_heads`
+/// (callers validate shapes first).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_backward_with_dropout(
     q: &[f32],
@@ -665,18 +663,25 @@ pub fn flash_attention_backward_with_dropout(
     dv: &mut [f32],
 ) {
     let dropout = dropout.filter(|m| !m.is_identity()).copied();
-    let (p, d, sq, sk) = (dims.pairs(), dims.d_head, dims.seq_q, dims.seq_k);
+    let (p, kvp, d, sq, sk) = (
+        dims.pairs(),
+        dims.kv_pairs(),
+        dims.d_head,
+        dims.seq_q,
+        dims.seq_k,
+    );
     let name = "flash_attention_backward";
+    check_groups(name, &dims);
     for (what, got, want) in [
         ("q", q.len(), p * sq * d),
-        ("k", k.len(), p * sk * d),
-        ("v", v.len(), p * sk * d),
+        ("k", k.len(), kvp * sk * d),
+        ("v", v.len(), kvp * sk * d),
         ("out", out.len(), p * sq * d),
         ("lse", lse.len(), p * sq),
         ("dout", dout.len(), p * sq * d),
         ("dq", dq.len(), p * sq * d),
-        ("dk", dk.len(), p * sk * d),
-        ("dv", dv.len(), p * sk * d),
+        ("dk", dk.len(), kvp * sk * d),
+        ("dv", dv.len(), kvp * sk * d),
     ] {
         check(name, what, got, want);
     }
@@ -687,16 +692,16 @@ pub fn flash_attention_backward_with_dropout(
         return;
     }
     let grads = [SharedMut::new(dq), SharedMut::new(dk), SharedMut::new(dv)];
-    let task = |pair: usize| {
+    let task = |kv_pair: usize| {
         arch().dispatch(BackwardOp {
             dims,
             layout,
-            pair,
+            kv_pair,
             q,
             k,
             v,
             out,
-            lse: &lse[pair * sq..(pair + 1) * sq],
+            lse,
             dout,
             scale,
             causal,
@@ -704,7 +709,7 @@ pub fn flash_attention_backward_with_dropout(
             grads,
         })
     };
-    crate::par::install(|| (0..p).into_par_iter().for_each(task));
+    crate::par::install(|| (0..kvp).into_par_iter().for_each(task));
 }
 
 simd_op!(MaskedSoftmaxOp<'a> {

@@ -8,6 +8,7 @@
 
 pub mod adam;
 pub mod attention;
+mod attention_dims;
 pub mod broadcast;
 pub mod dropout;
 pub mod elementwise;

@@ -260,7 +260,7 @@ proptest! {
     fn flash_attention_matches_reference(batch in 1usize..3, heads in 1usize..3, seq_q in 1usize..140,
                                          seq_k in 1usize..140, d_head in prop_oneof![Just(1usize), Just(8), Just(13), Just(32), Just(64)],
                                          causal in any::<bool>(), seed in any::<u64>()) {
-        check_case(AttentionDims { batch, n_heads: heads, seq_q, seq_k, d_head }, causal, seed);
+        check_case(AttentionDims { batch, n_heads: heads, n_kv_heads: heads, seq_q, seq_k, d_head }, causal, seed);
     }
 }
 
@@ -269,6 +269,7 @@ fn fixed_cases() {
     let mk = |seq_q, seq_k, d_head| AttentionDims {
         batch: 2,
         n_heads: 2,
+        n_kv_heads: 2,
         seq_q,
         seq_k,
         d_head,
@@ -293,6 +294,7 @@ fn gradients_match_finite_differences() {
     let d = AttentionDims {
         batch: 1,
         n_heads: 2,
+        n_kv_heads: 2,
         seq_q: 5,
         seq_k: 7,
         d_head: 3,

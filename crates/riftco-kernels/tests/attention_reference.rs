@@ -1,8 +1,13 @@
 //! FlashAttention-2 kernels against a naive f64 reference (forward output, logsumexp and all
 //! three gradients), causal and not, with sequences that are not tile multiples and with
-//! seq_q < seq_k.
+//! seq_q < seq_k, for multi-head and grouped-query attention (the reference repeats K/V heads
+//! as Hugging Face's `repeat_kv` does: query head `h` reads key/value head
+//! `h / (n_heads / n_kv_heads)`).
 
-use riftco_kernels::attention::{flash_attention_backward, flash_attention_forward, AttentionDims};
+use riftco_kernels::attention::{
+    flash_attention_backward, flash_attention_backward_with_layout, flash_attention_forward,
+    flash_attention_forward_with_layout, AttentionDims, AttentionLayout,
+};
 
 /// xorshift64* uniform values in [-1, 1).
 struct Rng(u64);
@@ -45,6 +50,7 @@ fn reference(
     let AttentionDims {
         batch,
         n_heads,
+        n_kv_heads,
         seq_q,
         seq_k,
         d_head: d,
@@ -58,7 +64,9 @@ fn reference(
         dv: vec![0.0; k.len()],
     };
     for p in 0..pairs {
-        let (qo, ko) = (p * seq_q * d, p * seq_k * d);
+        // repeat_kv: query head h of batch entry b reads key/value head h / (n_heads / n_kv).
+        let kv = (p / n_heads) * n_kv_heads + (p % n_heads) / (n_heads / n_kv_heads);
+        let (qo, ko) = (p * seq_q * d, kv * seq_k * d);
         for i in 0..seq_q {
             let vis = if causal {
                 (i + seq_k - seq_q + 1).min(seq_k)
@@ -109,7 +117,7 @@ fn max_err(a: &[f32], b: &[f64]) -> f64 {
 fn check(dims: AttentionDims, causal: bool, seed: u64) {
     let mut rng = Rng::new(seed);
     let nq = dims.batch * dims.n_heads * dims.seq_q * dims.d_head;
-    let nk = dims.batch * dims.n_heads * dims.seq_k * dims.d_head;
+    let nk = dims.batch * dims.n_kv_heads * dims.seq_k * dims.d_head;
     let (q, k, v, dout) = (
         rand_vec(nq, &mut rng),
         rand_vec(nk, &mut rng),
@@ -157,6 +165,7 @@ fn matches_f64_reference_causal_and_full() {
             let dims = AttentionDims {
                 batch: 2,
                 n_heads: 3,
+                n_kv_heads: 3,
                 seq_q,
                 seq_k,
                 d_head: 8,
@@ -171,9 +180,92 @@ fn d_head_32_at_training_size() {
     let dims = AttentionDims {
         batch: 1,
         n_heads: 2,
+        n_kv_heads: 2,
         seq_q: 256,
         seq_k: 256,
         d_head: 32,
     };
     check(dims, true, 5);
+}
+
+#[test]
+fn grouped_query_attention_matches_f64_reference() {
+    // n_heads 4 with 2 and 1 key/value heads, odd sequence lengths, seq_q < seq_k, and one case
+    // longer than a tile (several key tiles per query head in the backward).
+    for n_kv_heads in [2, 1] {
+        for (seq_q, seq_k) in [(1, 1), (7, 7), (5, 9), (67, 67), (3, 70)] {
+            for causal in [true, false] {
+                let dims = AttentionDims {
+                    batch: 2,
+                    n_heads: 4,
+                    n_kv_heads,
+                    seq_q,
+                    seq_k,
+                    d_head: 6,
+                };
+                check(dims, causal, (seq_q * 100 + seq_k + n_kv_heads) as u64);
+            }
+        }
+    }
+}
+
+/// `[batch, heads, seq, d]` → `[batch, seq, heads, d]`.
+fn to_bsh(x: &[f32], batch: usize, heads: usize, seq: usize, d: usize) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for b in 0..batch {
+        for h in 0..heads {
+            for t in 0..seq {
+                let src = ((b * heads + h) * seq + t) * d;
+                let dst = ((b * seq + t) * heads + h) * d;
+                out[dst..dst + d].copy_from_slice(&x[src..src + d]);
+            }
+        }
+    }
+    out
+}
+
+/// The `[batch, seq, heads, d_head]` layout (the one the transformer uses) maps query heads to
+/// key/value heads like the head-major layout: the same values bit for bit after transposing.
+#[test]
+fn grouped_query_attention_batch_seq_head_layout_equals_head_major() {
+    let dims = AttentionDims {
+        batch: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        seq_q: 9,
+        seq_k: 13,
+        d_head: 4,
+    };
+    let (b, h, kvh, sq, sk, d) = (2, 4, 2, 9, 13, 4);
+    let mut rng = Rng::new(77);
+    let (q, k, v, dout) = (
+        rand_vec(b * h * sq * d, &mut rng),
+        rand_vec(b * kvh * sk * d, &mut rng),
+        rand_vec(b * kvh * sk * d, &mut rng),
+        rand_vec(b * h * sq * d, &mut rng),
+    );
+    let scale = 0.5;
+    let run = |layout, q: &[f32], k: &[f32], v: &[f32], dout: &[f32]| {
+        let mut out = vec![0.0; q.len()];
+        let mut lse = vec![0.0; b * h * sq];
+        flash_attention_forward_with_layout(q, k, v, dims, layout, scale, true, &mut out, &mut lse);
+        let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; k.len()]);
+        flash_attention_backward_with_layout(
+            q, k, v, &out, &lse, dout, dims, layout, scale, true, &mut dq, &mut dk, &mut dv,
+        );
+        (out, lse, dq, dk, dv)
+    };
+    let hs = run(AttentionLayout::BatchHeadSeq, &q, &k, &v, &dout);
+    let sh = run(
+        AttentionLayout::BatchSeqHead,
+        &to_bsh(&q, b, h, sq, d),
+        &to_bsh(&k, b, kvh, sk, d),
+        &to_bsh(&v, b, kvh, sk, d),
+        &to_bsh(&dout, b, h, sq, d),
+    );
+    assert_eq!(to_bsh(&hs.0, b, h, sq, d), sh.0);
+    assert_eq!(hs.1, sh.1);
+    assert_eq!(to_bsh(&hs.2, b, h, sq, d), sh.2);
+    assert_eq!(to_bsh(&hs.3, b, kvh, sk, d), sh.3);
+    assert_eq!(to_bsh(&hs.4, b, kvh, sk, d), sh.4);
 }

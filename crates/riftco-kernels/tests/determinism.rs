@@ -56,6 +56,7 @@ fn determinism_child() {
     let dims = riftco_kernels::attention::AttentionDims {
         batch: 2,
         n_heads: 4,
+        n_kv_heads: 4,
         seq_q: 100,
         seq_k: 100,
         d_head: 32,

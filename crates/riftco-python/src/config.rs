@@ -29,6 +29,13 @@ use crate::errors::transformer_err;
 ///     residual_dropout: dropout probability on the outputs of ``o_proj`` and ``down_proj``
 ///         before the residual adds, in ``[0, 1)`` (saved in the ``"riftco"`` key of
 ///         ``config.json``: ``LlamaConfig`` has no such field).
+///     n_kv_heads: key/value heads of grouped-query attention (Ainslie et al. 2023; Hugging
+///         Face's ``num_key_value_heads``): an int, at least 1, dividing ``n_heads``; query head
+///         ``h`` reads key/value head ``h // (n_heads // n_kv_heads)``. ``k_proj`` and
+///         ``v_proj`` are ``[n_kv_heads * d_head, d_model]``. Default (``None``): ``n_heads``.
+///     tie_word_embeddings: whether the LM head reads the token embedding matrix (one
+///         parameter ``model.embed_tokens.weight``, no ``lm_head.weight``; its gradient sums
+///         both uses); a bool. Default (``None``): False.
 ///
 /// Dropout is active only in the training forwards of ``loss`` / ``logits`` while the model is
 /// training (``model.train()``, the default); after ``model.eval()``, and in decoding, nothing
@@ -36,7 +43,8 @@ use crate::errors::transformer_err;
 ///
 /// Raises:
 ///     ConfigError: naming the first invalid field and its value (a dropout probability that is
-///         not a number, is a bool, or lies outside ``[0, 1)``, NaN and infinities included).
+///         not a number, is a bool, or lies outside ``[0, 1)``, NaN and infinities included;
+///         an ``n_kv_heads`` that is a bool, not an int, 0 or does not divide ``n_heads``).
 ///
 /// Example:
 ///     >>> import riftco
@@ -52,6 +60,46 @@ fn size(field: &'static str, v: i64) -> PyResult<usize> {
             field,
             value: v.to_string(),
             reason: "must be positive".into(),
+        })
+    })
+}
+
+/// The `n_kv_heads` argument: `None` is `n_heads`; otherwise a Python int (not a bool).
+///
+/// # Errors
+/// `ConfigError` naming `n_kv_heads` and the value for a bool, a non-int or a negative int
+/// (0 and non-divisors are reported by the config's validation).
+fn kv_heads(v: Option<Bound<'_, PyAny>>, n_heads: usize) -> PyResult<usize> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(n_heads);
+    };
+    let repr = || v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
+    let err = |reason: &str| {
+        transformer_err(TransformerError::Config {
+            field: "n_kv_heads",
+            value: repr(),
+            reason: reason.into(),
+        })
+    };
+    if v.is_instance_of::<PyBool>() {
+        return Err(err("expected an int dividing n_heads, not a bool"));
+    }
+    let n: i64 = v
+        .extract()
+        .map_err(|_| err("expected an int dividing n_heads"))?;
+    usize::try_from(n).map_err(|_| err("must be at least 1 and divide n_heads"))
+}
+
+/// The `tie_word_embeddings` argument: a Python bool.
+///
+/// # Errors
+/// `ConfigError` naming `tie_word_embeddings` and the value for anything else (`1`, `"yes"`).
+fn tie_flag(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    v.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+        transformer_err(TransformerError::Config {
+            field: "tie_word_embeddings",
+            value: v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string()),
+            reason: "expected a bool".into(),
         })
     })
 }
@@ -185,7 +233,8 @@ impl PyTransformerConfig {
     #[pyo3(signature = (vocab_size, d_model, n_heads, n_layers, d_ff, max_seq_len,
                         rms_norm_eps = 1e-5, rope_theta = 10000.0, seed = 0,
                         attention_dropout = None, residual_dropout = None, rope_scaling = None,
-                        bos_token_id = None, eos_token_ids = None))]
+                        bos_token_id = None, eos_token_ids = None, n_kv_heads = None,
+                        tie_word_embeddings = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         vocab_size: i64,
@@ -202,13 +251,16 @@ impl PyTransformerConfig {
         rope_scaling: Option<Bound<'_, PyDict>>,
         bos_token_id: Option<Bound<'_, PyAny>>,
         eos_token_ids: Option<Bound<'_, PyAny>>,
+        n_kv_heads: Option<Bound<'_, PyAny>>,
+        tie_word_embeddings: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         // `None` is the default (0); an explicit None is accepted as "no dropout" like omission.
         let p = |field, v: Option<Bound<'_, PyAny>>| v.map_or(Ok(0.0), |v| probability(field, &v));
+        let n_heads = size("n_heads", n_heads)?;
         let c = TransformerConfig {
             vocab_size: size("vocab_size", vocab_size)?,
             d_model: size("d_model", d_model)?,
-            n_heads: size("n_heads", n_heads)?,
+            n_heads,
             n_layers: size("n_layers", n_layers)?,
             d_ff: size("d_ff", d_ff)?,
             max_seq_len: size("max_seq_len", max_seq_len)?,
@@ -233,6 +285,8 @@ impl PyTransformerConfig {
                     .map(|x| token_id_arg("eos_token_ids", &x?))
                     .collect::<PyResult<Vec<u32>>>()?,
             },
+            n_kv_heads: kv_heads(n_kv_heads, n_heads)?,
+            tie_word_embeddings: tie_word_embeddings.map_or(Ok(false), |v| tie_flag(&v))?,
         };
         c.validate().map_err(transformer_err)?;
         Ok(Self(c))
@@ -329,14 +383,25 @@ impl PyTransformerConfig {
     fn d_head(&self) -> usize {
         self.0.d_head()
     }
+    /// Key/value heads (grouped-query attention; ``n_heads`` for multi-head attention).
+    #[getter]
+    fn n_kv_heads(&self) -> usize {
+        self.0.n_kv_heads
+    }
+    /// Whether the LM head reads the token embedding matrix.
+    #[getter]
+    fn tie_word_embeddings(&self) -> bool {
+        self.0.tie_word_embeddings
+    }
 
     /// The constructor arguments as a dict (JSON-serialisable).
     ///
     /// Returns:
     ///     dict[str, int | float]: keys ``vocab_size``, ``d_model``, ``n_heads``, ``n_layers``,
     ///     ``d_ff``, ``max_seq_len``, ``rms_norm_eps``, ``rope_theta``, ``seed``,
-    ///     ``attention_dropout``, ``residual_dropout``; and ``rope_scaling`` (dict),
-    ///     ``bos_token_id``, ``eos_token_ids`` (list) when they are not the defaults.
+    ///     ``attention_dropout``, ``residual_dropout``, ``n_kv_heads``,
+    ///     ``tie_word_embeddings``; and ``rope_scaling`` (dict), ``bos_token_id``,
+    ///     ``eos_token_ids`` (list) when they are not the defaults.
     fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
         let c = &self.0;
         let d = PyDict::new(py);
@@ -363,6 +428,8 @@ impl PyTransformerConfig {
         if !c.eos_token_ids.is_empty() {
             d.set_item("eos_token_ids", c.eos_token_ids.clone())?;
         }
+        d.set_item("n_kv_heads", c.n_kv_heads)?;
+        d.set_item("tie_word_embeddings", c.tie_word_embeddings)?;
         Ok(d.unbind())
     }
 
@@ -371,7 +438,8 @@ impl PyTransformerConfig {
         format!(
             "TransformerConfig(vocab_size={}, d_model={}, n_heads={}, n_layers={}, d_ff={}, \
              max_seq_len={}, rms_norm_eps={:?}, rope_theta={:?}, seed={}, \
-             attention_dropout={:?}, residual_dropout={:?})",
+             attention_dropout={:?}, residual_dropout={:?}, n_kv_heads={}, \
+             tie_word_embeddings={})",
             c.vocab_size,
             c.d_model,
             c.n_heads,
@@ -382,7 +450,13 @@ impl PyTransformerConfig {
             c.rope_theta,
             c.seed,
             f32_as_python_float(c.attention_dropout),
-            f32_as_python_float(c.residual_dropout)
+            f32_as_python_float(c.residual_dropout),
+            c.n_kv_heads,
+            if c.tie_word_embeddings {
+                "True"
+            } else {
+                "False"
+            }
         )
     }
 

@@ -29,9 +29,9 @@ pub struct Layer {
     pub attn_norm: Variable,
     /// `self_attn.q_proj.weight [d_model, d_model]`
     pub q: Linear,
-    /// `self_attn.k_proj.weight`
+    /// `self_attn.k_proj.weight [n_kv_heads · d_head, d_model]`
     pub k: Linear,
-    /// `self_attn.v_proj.weight`
+    /// `self_attn.v_proj.weight [n_kv_heads · d_head, d_model]`
     pub v: Linear,
     /// `self_attn.o_proj.weight`
     pub o: Linear,
@@ -180,8 +180,10 @@ pub struct BlockContext {
     pub batch: usize,
     /// Sequence length.
     pub seq: usize,
-    /// Attention heads.
+    /// Attention (query) heads.
     pub n_heads: usize,
+    /// Key/value heads (grouped-query attention; `n_heads` for multi-head attention).
+    pub n_kv_heads: usize,
     /// Head width.
     pub d_head: usize,
     /// RMSNorm epsilon.
@@ -196,8 +198,10 @@ pub struct BlockContext {
     pub dropout: Option<crate::dropout::BlockDropout>,
 }
 
-/// The keys and values of one block for incremental decoding: `[max_seq_len, n_heads, d_head]`
-/// each (batch 1), accounted as activations on the device of the model.
+/// The keys and values of one block for incremental decoding: `[max_seq_len, n_kv_heads,
+/// d_head]` each (batch 1; grouped-query attention stores only the `n_kv_heads` key/value
+/// heads, `n_heads / n_kv_heads` times less than multi-head attention), accounted as
+/// activations on the device of the model.
 #[derive(Debug)]
 pub struct LayerKvCache {
     /// Keys after RoPE, position-major.
@@ -207,18 +211,18 @@ pub struct LayerKvCache {
 }
 
 impl LayerKvCache {
-    /// A zeroed cache of `max_seq_len` positions of `n_heads · d_head` elements on `device`.
+    /// A zeroed cache of `max_seq_len` positions of `n_kv_heads · d_head` elements on `device`.
     ///
     /// # Errors
     /// `ShapeOverflow` / `OutOfMemory` when it cannot be allocated.
     pub fn new(
         max_seq_len: usize,
-        n_heads: usize,
+        n_kv_heads: usize,
         d_head: usize,
         device: riftco_tensor::Device,
     ) -> Result<Self> {
         let op = "decode K/V cache";
-        let shape = Shape::try_new(op, [max_seq_len, n_heads, d_head])?;
+        let shape = Shape::try_new(op, [max_seq_len, n_kv_heads, d_head])?;
         let be = riftco_tensor::backend::for_device(device)?;
         let zeros = || -> Result<Tensor> {
             let buffer = be.alloc(op, shape.numel(), Some(0.0))?;
@@ -235,7 +239,7 @@ impl LayerKvCache {
         })
     }
 
-    /// Writes `k, v [1, t, heads, d_head]` at positions `pos..pos + t` and returns the cached
+    /// Writes `k, v [1, t, kv_heads, d_head]` at positions `pos..pos + t` and returns the cached
     /// keys and values of positions `0..pos + t` as `[1, pos + t, heads, d_head]` constants.
     fn append(&self, k: &Variable, v: &Variable, pos: usize) -> Result<(Variable, Variable)> {
         let op = "decode K/V cache";
@@ -277,6 +281,7 @@ impl BlockContext {
             batch,
             seq,
             n_heads: config.n_heads,
+            n_kv_heads: config.n_kv_heads,
             d_head: config.d_head(),
             eps: config.rms_norm_eps,
             rope: rope.clone(),
@@ -343,6 +348,7 @@ fn block_forward_impl(
     cache: Option<(&LayerKvCache, usize)>,
 ) -> Result<Variable> {
     let (b, t, h, dh) = (ctx.batch, ctx.seq, ctx.n_heads, ctx.d_head);
+    let kvh = ctx.n_kv_heads;
     let d_model = h * dh;
     let start_pos = cache.map_or(0, |(_, pos)| pos);
     // Dropout masks of this training forward: a pure function of (key, [site, layer]), so a
@@ -361,10 +367,12 @@ fn block_forward_impl(
     let n1 = named("attn_norm", &[x], || {
         ops::rms_norm(x, &layer.attn_norm, ctx.eps)
     })?;
-    // Projections reshaped to [batch, seq, heads, d_head] (free), RoPE on q and k.
+    // Projections reshaped to [batch, seq, heads, d_head] (free; k and v have n_kv_heads
+    // heads), RoPE on q and k.
     let heads = |lin: &Linear, name: &str, site, rope: Option<&str>| -> Result<Variable> {
         let y = lin.forward_with_lora_dropout(Some(name), &n1, lora_mask(site))?;
-        let y = ops::reshape(&y, [b, t, h, dh])?;
+        let n = if name == "q" { h } else { kvh };
+        let y = ops::reshape(&y, [b, t, n, dh])?;
         Ok(match rope {
             Some(rope_name) => named(rope_name, &[&y], || ops::rope(&y, &ctx.rope, start_pos))?,
             None => y,
@@ -379,7 +387,8 @@ fn block_forward_impl(
         Some((cache, pos)) => cache.append(&k, &v, pos)?,
         None => (k, v),
     };
-    // [batch, seq, heads, d_head] in and out: flash attention reads this layout directly.
+    // [batch, seq, heads, d_head] in and out (k, v with n_kv_heads heads, read by index for
+    // grouped-query attention): flash attention reads this layout directly.
     let attn_mask = drop.and_then(|d| mask(DropoutSite::AttentionProbabilities, d.attention));
     let attn = named("attention", &[&q, &k, &v], || {
         ops::causal_attention_with_dropout(

@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 ///
 /// Persisted as JSON beside the model state. The activation-checkpointing policy is deliberately
 /// not part of it: it changes how a training graph retains activations, not
-/// the architecture.
+/// the architecture. JSON without `n_kv_heads` (configs saved before grouped-query attention)
+/// reads as `n_kv_heads = n_heads`; without `tie_word_embeddings` as untied.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct TransformerConfig {
     /// Vocabulary size (byte-level: 256).
     pub vocab_size: usize,
@@ -62,6 +64,58 @@ pub struct TransformerConfig {
     /// below `vocab_size`; generation stops at the first one sampled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub eos_token_ids: Vec<u32>,
+    /// Key/value heads of grouped-query attention (Ainslie et al. 2023, "GQA"; Hugging Face's
+    /// `num_key_value_heads`): at least 1 and a divisor of `n_heads`; query head `h` reads
+    /// key/value head `h / (n_heads / n_kv_heads)`. `k_proj` and `v_proj` are
+    /// `[n_kv_heads · d_head, d_model]` and the decode K/V cache holds `n_kv_heads` heads.
+    /// Default `n_heads` (multi-head attention); code that changes `n_heads` of an existing
+    /// config sets this field too (validation refuses a value that no longer divides it).
+    #[serde(default, deserialize_with = "n_kv_heads_from_json")]
+    pub n_kv_heads: usize,
+    /// Whether the LM head reads the token embedding matrix (Press & Wolf 2017, "Using the
+    /// Output Embedding to Improve Language Models"; Hugging Face's `tie_word_embeddings`):
+    /// one parameter `model.embed_tokens.weight [vocab_size, d_model]`, whose gradient is the
+    /// sum of both uses; no `lm_head.weight`. Default false.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+}
+
+impl Serialize for TransformerConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        TransformerConfig::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for TransformerConfig {
+    /// The derived fields, with `n_kv_heads` defaulting to `n_heads` when absent (a default
+    /// serde's attributes cannot express: it depends on another field).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let mut v = serde_json::Value::deserialize(d)?;
+        if let Some(map) = v.as_object_mut() {
+            if !map.contains_key("n_kv_heads") {
+                if let Some(h) = map.get("n_heads").cloned() {
+                    map.insert("n_kv_heads".into(), h);
+                }
+            }
+        }
+        TransformerConfig::deserialize(v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `n_kv_heads` from a JSON non-negative integer; another type (a bool, a float, a string) is an
+/// error naming the field and the value (serde's own message names neither). Whether it
+/// divides `n_heads` is checked by [`TransformerConfig::validate`].
+fn n_kv_heads_from_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<usize, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    v.as_u64()
+        .and_then(|x| usize::try_from(x).ok())
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "n_kv_heads = {v}: expected a positive integer dividing n_heads"
+            ))
+        })
 }
 
 fn is_default_rope(r: &RopeScaling) -> bool {
@@ -159,9 +213,10 @@ pub const MAX_N_LAYERS: usize = 1 << 14;
 /// The memory a model of a config needs, in bytes (f32, 4 bytes per element).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryFootprint {
-    /// Every parameter: embedding and LM head `2·vocab·d_model`, per layer four attention
-    /// projections `4·d_model²`, the SwiGLU MLP `3·d_model·d_ff` and two RMSNorm weights, plus
-    /// the final norm.
+    /// Every parameter: embedding and LM head `2·vocab·d_model` (`vocab·d_model` when tied),
+    /// per layer the attention projections `2·d_model² + 2·d_model·d_kv` (q, o and the
+    /// `d_kv = n_kv_heads·d_head` wide k, v), the SwiGLU MLP `3·d_model·d_ff` and two RMSNorm
+    /// weights, plus the final norm.
     pub parameter_bytes: u128,
     /// One gradient per parameter (training).
     pub gradient_bytes: u128,
@@ -169,7 +224,8 @@ pub struct MemoryFootprint {
     pub optimizer_state_bytes: u128,
     /// The RoPE cos/sin tables, `2 · max_seq_len · d_head/2` elements.
     pub rope_table_bytes: u128,
-    /// A decode session's K/V cache, `2 · n_layers · max_seq_len · d_model` elements.
+    /// A decode session's K/V cache, `2 · n_layers · max_seq_len · n_kv_heads · d_head`
+    /// elements (`n_heads / n_kv_heads` times smaller than multi-head attention's).
     pub kv_cache_bytes: u128,
 }
 
@@ -207,6 +263,9 @@ fn footprint_terms(c: &TransformerConfig) -> [Term; 6] {
             .try_fold(coefficient * 4, |acc, &f| acc.checked_mul(f as u128))
     };
     let (v, d, l, ff, t) = (c.vocab_size, c.d_model, c.n_layers, c.d_ff, c.max_seq_len);
+    let kv = c.d_kv();
+    let embeddings = if c.tie_word_embeddings { 1 } else { 2 };
+    let attention = product(2, &[l, d, d]).and_then(|qo| qo.checked_add(product(2, &[l, d, kv])?));
     let norms = (l as u128)
         .checked_mul(2)
         .and_then(|n| n.checked_add(1))
@@ -214,15 +273,16 @@ fn footprint_terms(c: &TransformerConfig) -> [Term; 6] {
         .and_then(|n| n.checked_mul(4));
     [
         Term {
-            what: "token embedding and LM head (2 · vocab_size · d_model)",
+            what: "token embedding and LM head (2 · vocab_size · d_model, half when tied)",
             kind: TermKind::Parameters,
-            bytes: product(2, &[v, d]),
+            bytes: product(embeddings, &[v, d]),
             factors: vec![("vocab_size", v), ("d_model", d)],
         },
         Term {
-            what: "attention projections (4 · n_layers · d_model²)",
+            what:
+                "attention projections (2 · n_layers · d_model · (d_model + n_kv_heads · d_head))",
             kind: TermKind::Parameters,
-            bytes: product(4, &[l, d, d]),
+            bytes: attention,
             factors: vec![("n_layers", l), ("d_model", d)],
         },
         Term {
@@ -244,9 +304,9 @@ fn footprint_terms(c: &TransformerConfig) -> [Term; 6] {
             factors: vec![("max_seq_len", t), ("d_model", d)],
         },
         Term {
-            what: "decode K/V cache (2 · n_layers · max_seq_len · d_model)",
+            what: "decode K/V cache (2 · n_layers · max_seq_len · n_kv_heads · d_head)",
             kind: TermKind::KvCache,
-            bytes: product(2, &[l, t, d]),
+            bytes: product(2, &[l, t, kv]),
             factors: vec![("n_layers", l), ("max_seq_len", t), ("d_model", d)],
         },
     ]
@@ -261,7 +321,8 @@ fn default_theta() -> f64 {
 }
 
 impl TransformerConfig {
-    /// A config with the default `rms_norm_eps`, `rope_theta`, seed 0 and no dropout.
+    /// A config with the default `rms_norm_eps`, `rope_theta`, seed 0, no dropout, multi-head
+    /// attention (`n_kv_heads = n_heads`) and an untied LM head.
     pub fn new(
         vocab_size: usize,
         d_model: usize,
@@ -285,7 +346,21 @@ impl TransformerConfig {
             rope_scaling: RopeScaling::Default,
             bos_token_id: None,
             eos_token_ids: Vec::new(),
+            n_kv_heads: n_heads,
+            tie_word_embeddings: false,
         }
+    }
+
+    /// This config with `n_kv_heads` key/value heads (grouped-query attention).
+    pub fn with_n_kv_heads(mut self, n_kv_heads: usize) -> Self {
+        self.n_kv_heads = n_kv_heads;
+        self
+    }
+
+    /// This config with the LM head tied to the token embedding (or not).
+    pub fn with_tie_word_embeddings(mut self, tie: bool) -> Self {
+        self.tie_word_embeddings = tie;
+        self
     }
 
     /// The reference configuration of the benchmarks (vocab 256, d_model 256, 8 heads, 8 layers,
@@ -297,6 +372,11 @@ impl TransformerConfig {
     /// Head width, `d_model / n_heads`.
     pub fn d_head(&self) -> usize {
         self.d_model / self.n_heads.max(1)
+    }
+
+    /// Output width of `k_proj` and `v_proj`, `n_kv_heads · d_head`.
+    pub fn d_kv(&self) -> usize {
+        self.n_kv_heads.saturating_mul(self.d_head())
     }
 
     /// Bytes this model needs in memory (see [`MemoryFootprint`]), computed with checked
@@ -328,7 +408,8 @@ impl TransformerConfig {
     ///
     /// # Errors
     /// [`TransformerError::Config`] naming the first invalid field and its value: zero sizes,
-    /// `d_model` not divisible by `n_heads`, odd `d_head` (RoPE pairs dimensions), non-positive
+    /// `d_model` not divisible by `n_heads`, `n_kv_heads` 0 or not dividing `n_heads`, odd
+    /// `d_head` (RoPE pairs dimensions), non-positive
     /// or non-finite `rms_norm_eps` / `rope_theta`, a dropout probability outside `[0, 1)`
     /// (NaN and infinities included), invalid [`RopeScaling`] parameters, a `bos_token_id` or
     /// `eos_token_ids` entry not below `vocab_size`, `n_layers` above [`MAX_N_LAYERS`], or sizes whose [`MemoryFootprint`] exceeds
@@ -365,6 +446,17 @@ impl TransformerConfig {
                 "n_heads",
                 self.n_heads.to_string(),
                 &format!("d_model {} is not divisible by n_heads", self.d_model),
+            );
+        }
+        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+            return bad(
+                "n_kv_heads",
+                self.n_kv_heads.to_string(),
+                &format!(
+                    "must be at least 1 and divide n_heads {} (grouped-query attention: each \
+                     key/value head serves n_heads / n_kv_heads query heads)",
+                    self.n_heads
+                ),
             );
         }
         if self.d_head() % 2 != 0 {

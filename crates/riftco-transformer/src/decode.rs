@@ -49,7 +49,7 @@ impl DecodeSession {
         for _ in 0..c.n_layers {
             cache.push(LayerKvCache::new(
                 c.max_seq_len,
-                c.n_heads,
+                c.n_kv_heads,
                 c.d_head(),
                 device,
             )?);

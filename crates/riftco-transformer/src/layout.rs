@@ -23,6 +23,9 @@ pub enum Dim {
     DModel,
     /// `d_ff`.
     DFf,
+    /// `n_kv_heads · d_head`, the output width of `k_proj` and `v_proj` (grouped-query
+    /// attention; `d_model` when `n_kv_heads = n_heads`).
+    DKv,
 }
 
 impl Dim {
@@ -32,6 +35,7 @@ impl Dim {
             Self::VocabSize => config.vocab_size,
             Self::DModel => config.d_model,
             Self::DFf => config.d_ff,
+            Self::DKv => config.d_kv(),
         }
     }
 }
@@ -61,7 +65,7 @@ pub enum Role {
     AttentionProjection,
     /// A gate, up or down projection of the SwiGLU MLP (LoRA target group "mlp").
     MlpProjection,
-    /// The LM head `[vocab_size, d_model]` (untied).
+    /// The LM head `[vocab_size, d_model]` (absent when the config ties it to the embedding).
     LmHead,
 }
 
@@ -169,7 +173,7 @@ const fn row(
     }
 }
 
-use Dim::{DFf, DModel, VocabSize};
+use Dim::{DFf, DKv, DModel, VocabSize};
 use LayerParam as L;
 use ModelParam as M;
 use Role::{AttentionProjection as Attn, Embedding, LmHead, MlpProjection as Mlp, Norm};
@@ -181,8 +185,8 @@ const TABLE: [Parameter; MODEL_ROWS + LAYER_ROWS] = [
     row(Model(M::Embedding),  "model.embed_tokens.weight",                         &[VocabSize, DModel],  Embedding,  NORMAL,  None),
     row(Layer(L::AttnNorm),   "model.layers.{i}.input_layernorm.weight",           &[DModel],             Norm,       ONES,    None),
     row(Layer(L::Q),          "model.layers.{i}.self_attn.q_proj.weight",          &[DModel, DModel],     Attn,       NORMAL,  Some("q_proj")),
-    row(Layer(L::K),          "model.layers.{i}.self_attn.k_proj.weight",          &[DModel, DModel],     Attn,       NORMAL,  Some("k_proj")),
-    row(Layer(L::V),          "model.layers.{i}.self_attn.v_proj.weight",          &[DModel, DModel],     Attn,       NORMAL,  Some("v_proj")),
+    row(Layer(L::K),          "model.layers.{i}.self_attn.k_proj.weight",          &[DKv, DModel],        Attn,       NORMAL,  Some("k_proj")),
+    row(Layer(L::V),          "model.layers.{i}.self_attn.v_proj.weight",          &[DKv, DModel],        Attn,       NORMAL,  Some("v_proj")),
     row(Layer(L::O),          "model.layers.{i}.self_attn.o_proj.weight",          &[DModel, DModel],     Attn,       NORMAL,  Some("o_proj")),
     row(Layer(L::MlpNorm),    "model.layers.{i}.post_attention_layernorm.weight",  &[DModel],             Norm,       ONES,    None),
     row(Layer(L::Gate),       "model.layers.{i}.mlp.gate_proj.weight",             &[DFf, DModel],        Mlp,        NORMAL,  Some("gate_proj")),
@@ -325,6 +329,15 @@ pub fn entries(n_layers: usize) -> impl Iterator<Item = Entry> {
     model_rows(&PARAMETERS[..first_layer_row])
         .chain(layers)
         .chain(model_rows(&PARAMETERS[first_layer_row..]))
+}
+
+/// Every parameter tensor of a model of `config`, in Hugging Face state-dict order: the rows of
+/// [`entries`] for `config.n_layers` blocks, without `lm_head.weight` when
+/// `config.tie_word_embeddings` (the LM head then reads `model.embed_tokens.weight`, as in
+/// Hugging Face, whose tied state dicts hold the matrix once).
+pub fn entries_for(config: &TransformerConfig) -> impl Iterator<Item = Entry> {
+    let tied = config.tie_word_embeddings;
+    entries(config.n_layers).filter(move |e| !(tied && e.place == Place::Model(ModelParam::LmHead)))
 }
 
 /// The PEFT `target_modules` names of a role's projections, in table order (empty for roles LoRA

@@ -27,7 +27,9 @@ pub struct Weights {
     pub layers: Vec<Arc<Layer>>,
     /// `model.norm.weight [d_model]`
     pub final_norm: Variable,
-    /// `lm_head.weight [vocab, d_model]` (untied)
+    /// `lm_head.weight [vocab, d_model]`; with `config.tie_word_embeddings` this is the same
+    /// leaf as [`Weights::embed`] (one parameter, one gradient: the sum of the embedding gather's
+    /// and the LM head's VJPs), and no separate tensor exists.
     pub lm_head: Variable,
     /// RoPE table for `max_seq_len` positions.
     pub rope: Arc<RopeTable>,
@@ -35,7 +37,8 @@ pub struct Weights {
 
 impl Weights {
     /// Weights for `config` whose tensors `make` returns, called once per entry of
-    /// [`layout::entries`], in that (Hugging Face state-dict) order.
+    /// [`layout::entries_for`], in that (Hugging Face state-dict) order (so a tied config's
+    /// `make` is never asked for `lm_head.weight`).
     ///
     /// # Errors
     /// The first error of `make`; `TensorError::OutOfMemory` when the layer list cannot be
@@ -45,12 +48,17 @@ impl Weights {
         rope: Arc<RopeTable>,
         mut make: impl FnMut(Entry) -> Result<Variable>,
     ) -> Result<Self> {
-        let mut model = Vec::with_capacity(layout::MODEL_ROWS);
+        let mut model: Vec<Variable> = Vec::with_capacity(layout::MODEL_ROWS);
         let mut layers =
             riftco_tensor::alloc::try_vec_with_capacity("model layers", config.n_layers)?;
         let mut layers_built = false;
+        let tied = config.tie_word_embeddings;
         for row in layout::PARAMETERS.iter() {
             match row.slot {
+                // Filled below with the embedding's leaf.
+                Slot::Model(ModelParam::LmHead) if tied => {
+                    model.push(model[ModelParam::Embedding.index()].clone())
+                }
                 Slot::Model(_) => model.push(make(row.at(0))?),
                 // The per-block rows are contiguous: every block is built at the first of them.
                 Slot::Layer(_) if !layers_built => {
@@ -65,14 +73,24 @@ impl Weights {
         // Index `i` holds the row of the `ModelParam` with index `i` (checked at compile time in
         // `layout`).
         let value = |p: ModelParam| model[p.index()].clone();
-        Ok(Self {
+        let mut w = Self {
             config: config.clone(),
             embed: value(ModelParam::Embedding),
             layers,
             final_norm: value(ModelParam::FinalNorm),
             lm_head: value(ModelParam::LmHead),
             rope,
-        })
+        };
+        w.retie();
+        Ok(w)
+    }
+
+    /// With a tied config, points the LM head at the embedding's leaf (after the embedding
+    /// leaf was replaced).
+    fn retie(&mut self) {
+        if self.config.tie_word_embeddings {
+            self.lm_head = self.embed.clone();
+        }
     }
 
     /// The tensor of a model-level row.
@@ -111,9 +129,10 @@ impl Weights {
         }
     }
 
-    /// Every base parameter with its layout entry, in state-dict order.
+    /// Every base parameter with its layout entry, in state-dict order (a tied LM head is the
+    /// embedding and is listed once, as `model.embed_tokens.weight`).
     pub fn base_parameters(&self) -> impl Iterator<Item = (Entry, &Variable)> {
-        layout::entries(self.layers.len())
+        layout::entries_for(&self.config)
             .filter_map(move |e| self.parameter(e.place).map(|v| (e, v)))
     }
 
@@ -696,10 +715,11 @@ fn freeze(w: &Weights, frozen: bool) -> Weights {
         Variable::named_leaf(v.value().clone(), !frozen, name)
     };
     let mut out = w.clone();
-    for e in layout::entries(w.layers.len()) {
+    for e in layout::entries_for(&w.config) {
         if let Some(v) = out.parameter_mut(e.place) {
             *v = re(v);
         }
     }
+    out.retie();
     out
 }

@@ -29,10 +29,12 @@ fn each_oversized_size_is_a_config_error_naming_it() {
         ("d_model", |c| {
             c.d_model = 1 << 40;
             c.n_heads = 1;
+            c.n_kv_heads = 1;
         }),
         ("d_model", |c| {
             c.d_model = 1 << 62;
             c.n_heads = 1;
+            c.n_kv_heads = 1;
         }),
         ("d_ff", |c| c.d_ff = 1 << 40),
         ("n_layers", |c| c.n_layers = 1 << 40),
@@ -81,6 +83,7 @@ fn the_footprint_is_counted_exactly() {
     let mut huge = small();
     huge.d_model = 1 << 62;
     huge.n_heads = 1;
+    huge.n_kv_heads = 1;
     assert_eq!(
         huge.memory_footprint(),
         None,
@@ -165,6 +168,7 @@ fn a_kv_cache_that_does_not_fit_is_out_of_memory() {
     // Weights and RoPE table (d_head 2: 128 MiB) fit in 4 GB; each 4 GiB cache layer does not.
     let mut c = small();
     c.n_heads = 32;
+    c.n_kv_heads = 32;
     c.max_seq_len = 1 << 24;
     let m = DecoderOnlyTransformer::new(c, Attn::Flash, Ck::Disabled).unwrap();
     let err = m.decode_session().unwrap_err();

@@ -202,10 +202,48 @@ fn loads_with_a_plain_hugging_face_config_json() {
     let back = load(&path).unwrap();
     assert_same_params(&m, &back);
 
+    // Grouped-query attention is read: this multi-head file's k_proj is too wide for it.
     hf["num_key_value_heads"] = 2.into();
     fs::write(dir.join("config.json"), serde_json::to_vec(&hf).unwrap()).unwrap();
     let reason = state_reason(load(&path));
-    assert!(reason.contains("grouped-query"), "{reason}");
+    assert!(
+        reason.contains("k_proj.weight") && reason.contains("n_kv_heads 2"),
+        "{reason}"
+    );
+    // num_key_value_heads must divide num_attention_heads.
+    hf["num_key_value_heads"] = 3.into();
+    fs::write(dir.join("config.json"), serde_json::to_vec(&hf).unwrap()).unwrap();
+    let reason = state_reason(load(&path));
+    assert!(reason.contains("n_kv_heads = 3"), "{reason}");
+    // A tied config: this untied file's lm_head.weight differs from its embedding.
+    hf["num_key_value_heads"] = 4.into();
+    hf["tie_word_embeddings"] = true.into();
+    fs::write(dir.join("config.json"), serde_json::to_vec(&hf).unwrap()).unwrap();
+    let reason = state_reason(load(&path));
+    assert!(
+        reason.contains("lm_head.weight differs from model.embed_tokens.weight"),
+        "{reason}"
+    );
+}
+
+/// A Hugging Face folder of a tied GQA model (config.json without the "riftco" key, no
+/// lm_head.weight, no riftco metadata) loads with num_key_value_heads and tie_word_embeddings.
+#[test]
+fn loads_a_plain_hugging_face_gqa_tied_folder() {
+    let dir = tmp_dir("hf-gqa-tied");
+    let path = dir.join("model.safetensors");
+    let c = config().with_n_kv_heads(2).with_tie_word_embeddings(true);
+    let m = model(c.clone());
+    write_st(&path, &f32_entries(&m), None);
+    let mut hf = hf_config_json(&c);
+    hf.as_object_mut().unwrap().remove("riftco");
+    assert_eq!(hf["num_key_value_heads"], 2);
+    assert_eq!(hf["tie_word_embeddings"], true);
+    fs::write(dir.join("config.json"), serde_json::to_vec(&hf).unwrap()).unwrap();
+    let back = load(&path).unwrap();
+    assert_eq!(back.config().n_kv_heads, 2);
+    assert!(back.config().tie_word_embeddings);
+    assert_same_params(&m, &back);
 }
 
 #[test]

@@ -454,13 +454,18 @@ class TransformerConfig:
         rope_scaling: Any = None,
         bos_token_id: int | None = None,
         eos_token_ids: int | Sequence[int] | None = None,
+        n_kv_heads: int | None = None,
+        tie_word_embeddings: bool | None = None,
     ) -> TransformerConfig:
         """``attention_dropout`` / ``residual_dropout``: probabilities in ``[0, 1)`` (``None``
         means 0); a bool, a non-number or a value outside ``[0, 1)`` raises ``ConfigError``
         naming the field. ``rope_scaling``: ``{"rope_type": "default"}`` (``None``),
         ``{"rope_type": "linear", "factor": f}`` or ``{"rope_type": "llama3", "factor",
         "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}``; token ids
-        must be below ``vocab_size``."""
+        must be below ``vocab_size``. ``n_kv_heads``: key/value heads of grouped-query
+        attention, an int >= 1 dividing ``n_heads`` (``None`` means ``n_heads``);
+        ``tie_word_embeddings``: a bool, the LM head reads the embedding matrix (``None`` means
+        False)."""
     @staticmethod
     def from_dict(d: dict[str, Any]) -> TransformerConfig:
         """A config from the constructor's keyword names (e.g. ``to_dict()`` output)."""
@@ -496,6 +501,12 @@ class TransformerConfig:
     @property
     def d_head(self) -> int:
         """``d_model // n_heads``."""
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads (``n_heads`` for multi-head attention)."""
+    @property
+    def tie_word_embeddings(self) -> bool:
+        """Whether the LM head reads the token embedding matrix."""
     def to_dict(self) -> dict[str, Any]:
         """The constructor arguments as a JSON-serialisable dict."""
     def __eq__(self, value: object, /) -> bool: ...

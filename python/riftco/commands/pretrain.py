@@ -111,6 +111,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     model = p.add_argument_group("model size")
     model.add_argument("--d-model", type=int_range(1), default=128, help="embedding width")
     model.add_argument("--n-heads", type=int_range(1), default=4, help="attention heads")
+    model.add_argument(
+        "--n-kv-heads",
+        type=int_range(1),
+        default=None,
+        help="key/value heads of grouped-query attention, dividing --n-heads "
+        "(default: --n-heads, multi-head attention)",
+    )
+    model.add_argument(
+        "--tie-word-embeddings",
+        action="store_true",
+        help="the LM head reads the token embedding matrix (one parameter)",
+    )
     model.add_argument("--n-layers", type=int_range(1), default=4, help="transformer blocks")
     model.add_argument("--d-ff", type=int_range(1), default=344, help="SwiGLU hidden width")
     model.add_argument(
@@ -146,6 +158,8 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         vocab_size=riftco.data.VOCAB_SIZE,
         d_model=args.d_model,
         n_heads=args.n_heads,
+        n_kv_heads=args.n_kv_heads,
+        tie_word_embeddings=args.tie_word_embeddings,
         n_layers=args.n_layers,
         d_ff=args.d_ff,
         max_seq_len=args.max_seq_len,

@@ -33,12 +33,15 @@ pub enum AttentionKind {
 }
 
 /// `softmax(scale · Q·Kᵀ [+ causal mask]) · V` for `q [batch, heads, seq_q, d_head]` and
-/// `k, v [batch, heads, seq_k, d_head]`. With `causal`, query `i` sees keys
-/// `j <= i + (seq_k − seq_q)`.
+/// `k, v [batch, kv_heads, seq_k, d_head]`. With `causal`, query `i` sees keys
+/// `j <= i + (seq_k − seq_q)`. Grouped-query attention (Ainslie et al. 2023) when
+/// `kv_heads < heads`: query head `h` reads key/value head `h / (heads / kv_heads)` (Hugging
+/// Face's `repeat_kv`), by index; the VJP sums the gradients of K and V over the query heads of
+/// each group in a fixed order.
 ///
 /// # Errors
-/// Shape mismatch between `q`, `k`, `v`; `causal` with `seq_q > seq_k`; operands on
-/// different devices.
+/// Shape mismatch between `q`, `k`, `v`; `kv_heads` 0 or not dividing `heads`; `causal` with
+/// `seq_q > seq_k`; operands on different devices.
 pub fn flash_attention(
     q: &Variable,
     k: &Variable,
@@ -66,17 +69,16 @@ fn attention_dims(
     if qd.len() != 4
         || kd.len() != 4
         || qd[0] != kd[0]
-        || qd[h_ax] != kd[h_ax]
         || qd[3] != kd[3]
         || v.dims() != kd.as_slice()
     {
         return Err(TensorError::ShapeMismatch {
             op: match layout {
                 AttentionLayout::BatchHeadSeq => {
-                    "flash_attention (q [b,h,sq,d], k and v [b,h,sk,d])"
+                    "flash_attention (q [b,h,sq,d], k and v [b,h_kv,sk,d])"
                 }
                 AttentionLayout::BatchSeqHead => {
-                    "flash_attention (q [b,sq,h,d], k and v [b,sk,h,d])"
+                    "flash_attention (q [b,sq,h,d], k and v [b,sk,h_kv,d])"
                 }
             },
             expected: qd,
@@ -88,9 +90,21 @@ fn attention_dims(
         }
         .into());
     }
+    let (n_heads, n_kv_heads) = (qd[h_ax], kd[h_ax]);
+    if n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+        return Err(TensorError::InvalidArgument {
+            op: "flash_attention",
+            message: format!(
+                "k and v have {n_kv_heads} heads (shape {kd:?}), which must be at least 1 and \
+                 divide the {n_heads} query heads of q (shape {qd:?}) for grouped-query attention"
+            ),
+        }
+        .into());
+    }
     let dims = AttentionDims {
         batch: qd[0],
-        n_heads: qd[h_ax],
+        n_heads,
+        n_kv_heads,
         seq_q: qd[s_ax],
         seq_k: kd[s_ax],
         d_head: qd[3],
@@ -271,9 +285,15 @@ pub fn causal_attention_with_dropout(
     }
 }
 
-/// `softmax(scale · Q·Kᵀ + causal mask) · V` in `[batch, heads, seq, d_head]`, from `bmm` and
-/// `causal_softmax`, with `dropout` (if any) on the `[batch, heads, seq_q, seq_k]`
-/// probabilities.
+/// `softmax(scale · Q·Kᵀ + causal mask) · V` for `q [batch, heads, seq, d_head]` and
+/// `k, v [batch, kv_heads, seq, d_head]`, from `bmm` and `causal_softmax`, with `dropout` (if
+/// any) on the `[batch, heads, seq_q, seq_k]` probabilities.
+///
+/// Grouped-query attention without repeating K and V: the query heads of a group are
+/// consecutive (`h = g·group + j`), so `q` viewed as `[batch, kv_heads, group·seq_q, d_head]`
+/// (a free reshape) multiplies each key/value head once, and the scores viewed back as
+/// `[batch, heads, seq_q, seq_k]` are exactly those of `repeat_kv`. The VJP of that `bmm` sums
+/// `dK` and `dV` over the group's rows. With `kv_heads == heads` no reshape is recorded.
 fn materialized(
     q: &Variable,
     k: &Variable,
@@ -281,10 +301,25 @@ fn materialized(
     scale: f32,
     dropout: Option<DropoutMask>,
 ) -> Result<Variable> {
-    let scores = super::bmm(q, k, true)?;
+    let (qd, kd) = (q.dims().to_vec(), k.dims().to_vec());
+    let (b, h, sq, d, kvh, sk) = (qd[0], qd[1], qd[2], qd[3], kd[1], kd[2]);
+    let grouped = kvh != h;
+    let q = if grouped {
+        super::reshape(q, [b, kvh, (h / kvh) * sq, d])?
+    } else {
+        q.clone()
+    };
+    let mut scores = super::bmm(&q, k, true)?;
+    if grouped {
+        scores = super::reshape(&scores, [b, h, sq, sk])?;
+    }
     let mut probs = super::causal_softmax(&scores, scale, true)?;
     if let Some(mask) = dropout {
         probs = super::dropout(&probs, mask)?;
     }
-    super::bmm(&probs, v, false)
+    if !grouped {
+        return super::bmm(&probs, v, false);
+    }
+    let probs = super::reshape(&probs, [b, kvh, (h / kvh) * sq, sk])?;
+    super::reshape(&super::bmm(&probs, v, false)?, [b, h, sq, d])
 }

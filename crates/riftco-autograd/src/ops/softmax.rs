@@ -60,6 +60,7 @@ pub fn causal_softmax(scores: &Variable, scale: f32, causal: bool) -> Result<Var
     let dims = AttentionDims {
         batch: rows / sq,
         n_heads: 1,
+        n_kv_heads: 1,
         seq_q: sq,
         seq_k: sk,
         d_head: 1,

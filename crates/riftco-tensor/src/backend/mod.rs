@@ -365,6 +365,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// FlashAttention-2 forward (Dao 2023, Algorithm 1): `(out, lse [batch, heads, seq_q])`.
     /// With `dropout`, `out = (P ⊙ M / (1 − p)) V` for the mask over the index space
     /// `[batch, heads, seq_q, seq_k]` (row-major, in either layout); `lse` is without dropout.
+    /// `k` and `v` have `dims.n_kv_heads` heads (grouped-query attention: query head `h` reads
+    /// key/value head `h / (n_heads / n_kv_heads)`, by index; callers validate that
+    /// `n_kv_heads` divides `n_heads`). The backward returns `dk`, `dv` of `k`'s and `v`'s
+    /// shapes, summed over each group's query heads in a fixed order.
     ///
     /// # Errors
     /// [`TensorError::InvalidArgument`] naming `op` and `p` for a `p` not finite in `[0, 1)`.

@@ -43,7 +43,10 @@ pub const BLOCK_VALUE_NAMES: &[(&str, &str)] = &[
         "q_rope",
         "RoPE of the queries, [batch, seq, n_heads, d_head]",
     ),
-    ("k_rope", "RoPE of the keys, [batch, seq, n_heads, d_head]"),
+    (
+        "k_rope",
+        "RoPE of the keys, [batch, seq, n_kv_heads, d_head]",
+    ),
     (
         "attention",
         "the causal attention core: its output [batch, seq, n_heads, d_head] with the \

@@ -42,7 +42,7 @@ pub(super) fn hf_config_json_as(
         "hidden_size": config.d_model,
         "intermediate_size": config.d_ff,
         "num_attention_heads": config.n_heads,
-        "num_key_value_heads": config.n_heads,
+        "num_key_value_heads": config.n_kv_heads,
         "head_dim": config.d_head(),
         "num_hidden_layers": config.n_layers,
         "vocab_size": config.vocab_size,
@@ -58,7 +58,7 @@ pub(super) fn hf_config_json_as(
         "mlp_bias": false,
         "attention_dropout": json_f32(config.attention_dropout),
         "initializer_range": 0.02,
-        "tie_word_embeddings": false,
+        "tie_word_embeddings": config.tie_word_embeddings,
         "torch_dtype": dtype.hf_name(),
         "dtype": dtype.hf_name(),
         "use_cache": true,
@@ -67,8 +67,9 @@ pub(super) fn hf_config_json_as(
 }
 
 /// A [`TransformerConfig`](crate::TransformerConfig) from Hugging Face `LlamaConfig` fields (defaults as in
-/// `transformers`: `rms_norm_eps` 1e-6, `rope_theta` 10000). Rejects what riftco's model cannot
-/// represent: grouped-query attention, tied embeddings, biases, another activation.
+/// `transformers`: `rms_norm_eps` 1e-6, `rope_theta` 10000, `num_key_value_heads` =
+/// `num_attention_heads`, `tie_word_embeddings` false as in `LlamaConfig`). Rejects what riftco's
+/// model cannot represent: biases, another activation.
 ///
 /// RoPE θ and scaling are read as [`rope_from_hf`] says (`default`, `linear` and `llama3`; any
 /// other `rope_type` is refused by name). `bos_token_id` (an integer) and `eos_token_id` (an
@@ -109,22 +110,24 @@ pub(super) fn config_from_hf(
     config.eos_token_ids = token_ids(v, "eos_token_id")?.unwrap_or_default();
     config.attention_dropout = attention_dropout(v)?.unwrap_or(0.0);
     if let Some(kv) = v.get("num_key_value_heads").filter(|x| !x.is_null()) {
-        let kv = kv
+        // Whether it divides num_attention_heads is checked by TransformerConfig::validate.
+        config.n_kv_heads = kv
             .as_u64()
-            .ok_or_else(|| format!("num_key_value_heads {kv} is not an integer"))?;
-        if kv as usize != n_heads {
-            return Err(format!(
-                "num_key_value_heads {kv} != num_attention_heads {n_heads}: grouped-query \
-                 attention is not supported"
-            ));
-        }
+            .and_then(|x| usize::try_from(x).ok())
+            .ok_or_else(|| format!("num_key_value_heads {kv} is not a non-negative integer"))?;
+    } else {
+        config.n_kv_heads = n_heads;
+    }
+    if let Some(t) = v.get("tie_word_embeddings").filter(|x| !x.is_null()) {
+        config.tie_word_embeddings = t
+            .as_bool()
+            .ok_or_else(|| format!("tie_word_embeddings = {t} is not a boolean"))?;
     }
     let is = |key: &str, want: serde_json::Value| match v.get(key) {
         None | Some(serde_json::Value::Null) => true,
         Some(got) => *got == want,
     };
     for (key, want) in [
-        ("tie_word_embeddings", json!(false)),
         ("attention_bias", json!(false)),
         ("mlp_bias", json!(false)),
         ("hidden_act", json!("silu")),

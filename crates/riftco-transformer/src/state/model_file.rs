@@ -26,10 +26,11 @@ use std::path::Path;
 /// folder, as one consistent pair.
 ///
 /// The file holds every base parameter under its Hugging Face Llama name, f32, little endian,
-/// Linear weights `[out, in]`, and the metadata `{"format": "pt", "riftco_config": <config>,
+/// Linear weights `[out, in]` (a tied model writes `model.embed_tokens.weight` once and no
+/// `lm_head.weight`, as Hugging Face does), and the metadata `{"format": "pt", "riftco_config": <config>,
 /// "riftco_config_json_fnv1a64": <hash>}`. `config.json` is a `LlamaConfig` (`architectures
-/// ["LlamaForCausalLM"]`, `model_type "llama"`, `num_key_value_heads = n_heads`,
-/// `tie_word_embeddings false`, `torch_dtype "float32"`, ...) plus the key `"riftco"` holding the
+/// ["LlamaForCausalLM"]`, `model_type "llama"`, `num_key_value_heads = n_kv_heads`,
+/// `tie_word_embeddings`, `torch_dtype "float32"`, ...) plus the key `"riftco"` holding the
 /// [`TransformerConfig`](crate::TransformerConfig); the hash is [`fnv1a64_hex`] of its exact bytes.
 ///
 /// When LoRA adapters exist only the base weights are saved (unmerged, whether or not the
@@ -138,9 +139,9 @@ pub fn load_model(
     }
     let header = read_header(path)?;
     let config = resolve_config(path, &header.metadata)?;
-    let expected = expected_base_shapes(&config);
+    let expected = expected_file_shapes(&config, header.tensors.tensors().contains_key(LM_HEAD));
     check_tensors(path, &header, &expected, &config_summary(&config))?;
-    let values = read_f32_values(path, header, &expected)?;
+    let values = untie_values(path, &config, read_f32_values(path, header, &expected)?)?;
     let model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
     copy_into(path, &model.weights().named_base_parameters(), values)?;
     Ok(model)
@@ -217,18 +218,76 @@ pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<
             ));
         }
     }
-    let expected = expected_base_shapes(config);
+    let expected = expected_file_shapes(config, header.tensors.tensors().contains_key(LM_HEAD));
     check_tensors(path, &header, &expected, &config_summary(config))?;
-    let values = read_f32_values(path, header, &expected)?;
+    let values = untie_values(path, config, read_f32_values(path, header, &expected)?)?;
     copy_into(path, &model.weights().named_base_parameters(), values)
 }
 
 /// Hugging Face name and shape of every base parameter of `config`, in state-dict order (equal
-/// to [`crate::Weights::named_base_parameters`] of a model built from `config`).
+/// to [`crate::Weights::named_base_parameters`] of a model built from `config`; a tied config
+/// has no `lm_head.weight`).
 pub fn expected_base_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usize>)> {
-    layout::entries(config.n_layers)
+    layout::entries_for(config)
         .map(|e| (e.hf_name(), e.shape(config)))
         .collect()
+}
+
+pub(super) const LM_HEAD: &str = "lm_head.weight";
+const EMBEDDING: &str = "model.embed_tokens.weight";
+
+/// The tensors a file (or the shards of a folder) of `config` must hold:
+/// [`expected_base_shapes`], plus `lm_head.weight` when the config is tied and the file has one
+/// anyway (`has_lm_head`: some writers store the tied matrix twice; [`untie_values`] then
+/// requires the copies to be equal).
+pub(super) fn expected_file_shapes(
+    config: &TransformerConfig,
+    has_lm_head: bool,
+) -> Vec<(String, Vec<usize>)> {
+    let mut expected = expected_base_shapes(config);
+    if config.tie_word_embeddings && has_lm_head {
+        expected.push((LM_HEAD.into(), vec![config.vocab_size, config.d_model]));
+    }
+    expected
+}
+
+/// For a tied config, removes a stored `lm_head.weight` after checking that it equals
+/// `model.embed_tokens.weight` bit for bit.
+///
+/// # Errors
+/// [`TransformerError::State`](crate::TransformerError::State) naming both tensors and the
+/// first differing element when they differ: such a file is not a tied model.
+pub(super) fn untie_values(
+    path: &Path,
+    config: &TransformerConfig,
+    mut values: Vec<(String, Vec<f32>)>,
+) -> Result<Vec<(String, Vec<f32>)>> {
+    if !config.tie_word_embeddings {
+        return Ok(values);
+    }
+    let Some(i) = values.iter().position(|(n, _)| n == LM_HEAD) else {
+        return Ok(values);
+    };
+    let (_, head) = values.remove(i);
+    let embed = values
+        .iter()
+        .find(|(n, _)| n == EMBEDDING)
+        .map(|(_, v)| v.as_slice())
+        .unwrap_or_default();
+    if let Some(e) =
+        (0..head.len()).find(|&e| head[e].to_bits() != embed.get(e).map_or(0, |x| x.to_bits()))
+    {
+        return Err(state_err(
+            path,
+            format!(
+                "the config ties the LM head to the embedding (tie_word_embeddings = true) but \
+                 {LM_HEAD} differs from {EMBEDDING} at element {e} ({} vs {}): not a tied model",
+                head[e],
+                embed.get(e).copied().unwrap_or(f32::NAN)
+            ),
+        ));
+    }
+    Ok(values)
 }
 
 /// The config of a model-state file: its `riftco_config` metadata (with the dropout
@@ -418,7 +477,8 @@ pub(super) fn same_architecture(a: &TransformerConfig, b: &TransformerConfig) ->
 
 pub(super) fn config_summary(c: &TransformerConfig) -> String {
     format!(
-        "vocab_size {}, d_model {}, n_layers {}, d_ff {}",
-        c.vocab_size, c.d_model, c.n_layers, c.d_ff
+        "vocab_size {}, d_model {}, n_heads {}, n_kv_heads {}, n_layers {}, d_ff {}, \
+         tie_word_embeddings {}",
+        c.vocab_size, c.d_model, c.n_heads, c.n_kv_heads, c.n_layers, c.d_ff, c.tie_word_embeddings
     )
 }

@@ -2,7 +2,9 @@
 //! {tensor name: shard file name}}`, the layout Hugging Face `save_pretrained` writes above its
 //! `max_shard_size`) and the shard files it names in the same folder.
 
-use super::model_file::{config_summary, expected_base_shapes, resolve_config};
+use super::model_file::{
+    config_summary, expected_file_shapes, resolve_config, untie_values, LM_HEAD,
+};
 use super::read::{check_tensor_infos, copy_into, read_f32_values, read_header, read_json_bytes};
 use super::{parent_dir, state_err};
 use crate::checkpointing::ActivationCheckpointing;
@@ -97,7 +99,7 @@ pub(super) fn load_sharded(
         file_of.insert(name, file);
     }
     let config = resolve_config(index_path, &HashMap::new())?;
-    let expected = expected_base_shapes(&config);
+    let expected = expected_file_shapes(&config, file_of.contains_key(LM_HEAD));
     let mut headers = Vec::with_capacity(shards.len());
     for (file, names) in &shards {
         let path = shard_path(index_path, &dir, file)?;
@@ -165,6 +167,7 @@ pub(super) fn load_sharded(
             .collect();
         values.extend(read_f32_values(&path, header, &mine)?);
     }
+    let values = untie_values(index_path, &config, values)?;
     let model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
     copy_into(index_path, &model.weights().named_base_parameters(), values)?;
     Ok(model)
