@@ -17,7 +17,9 @@ mod common;
 
 use common::{assert_close, backend_or_skip, values};
 use riftco_kernels::philox::DropoutMask;
-use riftco_tensor::backend::{self, cpu::CpuBackend, AdamHyper, AttentionDims, Backend, RopeTable};
+use riftco_tensor::backend::{
+    self, cpu::CpuBackend, AdamHyper, AttentionDims, AttentionLayout, Backend, RopeTable,
+};
 use riftco_tensor::{Device, MemoryCategory as C, Tensor, TensorError};
 
 fn host(v: Vec<f32>, dims: &[usize]) -> Tensor {
@@ -379,4 +381,163 @@ fn adam_three_steps_match_the_cpu() {
         )
         .unwrap_err();
     assert!(matches!(e, TensorError::InvalidArgument { .. }), "{e}");
+}
+
+/// FlashAttention-2 forward (`out`, `lse`) and backward (`dq`, `dk`, `dv`), both layouts, causal
+/// or not, `seq_q` below / equal to / above `seq_k`, without and with dropout: 1e-4 of
+/// `max(|y|, 1e-2)` (keys one at a time on the GPU vs the CPU's tiles and gemm).
+#[test]
+fn flash_attention_forward_and_backward_match_the_cpu() {
+    let Some(dev) = backend_or_skip("flash_attention_forward_and_backward_match_the_cpu") else {
+        return;
+    };
+    let (g, cpu) = (gpu(dev), CpuBackend);
+    let d_head = 4;
+    for (case, (seq_q, seq_k)) in [(3, 3), (2, 5), (5, 3)].into_iter().enumerate() {
+        let dims = AttentionDims {
+            batch: 2,
+            n_heads: 2,
+            seq_q,
+            seq_k,
+            d_head,
+        };
+        for layout in [AttentionLayout::BatchHeadSeq, AttentionLayout::BatchSeqHead] {
+            let (qd, kd) = match layout {
+                AttentionLayout::BatchHeadSeq => ([2, 2, seq_q, d_head], [2, 2, seq_k, d_head]),
+                AttentionLayout::BatchSeqHead => ([2, seq_q, 2, d_head], [2, seq_k, 2, d_head]),
+            };
+            let s = case as u32 * 10;
+            let q = rand(&qd, s, -1.0, 1.0);
+            let k = rand(&kd, s + 1, -1.0, 1.0);
+            let v = rand(&kd, s + 2, -1.0, 1.0);
+            let dout = rand(&qd, s + 3, -1.0, 1.0);
+            let (gq, gk, gv, gd) = (on(&q, dev), on(&k, dev), on(&v, dev), on(&dout, dev));
+            let mask = DropoutMask {
+                p: 0.25,
+                key: [5, 9],
+                stream: [1, 2],
+                offset: 0,
+            };
+            for causal in [false, true] {
+                for dropout in [None, Some(&mask)] {
+                    let what = format!(
+                        "{seq_q}x{seq_k} {layout:?} causal {causal} dropout {}",
+                        dropout.is_some()
+                    );
+                    let (o, lse) = g
+                        .flash_attention_forward(
+                            "t",
+                            &gq,
+                            &gk,
+                            &gv,
+                            dims,
+                            layout,
+                            0.5,
+                            causal,
+                            dropout,
+                            C::Workspace,
+                        )
+                        .unwrap();
+                    let (wo, wlse) = cpu
+                        .flash_attention_forward(
+                            "t",
+                            &q,
+                            &k,
+                            &v,
+                            dims,
+                            layout,
+                            0.5,
+                            causal,
+                            dropout,
+                            C::Workspace,
+                        )
+                        .unwrap();
+                    close(&format!("out {what}"), &o, &wo, 1e-4, 1e-2);
+                    close(&format!("lse {what}"), &lse, &wlse, 1e-4, 1e-2);
+                    let (dq, dk, dv) = g
+                        .flash_attention_backward(
+                            "t",
+                            &gq,
+                            &gk,
+                            &gv,
+                            &o,
+                            &lse,
+                            &gd,
+                            dims,
+                            layout,
+                            0.5,
+                            causal,
+                            dropout,
+                            C::Workspace,
+                        )
+                        .unwrap();
+                    let (wdq, wdk, wdv) = cpu
+                        .flash_attention_backward(
+                            "t",
+                            &q,
+                            &k,
+                            &v,
+                            &wo,
+                            &wlse,
+                            &dout,
+                            dims,
+                            layout,
+                            0.5,
+                            causal,
+                            dropout,
+                            C::Workspace,
+                        )
+                        .unwrap();
+                    close(&format!("dq {what}"), &dq, &wdq, 1e-4, 1e-2);
+                    close(&format!("dk {what}"), &dk, &wdk, 1e-4, 1e-2);
+                    close(&format!("dv {what}"), &dv, &wdv, 1e-4, 1e-2);
+                }
+            }
+        }
+    }
+    let dims = AttentionDims {
+        batch: 1,
+        n_heads: 1,
+        seq_q: 2,
+        seq_k: 2,
+        d_head: 4,
+    };
+    let q = on(&rand(&[1, 1, 2, 4], 1, -1.0, 1.0), dev);
+    let short = on(&rand(&[1, 1, 1, 4], 2, -1.0, 1.0), dev);
+    let e = g
+        .flash_attention_forward(
+            "t",
+            &q,
+            &short,
+            &short,
+            dims,
+            AttentionLayout::BatchHeadSeq,
+            1.0,
+            true,
+            None,
+            C::Workspace,
+        )
+        .unwrap_err();
+    assert!(matches!(e, TensorError::InvalidArgument { .. }), "{e}");
+    let bad = DropoutMask {
+        p: f32::NAN,
+        key: [0, 0],
+        stream: [0, 0],
+        offset: 0,
+    };
+    let e = g
+        .flash_attention_forward(
+            "t",
+            &q,
+            &q,
+            &q,
+            dims,
+            AttentionLayout::BatchHeadSeq,
+            1.0,
+            true,
+            Some(&bad),
+            C::Workspace,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("NaN"), "{e}");
 }

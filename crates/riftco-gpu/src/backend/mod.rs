@@ -11,9 +11,10 @@
 //! `[0, 2, 1, 3]` transpose, strided gather / scatter, and the transformer ops (SiLU /
 //! SwiGLU, RMSNorm, RoPE, softmax and its VJP, causal softmax, dropout, embedding,
 //! cross-entropy, each with its VJP; Adam / AdamW), one kernel of `crate::kernels` each.
-//! FlashAttention-2 still returns [`TensorError::Unsupported`] naming the op and the device,
-//! never a CPU fallback.
+//! FlashAttention-2 forward / backward (either layout, with or without dropout). No method
+//! falls back to the CPU.
 
+mod attention;
 mod linalg;
 mod maps;
 mod memory;
@@ -171,13 +172,6 @@ impl GpuBackend {
 
     pub(crate) fn err(&self, op: &'static str) -> impl Fn(GpuError) -> TensorError + '_ {
         move |e| to_tensor_error(op, self.device, e)
-    }
-
-    fn unsupported<T>(&self, op: &'static str) -> Result<T> {
-        Err(TensorError::Unsupported {
-            op,
-            device: self.device,
-        })
     }
 
     /// The error for a buffer that is not one of this backend's.
@@ -568,38 +562,38 @@ impl Backend for GpuBackend {
     fn flash_attention_forward(
         &self,
         op: &'static str,
-        _q: &Tensor,
-        _k: &Tensor,
-        _v: &Tensor,
-        _dims: AttentionDims,
-        _layout: AttentionLayout,
-        _scale: f32,
-        _causal: bool,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        dims: AttentionDims,
+        layout: AttentionLayout,
+        scale: f32,
+        causal: bool,
         dropout: Option<&DropoutMask>,
-        _c: MemoryCategory,
+        c: MemoryCategory,
     ) -> Result<Pair> {
-        riftco_tensor::backend::check_dropout(op, dropout)?;
-        self.unsupported(op)
+        attention::forward(self, op, q, k, v, dims, layout, scale, causal, dropout, c)
     }
 
     fn flash_attention_backward(
         &self,
         op: &'static str,
-        _q: &Tensor,
-        _k: &Tensor,
-        _v: &Tensor,
-        _out: &Tensor,
-        _lse: &Tensor,
-        _g: &Tensor,
-        _dims: AttentionDims,
-        _layout: AttentionLayout,
-        _scale: f32,
-        _causal: bool,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        lse: &Tensor,
+        g: &Tensor,
+        dims: AttentionDims,
+        layout: AttentionLayout,
+        scale: f32,
+        causal: bool,
         dropout: Option<&DropoutMask>,
-        _c: MemoryCategory,
+        c: MemoryCategory,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        riftco_tensor::backend::check_dropout(op, dropout)?;
-        self.unsupported(op)
+        attention::backward(
+            self, op, q, k, v, out, lse, g, dims, layout, scale, causal, dropout, c,
+        )
     }
 
     fn adam_update(
