@@ -33,6 +33,7 @@ fn to_bhsd(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 /// A kernel result in `[batch, heads, seq, d_head]` as a tensor of `like`'s shape in `layout`.
 fn from_bhsd(
     g: &GpuBackend,
