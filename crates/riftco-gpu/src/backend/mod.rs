@@ -8,14 +8,18 @@
 //!
 //! Implemented: memory and transfers, copies, element-wise and broadcasting maps and their
 //! VJPs, sums and keepdims reductions, matrix products (every `MatmulSpec` transpose), the
-//! `[0, 2, 1, 3]` transpose and strided gather / scatter. The transformer kernels (SiLU /
+//! `[0, 2, 1, 3]` transpose, strided gather / scatter, and the transformer ops (SiLU /
 //! SwiGLU, RMSNorm, RoPE, softmax and its VJP, causal softmax, dropout, embedding,
-//! cross-entropy, FlashAttention-2, Adam) are not written yet: they return
-//! [`TensorError::Unsupported`] naming the op and the device, never a CPU fallback.
+//! cross-entropy, each with its VJP; Adam / AdamW), one kernel of `crate::kernels` each.
+//! FlashAttention-2 forward / backward (either layout, with or without dropout). No method
+//! falls back to the CPU.
 
+mod attention;
 mod linalg;
 mod maps;
 mod memory;
+mod optim;
+mod transformer;
 
 use std::sync::{Arc, Mutex, RwLockReadGuard};
 
@@ -168,13 +172,6 @@ impl GpuBackend {
 
     pub(crate) fn err(&self, op: &'static str) -> impl Fn(GpuError) -> TensorError + '_ {
         move |e| to_tensor_error(op, self.device, e)
-    }
-
-    fn unsupported<T>(&self, op: &'static str) -> Result<T> {
-        Err(TensorError::Unsupported {
-            op,
-            device: self.device,
-        })
     }
 
     /// The error for a buffer that is not one of this backend's.
@@ -346,122 +343,121 @@ impl Backend for GpuBackend {
         maps::reduce(self, op, kind, x, out_shape, c)
     }
 
-    fn silu(&self, op: &'static str, _x: &Tensor, _c: MemoryCategory) -> Result<Tensor> {
-        self.unsupported(op)
+    fn silu(&self, op: &'static str, x: &Tensor, c: MemoryCategory) -> Result<Tensor> {
+        transformer::silu(self, op, x, c)
     }
 
     fn silu_backward(
         &self,
         op: &'static str,
-        _x: &Tensor,
-        _g: &Tensor,
-        _c: MemoryCategory,
+        x: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.unsupported(op)
+        transformer::silu_backward(self, op, x, g, c)
     }
 
     fn swiglu(
         &self,
         op: &'static str,
-        _gate: &Tensor,
-        _up: &Tensor,
-        _c: MemoryCategory,
+        gate: &Tensor,
+        up: &Tensor,
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.unsupported(op)
+        transformer::swiglu(self, op, gate, up, c)
     }
 
     fn swiglu_backward(
         &self,
         op: &'static str,
-        _gate: &Tensor,
-        _up: &Tensor,
-        _g: &Tensor,
-        _c: MemoryCategory,
+        gate: &Tensor,
+        up: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
     ) -> Result<Pair> {
-        self.unsupported(op)
+        transformer::swiglu_backward(self, op, gate, up, g, c)
     }
 
     fn rms_norm(
         &self,
         op: &'static str,
-        _x: &Tensor,
-        _weight: &Tensor,
-        _eps: f32,
-        _c: MemoryCategory,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        c: MemoryCategory,
     ) -> Result<Pair> {
-        self.unsupported(op)
+        transformer::rms_norm(self, op, x, weight, eps, c)
     }
 
     fn rms_norm_backward(
         &self,
         op: &'static str,
-        _x: &Tensor,
-        _weight: &Tensor,
-        _rstd: &Tensor,
-        _g: &Tensor,
-        _weight_grad: bool,
-        _c: MemoryCategory,
+        x: &Tensor,
+        weight: &Tensor,
+        rstd: &Tensor,
+        g: &Tensor,
+        weight_grad: bool,
+        c: MemoryCategory,
     ) -> Result<(Tensor, Option<Tensor>)> {
-        self.unsupported(op)
+        transformer::rms_norm_backward(self, op, x, weight, rstd, g, weight_grad, c)
     }
 
     fn rope(
         &self,
         op: &'static str,
-        _x: &Tensor,
-        _table: &RopeTable,
-        _seq: usize,
-        _heads: usize,
-        _start_pos: usize,
-        _inverse: bool,
-        _c: MemoryCategory,
+        x: &Tensor,
+        table: &RopeTable,
+        seq: usize,
+        heads: usize,
+        start_pos: usize,
+        inverse: bool,
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.unsupported(op)
+        transformer::rope(self, op, x, table, seq, heads, start_pos, inverse, c)
     }
 
     fn softmax(
         &self,
         op: &'static str,
-        _x: &Tensor,
-        _cols: usize,
-        _c: MemoryCategory,
+        x: &Tensor,
+        cols: usize,
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.unsupported(op)
+        transformer::softmax(self, op, x, cols, c)
     }
 
     fn softmax_backward(
         &self,
         op: &'static str,
-        _y: &Tensor,
-        _g: &Tensor,
-        _cols: usize,
-        _scale: f32,
-        _c: MemoryCategory,
+        y: &Tensor,
+        g: &Tensor,
+        cols: usize,
+        scale: f32,
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.unsupported(op)
+        transformer::softmax_backward(self, op, y, g, cols, scale, c)
     }
 
     fn causal_softmax(
         &self,
         op: &'static str,
-        _scores: &Tensor,
-        _dims: AttentionDims,
-        _scale: f32,
-        _causal: bool,
-        _c: MemoryCategory,
+        scores: &Tensor,
+        dims: AttentionDims,
+        scale: f32,
+        causal: bool,
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.unsupported(op)
+        transformer::causal_softmax(self, op, scores, dims, scale, causal, c)
     }
 
     fn dropout(
         &self,
         op: &'static str,
-        _x: &Tensor,
+        x: &Tensor,
         mask: &DropoutMask,
-        _c: MemoryCategory,
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        riftco_tensor::backend::check_dropout(op, Some(mask))?;
-        self.unsupported(op)
+        transformer::dropout(self, op, x, mask, c)
     }
 
     fn matmul(
@@ -523,93 +519,93 @@ impl Backend for GpuBackend {
     fn embedding(
         &self,
         op: &'static str,
-        _table: &Tensor,
-        _ids: &[u32],
-        _c: MemoryCategory,
+        table: &Tensor,
+        ids: &[u32],
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.unsupported(op)
+        transformer::embedding(self, op, table, ids, c)
     }
 
     fn embedding_backward(
         &self,
         op: &'static str,
-        _ids: &[u32],
-        _g: &Tensor,
-        _vocab: usize,
-        _c: MemoryCategory,
+        ids: &[u32],
+        g: &Tensor,
+        vocab: usize,
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.unsupported(op)
+        transformer::embedding_backward(self, op, ids, g, vocab, c)
     }
 
     fn cross_entropy(
         &self,
         op: &'static str,
-        _logits: &Tensor,
-        _targets: &[u32],
-        _c: MemoryCategory,
+        logits: &Tensor,
+        targets: &[u32],
+        c: MemoryCategory,
     ) -> Result<Pair> {
-        self.unsupported(op)
+        transformer::cross_entropy(self, op, logits, targets, c)
     }
 
     fn cross_entropy_backward(
         &self,
         op: &'static str,
-        _logits: &Tensor,
-        _targets: &[u32],
-        _lse: &Tensor,
-        _g: &Tensor,
-        _c: MemoryCategory,
+        logits: &Tensor,
+        targets: &[u32],
+        lse: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
     ) -> Result<Tensor> {
-        self.unsupported(op)
+        transformer::cross_entropy_backward(self, op, logits, targets, lse, g, c)
     }
 
     fn flash_attention_forward(
         &self,
         op: &'static str,
-        _q: &Tensor,
-        _k: &Tensor,
-        _v: &Tensor,
-        _dims: AttentionDims,
-        _layout: AttentionLayout,
-        _scale: f32,
-        _causal: bool,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        dims: AttentionDims,
+        layout: AttentionLayout,
+        scale: f32,
+        causal: bool,
         dropout: Option<&DropoutMask>,
-        _c: MemoryCategory,
+        c: MemoryCategory,
     ) -> Result<Pair> {
-        riftco_tensor::backend::check_dropout(op, dropout)?;
-        self.unsupported(op)
+        attention::forward(self, op, q, k, v, dims, layout, scale, causal, dropout, c)
     }
 
     fn flash_attention_backward(
         &self,
         op: &'static str,
-        _q: &Tensor,
-        _k: &Tensor,
-        _v: &Tensor,
-        _out: &Tensor,
-        _lse: &Tensor,
-        _g: &Tensor,
-        _dims: AttentionDims,
-        _layout: AttentionLayout,
-        _scale: f32,
-        _causal: bool,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        lse: &Tensor,
+        g: &Tensor,
+        dims: AttentionDims,
+        layout: AttentionLayout,
+        scale: f32,
+        causal: bool,
         dropout: Option<&DropoutMask>,
-        _c: MemoryCategory,
+        c: MemoryCategory,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        riftco_tensor::backend::check_dropout(op, dropout)?;
-        self.unsupported(op)
+        attention::backward(
+            self, op, q, k, v, out, lse, g, dims, layout, scale, causal, dropout, c,
+        )
     }
 
     fn adam_update(
         &self,
         op: &'static str,
-        _param: &Tensor,
-        _grad: &Tensor,
-        _m: &Tensor,
-        _v: &Tensor,
-        _step: u64,
-        _hyper: AdamHyper,
+        param: &Tensor,
+        grad: &Tensor,
+        m: &Tensor,
+        v: &Tensor,
+        step: u64,
+        hyper: AdamHyper,
     ) -> Result<()> {
-        self.unsupported(op)
+        optim::adam_update(self, op, param, grad, m, v, step, hyper)
     }
 }
