@@ -18,7 +18,7 @@ import pytest
 
 import riftco
 
-SMALL = dict(vocab_size=64, d_model=32, n_heads=2, n_layers=2, d_ff=48, max_seq_len=32, seed=3)
+SMALL: dict[str, Any] = dict(vocab_size=64, d_model=32, n_heads=2, n_layers=2, d_ff=48, max_seq_len=32, seed=3)
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, npt.NDArray[Any]]]) -> None:
