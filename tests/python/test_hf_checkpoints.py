@@ -1,11 +1,11 @@
 """Tiny random ``transformers.LlamaForCausalLM`` checkpoints written by ``save_pretrained`` load
-into riftco: every combination of dtype {float32, bfloat16} x {one file, 2 shards} x RoPE
-{default, llama3} gives logits within 1e-5 of Hugging Face's (both computed in float32), loss
+into riftco: every combination of attention {multi-head 2 heads, grouped-query 4 heads on 2
+key/value heads} x {untied, tied embeddings} x dtype {float32, bfloat16} x {one file, 2 shards} x
+RoPE {default, llama3} gives logits within 1e-5 of Hugging Face's (both computed in float32), loss
 and gradients within 1e-5, identical greedy generation; and riftco's saves (float32 and
 bfloat16) load back into Hugging Face with the same logits.
 
-The architecture axis is a parameter list (``ARCHITECTURES``) so that grouped-query attention
-(``num_key_value_heads < num_attention_heads``) and tied embeddings can be added as entries.
+The architecture axis is the parameter list ``ARCHITECTURES``.
 Skipped, with the reason, when ``torch`` or ``transformers`` is not installed (optional test
 dependencies).
 """
@@ -28,7 +28,7 @@ transformers = pytest.importorskip(
 )
 
 # (num_attention_heads, num_key_value_heads, tie_word_embeddings)
-ARCHITECTURES = [(2, 2, False)]
+ARCHITECTURES = [(2, 2, False), (2, 2, True), (4, 2, False), (4, 2, True)]
 ROPES: dict[str, dict[str, Any]] = {
     "default": {"rope_type": "default", "rope_theta": 10000.0},
     "llama3": {
@@ -89,8 +89,10 @@ def test_save_pretrained_checkpoints_load_into_riftco(
     theirs = hf_model(arch, rope, seed=len(rope) + shards)
     folder = tmp_path / "hf"
     saved = theirs.to(getattr(torch, dtype))
-    # 2 shards: a limit below the model's size (~160 KB in float32) and above its largest tensor.
-    limit = "100KB" if dtype == "float32" else "50KB"
+    # 2 shards: a limit below the model's size (~160 KB in float32 untied, ~128 KB tied) and
+    # above its largest tensor (the 32 KB embedding).
+    limit = {("float32", False): "100KB", ("float32", True): "80KB"}.get((dtype, arch[2]))
+    limit = limit or ("50KB" if not arch[2] else "40KB")
     saved.save_pretrained(folder, max_shard_size=limit if shards == 2 else "1GB")
     index = folder / "model.safetensors.index.json"
     if shards == 2:
