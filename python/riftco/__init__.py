@@ -16,6 +16,9 @@ this package is its Python front:
   ``Adam``/``AdamW``; activation-checkpointing policies (``ACTIVATION_CHECKPOINTING_POLICIES``,
   ``ACTIVATION_CHECKPOINTING_FORMS``, ``SELECTIVE_POLICIES``, ``BLOCK_VALUE_NAMES``,
   ``parse_activation_checkpointing``, ``parse_byte_size``);
+- devices: ``DEVICES`` (``"cpu"``, ``"vulkan"``, ``"metal"``, ``"gpu"``) and ``devices()``
+  (each one probed: available or why not, the GPU adapter); ``model.to(device)`` and
+  ``Variable.to(device)`` move values there;
 - memory accounting: ``memory_stats()``, ``reset_peak_memory_stats()``, and the buffer pool's
   ``cached_bytes()`` / ``empty_cache()``; the kernels' ``num_threads()`` and ``simd_level()``;
 - training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
@@ -28,6 +31,7 @@ this package is its Python front:
 
 from riftco._native import (
     BLOCK_VALUE_NAMES,
+    DEVICES,
     SELECTIVE_POLICIES,
     Adam,
     AdamW,
@@ -50,6 +54,7 @@ from riftco._native import (
     Variable,
     __version__,
     cached_bytes,
+    devices,
     empty_cache,
     get_rng_state,
     manual_seed,
@@ -78,6 +83,7 @@ from riftco.stages import load_model
 
 __all__ = [
     "BLOCK_VALUE_NAMES",
+    "DEVICES",
     "SELECTIVE_POLICIES",
     "Adam",
     "AdamW",
@@ -102,6 +108,7 @@ __all__ = [
     "cached_bytes",
     "checkpoint",
     "checkpoint_sequential",
+    "devices",
     "empty_cache",
     "enable_grad",
     "functional",

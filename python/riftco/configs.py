@@ -31,6 +31,7 @@ from riftco._native import (
     ACTIVATION_CHECKPOINTING_FORMS,
     ACTIVATION_CHECKPOINTING_POLICIES,
     ATTENTION_KINDS,
+    DEVICES,
     ConfigError,
     parse_activation_checkpointing,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "ACTIVATION_CHECKPOINTING_FORMS",
     "ACTIVATION_CHECKPOINTING_POLICIES",
     "ATTENTION_KINDS",
+    "DEVICES",
     "FINE_TUNING_METHODS",
     "LR_SCHEDULES",
     "PostTrainingConfig",
@@ -129,8 +131,11 @@ class _LoopConfig:
     eval_batches: int = 4
     eval_every: int | None = None
     validation_fraction: float = 0.05
+    device: str | None = None
 
     def __post_init__(self) -> None:
+        if self.device is not None:
+            _check_choice("device", self.device, DEVICES)
         _check_policy(self.activation_checkpointing, self.activation_memory_budget)
         budget = self.activation_memory_budget
         if budget is not None and not isinstance(budget, str):
@@ -202,6 +207,11 @@ class PretrainingConfig(_LoopConfig):
         eval_every: steps between validation losses during training (recorded in the metadata's
             ``validation_losses``), or ``None`` (default): only before and after training.
         validation_fraction: tail fraction of the corpus held out for validation.
+        device: where the model trains: ``"cpu"``, ``"vulkan"``, ``"metal"`` or ``"gpu"`` (the
+            best adapter; see :func:`riftco.devices`), or ``None`` (default): ``"cpu"`` for
+            pretraining, for post-training the given model's own device (``"cpu"`` for a
+            path). A GPU without adapter raises ``DeviceUnavailableError`` before the output
+            folder exists; the metadata's ``device`` records the device resolved to.
     """
 
 

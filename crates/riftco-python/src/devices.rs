@@ -1,10 +1,68 @@
-//! Devices: the test backend switch.
+//! Devices: what `riftco.devices()` reports, and the test backend switch.
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use riftco_tensor::Device;
+
+/// The device names of the Python API, in the order `riftco.devices()` lists them.
+pub(crate) const DEVICE_NAMES: [&str; 4] = ["cpu", "vulkan", "metal", "gpu"];
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("DEVICES", DEVICE_NAMES)?;
+    m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(_install_mirror_backend, m)?)?;
     Ok(())
+}
+
+/// The device `name` resolves to and, for a GPU, its adapter (`"name (backend, type, driver
+/// ...)"`); or why it is not available.
+fn probe(name: &str) -> Result<(Device, Option<String>), String> {
+    let device =
+        riftco_transformer::device::resolve_device(name).map_err(|e| e.to_string())?;
+    if !Device::GPUS.contains(&device) {
+        return Ok((device, None));
+    }
+    let ctx = riftco_gpu::install_device(device).map_err(|e| e.to_string())?;
+    Ok((device, Some(ctx.adapter().to_string())))
+}
+
+/// Every device name a model or a Variable can be moved to, probed: ``"cpu"``, ``"vulkan"``,
+/// ``"metal"`` and ``"gpu"`` (the best adapter of either GPU backend).
+///
+/// Probing a GPU name opens its adapter once (as the first ``model.to`` would; later calls
+/// return the same adapter).
+///
+/// Returns:
+///     list[dict]: one dict per name, in that order: ``device`` (the name asked for),
+///     ``available`` (bool); when available ``resolved`` (the device it names: ``"gpu"`` is
+///     ``"vulkan"`` or ``"metal"``) and ``adapter`` (the GPU adapter's name, backend, type
+///     and driver; ``None`` for ``"cpu"``); otherwise ``reason`` (what was looked for and
+///     what was found).
+///
+/// Example:
+///     >>> import riftco
+///     >>> riftco.devices()[0]
+///     {'device': 'cpu', 'available': True, 'resolved': 'cpu', 'adapter': None}
+#[pyfunction]
+fn devices(py: Python<'_>) -> PyResult<Vec<Py<PyDict>>> {
+    let mut out = Vec::with_capacity(DEVICE_NAMES.len());
+    for name in DEVICE_NAMES {
+        let d = PyDict::new(py);
+        d.set_item("device", name)?;
+        match py.detach(|| probe(name)) {
+            Ok((device, adapter)) => {
+                d.set_item("available", true)?;
+                d.set_item("resolved", device.name())?;
+                d.set_item("adapter", adapter)?;
+            }
+            Err(reason) => {
+                d.set_item("available", false)?;
+                d.set_item("reason", reason)?;
+            }
+        }
+        out.push(d.unbind());
+    }
+    Ok(out)
 }
 
 /// Registers the mirror test backend for the device ``"privateuseone"`` (idempotent).

@@ -37,6 +37,7 @@ mod optim;
 mod policy;
 mod rng;
 mod tokens;
+mod transfer;
 mod variable;
 
 /// The native half of `riftco`.

@@ -6,7 +6,7 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use riftco_autograd::DeterminismCheck;
-use riftco_tensor::Device;
+use riftco_transformer::device::resolve_device;
 use riftco_transformer::state::{
     config_json_pairing, save_model_as, ConfigJsonPairing, StateDtype,
 };
@@ -18,7 +18,7 @@ use riftco_transformer::{
 
 use crate::config::{f32_as_python_float, probability, set_model_dropout, PyTransformerConfig};
 use crate::decode_session::PyDecodeSession;
-use crate::errors::{autograd_err, compute, tensor_err, transformer_err, Exc};
+use crate::errors::{autograd_err, compute, transformer_err, Exc};
 use crate::policy::{count_arg, plan_dict, policy_from};
 use crate::tokens::token_ids;
 use crate::variable::PyVariable;
@@ -195,28 +195,38 @@ impl PyModel {
     /// Places the model on a device and returns it (for chaining).
     ///
     /// Args:
-    ///     device: ``"cpu"``, ``"metal"`` or ``"privateuseone"`` (case-insensitive).
+    ///     device: ``"cpu"``, ``"vulkan"`` (wgpu's Vulkan backend), ``"metal"`` (wgpu's Metal
+    ///         backend, macOS), ``"gpu"`` (the best adapter of either: discrete, then integrated,
+    ///         then virtual, then software) or ``"privateuseone"`` (case-insensitive). A GPU is
+    ///         opened on first use.
     ///
     /// Returns:
-    ///     DecoderOnlyTransformer: this model.
+    ///     DecoderOnlyTransformer: this model; ``device`` then names the device it resolved to
+    ///     (``"gpu"`` is ``"vulkan"`` or ``"metal"``).
     ///
     /// Every parameter and its gradient move to the device (in place, like PyTorch's
     /// ``module.to``): graphs recorded before are stale, decode sessions opened before refuse to
-    /// decode, and optimizers should be built after the move.
+    /// decode, and optimizers should be built after the move (their moments live on the
+    /// parameters' device). Values read on the host (``numpy()``, ``item()``, decode logits)
+    /// wait for the GPU's pending work.
     ///
     /// Raises:
-    ///     DeviceUnavailableError: for ``"metal"`` on builds without the Metal backend (every
-    ///         non-macOS build) and for a device with no backend; also a RuntimeError.
+    ///     DeviceUnavailableError: no adapter of the GPU asked for (the message names what was
+    ///         looked for and every adapter found), ``"privateuseone"`` with no backend
+    ///         registered; the model stays where it was.
     ///     ConfigError: for any other name (the message lists the valid ones).
+    ///     OutOfMemoryError: a copy could not be allocated (every parameter is moved back).
     fn to(slf: Py<Self>, py: Python<'_>, device: &str) -> PyResult<Py<Self>> {
-        let d = Device::parse(device).map_err(tensor_err)?;
-        d.check_available().map_err(tensor_err)?;
         let model = slf.get();
-        compute(py, || model.write().to_device(d))?;
+        compute(py, || {
+            let d = resolve_device(device)?;
+            model.write().to_device(d)
+        })?;
         Ok(slf)
     }
 
-    /// The device the weights live on (``"cpu"`` unless moved with ``to``).
+    /// The device the weights live on: ``"cpu"`` unless moved with ``to``, then the resolved
+    /// name (``"vulkan"``, ``"metal"`` or ``"privateuseone"``).
     #[getter]
     fn device(&self) -> &'static str {
         self.read().device().name()

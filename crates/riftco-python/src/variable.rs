@@ -190,11 +190,48 @@ impl PyVariable {
         crate::functional_layout::reshape_method(py, self, shape)
     }
 
-    /// The device the value lives on (``"cpu"``, or the device of the model whose weights or
-    /// outputs this is).
+    /// The device the value lives on (``"cpu"``, the device of the model whose weights or
+    /// outputs this is, or the one ``to`` copied it to: ``"vulkan"``, ``"metal"``,
+    /// ``"privateuseone"``).
     #[getter]
     fn device(&self) -> &'static str {
         self.0.value().device().name()
+    }
+
+    /// This value on ``device`` (PyTorch's ``Tensor.to``): ``self`` when it lives there
+    /// already, otherwise a copy (the original is unchanged, so no graph that reads it goes
+    /// stale).
+    ///
+    /// A leaf becomes a new leaf with the same ``requires_grad`` and name (a parameter moved
+    /// for an optimizer built afterwards; the copy's gradient is its own, PyTorch's copy of a
+    /// leaf would be a graph node instead). An op result becomes a graph node whose backward
+    /// copies the gradient back to this value's device, so a graph may span devices.
+    ///
+    /// Args:
+    ///     device: ``"cpu"``, ``"vulkan"``, ``"metal"``, ``"gpu"`` (the best adapter) or
+    ///         ``"privateuseone"`` (case-insensitive), as ``DecoderOnlyTransformer.to``.
+    ///
+    /// Returns:
+    ///     Variable: of the same shape (float32) on the resolved device.
+    ///
+    /// Raises:
+    ///     ConfigError: an unknown device name (the message lists the valid ones).
+    ///     DeviceUnavailableError: no adapter of the GPU asked for (naming what was looked for
+    ///         and what was found), or no backend for ``"privateuseone"``.
+    ///     OutOfMemoryError: the copy cannot be allocated.
+    ///
+    /// Example:
+    ///     >>> import numpy as np, riftco
+    ///     >>> x = riftco.Variable(np.ones(3), requires_grad=True)
+    ///     >>> x.to("cpu") is x
+    ///     True
+    fn to<'py>(slf: Bound<'py, Self>, device: &str) -> PyResult<Bound<'py, Self>> {
+        let py = slf.py();
+        let v = slf.get().0.clone();
+        match compute(py, || crate::transfer::variable_to(&v, device))? {
+            None => Ok(slf),
+            Some(moved) => Bound::new(py, Self(moved)),
+        }
     }
 
     /// The shape of the value.
