@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 from riftco._native import (
     BLOCK_VALUE_NAMES,
+    DEVICES,
     SELECTIVE_POLICIES,
     ConfigError,
     RiftcoError,
@@ -61,6 +62,7 @@ __all__ = [
     "UsageError",
     "activation_checkpointing_arg",
     "add_checkpointing_arguments",
+    "add_device_argument",
     "byte_size_arg",
     "check_sample_args",
     "fail",
@@ -255,6 +257,19 @@ def add_checkpointing_arguments(group: argparse._ActionsContainer) -> None:
             "64MiB, 1.5GB, 1000000) with the least recompute time; only with "
             "--activation-checkpointing disabled"
         ),
+    )
+
+
+def add_device_argument(group: argparse._ActionsContainer) -> None:
+    """Adds ``--device NAME`` (one of ``riftco.DEVICES``, default ``cpu``) to a parser or
+    argument group."""
+    group.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="where the model runs: cpu, vulkan (wgpu's Vulkan backend), metal (wgpu's Metal "
+        "backend, macOS) or gpu (the best adapter of either); `riftco info` lists what this "
+        "machine has (default: %(default)s)",
     )
 
 

@@ -6,7 +6,8 @@ a corpus, and writes into ``out_dir``:
 - ``model.safetensors`` + ``config.json`` (the model state, Hugging Face Llama layout) — for
   pretraining and full fine-tuning; ``adapter/`` (PEFT layout) for LoRA post-training;
 - ``training_metadata.json``: stage, configs, activation-checkpointing policy (its canonical
-  spelling, ``activation_checkpointing``) and the per-block plan it resolved to for the training
+  spelling, ``activation_checkpointing``), the device trained on (``device``, the resolved name:
+  ``"cpu"``, ``"vulkan"``, ``"metal"``) and the per-block plan it resolved to for the training
   batch shape (``activation_checkpointing_plan``: the dict of
   ``DecoderOnlyTransformer.activation_checkpointing_plan``, computed once before the first step,
   with the planner's measurements for ``auto`` and budgets), attention kind, optimizer, corpus
@@ -356,6 +357,7 @@ def _train_guarded(
         riftco_version=__version__,
         activation_checkpointing=model.activation_checkpointing,
         attention=cfg.attention,
+        device=model.device,
         optimizer=optimizer_name,
         lr_schedule=cfg.lr_schedule,
         training_config=cfg.to_dict(),
@@ -506,6 +508,7 @@ def run_pretraining(
         OutputDirError: ``out_dir`` cannot be written.
         CorpusError: the corpus is too small for ``seq_len`` (the message names the sizes and
             what fits), raised before ``out_dir`` is created.
+        DeviceUnavailableError: the config's GPU has no adapter (before ``out_dir`` exists).
         TrainingInterrupted: on Ctrl-C, after the last completed save (left intact).
     """
     cfg = pretraining_config
@@ -519,6 +522,8 @@ def run_pretraining(
         activation_checkpointing=cfg.activation_checkpointing,
         activation_memory_budget=cfg.activation_memory_budget,
     )
+    if cfg.device is not None:
+        model.to(cfg.device)
     model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
     out = prepare_out_dir(out_dir)
     metadata: dict[str, Any] = {
@@ -596,8 +601,9 @@ def load_model(
 
 
 def _model_settings(model: DecoderOnlyTransformer) -> Callable[[], None]:
-    """A function that restores the attention kind, policy and dropout probabilities ``model``
-    has now (what :func:`run_post_training` changes before its first step)."""
+    """A function that restores the device, attention kind, policy and dropout probabilities
+    ``model`` has now (what :func:`run_post_training` changes before its first step)."""
+    device = model.device
     attention = model.attention
     policy = model.activation_checkpointing
     attention_dropout = model.config.attention_dropout
@@ -605,6 +611,7 @@ def _model_settings(model: DecoderOnlyTransformer) -> Callable[[], None]:
     lora_dropout = model.lora_dropout if model.has_lora else None
 
     def restore() -> None:
+        model.to(device)
         model.set_attention(attention)
         model.set_activation_checkpointing(policy)
         model.set_dropout(
@@ -670,14 +677,14 @@ def run_post_training(
 ) -> dict[str, Any]:
     """Fine-tunes a pretrained model on ``corpus``.
 
-    ``model_or_path`` is a model (its attention kind and policy are set to the config's, its
-    dropout probabilities to the config's that are not ``None``, and with LoRA it gains
-    adapters: the object is modified) or a pretraining output folder / ``model.safetensors``
+    ``model_or_path`` is a model (moved to the config's ``device`` when not ``None``, its
+    attention kind and policy set to the config's, its dropout probabilities to the config's
+    that are not ``None``, and with LoRA it gains adapters: the object is modified) or a pretraining output folder / ``model.safetensors``
     path (loaded with the config's attention and policy). ``base_model`` names where a given
     model object came from, for the metadata. Everything that does not need the adapters is
     checked before a given model changes, and when a later check fails (a budget that fits the
-    base model but not with the adapters, an unwritable ``out_dir``) its attention kind, policy
-    and dropout probabilities are restored; adapters already added stay (they cannot be
+    base model but not with the adapters, an unwritable ``out_dir``) its device, attention
+    kind, policy and dropout probabilities are restored; adapters already added stay (they cannot be
     removed). The steps train in training mode; the model's mode is restored afterwards.
 
     With ``fine_tuning_method="lora"`` adapters are enabled and only they are trained (base
@@ -688,7 +695,8 @@ def run_post_training(
 
     Raises:
         ModelStateError: no or invalid model state at the path.
-        ConfigError, OutputDirError, CorpusError, TrainingInterrupted: as :func:`run_pretraining`.
+        ConfigError, OutputDirError, CorpusError, DeviceUnavailableError, TrainingInterrupted:
+            as :func:`run_pretraining`.
     """
     cfg = post_training_config
     base_path = None if base_model is None else str(base_model)
@@ -709,6 +717,9 @@ def run_post_training(
         _check_fits(model.config, cfg, corpus.tokens.dtype == np.uint8)
         undo = None
     try:
+        if cfg.device is not None:
+            # First, so that the adapters are created on the device.
+            model.to(cfg.device)
         model.set_attention(cfg.attention)
         model.set_activation_checkpointing(
             cfg.activation_checkpointing, activation_memory_budget=cfg.activation_memory_budget

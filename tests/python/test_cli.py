@@ -301,8 +301,12 @@ def test_info_reports_version_threads_simd_devices() -> None:
     r = riftco_cmd("info", "--json")
     facts = json.loads(r.stdout)
     assert facts["simd_level"] in ("avx512", "avx2", "neon", "scalar")
-    assert facts["devices"][0] == {"device": "cpu", "available": True}
-    assert facts["devices"][1]["device"] == "metal" and not facts["devices"][1]["available"]
+    assert facts["devices"][0] == {
+        "device": "cpu", "available": True, "resolved": "cpu", "adapter": None
+    }
+    assert [d["device"] for d in facts["devices"]] == ["cpu", "vulkan", "metal", "gpu"]
+    # No Metal off macOS: the reason names what was looked for.
+    assert not facts["devices"][2]["available"] and "metal" in facts["devices"][2]["reason"]
 
 
 def test_simd_level_follows_force_scalar() -> None:

@@ -111,3 +111,42 @@ def test_variables_report_their_device_and_copies_of_trainable_ones_are_paramete
     n = 4 * w.numpy().size
     assert after["parameter"]["current_bytes"] - before["parameter"]["current_bytes"] == n
     assert after["workspace"]["current_bytes"] == before["workspace"]["current_bytes"]
+
+
+def test_variable_to_copies_leaves_and_op_results_across_devices() -> None:
+    riftco._native._install_mirror_backend()
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    w = riftco.Variable(x, requires_grad=True, name="w")
+    assert w.to("cpu") is w and w.to("CPU") is w
+    d = w.to("privateuseone")
+    assert (d.device, d.requires_grad, d.is_leaf, w.device) == ("privateuseone", True, True, "cpu")
+    assert d.to("cpu").numpy().tobytes() == x.tobytes() == d.numpy().tobytes()
+    # An op result is a graph node: its backward copies the gradient back to the CPU leaf.
+    y = (w * 3.0).to("privateuseone")
+    assert y.device == "privateuseone" and not y.is_leaf
+    riftco.functional.sum(y * y).backward()
+    assert w.grad is not None
+    np.testing.assert_allclose(w.grad, 18.0 * x, rtol=1e-6)
+    with pytest.raises(riftco.ConfigError, match='"tpu".*"vulkan"'):
+        w.to("tpu")
+
+
+def test_module_to_moves_every_leaf_and_keeps_shared_ones_shared() -> None:
+    riftco._native._install_mirror_backend()
+    riftco.manual_seed(3)
+    cpu = riftco.nn.Sequential(riftco.nn.Linear(4, 5), riftco.nn.ReLU(), riftco.nn.Linear(5, 2))
+    riftco.manual_seed(3)
+    dev = riftco.nn.Sequential(riftco.nn.Linear(4, 5), riftco.nn.ReLU(), riftco.nn.Linear(5, 2))
+    tied = riftco.nn.Linear(5, 2)
+    tied.weight = dev[2].weight  # one leaf in two modules
+    holder = riftco.nn.ModuleList([dev, tied])
+    assert holder.to("privateuseone") is holder
+    assert {p.device for p in dev.parameters()} == {"privateuseone"}
+    assert tied.weight is dev[2].weight
+    with pytest.raises(riftco.ConfigError):
+        holder.to("tpu")
+    assert {p.device for p in holder.parameters()} == {"privateuseone"}
+    x = riftco.Variable(np.ones((3, 4), np.float32))
+    out_cpu = cpu(x)
+    out_dev = dev(x.to("privateuseone"))
+    assert out_cpu.numpy().tobytes() == out_dev.numpy().tobytes()

@@ -8,7 +8,7 @@ use riftco_tensor::Device;
 pub(crate) const DEVICE_NAMES: [&str; 4] = ["cpu", "vulkan", "metal", "gpu"];
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("DEVICES", DEVICE_NAMES)?;
+    m.add("DEVICES", pyo3::types::PyTuple::new(m.py(), DEVICE_NAMES)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(_install_mirror_backend, m)?)?;
     Ok(())

@@ -68,6 +68,9 @@ __version__: str
 # The valid attention kinds, from the Rust option table (default first).
 ATTENTION_KINDS: tuple[str, ...]
 
+# The device names of the Python API, in the order devices() lists them.
+DEVICES: tuple[str, ...]
+
 # Activation-checkpointing policies (riftco_transformer::checkpointing).
 ACTIVATION_CHECKPOINTING_POLICIES: tuple[str, ...]
 """The policies spelled by a name alone, default first: ``("disabled", "block", "auto",
@@ -183,6 +186,12 @@ def _install_mirror_backend() -> None:
     """Registers the mirror test backend for ``"privateuseone"`` (CPU kernels behind the device
     seam; bitwise the CPU's results). For tests."""
 
+def devices() -> list[dict[str, Any]]:
+    """Every name of ``DEVICES`` (``cpu``, ``vulkan``, ``metal``, ``gpu``) probed, in that order:
+    ``{"device", "available"}`` and, when available, ``resolved`` (``"gpu"`` names
+    ``"vulkan"`` or ``"metal"``) and ``adapter`` (the GPU adapter, ``None`` for ``cpu``), else
+    ``reason`` (what was looked for and what was found). Opens a GPU once, as ``model.to``."""
+
 def memory_stats(device: str = "cpu") -> dict[str, dict[str, int]]:
     """Current and peak bytes by category on ``device`` (each device has its own counters):
     keys ``parameter``, ``gradient``, ``optimizer_state``, ``activation``, ``workspace``,
@@ -235,7 +244,14 @@ class Variable:
         (one ``-1`` inferred)."""
     @property
     def device(self) -> str:
-        """The device the value lives on (``"cpu"`` unless it belongs to a moved model)."""
+        """The device the value lives on (``"cpu"`` unless it belongs to a moved model or was
+        copied with ``to``)."""
+    def to(self, device: str) -> Variable:
+        """This value on ``device`` (``"cpu"``, ``"vulkan"``, ``"metal"``, ``"gpu"``,
+        ``"privateuseone"``): ``self`` when it is there already, else a copy. A leaf becomes a
+        new leaf (same ``requires_grad`` and name); an op result a graph node whose backward
+        copies the gradient back. ``ConfigError`` for an unknown name,
+        ``DeviceUnavailableError`` when the GPU asked for has no adapter."""
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape of the value."""
@@ -551,11 +567,14 @@ class DecoderOnlyTransformer:
         determinism_check: str = "metadata",
     ) -> DecoderOnlyTransformer: ...
     def to(self, device: str) -> DecoderOnlyTransformer:
-        """Moves every parameter and gradient to ``device`` in place and returns the model;
-        ``"metal"`` raises ``DeviceUnavailableError`` on non-macOS builds (so does
-        ``"privateuseone"`` until a backend is registered); other names raise ``ConfigError``."""
+        """Moves every parameter and gradient to ``device`` in place and returns the model:
+        ``"cpu"``, ``"vulkan"``, ``"metal"``, ``"gpu"`` (the best adapter; a GPU is opened on
+        first use) or ``"privateuseone"``. ``DeviceUnavailableError`` when the GPU asked for has
+        no adapter (naming what was looked for and what was found; ``"metal"`` off macOS) or no
+        backend is registered; other names raise ``ConfigError``. Build optimizers after."""
     @property
-    def device(self) -> str: ...
+    def device(self) -> str:
+        """The resolved device: ``"cpu"``, ``"vulkan"``, ``"metal"`` or ``"privateuseone"``."""
     @property
     def activation_checkpointing(self) -> str:
         """The policy's canonical spelling (``"selective"`` reads back as

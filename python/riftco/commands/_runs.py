@@ -23,12 +23,13 @@ def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def corpus_line(corpus: Corpus, validation_fraction: float) -> str:
-    """``corpus: N bytes in K files (...): T for training, V held out for validation``."""
+def corpus_line(corpus: Corpus, validation_fraction: float, unit: str = "bytes") -> str:
+    """``corpus: N UNIT in K parts (...): T for training, V held out for validation``, with
+    ``unit`` ``"bytes"`` for byte-level text or ``"tokens"`` for a tokenizer's ids."""
     train, val = corpus.split(validation_fraction)
     files = len(corpus.files)
     return (
-        f"corpus: {len(corpus):,} bytes in {files} {'part' if files == 1 else 'parts'} "
+        f"corpus: {len(corpus):,} {unit} in {files} {'part' if files == 1 else 'parts'} "
         f"({corpus.description}): {train.shape[0]:,} for training, {val.shape[0]:,} held out "
         "for validation"
     )

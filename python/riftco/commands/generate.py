@@ -22,6 +22,7 @@ import riftco
 from riftco.cli import (
     DEFAULT_SAMPLE_BYTES,
     ArgumentParser,
+    add_device_argument,
     check_sample_args,
     fail,
     int_range,
@@ -64,6 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--attention", choices=riftco.ATTENTION_KINDS, default="flash", help="attention kind"
     )
+    add_device_argument(p)
     p.add_argument(
         "--sample-tokens",
         "--max-new-tokens",
@@ -118,14 +120,15 @@ def _adapter_base(adapter: Path, base: str | None) -> Path:
 
 
 def load_for_generation(
-    model_path: str, base_model: str | None, attention: str
+    model_path: str, base_model: str | None, attention: str, device: str = "cpu"
 ) -> tuple[riftco.DecoderOnlyTransformer, str]:
-    """The model to sample from and a description of what was loaded (see the module
-    docstring for the paths accepted).
+    """The model to sample from, on ``device``, and a description of what was loaded (see the
+    module docstring for the paths accepted).
 
     Raises:
         ModelStateError: a bad model or adapter file; ``UsageError``: nothing loadable at the
-            path, or an adapter whose base model is unknown.
+            path, or an adapter whose base model is unknown; ``DeviceUnavailableError``: no
+            adapter of the GPU asked for.
     """
     path = Path(model_path)
     adapter = None
@@ -141,16 +144,16 @@ def load_for_generation(
                 f"{e}; or a LoRA post-training folder (runs/post_train); train one first with "
                 "`python -m riftco pretrain`"
             )
-        return riftco.load_model(state, attention=attention), str(state)
+        return riftco.load_model(state, attention=attention).to(device), str(state)
     base = _adapter_base(adapter, base_model)
     model = riftco.load_model(base, attention=attention)
     model.load_lora(str(adapter))
-    return model, f"{base} + LoRA adapter {adapter}"
+    return model.to(device), f"{base} + LoRA adapter {adapter}"
 
 
 def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
     """Loads the model, checks the prompt and settings, prints prompt + continuation."""
-    model, what = load_for_generation(args.model, args.base_model, args.attention)
+    model, what = load_for_generation(args.model, args.base_model, args.attention, args.device)
     max_seq_len = int(model.config.max_seq_len)
     data = read_prompt(args.prompt, max_seq_len)
     prompt, n_new = check_sample_args(

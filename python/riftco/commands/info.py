@@ -1,6 +1,8 @@
 """``riftco info``: version, kernel threads, SIMD level, devices and the optional plotting.
 
-Devices: ``cpu`` always; ``metal`` is probed (this build answers why it is not available)."""
+Devices: every name of ``riftco.DEVICES`` (``cpu``, ``vulkan``, ``metal``, ``gpu``), probed by
+:func:`riftco.devices`: available with the GPU adapter's name, or why not (what was looked for
+and what was found)."""
 
 from __future__ import annotations
 
@@ -22,22 +24,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
 
 
-def _device_status(device: str) -> dict[str, Any]:
-    """Whether this build can hold a model on ``device``: a one-layer model of 8 dimensions is
-    moved there (``DecoderOnlyTransformer.to``), which raises ``DeviceUnavailableError`` (with
-    the reason) for a device the build has no backend for."""
-    if device == "cpu":
-        return {"device": device, "available": True}
-    config = riftco.TransformerConfig(
-        vocab_size=256, d_model=8, n_heads=1, n_layers=1, d_ff=8, max_seq_len=2, seed=0
-    )
-    try:
-        riftco.DecoderOnlyTransformer(config).to(device)
-    except riftco.RiftcoError as e:
-        return {"device": device, "available": False, "reason": " ".join(str(e).split())}
-    return {"device": device, "available": True}
-
-
 def collect() -> dict[str, Any]:
     """The facts ``riftco info`` prints, as a JSON-ready dict."""
     threads_env = os.environ.get("RIFTCO_NUM_THREADS")
@@ -52,7 +38,7 @@ def collect() -> dict[str, Any]:
             f"RIFTCO_NUM_THREADS={threads_env}" if threads_env else "physical cores"
         ),
         "simd_level": riftco.simd_level(),
-        "devices": [_device_status(d) for d in ("cpu", "metal")],
+        "devices": riftco.devices(),
         "matplotlib": matplotlib is not None,
     }
 
@@ -70,7 +56,13 @@ def run(args: argparse.Namespace, prog: str = "riftco info") -> None:
         "not across levels)"
     )
     for d in facts["devices"]:
-        state = "available" if d["available"] else f"not available: {d['reason']}"
+        if not d["available"]:
+            state = "not available: " + " ".join(str(d["reason"]).split())
+        elif d["adapter"] is None:
+            state = "available"
+        else:
+            resolved = "" if d["resolved"] == d["device"] else f" ({d['resolved']})"
+            state = f"available{resolved}: {d['adapter']}"
         print(f"device {d['device']}: {state}")
     plots = "installed" if facts["matplotlib"] else "not installed (pip install 'riftco[plot]')"
     print(f"plots (matplotlib): {plots}")

@@ -19,6 +19,7 @@ from riftco.cli import (
     DEFAULT_SAMPLE_BYTES,
     ArgumentParser,
     add_checkpointing_arguments,
+    add_device_argument,
     add_dropout_arguments,
     check_sample_args,
     fail,
@@ -79,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="train LoRA adapters only, or every weight",
     )
     add_checkpointing_arguments(p)
+    add_device_argument(p)
     p.add_argument(
         "--attention", choices=riftco.ATTENTION_KINDS, default="flash", help="attention kind"
     )
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         attention=args.attention,
         activation_checkpointing=args.activation_checkpointing,
         activation_memory_budget=args.activation_memory_budget,
-    )
+    ).to(args.device)
     max_seq_len = int(model.config.max_seq_len)
     seq_len = max_seq_len if args.seq_len is None else args.seq_len
     if seq_len > max_seq_len:
@@ -195,6 +197,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         save_every=args.save_every,
         eval_every=args.eval_every,
         log_every=args.log_every,
+        device=args.device,
     )
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
     try:
@@ -232,8 +235,8 @@ def _train(
     state: Path,
     tokenizer: Any | None = None,
 ) -> None:
-    line = corpus_line(corpus, config.validation_fraction)
-    log(line if tokenizer is None else line.replace(" bytes in ", " tokens in ", 1))
+    unit = "bytes" if tokenizer is None else "tokens"
+    log(corpus_line(corpus, config.validation_fraction, unit))
 
     def sample(when: str) -> None:
         print(f"--- sample {when} post-training ---")

@@ -17,6 +17,7 @@ from riftco.cli import (
     DEFAULT_SAMPLE_BYTES,
     ArgumentParser,
     add_checkpointing_arguments,
+    add_device_argument,
     add_dropout_arguments,
     check_sample_args,
     fail,
@@ -33,6 +34,7 @@ DEFAULT_OUT = "runs/pretrain"
 EPILOG = """examples:
   riftco pretrain                                             # the main job
   riftco pretrain --activation-checkpointing block --out runs/pretrain-block
+  riftco pretrain --device gpu --out runs/pretrain-gpu        # on the best GPU adapter
   riftco pretrain --activation-memory-budget 64MiB --out runs/pretrain-budget
   riftco pretrain --data notes/ book.txt --out runs/mine
 
@@ -60,6 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--no-plots", action="store_true", help="do not write loss.png and memory.png"
     )
     train = p.add_argument_group("training")
+    add_device_argument(train)
     add_checkpointing_arguments(train)
     train.add_argument(
         "--attention",
@@ -182,6 +185,7 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         save_every=args.save_every,
         eval_every=args.eval_every,
         log_every=args.log_every,
+        device=args.device,
     )
     if args.seq_len > args.max_seq_len:
         fail(
@@ -230,7 +234,8 @@ def _train(
             if args.activation_memory_budget is None
             else f", activation memory budget {args.activation_memory_budget:,} bytes"
         )
-        + f"; {riftco.num_threads()} kernel threads, SIMD {riftco.simd_level()}"
+        + f"; device {args.device}; {riftco.num_threads()} kernel threads, SIMD "
+        f"{riftco.simd_level()}"
     )
     metadata = riftco.run_pretraining(
         model_config,
@@ -250,7 +255,7 @@ def _train(
         f"{metadata['wall_time_s']:.1f} s"
     )
     print(f"saved {out / riftco.MODEL_STATE_FILE} and {out / riftco.METADATA_FILE}")
-    model = riftco.load_model(out, attention=args.attention)
+    model = riftco.load_model(out, attention=args.attention).to(args.device)
     text = riftco.generate(
         model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
     )

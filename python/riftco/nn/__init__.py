@@ -1,7 +1,8 @@
 """``riftco.nn``: PyTorch-style modules over riftco Variables.
 
 - ``Module``: the base class (parameters discovered from attributes, ``named_parameters()``
-  with dotted names, ``train()``/``eval()``, ``zero_grad()``, calling runs ``forward``);
+  with dotted names, ``train()``/``eval()``, ``zero_grad()``, ``to(device)``, calling runs
+  ``forward``);
 - containers ``Sequential`` and ``ModuleList``;
 - layers ``Linear``, ``Embedding``, ``RMSNorm``, ``Dropout``, ``ReLU``, ``GELU``, ``SiLU``.
 

@@ -6,7 +6,8 @@ A module's parameters are found from its attributes, in assignment order: a ``Va
 ``child.name``), and containers (``Sequential``, ``ModuleList``) name their children ``0``,
 ``1``, ... — so ``named_parameters()`` gives PyTorch's dotted names (``layers.0.weight``).
 Plain lists or dicts of modules are not children (use ``ModuleList``), as in PyTorch. A leaf
-reached twice (shared) is listed once, under its first name.
+reached twice (shared) is listed once, under its first name. ``to(device)`` moves every leaf
+to a device.
 """
 
 from __future__ import annotations
@@ -133,6 +134,34 @@ class Module:
         """Clears the committed gradient of every parameter."""
         for p in self.parameters():
             p.zero_grad()
+
+    # -- devices ----------------------------------------------------------------------------
+
+    def to(self, device: str) -> Module:
+        """Moves every leaf Variable of this module and its descendants to ``device`` in place
+        (PyTorch's ``module.to``) and returns ``self``: each attribute is replaced by its
+        ``Variable.to(device)`` copy (same ``requires_grad`` and name; a shared leaf stays
+        shared). Optimizers hold the old leaves: build them after the move.
+
+        Args:
+            device: ``"cpu"``, ``"vulkan"``, ``"metal"``, ``"gpu"`` or ``"privateuseone"``.
+
+        Raises:
+            ConfigError: an unknown device name. DeviceUnavailableError: the GPU asked for has
+                no adapter. Either is raised before any attribute changes.
+        """
+        moved: dict[int, Variable] = {}
+        updates: list[tuple[Module, str, Variable]] = []
+        for m in self.modules():
+            for name, value in vars(m).items():
+                if isinstance(value, Variable) and value.is_leaf:
+                    key = _node_id(value)
+                    if key not in moved:
+                        moved[key] = value.to(device)
+                    updates.append((m, name, moved[key]))
+        for m, name, value in updates:
+            setattr(m, name, value)
+        return self
 
     # -- printing ---------------------------------------------------------------------------
 
