@@ -679,8 +679,9 @@ def run_post_training(
 
     ``model_or_path`` is a model (moved to the config's ``device`` when not ``None``, its
     attention kind and policy set to the config's, its dropout probabilities to the config's
-    that are not ``None``, and with LoRA it gains adapters: the object is modified) or a pretraining output folder / ``model.safetensors``
-    path (loaded with the config's attention and policy). ``base_model`` names where a given
+    that are not ``None``, and with LoRA it gains adapters: the object is modified) or a
+    pretraining output folder / ``model.safetensors`` path (loaded with the config's attention
+    and policy, then moved to its device). ``base_model`` names where a given
     model object came from, for the metadata. Everything that does not need the adapters is
     checked before a given model changes, and when a later check fails (a budget that fits the
     base model but not with the adapters, an unwritable ``out_dir``) its device, attention

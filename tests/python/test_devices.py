@@ -137,12 +137,14 @@ def test_module_to_moves_every_leaf_and_keeps_shared_ones_shared() -> None:
     cpu = riftco.nn.Sequential(riftco.nn.Linear(4, 5), riftco.nn.ReLU(), riftco.nn.Linear(5, 2))
     riftco.manual_seed(3)
     dev = riftco.nn.Sequential(riftco.nn.Linear(4, 5), riftco.nn.ReLU(), riftco.nn.Linear(5, 2))
+    last = dev[2]
+    assert isinstance(last, riftco.nn.Linear)
     tied = riftco.nn.Linear(5, 2)
-    tied.weight = dev[2].weight  # one leaf in two modules
+    tied.weight = last.weight  # one leaf in two modules
     holder = riftco.nn.ModuleList([dev, tied])
     assert holder.to("privateuseone") is holder
     assert {p.device for p in dev.parameters()} == {"privateuseone"}
-    assert tied.weight is dev[2].weight
+    assert tied.weight is last.weight
     with pytest.raises(riftco.ConfigError):
         holder.to("tpu")
     assert {p.device for p in holder.parameters()} == {"privateuseone"}

@@ -32,7 +32,8 @@ TOL = 1e-4
 # the gradients' 1e-4 agreement into a difference of up to lr (a -1.03e-8 vs -1.04e-8 entry of
 # the gate projection's gradient, both well within tolerance, moved the weights 2e-5 apart with
 # eps = 1e-8). eps = 1e-6 bounds that sensitivity (lr / eps per unit of gradient difference).
-ADAM = dict(lr=1e-2, eps=1e-6)
+def adam(params: list[riftco.Variable]) -> riftco.Adam:
+    return riftco.Adam(params, lr=1e-2, eps=1e-6)
 TINY: dict[str, Any] = dict(
     vocab_size=64, d_model=32, n_heads=2, n_layers=2, d_ff=48, max_seq_len=16, seed=3
 )
@@ -94,7 +95,7 @@ def test_a_train_step_on_the_gpu_matches_the_cpu(
     cpu, dev = model(attention, policy, lora), model(attention, policy, lora).to(GPU)
     assert dev.device == gpu and cpu.device == "cpu"
     # Optimizers built after the move hold their moments on the parameters' device.
-    opt_cpu, opt_dev = riftco.Adam(cpu.parameters(), **ADAM), riftco.Adam(dev.parameters(), **ADAM)
+    opt_cpu, opt_dev = adam(cpu.parameters()), adam(dev.parameters())
     block = tokens(2, 9)
     lc, ld = cpu.loss(block), dev.loss(block)
     assert ld.device == gpu
@@ -134,7 +135,8 @@ def test_decoding_on_the_gpu_matches_the_cpu_at_every_position(gpu: str) -> None
     cpu, dev = model("flash", "disabled", False), model("flash", "disabled", False).to(GPU)
     sc, sd = cpu.decode_session(), dev.decode_session()
     for position, t in enumerate(tokens(1, 12, seed=2)[0]):
-        assert_close(f"logits at position {position}", sd.decode_token(int(t)), sc.decode_token(int(t)))
+        got, want = sd.decode_token(int(t)), sc.decode_token(int(t))
+        assert_close(f"logits at position {position}", got, want)
     prompt = b"\x01\x02\x03"
     small = dict(TINY, vocab_size=256)
     cpu_b = riftco.DecoderOnlyTransformer(riftco.TransformerConfig(**small))
@@ -167,9 +169,8 @@ def test_variable_to_round_trips_bitwise_and_keeps_requires_grad(gpu: str) -> No
 def test_an_nn_module_moved_to_the_gpu_trains_like_on_the_cpu(gpu: str) -> None:
     def mlp() -> riftco.nn.Sequential:
         riftco.manual_seed(4)
-        return riftco.nn.Sequential(
-            riftco.nn.Linear(8, 16), riftco.nn.GELU(), riftco.nn.RMSNorm(16), riftco.nn.Linear(16, 3)
-        )
+        nn = riftco.nn
+        return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.RMSNorm(16), nn.Linear(16, 3))
 
     cpu, dev = mlp(), mlp().to(GPU)
     assert {p.device for p in dev.parameters()} == {gpu}
@@ -179,8 +180,7 @@ def test_an_nn_module_moved_to_the_gpu_trains_like_on_the_cpu(gpu: str) -> None:
     assert_close("loss", ld.numpy(), lc.numpy())
     lc.backward()
     ld.backward()
-    opt_cpu = riftco.optim.Adam(cpu.parameters(), **ADAM)
-    opt_dev = riftco.optim.Adam(dev.parameters(), **ADAM)
+    opt_cpu, opt_dev = adam(list(cpu.parameters())), adam(list(dev.parameters()))
     for (name, pc), (_, pd) in zip(cpu.named_parameters(), dev.named_parameters(), strict=True):
         assert pc.grad is not None and pd.grad is not None, name
         assert_close(f"grad {name}", pd.grad, pc.grad)
@@ -253,6 +253,16 @@ def test_the_commands_train_and_sample_on_the_gpu(gpu: str, tmp_path: Path) -> N
     r = riftco_cmd("generate", "--device", GPU, "--model", post, "--sample-tokens", "4", "ab")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ab")
+
+
+def test_a_failed_post_training_setup_moves_the_model_back(gpu: str, tmp_path: Path) -> None:
+    m = riftco.DecoderOnlyTransformer(riftco.TransformerConfig(**dict(TINY, vocab_size=256)))
+    corpus = riftco.Corpus(riftco.default_corpus().tokens[:4_000], description="tiny")
+    (tmp_path / "file").write_bytes(b"")
+    cfg = riftco.PostTrainingConfig(device=GPU, steps=1, batch_size=2, seq_len=8)
+    with pytest.raises(riftco.stages.OutputDirError):
+        riftco.run_post_training(m, cfg, corpus, tmp_path / "file" / "out", progress=False)
+    assert m.device == "cpu"  # moved back (the adapters already added stay, as documented)
 
 
 def test_a_stage_config_names_a_bad_device() -> None:

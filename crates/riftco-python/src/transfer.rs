@@ -16,8 +16,8 @@ fn copy_to(t: &Tensor, device: Device, category: MemoryCategory) -> riftco_tenso
 }
 
 /// `v` on the device named `name` (see `PyVariable::to`): `None` when it is there already,
-/// otherwise a new leaf (same `requires_grad` and name) for a leaf, and for an op result a graph node
-/// whose VJP copies the gradient back to `v`'s device.
+/// otherwise for a leaf a new leaf (same `requires_grad` and name), and for an op result a
+/// graph node whose VJP copies the gradient back to `v`'s device.
 ///
 /// # Errors
 /// As [`resolve_device`] (an unknown name, a GPU without adapter); `OutOfMemory` when the copy

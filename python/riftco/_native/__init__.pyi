@@ -18,6 +18,7 @@ __all__ = [
     "ACTIVATION_CHECKPOINTING_FORMS",
     "SELECTIVE_POLICIES",
     "BLOCK_VALUE_NAMES",
+    "DEVICES",
     "check_probability",
     "parse_byte_size",
     "parse_activation_checkpointing",
@@ -59,6 +60,7 @@ __all__ = [
     "memory_stats",
     "_install_mirror_backend",
     "cached_bytes",
+    "devices",
     "empty_cache",
     "reset_peak_memory_stats",
 ]
