@@ -6,7 +6,8 @@ software Vulkan with ``scripts/gpu_setup.sh``), where it fails.
 A tiny model (vocab 64, d_model 32, 2 heads, 2 layers, seq 8, batch 2) on the GPU against the
 same model on the CPU: loss, every gradient and every parameter after one Adam step within
 1e-4 of each tensor's largest magnitude (flash and materialized attention x no checkpointing
-and block checkpointing x base and LoRA), decode logits at every position, ``Variable.to``,
+and block checkpointing x base and LoRA; Adam's eps is 1e-5, see ``LR, EPS``, and the GPU's
+Adam is also checked against a float64 step on its own gradients), decode logits at every position, ``Variable.to``,
 the device errors, ``riftco.devices()`` and ``riftco pretrain / post-train / generate
 --device`` through the command line."""
 
@@ -28,12 +29,23 @@ import riftco.commands.info
 
 GPU = os.environ.get("RIFTCO_TEST_GPU", "gpu")
 TOL = 1e-4
-# Adam's first step is lr * g / (|g| + eps): for a gradient entry near 0 (|g| ~ eps) it turns
-# the gradients' 1e-4 agreement into a difference of up to lr (a -1.03e-8 vs -1.04e-8 entry of
-# the gate projection's gradient, both well within tolerance, moved the weights 2e-5 apart with
-# eps = 1e-8). eps = 1e-6 bounds that sensitivity (lr / eps per unit of gradient difference).
+# Adam's first step is lr * g / (|g| + eps) (bias-corrected m / sqrt(v) is g / |g|): for a
+# gradient entry near 0 it turns the gradients' 1e-4 agreement into a difference of up to lr
+# (entries of -1.03e-8 vs -1.04e-8, both well within tolerance, moved weights 2e-5 apart with
+# the default eps 1e-8). eps = 1e-5 bounds that sensitivity at lr / eps per unit of gradient
+# difference; the GPU's Adam kernel itself is checked on its own gradients (``adam_reference``).
+LR, EPS = 1e-2, 1e-5
+
+
 def adam(params: list[riftco.Variable]) -> riftco.Adam:
-    return riftco.Adam(params, lr=1e-2, eps=1e-6)
+    return riftco.Adam(params, lr=LR, eps=EPS)
+
+
+def adam_reference(param: npt.NDArray[Any], grad: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    """The first Adam step in float64: ``p - lr * g / (|g| + eps)`` (m and v bias-corrected)."""
+    g = grad.astype(np.float64)
+    out: npt.NDArray[np.float64] = param - LR * g / (np.abs(g) + EPS)
+    return out
 TINY: dict[str, Any] = dict(
     vocab_size=64, d_model=32, n_heads=2, n_layers=2, d_ff=48, max_seq_len=16, seed=3
 )
@@ -112,10 +124,16 @@ def test_a_train_step_on_the_gpu_matches_the_cpu(
             continue
         assert gc is not None and gd is not None, name
         assert_close(f"grad {name}", gd, gc)
+    before = {name: (pd.numpy(), pd.grad) for (name, _), (_, pd) in named}
     opt_cpu.step()
     opt_dev.step()
     for (name, pc), (_, pd) in named:
         assert_close(f"{name} after Adam", pd.numpy(), pc.numpy())
+        p0, g = before[name]
+        if g is not None:  # the GPU's Adam on the GPU's own gradient
+            want = adam_reference(p0, g)
+            err = float(np.abs(pd.numpy() - want).max())
+            assert err <= 1e-5 * float(np.abs(want).max()), f"{name}: Adam kernel off by {err}"
 
 
 def test_checkpointed_and_plain_runs_on_the_gpu_are_bitwise_equal(gpu: str) -> None:

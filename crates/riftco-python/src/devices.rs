@@ -17,8 +17,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// The device `name` resolves to and, for a GPU, its adapter (`"name (backend, type, driver
 /// ...)"`); or why it is not available.
 fn probe(name: &str) -> Result<(Device, Option<String>), String> {
-    let device =
-        riftco_transformer::device::resolve_device(name).map_err(|e| e.to_string())?;
+    let device = riftco_transformer::device::resolve_device(name).map_err(|e| e.to_string())?;
     if !Device::GPUS.contains(&device) {
         return Ok((device, None));
     }
