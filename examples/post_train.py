@@ -10,6 +10,7 @@ trains every weight and writes ``model.safetensors`` instead.
     python examples/post_train.py --fine-tuning-method full --out runs/post_train-full
     python examples/post_train.py --activation-checkpointing selective:dots --out runs/pt-dots
     python examples/post_train.py --activation-memory-budget 8MiB --out runs/pt-budget
+    python examples/post_train.py --device gpu --out runs/pt-gpu      # on the best GPU adapter
     python examples/post_train.py --model runs/pretrain --data my_notes/ --lora-rank 16 --out runs/pt-notes
 
 The flags and the code are those of ``python -m riftco post-train`` (``riftco.commands.post_train``).

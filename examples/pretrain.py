@@ -11,6 +11,7 @@ given text files or folders instead.
     python examples/pretrain.py --activation-checkpointing segments:2 --out runs/segments
     python examples/pretrain.py --activation-memory-budget 64MiB --out runs/budget
     python examples/pretrain.py --data notes/ book.txt --out runs/mine
+    python examples/pretrain.py --device gpu --out runs/gpu     # on the best GPU adapter
 
 Each run goes to its own ``--out`` folder: a folder holding another configuration's run is
 refused without ``--overwrite``.
