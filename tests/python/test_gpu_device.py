@@ -283,6 +283,18 @@ def test_a_failed_post_training_setup_moves_the_model_back(gpu: str, tmp_path: P
     assert m.device == "cpu"  # moved back (the adapters already added stay, as documented)
 
 
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS has Metal")
+def test_a_missing_gpu_is_one_error_line_before_any_folder_exists(tmp_path: Path) -> None:
+    out = tmp_path / "never"
+    r = riftco_cmd("pretrain", "--device", "metal", "--steps", "1", "--out", out)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    # Mesa's software Vulkan may add its XDG_RUNTIME_DIR notice while adapters are listed.
+    errors = [line for line in r.stderr.splitlines() if "XDG_RUNTIME_DIR" not in line]
+    assert len(errors) == 1 and errors[0].startswith("riftco pretrain: error:"), r.stderr
+    assert "no metal adapter found" in errors[0] and "found:" in errors[0], errors[0]
+    assert not out.exists()
+
+
 def test_a_stage_config_names_a_bad_device() -> None:
     with pytest.raises(riftco.ConfigError, match="device.*'tpu'"):
         riftco.PretrainingConfig(device="tpu")

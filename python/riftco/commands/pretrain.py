@@ -199,6 +199,9 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
     riftco.parse_activation_checkpointing(
         args.activation_checkpointing, args.activation_memory_budget, n_layers=args.n_layers
     )
+    # The device is opened before the corpus is read or anything logged: a GPU without adapter
+    # is one error line (DeviceUnavailableError names what was looked for and what was found).
+    riftco.Variable(0.0).to(args.device)
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
     check_corpus(corpus, args.seq_len, config.validation_fraction)
     check_run_folder(
