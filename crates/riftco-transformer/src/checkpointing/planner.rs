@@ -52,7 +52,7 @@ use std::time::Instant;
 
 /// How many times each candidate runs, interleaved; its seconds are the fastest run (other
 /// work on the machine only ever slows a run down).
-const PROBE_ROUNDS: usize = 5;
+pub const PROBE_ROUNDS: usize = 5;
 
 /// What one candidate per-block policy costs for one block, measured.
 #[derive(Clone, Debug, PartialEq)]
