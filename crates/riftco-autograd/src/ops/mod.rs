@@ -19,6 +19,7 @@
 pub mod attention;
 pub mod broadcast;
 pub mod concat;
+pub mod device;
 pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
@@ -41,6 +42,7 @@ pub use broadcast::{
     scalar_like,
 };
 pub use concat::{concat, stack};
+pub use device::to_device;
 pub use dropout::{
     dropout, dropout_graph_only, dropout_random, dropout_seeded, philox_key, DropoutMask,
 };
