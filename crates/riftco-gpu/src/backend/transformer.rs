@@ -121,7 +121,8 @@ pub(super) fn rms_norm_backward(
     Ok((dx, dw))
 }
 
-/// RoPE; the table's `cos`/`sin` are uploaded on each call (`[max_positions, d_head/2]` each).
+/// RoPE; the table's `cos`/`sin` (`[max_positions, d_head/2]` each) are uploaded on its first
+/// call and then read from the backend's cache (keyed by [`RopeTable::id`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn rope(
     g: &GpuBackend,
@@ -134,7 +135,7 @@ pub(super) fn rope(
     inverse: bool,
     c: MemoryCategory,
 ) -> Result<Tensor> {
-    let t = kernels::GpuRopeTable::upload(&g.ctx, table).map_err(g.err(op))?;
+    let t = g.rope_tables.get(&g.ctx, table).map_err(g.err(op))?;
     let r = g.read(op, &[x])?;
     let out =
         kernels::rope(&g.ctx, &t, r.get(0), seq, heads, start_pos, inverse).map_err(g.err(op))?;
