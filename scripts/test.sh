@@ -23,8 +23,9 @@ trap steps_summary EXIT
 step "setup"
 bash scripts/setup.sh
 
-# The GPU tests (crates/riftco-gpu) need an adapter: Mesa's software Vulkan device (llvmpipe)
-# on a machine without a GPU. Under CI=true they fail, never skip, when none is found.
+# The GPU tests (crates/riftco-gpu, the C ABI's crates/riftco-capi/tests/device.rs and
+# tests/c/test_device.c) need an adapter: Mesa's software Vulkan device (llvmpipe) on a machine
+# without a GPU. Under CI=true they fail, never skip, when none is found.
 step "GPU driver for the riftco-gpu tests (scripts/gpu_setup.sh)"
 bash scripts/gpu_setup.sh
 
