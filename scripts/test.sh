@@ -23,9 +23,10 @@ trap steps_summary EXIT
 step "setup"
 bash scripts/setup.sh
 
-# The GPU tests (crates/riftco-gpu and tests/python/test_gpu_device.py) need an adapter: Mesa's
-# software Vulkan device (llvmpipe) on a machine without a GPU. Under CI=true they fail, never
-# skip, when none is found; RIFTCO_TEST_GPU (default gpu) selects the adapter for both.
+# The GPU tests (crates/riftco-gpu, the C ABI's crates/riftco-capi/tests/device.rs and
+# tests/c/test_device.c, tests/python/test_gpu_device.py) need an adapter: Mesa's software Vulkan
+# device (llvmpipe) on a machine without a GPU. Under CI=true they fail, never skip, when none is
+# found; RIFTCO_TEST_GPU (default gpu) selects the adapter for all of them.
 step "GPU driver for the riftco-gpu tests (scripts/gpu_setup.sh)"
 bash scripts/gpu_setup.sh
 

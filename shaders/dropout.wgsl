@@ -4,8 +4,8 @@
 // counter [n lo, n hi, stream0, stream1] and key `key`, output word e % 4 = x; it is kept iff
 // f32(x >> 8) * 2^-24 >= p, and kept elements are multiplied by scale = 1 / (1 - p) (computed in
 // f32 on the host), dropped ones are exactly +0.
-// WGSL has 32-bit integers only: the 32 x 32 -> 64-bit products of the Philox rounds are formed
-// from 16-bit halves (mulhi); the low word is the wrapping u32 product.
+// The rounds (philox4x32_10) are those of philox.wgsl, prepended to this file when the pipeline
+// is built.
 //   philox_blocks: out[4 b + w] = word w of philox4x32_10(counters[b], keys[b]) (u32 bits).
 //   dropout:       out[e] = keep(e) ? x[e] * scale : 0.
 // One invocation per block or element on a 2-D grid; invocations past the end return.
@@ -33,44 +33,6 @@ struct Params {
 @group(0) @binding(5) var<uniform> params: Params;
 
 const WG: u32 = 256u;
-const M0: u32 = 0xD2511F53u;
-const M1: u32 = 0xCD9E8D57u;
-const W0: u32 = 0x9E3779B9u;
-const W1: u32 = 0xBB67AE85u;
-
-// High 32 bits of the 64-bit product a * b, from 16-bit halves.
-fn mulhi(a: u32, b: u32) -> u32 {
-    let a_lo = a & 0xffffu;
-    let a_hi = a >> 16u;
-    let b_lo = b & 0xffffu;
-    let b_hi = b >> 16u;
-    let ll = a_lo * b_lo;
-    let lh = a_lo * b_hi;
-    let hl = a_hi * b_lo;
-    let hh = a_hi * b_hi;
-    // (ll >> 16) + low halves of the cross terms: below 3 * 2^16, no overflow.
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
-
-fn philox_round(c: vec4<u32>, k: vec2<u32>) -> vec4<u32> {
-    return vec4<u32>(
-        mulhi(M1, c.z) ^ c.y ^ k.x,
-        M1 * c.z,
-        mulhi(M0, c.x) ^ c.w ^ k.y,
-        M0 * c.x,
-    );
-}
-
-fn philox4x32_10(counter: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
-    var c = philox_round(counter, key);
-    var k = key;
-    for (var r = 1u; r < 10u; r = r + 1u) {
-        k = k + vec2<u32>(W0, W1);
-        c = philox_round(c, k);
-    }
-    return c;
-}
 
 @compute @workgroup_size(256)
 fn philox_blocks(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

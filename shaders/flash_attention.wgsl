@@ -69,45 +69,8 @@ fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
 }
 
-const M0: u32 = 0xD2511F53u;
-const M1: u32 = 0xCD9E8D57u;
-const W0: u32 = 0x9E3779B9u;
-const W1: u32 = 0xBB67AE85u;
-
-// High 32 bits of the 64-bit product a * b, from 16-bit halves (as in dropout.wgsl).
-fn mulhi(a: u32, b: u32) -> u32 {
-    let a_lo = a & 0xffffu;
-    let a_hi = a >> 16u;
-    let b_lo = b & 0xffffu;
-    let b_hi = b >> 16u;
-    let ll = a_lo * b_lo;
-    let lh = a_lo * b_hi;
-    let hl = a_hi * b_lo;
-    let hh = a_hi * b_hi;
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
-
-fn philox_round(c: vec4<u32>, k: vec2<u32>) -> vec4<u32> {
-    return vec4<u32>(
-        mulhi(M1, c.z) ^ c.y ^ k.x,
-        M1 * c.z,
-        mulhi(M0, c.x) ^ c.w ^ k.y,
-        M0 * c.x,
-    );
-}
-
-fn philox4x32_10(counter: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
-    var c = philox_round(counter, key);
-    var k = key;
-    for (var r = 1u; r < 10u; r = r + 1u) {
-        k = k + vec2<u32>(W0, W1);
-        c = philox_round(c, k);
-    }
-    return c;
-}
-
 // Z of probability (row, j): 1 without dropout, else z_scale where kept and 0 where dropped.
+// philox4x32_10 is philox.wgsl's, prepended to this file when the pipeline is built.
 fn z(row: u32, j: u32) -> f32 {
     if (params.dropout == 0u) {
         return 1.0;

@@ -7,7 +7,9 @@
 //   cross_entropy_mean: loss[0] = (sum_r row_loss[r]) / rows, one invocation adding the rows in
 //       order (in f32; the CPU adds them in f64).
 //   cross_entropy_backward: dlogits[r, c] = exp(logits[r, c] - lse[r]) * scale
-//       - (c == t_r ? scale : 0), scale = grad / rows; one invocation per element.
+//       - (c == t_r ? scale : 0), scale = params.scale * grad_in[0] (the host's grad / rows
+//       times 1, or the host's 1 / rows times the upstream scalar on the device); one
+//       invocation per element.
 
 struct Params {
     rows: u32,
@@ -24,6 +26,7 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> row_loss_out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<uniform> params: Params;
+@group(0) @binding(8) var<storage, read> grad_in: array<f32>;
 
 const WG: u32 = 256u;
 var<workgroup> scratch: array<f32, 256>;
@@ -103,9 +106,10 @@ fn cross_entropy_backward(
     }
     let r = e / params.vocab;
     let c = e % params.vocab;
-    var d = exp(logits[e] - lse_in[r]) * params.scale;
+    let scale = params.scale * grad_in[0];
+    var d = exp(logits[e] - lse_in[r]) * scale;
     if (c == targets[r]) {
-        d = d - params.scale;
+        d = d - scale;
     }
     out[e] = d;
 }

@@ -3,13 +3,15 @@
  * activation-checkpointing policy to POLICY for steps 2 and 3 and back, save it, reload it and
  * decode a few tokens greedily.
  *
- *   train [TEXT_FILE [MODEL_PATH [POLICY]]]
+ *   train [TEXT_FILE [MODEL_PATH [POLICY [DEVICE]]]]
  *
  * TEXT_FILE defaults to this source file (TRAIN_DEFAULT_TEXT: the path the compiler was given,
  * relative to the folder it ran in, unless the build defines it, as the README's command does
  * with an absolute path), MODEL_PATH to riftco_train_c.safetensors, POLICY to
  * "block" (any spelling of rt_model_set_activation_checkpointing_policy: "segments:2", "auto",
- * "selective:dots", "disabled,block", "budget:1MiB", ...). With the default POLICY the "step",
+ * "selective:dots", "disabled,block", "budget:1MiB", ...), DEVICE to "cpu" ("vulkan", "metal"
+ * or "gpu" train, evaluate and decode on a GPU: rt_model_to_device, ABI 2.5; the optimizer is
+ * created after the move, and the reloaded model is moved too). With the defaults the "step",
  * "eval" and "decode" lines are compared by tests/c/run.sh with the output of the Rust program
  * crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule). The "sample"
  * line shows the prompt and the decoded bytes as text (printable ASCII, other bytes as \xNN).
@@ -123,6 +125,7 @@ int main(int argc, char **argv) {
     const char *text_path = argc > 1 ? argv[1] : TRAIN_DEFAULT_TEXT;
     const char *model_path = argc > 2 ? argv[2] : "riftco_train_c.safetensors";
     const char *checkpointed = argc > 3 ? argv[3] : "block";
+    const char *device = argc > 4 ? argv[4] : "cpu";
     int ok = 0;
     size_t n = 0;
     unsigned char *data = NULL;
@@ -170,6 +173,11 @@ int main(int argc, char **argv) {
     config.seed = SEED;
     CHECK(rt_model_create(&config, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED,
                           &model));
+    /* Before the optimizer: it keeps its moments on the device the parameters have. */
+    CHECK(rt_model_to_device(model, device));
+    char device_name[32];
+    CHECK(rt_model_device(model, device_name, sizeof device_name, NULL));
+    printf("device %s\n", device_name);
     CHECK(rt_adam_create(model, LR, &adam));
 
     for (size_t step = 0; step < STEPS; step++) {
@@ -216,6 +224,8 @@ int main(int argc, char **argv) {
     CHECK(rt_model_save(model, model_path));
     CHECK(rt_model_load(model_path, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED,
                         &reloaded));
+    /* A model is loaded onto the CPU; the eval loss below is compared on one device. */
+    CHECK(rt_model_to_device(reloaded, device_name));
     fill_block(data, n, STEPS, block);
     float eval_loss = 0.0f, eval_loss_reloaded = 0.0f;
     CHECK(rt_model_loss(model, block, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE, &eval));

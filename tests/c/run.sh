@@ -2,13 +2,18 @@
 # C tests of the riftco C ABI (crates/riftco-capi):
 #   1. the checked-in header equals the pinned cbindgen's output (cargo test --test header);
 #   2. the header compiles as C11 and as C++17 with -Wall -Wextra -Wpedantic -Werror;
-#   3. examples/c/train.c, tests/c/test_errors.c and tests/c/test_policies.c build with
-#      cc -std=c11 -Wall -Wextra -Wpedantic -Werror against libriftco.so (train.c also against
-#      libriftco.a);
-#   4. the three run under valgrind with no invalid access and no "definitely lost" block;
+#   3. examples/c/train.c, tests/c/test_errors.c, tests/c/test_policies.c and
+#      tests/c/test_device.c build with cc -std=c11 -Wall -Wextra -Wpedantic -Werror against
+#      libriftco.so (train.c also against libriftco.a);
+#   4. train.c, test_errors and test_policies run under valgrind with no invalid access and no
+#      "definitely lost" block; test_device runs without it (its GPU part: a model moved to the
+#      GPU named by RIFTCO_TEST_GPU, default "gpu", trains, decodes and saves like the CPU one;
+#      with no adapter it skips saying why, except under CI=true, where it fails);
 #   5. the loss sequence, eval loss and greedy decode of train.c equal those of the Rust program
 #      crates/riftco-capi/examples/reference_losses.rs (same seed, data and schedule);
-#   6. train.c prints the decoded bytes as text, and without TEXT_FILE outside the repository
+#   6. on the GPU of test_device (when it did not skip) train.c's step and eval losses are
+#      those of the CPU run within 1e-4;
+#   7. train.c prints the decoded bytes as text, and without TEXT_FILE outside the repository
 #      root it says to pass one (built with -DTRAIN_DEFAULT_TEXT=ABS_PATH it runs there).
 # The Rust side is built as `cargo build --release --workspace` and `cargo test --workspace`
 # resolve it, so after scripts/test.sh's bench and test builds this compiles almost nothing.
@@ -80,13 +85,15 @@ step "header compiles as C11 and as C++17"
 "$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -x c "$INCLUDE/riftco.h"
 "$CXX" -std=c++17 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -x c++ "$INCLUDE/riftco.h"
 
-step "compile examples/c/train.c, tests/c/test_errors.c and tests/c/test_policies.c (${CFLAGS[*]})"
+step "compile examples/c/train.c and tests/c/test_{errors,policies,device}.c (${CFLAGS[*]})"
 "$CC" "${CFLAGS[@]}" examples/c/train.c -o "$SCRATCH/train" \
     -L"$LIB" -lriftco -Wl,-rpath,"$LIB"
 "$CC" "${CFLAGS[@]}" tests/c/test_errors.c -o "$SCRATCH/test_errors" \
     -L"$LIB" -lriftco -Wl,-rpath,"$LIB" -lm
 "$CC" "${CFLAGS[@]}" tests/c/test_policies.c -o "$SCRATCH/test_policies" \
     -L"$LIB" -lriftco -Wl,-rpath,"$LIB"
+"$CC" "${CFLAGS[@]}" tests/c/test_device.c -o "$SCRATCH/test_device" \
+    -L"$LIB" -lriftco -Wl,-rpath,"$LIB" -lm
 "$CC" "${CFLAGS[@]}" examples/c/train.c -o "$SCRATCH/train_static" \
     "$LIB/libriftco.a" -lpthread -ldl -lm
 
@@ -97,6 +104,13 @@ mkdir -p "$SCRATCH/errors"
 step "valgrind tests/c/test_policies"
 mkdir -p "$SCRATCH/policies"
 "${VALGRIND[@]}" "$SCRATCH/test_policies" "$SCRATCH/policies"
+
+# Not under valgrind: the GPU part runs inside the Vulkan driver (llvmpipe JIT-compiles the
+# shaders), whose allocations and uninitialised reads are not this library's and would take
+# minutes under valgrind.
+step "tests/c/test_device (CPU and GPU: RIFTCO_TEST_GPU=${RIFTCO_TEST_GPU:-gpu}, CI=${CI:-unset})"
+mkdir -p "$SCRATCH/device"
+"$SCRATCH/test_device" "$SCRATCH/device" | tee "$SCRATCH/test_device.txt"
 
 step "valgrind examples/c/train.c (shared library)"
 mkdir -p "$SCRATCH/vg"
@@ -118,6 +132,32 @@ if [[ "$(wc -l < "$SCRATCH/c.txt")" -lt 8 ]] || ! diff -u "$SCRATCH/rust.txt" "$
     exit 1
 fi
 echo "C and Rust agree bit for bit on $(grep -c '^step ' "$SCRATCH/c.txt") step losses, the eval loss and the decoded tokens"
+
+step "train.c on the GPU (DEVICE=${RIFTCO_TEST_GPU:-gpu}) vs the CPU: step and eval losses within 1e-4"
+if grep -q "GPU part skipped" "$SCRATCH/test_device.txt"; then
+    echo "SKIPPED: no GPU (test_device said why above)"
+else
+    mkdir -p "$SCRATCH/gpu"
+    "$SCRATCH/train" examples/c/train.c "$SCRATCH/gpu/model.safetensors" block \
+        "${RIFTCO_TEST_GPU:-gpu}" > "$SCRATCH/train_gpu.txt"
+    grep '^device ' "$SCRATCH/train_gpu.txt"
+    python3 - "$SCRATCH/c.txt" "$SCRATCH/train_gpu.txt" <<'EOF'
+import re
+import sys
+
+def losses(path):
+    pattern = re.compile(r"^(step \d+|eval)(?: policy \S+)? loss (\S+)")
+    return [(m[1], float(m[2])) for m in map(pattern.match, open(path)) if m]
+
+cpu, gpu = losses(sys.argv[1]), losses(sys.argv[2])
+if [k for k, _ in cpu] != [k for k, _ in gpu] or len(cpu) < 7:
+    sys.exit(f"FAIL: the GPU run printed {gpu}, the CPU run {cpu}")
+for (what, c), (_, g) in zip(cpu, gpu):
+    print(f"{what}: cpu {c:.6f} gpu {g:.6f}")
+    if abs(g - c) > 1e-4 * max(abs(c), 1.0):
+        sys.exit(f"FAIL: {what} loss on the GPU {g} vs the CPU {c} (tolerance 1e-4)")
+EOF
+fi
 
 step "train.c: the decoded tokens as text; the default text file from another folder"
 # The sample line is the decode line's tokens as bytes (printable ASCII here: the data is C).

@@ -1,6 +1,6 @@
 /*
- * riftco C ABI 2.3: LLaMA-style decoder-only transformer training with activation
- * checkpointing.
+ * riftco C ABI 2.5: LLaMA-style decoder-only transformer training with activation
+ * checkpointing, on the CPU or a GPU (rt_model_to_device).
  *
  * Conventions
  * - Every fallible function returns an rt_status (RT_OK = 0) and writes results through
@@ -15,6 +15,7 @@
  *   receives the size including the NUL; cap = 0 queries it; a smaller buffer gets a truncated
  *   prefix and RT_ERROR_BUFFER_TOO_SMALL.
  * - No Rust panic crosses this boundary: it becomes RT_ERROR_PANIC.
+ * - String arguments are NUL-terminated UTF-8 (RT_ERROR_INVALID_STRING otherwise).
  * - Handles are internally synchronised; a handle may be used from any thread.
  */
 
@@ -37,7 +38,7 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 4
+#define RT_ABI_VERSION_MINOR 5
 
 /**
  * Status of every fallible function. Values are stable: a code is never renumbered or reused.
@@ -505,6 +506,46 @@ rt_status rt_decode_session_reset(struct rt_decode_session *session);
  * Releases a decode session. NULL is accepted and ignored.
  */
 void rt_decode_session_free(struct rt_decode_session *session);
+
+/**
+ * Moves every parameter of the model (base and LoRA) and its gradient to the device named by
+ * `device` (NUL-terminated UTF-8, case-insensitive): `"cpu"`, `"vulkan"` (wgpu's Vulkan
+ * backend), `"metal"` (wgpu's Metal backend, macOS), `"gpu"` (the best GPU adapter: Metal on
+ * macOS, Vulkan elsewhere) or `"privateuseone"`. A GPU backend is opened on first use. Since
+ * 2.5.
+ *
+ * Like PyTorch's `module.to(device)` the move is in place and shared by every handle of the
+ * model (rt_model_retain). Graphs recorded before are stale (RT_ERROR_STALE_GRAPH), decode
+ * sessions created before refuse to decode (their K/V cache is on the old device: create a new
+ * one), and an rt_adam created before keeps its moments on the old device (its next step is
+ * RT_ERROR_DEVICE_MISMATCH): create the optimizer after the move. Every other export works on
+ * a GPU model: training steps, losses and backward run there, rt_adam_step updates on the
+ * device, decode keeps its K/V cache there, rt_model_save reads the weights back to the host
+ * (the file is the same as from the CPU). rt_model_load always loads onto the CPU: move the
+ * loaded model with this function. Moving to the current device only bumps versions.
+ *
+ * Errors: RT_ERROR_NULL_POINTER (model or device), RT_ERROR_INVALID_STRING (device not UTF-8),
+ * RT_ERROR_INVALID_ARGUMENT (an unknown name; the message names it and lists the accepted
+ * names), RT_ERROR_DEVICE_UNAVAILABLE (no backend or no adapter for the device; the message
+ * names what was looked for and the adapters found), RT_ERROR_OUT_OF_MEMORY (a copy could not
+ * be allocated: the parameters already moved are moved back, the model is never split). On
+ * error the model stays on its device.
+ */
+rt_status rt_model_to_device(struct rt_model *model, const char *device);
+
+/**
+ * Writes the name of the device the model's weights live on (`"cpu"` unless moved with
+ * rt_model_to_device; `"vulkan"`, `"metal"` or `"privateuseone"`; never `"gpu"`, which names
+ * one of the first two) into `buf` (`cap` bytes), NUL-terminated. Since 2.5.
+ *
+ * `*needed` (when `needed` is not NULL) receives the bytes the name needs, NUL included. As
+ * for rt_last_error_message: `cap` = 0 (`buf` may then be NULL) queries the size and returns
+ * RT_ERROR_BUFFER_TOO_SMALL; a smaller `cap` receives a truncated NUL-terminated prefix and
+ * RT_ERROR_BUFFER_TOO_SMALL.
+ *
+ * Errors: RT_ERROR_NULL_POINTER (model; buf with `cap` > 0), RT_ERROR_BUFFER_TOO_SMALL.
+ */
+rt_status rt_model_device(const struct rt_model *model, char *buf, size_t cap, size_t *needed);
 
 /**
  * Sets the dropout probabilities of later training forwards: `attention` on the attention

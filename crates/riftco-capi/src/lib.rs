@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.4.
+//! The riftco C ABI 2.5.
 //!
 //! 2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH. 2.2 added the
 //! activation-checkpointing policies beyond `disabled` and `block`: the constants
@@ -14,6 +14,8 @@
 //! 2.4 added grouped-query attention and tied embeddings: `rt_transformer_config_v2`
 //! (`rt_transformer_config` plus `n_kv_heads` and `tie_word_embeddings`),
 //! `rt_transformer_config_v2_default`, `rt_model_create_v2` and `rt_model_config_v2`.
+//! 2.5 added devices: `rt_model_to_device` (`"cpu"`, `"vulkan"`, `"metal"`, `"gpu"`,
+//! `"privateuseone"`) and the string getter `rt_model_device`.
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -36,16 +38,19 @@
 
 mod config_v2;
 mod decode;
+mod device;
 mod dropout;
 mod error;
 mod memory;
 mod model;
 mod policy;
 mod state;
+mod strings;
 mod train;
 
 pub use config_v2::*;
 pub use decode::*;
+pub use device::*;
 pub use dropout::*;
 pub use error::*;
 pub use memory::*;
@@ -57,7 +62,7 @@ pub use train::*;
 /// Major version of the C ABI. A change means existing callers may need source changes.
 pub const RT_ABI_VERSION_MAJOR: u32 = 2;
 /// Minor version of the C ABI. A change only adds functions, constants or status codes.
-pub const RT_ABI_VERSION_MINOR: u32 = 4;
+pub const RT_ABI_VERSION_MINOR: u32 = 5;
 
 /// Writes the run-time ABI version of the loaded library (compare with the compile-time
 /// `RT_ABI_VERSION_MAJOR` / `RT_ABI_VERSION_MINOR` of the header).
@@ -253,7 +258,7 @@ mod tests {
             unsafe { rt_abi_version(&mut major, &mut minor) },
             rt_status::RT_OK
         );
-        assert_eq!((major, minor), (2, 4));
+        assert_eq!((major, minor), (2, 5));
         assert_eq!(
             unsafe { rt_abi_version(std::ptr::null_mut(), &mut minor) },
             rt_status::RT_ERROR_NULL_POINTER

@@ -5,8 +5,9 @@
 use crate::error::{err, guard, in_ptr, rt_status, Result};
 use crate::model::rt_model;
 use crate::rt_activation_checkpointing::{self, *};
+use crate::strings::{str_arg, write_string};
 use riftco_transformer::{ActivationCheckpointing, SaveSet, TransformerConfig, MAX_MODEL_BYTES};
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 
 /// Every `rt_activation_checkpointing` constant in value order with, for a form that needs
 /// parameters, the setter that takes them.
@@ -75,68 +76,10 @@ pub(crate) fn checkpointing_arg(v: u32) -> Result<ActivationCheckpointing> {
     }
 }
 
-/// A NUL-terminated UTF-8 string argument.
-unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
-    let p = in_ptr(p, what)?;
-    // SAFETY: non-NULL and NUL-terminated (caller contract).
-    let s = unsafe { CStr::from_ptr(p) };
-    s.to_str().map_err(|e| {
-        err(
-            rt_status::RT_ERROR_INVALID_STRING,
-            format!("{what} {:?} is not UTF-8: {e}", s.to_string_lossy()),
-        )
-    })
-}
-
 /// Validates and installs `policy`; on error the model's policy is unchanged.
 unsafe fn set_policy(model: *mut rt_model, policy: ActivationCheckpointing) -> Result<()> {
     let model = in_ptr(model, "model")?;
     model.lock().model.set_activation_checkpointing(policy)?;
-    Ok(())
-}
-
-/// Copies `text` NUL-terminated into the caller buffer `buf` of `cap` bytes, the convention of
-/// `rt_last_error_message`: `*needed` (when `needed` is not NULL) receives the bytes `text`
-/// needs, NUL included; a too-small buffer (`cap` > 0) receives a truncated NUL-terminated
-/// prefix (cut at a UTF-8 character boundary) and RT_ERROR_BUFFER_TOO_SMALL is returned, as it
-/// is for `cap` = 0 (`buf` may be NULL then: a size query).
-unsafe fn write_string(
-    text: &str,
-    what: &str,
-    buf: *mut c_char,
-    cap: usize,
-    needed: *mut usize,
-) -> Result<()> {
-    let bytes = text.as_bytes();
-    let need = bytes.len() + 1;
-    // SAFETY: NULL or a valid `size_t` out-pointer.
-    if let Some(n) = unsafe { needed.as_mut() } {
-        *n = need;
-    }
-    let too_small = || {
-        err(
-            rt_status::RT_ERROR_BUFFER_TOO_SMALL,
-            format!("cap {cap} is too small: the {what} needs {need} bytes (NUL included)"),
-        )
-    };
-    if cap == 0 {
-        return Err(too_small());
-    }
-    if buf.is_null() {
-        return Err(err(
-            rt_status::RT_ERROR_NULL_POINTER,
-            format!("buf is NULL but cap is {cap}"),
-        ));
-    }
-    // SAFETY: non-NULL, valid for `cap` bytes by contract.
-    let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), cap) };
-    // A truncated prefix ends on a character boundary: it stays valid UTF-8.
-    let copy = crate::error::char_prefix(text, cap - 1);
-    out[..copy].copy_from_slice(&bytes[..copy]);
-    out[copy] = 0;
-    if copy < bytes.len() {
-        return Err(too_small());
-    }
     Ok(())
 }
 

@@ -48,7 +48,7 @@ fn header_declares_the_seed_names_and_version() {
     let h = generate();
     for name in [
         "#define RT_ABI_VERSION_MAJOR 2",
-        "#define RT_ABI_VERSION_MINOR 4",
+        "#define RT_ABI_VERSION_MINOR 5",
         "RT_ACTIVATION_CHECKPOINTING_DISABLED = 0",
         "RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK = 1",
         "RT_ACTIVATION_CHECKPOINTING_SEGMENTS = 2",
@@ -72,6 +72,8 @@ fn header_declares_the_seed_names_and_version() {
         "rt_status rt_model_training(const struct rt_model *model, bool *out);",
         "rt_status rt_model_dropout_step(const struct rt_model *model, uint64_t *out);",
         "rt_status rt_model_set_dropout_step(struct rt_model *model, uint64_t step);",
+        "rt_status rt_model_to_device(struct rt_model *model, const char *device);",
+        "rt_status rt_model_device(const struct rt_model *model,",
     ] {
         assert!(h.contains(name), "the header lacks {name:?}");
     }

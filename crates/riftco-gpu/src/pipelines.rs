@@ -1,6 +1,9 @@
 //! The WGSL sources (the top-level `shaders/` folder, one file per kernel family, compiled into
 //! the crate with `include_str!`) and the per-context cache of compute pipelines: each
 //! shader module and each pipeline is compiled once per [`crate::GpuContext`], on first use.
+//!
+//! WGSL has no `#include`: code shared by several families lives in a [`Library`] file (no
+//! bindings, no entry points) that [`Family::source`] prepends to the family's own file.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -82,8 +85,34 @@ impl Family {
         }
     }
 
-    /// The WGSL source.
-    pub fn source(self) -> &'static str {
+    /// The libraries prepended to this family's file, in order.
+    pub fn libraries(self) -> &'static [Library] {
+        match self {
+            Family::FlashAttention | Family::Dropout => &[Library::Philox],
+            _ => &[],
+        }
+    }
+
+    /// The WGSL source that is compiled: the [`Family::libraries`] then the family's file
+    /// ([`Family::file_source`]), each ending with a newline.
+    pub fn source(self) -> String {
+        let mut source = String::new();
+        for text in self
+            .libraries()
+            .iter()
+            .map(|l| l.source())
+            .chain([self.file_source()])
+        {
+            source.push_str(text);
+            if !text.ends_with('\n') {
+                source.push('\n');
+            }
+        }
+        source
+    }
+
+    /// The family's own file under `shaders/`, as on disk.
+    pub fn file_source(self) -> &'static str {
         match self {
             Family::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
             Family::Unary => include_str!("../../../shaders/unary.wgsl"),
@@ -100,6 +129,33 @@ impl Family {
             Family::FlashAttention => include_str!("../../../shaders/flash_attention.wgsl"),
             Family::Dropout => include_str!("../../../shaders/dropout.wgsl"),
             Family::Strided => include_str!("../../../shaders/strided.wgsl"),
+        }
+    }
+}
+
+/// A WGSL file of `shaders/` that holds only functions and constants shared by several
+/// families (no bindings, no entry points); see [`Family::libraries`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Library {
+    /// `shaders/philox.wgsl`: the Philox4x32-10 rounds (dropout and flash attention).
+    Philox,
+}
+
+impl Library {
+    /// Every library.
+    pub const ALL: [Library; 1] = [Library::Philox];
+
+    /// The file name under `shaders/`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Library::Philox => "philox.wgsl",
+        }
+    }
+
+    /// The WGSL source, as on disk.
+    pub fn source(self) -> &'static str {
+        match self {
+            Library::Philox => include_str!("../../../shaders/philox.wgsl"),
         }
     }
 }

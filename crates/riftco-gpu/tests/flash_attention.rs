@@ -75,6 +75,12 @@ fn forward_and_backward_match_the_cpu_with_grouped_kv_heads() {
             seq_k: sk,
             d_head: d,
         };
+        // The CPU reference runs on K/V repeated per group (n_kv_heads = n_heads); the GPU
+        // kernel reads the grouped K/V.
+        let gpu_dims = AttentionDims {
+            n_kv_heads: kvh,
+            ..dims
+        };
         let q = values(b * h * sq * d, 131, -1.0, 1.0);
         let k = values(b * kvh * sk * d, 132, -1.0, 1.0);
         let v = values(b * kvh * sk * d, 133, -1.0, 1.0);
@@ -92,7 +98,7 @@ fn forward_and_backward_match_the_cpu_with_grouped_kv_heads() {
             let (mut out, mut lse) = (vec![0.0; q.len()], vec![0.0; b * h * sq]);
             flash_attention_forward(&q, &k_rep, &v_rep, dims, scale, causal, &mut out, &mut lse);
             let (go, glse) =
-                kernels::flash_attention_forward(&ctx, &gq, &gk, &gv, dims, kvh, scale, causal)
+                kernels::flash_attention_forward(&ctx, &gq, &gk, &gv, gpu_dims, scale, causal)
                     .unwrap();
             assert_close(
                 &format!("out {what}"),
@@ -124,7 +130,7 @@ fn forward_and_backward_match_the_cpu_with_grouped_kv_heads() {
             );
             let grads = |ctx: &riftco_gpu::GpuContext| {
                 let (a, b_, c) = kernels::flash_attention_backward(
-                    ctx, &gq, &gk, &gv, &go, &glse, &gdo, dims, kvh, scale, causal,
+                    ctx, &gq, &gk, &gv, &go, &glse, &gdo, gpu_dims, scale, causal,
                 )
                 .unwrap();
                 (
@@ -160,8 +166,9 @@ fn bad_shapes_are_shape_errors() {
         seq_k: 4,
         d_head,
     };
-    let fwd = |dm, kvh, q: &riftco_gpu::GpuBuffer| {
-        kernels::flash_attention_forward(&ctx, q, &x, &x, dm, kvh, 1.0, true)
+    let fwd = |dm: AttentionDims, n_kv_heads, q: &riftco_gpu::GpuBuffer| {
+        let dm = AttentionDims { n_kv_heads, ..dm };
+        kernels::flash_attention_forward(&ctx, q, &x, &x, dm, 1.0, true)
     };
     assert_shape_error("n_kv_heads 0", fwd(dims(2, 4), 0, &x), &["n_kv_heads = 0"]);
     assert_shape_error(
@@ -193,7 +200,7 @@ fn bad_shapes_are_shape_errors() {
     };
     assert_shape_error(
         "lse length",
-        kernels::flash_attention_backward(&ctx, &x, &x, &x, &x, &lse, &x, dm, 2, 1.0, true),
+        kernels::flash_attention_backward(&ctx, &x, &x, &x, &x, &lse, &x, dm, 1.0, true),
         &["lse", "5", "6"],
     );
 }
@@ -224,6 +231,12 @@ fn dropout_inside_flash_attention_matches_the_cpu() {
             seq_q: sq,
             seq_k: sk,
             d_head: d,
+        };
+        // The CPU reference runs on K/V repeated per group (n_kv_heads = n_heads); the GPU
+        // kernel reads the grouped K/V.
+        let gpu_dims = AttentionDims {
+            n_kv_heads: kvh,
+            ..dims
         };
         let mask = DropoutMask {
             p,
@@ -264,8 +277,7 @@ fn dropout_inside_flash_attention_matches_the_cpu() {
                 &gq,
                 &gk,
                 &gv,
-                dims,
-                kvh,
+                gpu_dims,
                 scale,
                 causal,
                 Some(&mask),
@@ -318,8 +330,7 @@ fn dropout_inside_flash_attention_matches_the_cpu() {
                 &go,
                 &glse,
                 &gdo,
-                dims,
-                kvh,
+                gpu_dims,
                 scale,
                 causal,
                 Some(&mask),
@@ -354,15 +365,14 @@ fn dropout_inside_flash_attention_matches_the_cpu() {
             &gq,
             &gk,
             &gv,
-            dims,
-            kvh,
+            gpu_dims,
             scale,
             true,
             Some(&zero),
         )
         .unwrap();
         let without =
-            kernels::flash_attention_forward(&ctx, &gq, &gk, &gv, dims, kvh, scale, true).unwrap();
+            kernels::flash_attention_forward(&ctx, &gq, &gk, &gv, gpu_dims, scale, true).unwrap();
         assert_eq!(
             ctx.download(&with.0)
                 .unwrap()
@@ -400,7 +410,6 @@ fn dropout_inside_flash_attention_matches_the_cpu() {
             &x,
             &x,
             dims,
-            1,
             1.0,
             true,
             Some(&bad),

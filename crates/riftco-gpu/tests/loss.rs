@@ -1,6 +1,7 @@
 //! Softmax cross-entropy (mean loss, per-row logsumexp) and its VJP on the GPU vs
 //! `riftco_kernels::loss` on edge sizes (vocab 1, odd, past the 256-wide workgroup; one row and
-//! several), the VJP vs central finite differences in f64, and bad input.
+//! several), the VJP (its upstream scalar from the host or on the device) vs central finite
+//! differences in f64, and bad input.
 //!
 //! Tolerances: `lse` 1e-5 relative (the row sum is a tree of 256 strided partials, not the CPU
 //! order; its terms are positive). Mean loss 1e-5 relative: the GPU adds the row losses in row
@@ -58,6 +59,23 @@ fn cross_entropy_and_its_vjp_match_the_cpu() {
         assert_close(
             &format!("dlogits {what}"),
             &ctx.download(&got).unwrap(),
+            &want,
+            1e-5,
+            scale,
+        );
+        // The upstream scalar read on the device (the backend's path): the same tolerance.
+        let by = kernels::cross_entropy_backward_by(
+            &ctx,
+            &gl,
+            &t,
+            &glse,
+            vocab,
+            &ctx.upload(&[grad]).unwrap(),
+        )
+        .unwrap();
+        assert_close(
+            &format!("dlogits (device grad) {what}"),
+            &ctx.download(&by).unwrap(),
             &want,
             1e-5,
             scale,
@@ -135,5 +153,11 @@ fn bad_input_is_a_shape_error() {
         "no rows",
         kernels::cross_entropy_backward(&ctx, &ctx.alloc(0).unwrap(), &[], &lse, 4, 1.0),
         &["rows", "0"],
+    );
+    let lse = ctx.upload(&[0.0; 3]).unwrap();
+    assert_shape_error(
+        "device grad length",
+        kernels::cross_entropy_backward_by(&ctx, &z, &[0, 1, 2], &lse, 4, &lse),
+        &["grad", "3", "1"],
     );
 }

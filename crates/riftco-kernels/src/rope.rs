@@ -6,6 +6,9 @@
 //! `out[i+h]     = x[i+h]·cos(p·θ_i) + x[i]·sin(p·θ_i)`, `h = d_head/2`, `p` the position.
 
 /// Precomputed `cos`/`sin` of `p·θ_i` for positions `0..max_positions`, `[max_positions, d_head/2]`.
+///
+/// The values never change after construction; [`RopeTable::id`] names them (device backends
+/// cache their copy of the table under it).
 #[derive(Clone, Debug)]
 pub struct RopeTable {
     /// Head dimension (even).
@@ -14,7 +17,11 @@ pub struct RopeTable {
     pub max_positions: usize,
     cos: Vec<f32>,
     sin: Vec<f32>,
+    id: u64,
 }
+
+/// The id of the next table built (process-wide; ids are never reused).
+static NEXT_TABLE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl RopeTable {
     /// Builds the table; angles are computed in f64 and rounded once to f32.
@@ -85,7 +92,15 @@ impl RopeTable {
             max_positions,
             cos,
             sin,
+            id: NEXT_TABLE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// A process-unique id of this table's values: every construction gets a new one, a clone
+    /// keeps it (the values are immutable, so equal ids mean equal values). A GPU backend keys
+    /// its device copy of the table on it instead of uploading the table on every call.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// `cos(p·θ_i)` for `i in 0..d_head/2`.

@@ -413,6 +413,31 @@ fn bad_shard_indexes_are_named() {
     assert!(r.contains("weight_map"), "{r}");
 }
 
+/// A shard name that is the index itself, or another JSON file, is named as such: read as
+/// safetensors its first bytes (`{"we`) would give a header length of 8388068008349082235.
+#[test]
+fn a_shard_that_is_the_index_or_a_json_file_is_named() {
+    let m = model(config());
+    let values = named_values(&m);
+    let last = values[values.len() - 1].0.clone();
+    for (case, shard, says) in [
+        ("index-itself", SHARD_INDEX_FILE, "this index file itself"),
+        ("json-shard", "config.json", "is a JSON file"),
+    ] {
+        let dir = tmp_dir(case);
+        let mut index = write_shards(&dir, &m);
+        index["weight_map"][&last] = json!(shard);
+        fs::write(dir.join(SHARD_INDEX_FILE), index.to_string()).unwrap();
+        let Err(e @ TransformerError::State { .. }) = load(&dir.join(SHARD_INDEX_FILE)) else {
+            panic!("{case}: expected a State error");
+        };
+        // The message (path and reason) names the file and says what it is.
+        let r = e.to_string();
+        assert!(r.contains(shard) && r.contains(says), "{case}: {r}");
+        assert!(!r.contains("header length"), "{case}: {r}");
+    }
+}
+
 #[test]
 fn token_ids_and_rope_scaling_round_trip_through_config_json() {
     let mut c = config();

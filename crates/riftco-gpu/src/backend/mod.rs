@@ -19,7 +19,10 @@ mod linalg;
 mod maps;
 mod memory;
 mod optim;
+mod rope_cache;
 mod transformer;
+
+pub use rope_cache::ROPE_CACHE_ENTRIES;
 
 use std::sync::{Arc, Mutex, RwLockReadGuard};
 
@@ -58,6 +61,8 @@ pub fn device_of(ctx: &GpuContext) -> Device {
 pub struct GpuBackend {
     ctx: Arc<GpuContext>,
     device: Device,
+    /// The device copies of the RoPE tables seen last ([`ROPE_CACHE_ENTRIES`] at most).
+    rope_tables: rope_cache::RopeCache,
 }
 
 type Installed = Vec<(Device, Arc<GpuContext>)>;
@@ -96,6 +101,7 @@ pub fn install(kind: GpuKind) -> Result<(Device, Arc<GpuContext>)> {
     riftco_tensor::backend::register(Box::new(GpuBackend {
         ctx: Arc::clone(&ctx),
         device,
+        rope_tables: Default::default(),
     }))?;
     installed.push((device, Arc::clone(&ctx)));
     Ok((device, ctx))

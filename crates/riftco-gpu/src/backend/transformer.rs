@@ -6,7 +6,7 @@
 //! arguments is the kernel's `GpuError::Shape`, returned as `TensorError::InvalidArgument`
 //! naming the op and the values.
 
-use riftco_tensor::backend::{AttentionDims, BinaryOp, DropoutMask, Pair, RopeTable};
+use riftco_tensor::backend::{AttentionDims, DropoutMask, Pair, RopeTable};
 use riftco_tensor::{MemoryCategory, Result, Shape, Tensor, TensorError};
 
 use super::GpuBackend;
@@ -121,7 +121,8 @@ pub(super) fn rms_norm_backward(
     Ok((dx, dw))
 }
 
-/// RoPE; the table's `cos`/`sin` are uploaded on each call (`[max_positions, d_head/2]` each).
+/// RoPE; the table's `cos`/`sin` (`[max_positions, d_head/2]` each) are uploaded on its first
+/// call and then read from the backend's cache (keyed by [`RopeTable::id`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn rope(
     g: &GpuBackend,
@@ -134,7 +135,7 @@ pub(super) fn rope(
     inverse: bool,
     c: MemoryCategory,
 ) -> Result<Tensor> {
-    let t = kernels::GpuRopeTable::upload(&g.ctx, table).map_err(g.err(op))?;
+    let t = g.rope_tables.get(&g.ctx, table).map_err(g.err(op))?;
     let r = g.read(op, &[x])?;
     let out =
         kernels::rope(&g.ctx, &t, r.get(0), seq, heads, start_pos, inverse).map_err(g.err(op))?;
@@ -280,10 +281,8 @@ pub(super) fn cross_entropy_backward(
     }
     let vocab = logits.dims().last().copied().unwrap_or(0);
     let r = g.read(op, &[logits, lse, dy])?;
-    let d = kernels::cross_entropy_backward(&g.ctx, r.get(0), targets, r.get(1), vocab, 1.0)
-        .map_err(g.err(op))?;
-    let dims = logits.dims();
     let d =
-        kernels::binary(&g.ctx, BinaryOp::Mul, &d, dims, r.get(2), &[], dims).map_err(g.err(op))?;
+        kernels::cross_entropy_backward_by(&g.ctx, r.get(0), targets, r.get(1), vocab, r.get(2))
+            .map_err(g.err(op))?;
     g.tensor(d, logits.shape().clone(), c)
 }

@@ -45,7 +45,8 @@ struct Sizes {
     kv_rows: usize,
 }
 
-fn sizes(op: &'static str, dims: AttentionDims, n_kv_heads: usize) -> Result<Sizes> {
+fn sizes(op: &'static str, dims: AttentionDims) -> Result<Sizes> {
+    let n_kv_heads = dims.n_kv_heads;
     positive(op, "n_heads", dims.n_heads)?;
     positive(op, "n_kv_heads", n_kv_heads)?;
     positive(op, "d_head", dims.d_head)?;
@@ -83,7 +84,6 @@ fn sizes(op: &'static str, dims: AttentionDims, n_kv_heads: usize) -> Result<Siz
 fn params(
     op: &'static str,
     dims: AttentionDims,
-    n_kv_heads: usize,
     scale: f32,
     causal: bool,
     dropout: Option<&DropoutMask>,
@@ -92,7 +92,7 @@ fn params(
     let mut w = vec![
         to_u32(op, "batch", dims.batch)?,
         to_u32(op, "n_heads", dims.n_heads)?,
-        to_u32(op, "n_kv_heads", n_kv_heads)?,
+        to_u32(op, "n_kv_heads", dims.n_kv_heads)?,
         to_u32(op, "seq_q", dims.seq_q)?,
         to_u32(op, "seq_k", dims.seq_k)?,
         to_u32(op, "d_head", dims.d_head)?,
@@ -148,7 +148,8 @@ fn grid(op: &'static str, n: usize) -> Result<[u32; 3]> {
 
 /// Forward: `out = softmax(scale · Q Kᵀ + mask) V` and the per-row logsumexp
 /// `lse = log Σ_j exp(scale · q·k_j)` over the allowed keys. `q`: `[batch, n_heads, seq_q,
-/// d_head]`, `k`, `v`: `[batch, n_kv_heads, seq_k, d_head]` f32; returns `(out, lse)` with
+/// d_head]`, `k`, `v`: `[batch, n_kv_heads, seq_k, d_head]` f32, the sizes those of `dims`
+/// (`dims.n_kv_heads` divides `dims.n_heads`); returns `(out, lse)` with
 /// `out` shaped like `q` and `lse` `[batch, n_heads, seq_q]`. With `causal`, query `i` attends
 /// key `j` iff `j <= i + (seq_k − seq_q)`; a query with no allowed key gets 0 and `lse = −inf`.
 ///
@@ -163,11 +164,10 @@ pub fn flash_attention_forward(
     k: &GpuBuffer,
     v: &GpuBuffer,
     dims: AttentionDims,
-    n_kv_heads: usize,
     scale: f32,
     causal: bool,
 ) -> Result<(GpuBuffer, GpuBuffer)> {
-    flash_attention_forward_with_dropout(ctx, q, k, v, dims, n_kv_heads, scale, causal, None)
+    flash_attention_forward_with_dropout(ctx, q, k, v, dims, scale, causal, None)
 }
 
 /// [`flash_attention_forward`] with dropout on the attention probabilities (module docs):
@@ -184,17 +184,16 @@ pub fn flash_attention_forward_with_dropout(
     k: &GpuBuffer,
     v: &GpuBuffer,
     dims: AttentionDims,
-    n_kv_heads: usize,
     scale: f32,
     causal: bool,
     dropout: Option<&DropoutMask>,
 ) -> Result<(GpuBuffer, GpuBuffer)> {
     let op = "flash_attention_forward";
-    let s = sizes(op, dims, n_kv_heads)?;
+    let s = sizes(op, dims)?;
     expect_len(op, "q", q, s.q_len)?;
     expect_len(op, "k", k, s.kv_len)?;
     expect_len(op, "v", v, s.kv_len)?;
-    let p = params(op, dims, n_kv_heads, scale, causal, dropout)?;
+    let p = params(op, dims, scale, causal, dropout)?;
     let out = ctx.alloc(s.q_len)?;
     let lse = ctx.alloc(s.q_rows)?;
     if s.q_rows == 0 {
@@ -223,13 +222,10 @@ pub fn flash_attention_backward(
     lse: &GpuBuffer,
     dout: &GpuBuffer,
     dims: AttentionDims,
-    n_kv_heads: usize,
     scale: f32,
     causal: bool,
 ) -> Result<(GpuBuffer, GpuBuffer, GpuBuffer)> {
-    flash_attention_backward_with_dropout(
-        ctx, q, k, v, out, lse, dout, dims, n_kv_heads, scale, causal, None,
-    )
+    flash_attention_backward_with_dropout(ctx, q, k, v, out, lse, dout, dims, scale, causal, None)
 }
 
 /// [`flash_attention_backward`] with the dropout mask of the forward (module docs; `out` is
@@ -248,13 +244,12 @@ pub fn flash_attention_backward_with_dropout(
     lse: &GpuBuffer,
     dout: &GpuBuffer,
     dims: AttentionDims,
-    n_kv_heads: usize,
     scale: f32,
     causal: bool,
     dropout: Option<&DropoutMask>,
 ) -> Result<(GpuBuffer, GpuBuffer, GpuBuffer)> {
     let op = "flash_attention_backward";
-    let s = sizes(op, dims, n_kv_heads)?;
+    let s = sizes(op, dims)?;
     expect_len(op, "q", q, s.q_len)?;
     expect_len(op, "k", k, s.kv_len)?;
     expect_len(op, "v", v, s.kv_len)?;
@@ -264,7 +259,7 @@ pub fn flash_attention_backward_with_dropout(
     let dq = ctx.alloc(s.q_len)?;
     let dk = ctx.alloc(s.kv_len)?;
     let dv = ctx.alloc(s.kv_len)?;
-    let p = params(op, dims, n_kv_heads, scale, causal, dropout)?;
+    let p = params(op, dims, scale, causal, dropout)?;
     let delta = ctx.alloc(s.q_rows)?;
     if s.q_rows > 0 {
         let kernel = Kernel::new(Family::FlashAttention, "flash_delta");

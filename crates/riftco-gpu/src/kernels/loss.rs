@@ -77,13 +77,46 @@ pub fn cross_entropy_backward(
     vocab: usize,
     grad: f32,
 ) -> Result<GpuBuffer> {
+    // The device factor 1 leaves the host scale grad / rows exact.
+    let one = ctx.upload(&[1.0])?;
+    backward(ctx, logits, targets, lse, vocab, grad, &one)
+}
+
+/// [`cross_entropy_backward`] with the upstream scalar read on the device from `grad` (one
+/// value, e.g. the upstream gradient of an autograd graph): no read-back and no extra pass, the
+/// kernel multiplies by `(1 / rows) · grad[0]`.
+///
+/// # Errors
+/// As [`cross_entropy_backward`], and [`crate::GpuError::Shape`] when `grad` is not one value.
+pub fn cross_entropy_backward_by(
+    ctx: &GpuContext,
+    logits: &GpuBuffer,
+    targets: &[u32],
+    lse: &GpuBuffer,
+    vocab: usize,
+    grad: &GpuBuffer,
+) -> Result<GpuBuffer> {
+    expect_len("cross_entropy_backward", "grad", grad, 1)?;
+    backward(ctx, logits, targets, lse, vocab, 1.0, grad)
+}
+
+/// The backward kernel with `scale = host_grad / rows` (host f32) times `device_grad[0]`.
+fn backward(
+    ctx: &GpuContext,
+    logits: &GpuBuffer,
+    targets: &[u32],
+    lse: &GpuBuffer,
+    vocab: usize,
+    host_grad: f32,
+    device_grad: &GpuBuffer,
+) -> Result<GpuBuffer> {
     let op = "cross_entropy_backward";
     positive(op, "rows (targets)", targets.len())?;
     let rows = check(op, logits, targets, vocab)?;
     expect_len(op, "lse", lse, rows)?;
     let dlogits = ctx.alloc(logits.len())?;
     let targets = ctx.upload(&id_bits(targets))?;
-    let scale = grad / rows as f32;
+    let scale = host_grad / rows as f32;
     let params = words(&[
         to_u32(op, "rows", rows)?,
         to_u32(op, "vocab", vocab)?,
@@ -91,7 +124,13 @@ pub fn cross_entropy_backward(
         0,
     ]);
     let kernel = Kernel::new(Family::Loss, op);
-    let storage = [(0, logits), (1, &targets), (2, lse), (6, &dlogits)];
+    let storage = [
+        (0, logits),
+        (1, &targets),
+        (2, lse),
+        (8, device_grad),
+        (6, &dlogits),
+    ];
     dispatch_at(
         ctx,
         kernel,

@@ -180,7 +180,7 @@ mod shape;
 pub use activation::{silu, silu_backward, swiglu, swiglu_backward};
 pub use adam::adam_update;
 pub use embedding::{embedding, embedding_backward};
-pub use loss::{cross_entropy, cross_entropy_backward};
+pub use loss::{cross_entropy, cross_entropy_backward, cross_entropy_backward_by};
 pub use masked_softmax::{
     causal_softmax_rows, causal_softmax_rows_backward, softmax_rows_backward,
 };

@@ -176,6 +176,16 @@ pub(super) fn unchanged(path: &Path, content: &[u8]) -> bool {
     read_json_bytes(path).is_ok_and(|old| old == content)
 }
 
+/// Whether the first bytes of a file look like JSON text (optional whitespace, then `{` or
+/// `[`): read as a safetensors header length they give an absurd size (`{"we` is
+/// 8388068008349082235 bytes).
+fn starts_like_json(prefix: &[u8]) -> bool {
+    prefix
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| matches!(b, b'{' | b'['))
+}
+
 /// A safetensors file whose header has been read and validated; its data section is not read
 /// yet.
 pub(super) struct Header {
@@ -206,6 +216,17 @@ pub(super) fn read_header(path: &Path) -> Result<Header> {
     read_exact(path, &mut file, &mut prefix, "header length")?;
     let header_len = u64::from_le_bytes(prefix);
     let available = file_len - N_LEN;
+    if header_len > available.min(MAX_HEADER_BYTES) && starts_like_json(&prefix) {
+        return Err(state_err(
+            path,
+            format!(
+                "this is a JSON file (it starts with {:?}), not safetensors (whose first 8 bytes \
+                 are the binary size of its header): a shard index or config.json given as \
+                 weights?",
+                String::from_utf8_lossy(&prefix)
+            ),
+        ));
+    }
     if header_len > available {
         return Err(state_err(
             path,

@@ -67,7 +67,8 @@ struct Index {
 /// [`crate::TransformerError::State`] naming the index and the offending entry for: an index
 /// that is not JSON or has no `weight_map` object of strings; a tensor listed twice (the two
 /// shard files are named); a shard name that is absolute or leaves the folder (`../x`); a
-/// shard file that does not exist; a tensor missing from the shard the index maps it to; a
+/// shard file that does not exist; a shard that is the index itself or a JSON file (not
+/// safetensors); a tensor missing from the shard the index maps it to; a
 /// tensor held by a shard but mapped to another shard or to none; and every check
 /// [`super::load_model`] makes of names, dtypes, shapes and config.
 /// [`crate::TransformerError::Io`] when a file cannot be read.
@@ -110,6 +111,16 @@ pub(super) fn load_sharded(
                     "weight_map names the shard {file:?} (for tensor {}), but {} does not exist",
                     names[0],
                     path.display()
+                ),
+            ));
+        }
+        if is_same_file(&path, index_path) {
+            return Err(state_err(
+                index_path,
+                format!(
+                    "weight_map maps tensor {} to the shard {file:?}, which is this index file \
+                     itself, not a safetensors shard",
+                    names[0]
                 ),
             ));
         }
@@ -171,6 +182,15 @@ pub(super) fn load_sharded(
     let model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
     copy_into(index_path, &model.weights().named_base_parameters(), values)?;
     Ok(model)
+}
+
+/// Whether `a` and `b` name one file (compared after resolving links and `.`; equal paths when
+/// either cannot be resolved).
+fn is_same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// `dir/file` when `file` is a relative path that stays inside `dir` (only plain components:
