@@ -5,7 +5,8 @@
 //! batch 2, seq 8) gives the CPU's loss, every gradient and the parameters after one Adam step
 //! within 1e-4 of each tensor's largest magnitude (the kernels' reduction orders differ), for
 //! flash and materialized attention × checkpointing disabled / per block × with and without
-//! LoRA; on the GPU the checkpointed run is bitwise the plain one; KV-cache decoding gives the
+//! LoRA; on the GPU every checkpointing policy (block, segments, selective, per-block lists) is
+//! bitwise the plain run; KV-cache decoding gives the
 //! CPU's logits at every position within the same tolerance.
 
 mod common;
@@ -308,5 +309,48 @@ fn a_gqa_tied_model_trains_and_decodes_on_the_gpu_like_the_cpu() {
             &b,
             &a,
         );
+    }
+}
+
+/// Every policy form above `block` sits above the backend: on the GPU, segments, the named
+/// selective policies, a save list and a per-block list give the plain run's loss, gradients and
+/// parameters after Adam bit for bit (each replay recomputes with the same kernels in the same
+/// order; a saved value is the forward's own), with and without LoRA.
+#[test]
+fn every_checkpointing_policy_on_the_gpu_is_bitwise_the_plain_run() {
+    let Some(dev) =
+        backend_or_skip("every_checkpointing_policy_on_the_gpu_is_bitwise_the_plain_run")
+    else {
+        return;
+    };
+    let tokens = block(2, 9, 64);
+    for lora in [false, true] {
+        let run = |spelling: &str| {
+            let mut m = tiny(Attn::Flash, Ck::Disabled, lora);
+            m.set_activation_checkpointing(spelling.parse().unwrap())
+                .unwrap();
+            m.to_device(dev).unwrap();
+            let (loss, grads, after) = step(&m, &tokens, dev);
+            let grads: Vec<_> = grads
+                .into_iter()
+                .map(|(name, g)| (name, g.as_deref().map(bitwise)))
+                .collect();
+            let after: Vec<_> = after.iter().map(|p| bitwise(p)).collect();
+            (bitwise(&loss), grads, after)
+        };
+        let plain = run("disabled");
+        for spelling in [
+            "segments:2",
+            "selective",
+            "selective:dots",
+            "selective:attention",
+            "selective:q+k+v",
+            "block,disabled",
+        ] {
+            assert!(
+                run(spelling) == plain,
+                "{spelling} vs disabled on {dev}, lora {lora}: not bitwise equal"
+            );
+        }
     }
 }
