@@ -265,6 +265,7 @@ def add_device_argument(group: argparse._ActionsContainer) -> None:
     argument group."""
     group.add_argument(
         "--device",
+        type=str.lower,  # case-insensitive, like model.to
         choices=DEVICES,
         default="cpu",
         help="where the model runs: cpu, vulkan (wgpu's Vulkan backend), metal (wgpu's Metal "

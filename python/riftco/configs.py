@@ -135,7 +135,9 @@ class _LoopConfig:
 
     def __post_init__(self) -> None:
         if self.device is not None:
-            _check_choice("device", self.device, DEVICES)
+            # Case-insensitive, like model.to: the check is on the lower-case spelling.
+            name = self.device.lower() if isinstance(self.device, str) else self.device
+            _check_choice("device", name, DEVICES)
         _check_policy(self.activation_checkpointing, self.activation_memory_budget)
         budget = self.activation_memory_budget
         if budget is not None and not isinstance(budget, str):

@@ -152,3 +152,52 @@ def test_module_to_moves_every_leaf_and_keeps_shared_ones_shared() -> None:
     out_cpu = cpu(x)
     out_dev = dev(x.to("privateuseone"))
     assert out_cpu.numpy().tobytes() == out_dev.numpy().tobytes()
+
+
+def test_module_to_moves_the_leaves_in_place_so_references_and_optimizers_see_it() -> None:
+    """PyTorch's ``module.to`` keeps the Parameter objects: a reference taken before the move
+    and an optimizer built before it hold the moved leaves. Adam's moments stay on the old
+    device, so its next step is a DeviceMismatchError, never a silent step of stale copies."""
+    riftco._native._install_mirror_backend()
+    lin = riftco.nn.Linear(3, 3)
+    weight = lin.weight
+    opt = riftco.Adam(lin.parameters(), lr=0.1)
+    lin.to("privateuseone")
+    assert lin.weight is weight and weight.device == "privateuseone"
+    x = riftco.Variable(np.ones((2, 3), np.float32)).to("privateuseone")
+    loss = (lin(x) ** 2).mean()
+    loss.backward()
+    assert weight.grad is not None  # a NumPy copy of the gradient
+    with pytest.raises(riftco.DeviceMismatchError):
+        opt.step()
+    fresh = riftco.Adam(lin.parameters(), lr=0.1)
+    before = weight.numpy().copy()
+    fresh.step()
+    assert not np.array_equal(before, weight.numpy())
+    # Back to the CPU in place, the gradient with it.
+    lin.to("cpu")
+    assert weight.device == "cpu"
+    out = lin(riftco.Variable(np.ones((2, 3), np.float32)))  # runs on the CPU again
+    assert out.device == "cpu"
+
+
+def test_module_to_a_bad_device_moves_nothing() -> None:
+    riftco._native._install_mirror_backend()
+    lin = riftco.nn.Linear(2, 2)
+    with pytest.raises(riftco.ConfigError, match="tpu"):
+        lin.to("tpu")
+    assert {p.device for p in lin.parameters()} == {"cpu"}
+
+
+def test_device_names_are_case_insensitive_in_configs_and_on_the_command_line() -> None:
+    import argparse
+
+    from riftco.cli import add_device_argument
+    from riftco.configs import PretrainingConfig
+
+    assert PretrainingConfig(device="CPU").device == "CPU"  # accepted as model.to accepts it
+    with pytest.raises(riftco.ConfigError, match="'tpu'"):
+        PretrainingConfig(device="tpu")
+    p = argparse.ArgumentParser()
+    add_device_argument(p)
+    assert p.parse_args(["--device", "Vulkan"]).device == "vulkan"

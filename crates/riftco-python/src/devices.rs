@@ -11,6 +11,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEVICES", pyo3::types::PyTuple::new(m.py(), DEVICE_NAMES)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(_install_mirror_backend, m)?)?;
+    m.add_function(wrap_pyfunction!(crate::transfer::_move_leaves_, m)?)?;
     Ok(())
 }
 

@@ -29,8 +29,6 @@ impl DecoderOnlyTransformer {
     /// allocated — then every parameter already moved is moved back, so the model is never
     /// split across devices.
     pub fn to_device(&mut self, device: Device) -> Result<()> {
-        open_backend(device)?;
-        let from = self.device();
         let mut params: Vec<Variable> = self
             .weights()
             .named_base_parameters()
@@ -43,7 +41,7 @@ impl DecoderOnlyTransformer {
                 .into_iter()
                 .map(|(_, p)| p),
         );
-        move_parameters(&params, from, device)?;
+        move_parameters(&params, device)?;
         self.revision().bump("to_device");
         Ok(())
     }
@@ -80,25 +78,33 @@ pub fn resolve_device(name: &str) -> Result<Device> {
     Ok(device)
 }
 
-/// Moves every parameter of `params` (and its gradient) from `from` to `device`; on a failure
-/// moves back those already moved, so they are never split across devices.
-pub(crate) fn move_parameters(params: &[Variable], from: Device, device: Device) -> Result<()> {
+/// Moves every parameter of `params` (and its gradient) to `device` in place (the tensors keep
+/// their identity: every `Variable` and optimizer holding them sees the move; each transfer
+/// bumps the tensor's version, so graphs recorded before are stale); on a failure moves back,
+/// each to the device it came from, those already moved, so they are never split across
+/// devices. What `module.to(device)` does in PyTorch.
+///
+/// # Errors
+/// `DeviceUnavailable` for a device without backend; `OutOfMemory` when a copy cannot be
+/// allocated.
+pub fn move_parameters(params: &[Variable], device: Device) -> Result<()> {
+    open_backend(device)?;
     let mut moved = Vec::with_capacity(2 * params.len());
     let mut result = Ok(());
     'outer: for p in params {
         let mut tensors = vec![p.value().clone()];
         tensors.extend(p.grad());
         for mut t in tensors {
-            let back = t.clone();
+            let (back, from) = (t.clone(), t.device());
             if let Err(e) = t.transfer_to(device) {
                 result = Err(e);
                 break 'outer;
             }
-            moved.push(back);
+            moved.push((back, from));
         }
     }
     if let Err(e) = result {
-        for mut t in moved {
+        for (mut t, from) in moved {
             // Moving back into memory just released: a failure here leaves that tensor on
             // `device`, which later ops report as a DeviceMismatch.
             let _ = t.transfer_to(from);

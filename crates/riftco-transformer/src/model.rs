@@ -619,7 +619,7 @@ impl DecoderOnlyTransformer {
                 .into_iter()
                 .map(|(_, p)| p)
                 .collect();
-            crate::device::move_parameters(&adapters, riftco_tensor::Device::Cpu, device)?;
+            crate::device::move_parameters(&adapters, device)?;
         }
         self.set_weights(w, "enable_lora");
         Ok(())

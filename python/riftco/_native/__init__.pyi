@@ -59,6 +59,7 @@ __all__ = [
     "AdamW",
     "memory_stats",
     "_install_mirror_backend",
+    "_move_leaves_",
     "cached_bytes",
     "devices",
     "empty_cache",
@@ -183,6 +184,10 @@ def matmul(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDArra
     overflows, ``OutOfMemoryError`` when the output cannot be allocated, and ``TypeError`` when
     an argument is not a 2-D float32 array.
     """
+
+def _move_leaves_(vars: list[Variable], device: str) -> None:
+    """Moves the leaf Variables ``vars`` (and their gradients) to ``device`` in place, all or
+    none (``Module.to``). ``ValueError`` for a Variable that is not a leaf."""
 
 def _install_mirror_backend() -> None:
     """Registers the mirror test backend for ``"privateuseone"`` (CPU kernels behind the device

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from riftco._native import Variable, _node_id
+from riftco._native import Variable, _move_leaves_, _node_id
 
 __all__ = ["Module"]
 
@@ -138,29 +138,28 @@ class Module:
     # -- devices ----------------------------------------------------------------------------
 
     def to(self, device: str) -> Module:
-        """Moves every leaf Variable of this module and its descendants to ``device`` in place
-        (PyTorch's ``module.to``) and returns ``self``: each attribute is replaced by its
-        ``Variable.to(device)`` copy (same ``requires_grad`` and name; a shared leaf stays
-        shared). Optimizers hold the old leaves: build them after the move.
+        """Moves every leaf Variable of this module and its descendants (and their gradients)
+        to ``device`` in place, like PyTorch's ``module.to``, and returns ``self``: the leaves
+        keep their identity, so references to them and optimizers built before the move see
+        the moved values (an ``Adam`` built before keeps its moments on the old device and
+        raises ``DeviceMismatchError`` at its next step: build optimizers after the move).
+        Graphs recorded before the move are stale.
 
         Args:
-            device: ``"cpu"``, ``"vulkan"``, ``"metal"``, ``"gpu"`` or ``"privateuseone"``.
+            device: ``"cpu"``, ``"vulkan"``, ``"metal"``, ``"gpu"`` or ``"privateuseone"``
+                (case-insensitive).
 
         Raises:
             ConfigError: an unknown device name. DeviceUnavailableError: the GPU asked for has
-                no adapter. Either is raised before any attribute changes.
+                no adapter. OutOfMemoryError: a copy could not be allocated. After any of these
+                every leaf is where it was.
         """
-        moved: dict[int, Variable] = {}
-        updates: list[tuple[Module, str, Variable]] = []
+        leaves: dict[int, Variable] = {}
         for m in self.modules():
-            for name, value in vars(m).items():
+            for value in vars(m).values():
                 if isinstance(value, Variable) and value.is_leaf:
-                    key = _node_id(value)
-                    if key not in moved:
-                        moved[key] = value.to(device)
-                    updates.append((m, name, moved[key]))
-        for m, name, value in updates:
-            setattr(m, name, value)
+                    leaves.setdefault(_node_id(value), value)
+        _move_leaves_(list(leaves.values()), device)
         return self
 
     # -- printing ---------------------------------------------------------------------------
