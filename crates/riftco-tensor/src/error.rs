@@ -97,6 +97,10 @@ pub enum TensorError {
     /// The requested device is not available in this build or on this machine.
     #[error("device {device} is unavailable: {reason}")]
     DeviceUnavailable { device: Device, reason: String },
+    /// `"gpu"` (the best adapter of any GPU backend) was asked for and none could be opened or
+    /// none is registered; named as the user asked, not as the backend that was tried.
+    #[error("device gpu is unavailable: {reason}")]
+    GpuUnavailable { reason: String },
     /// Operands live on different devices.
     #[error("{op}: operands on different devices ({lhs} and {rhs})")]
     DeviceMismatch {
@@ -166,6 +170,7 @@ impl TensorError {
             | TensorError::InvalidIndex { .. } => ErrorKind::IndexOutOfRange,
             TensorError::TokenOutOfRange { .. } => ErrorKind::Tokens,
             TensorError::DeviceUnavailable { .. }
+            | TensorError::GpuUnavailable { .. }
             | TensorError::Unsupported { .. }
             | TensorError::DeviceFailure { .. } => ErrorKind::DeviceUnavailable,
             // Host access to a device tensor: the tensor is on another device than the host.
