@@ -152,10 +152,9 @@ pub fn to_tensor_error(op: &'static str, device: Device, e: GpuError) -> TensorE
                 reason: e.to_string(),
             }
         }
-        GpuError::BufferTooLarge { bytes, .. } => TensorError::OutOfMemory {
-            op,
-            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
-        },
+        GpuError::BufferTooLarge { bytes, limit, .. } => {
+            TensorError::BufferTooLarge { op, bytes, limit }
+        }
         _ => TensorError::DeviceFailure {
             op,
             device,
