@@ -4,8 +4,6 @@
 // (-inf for a row that is all -inf).
 //   cross_entropy_rows: lse[r] and the row losses, one workgroup per row (thread t walks
 //       columns t, t + 256, ...; the 256 partials combine in a fixed tree: deterministic).
-//   cross_entropy_mean: loss[0] = (sum_r row_loss[r]) / rows, one invocation adding the rows in
-//       order (in f32; the CPU adds them in f64).
 //   cross_entropy_backward: dlogits[r, c] = exp(logits[r, c] - lse[r]) * scale
 //       - (c == t_r ? scale : 0), scale = params.scale * grad_in[0] (the host's grad / rows
 //       times 1, or the host's 1 / rows times the upstream scalar on the device); one
@@ -21,7 +19,6 @@ struct Params {
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read> targets: array<u32>;
 @group(0) @binding(2) var<storage, read> lse_in: array<f32>;
-@group(0) @binding(3) var<storage, read> row_loss_in: array<f32>;
 @group(0) @binding(4) var<storage, read_write> lse_out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> row_loss_out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
@@ -84,15 +81,6 @@ fn cross_entropy_rows(
     }
     lse_out[r] = lse;
     row_loss_out[r] = lse - logits[base + targets[r]];
-}
-
-@compute @workgroup_size(1)
-fn cross_entropy_mean() {
-    var total = 0.0;
-    for (var r = 0u; r < params.rows; r = r + 1u) {
-        total = total + row_loss_in[r];
-    }
-    out[0] = total / f32(params.rows);
 }
 
 @compute @workgroup_size(256)

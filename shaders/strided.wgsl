@@ -1,12 +1,10 @@
 // Index-mapping kernels of the GPU backend on f32 storage buffers, the GPU twins of the CPU
-// backend's fill, add_assign / axpy, broadcasting `binary`, keepdims `reduce` and the strided
+// backend's fill, add_assign / axpy, broadcasting `binary` and the strided
 // gather / scatter of riftco-kernels (crates/riftco-gpu/src/kernels/strided.rs sets them up):
 //   fill:        dst[i] = alpha
 //   add_assign:  dst[i] = dst[i] + a[i]
 //   axpy:        dst[i] = dst[i] + alpha * a[i]
 //   binary:      dst[i] = a[ia(i)] op b[ib(i)]       (NumPy broadcasting through 0 strides)
-//   reduce_axes: dst[o] = sum / max of a over the reduced axes of output element o, visited in
-//                row-major order (f32 accumulation; the CPU sums in f64)
 //   gather:      dst[i] = a[offset + sum_j idx_j(i) * stride_j]   (signed strides)
 //   scatter:     dst[offset + sum_j idx_j(i) * stride_j] (+)= a[i]
 // `shape_meta` holds the shapes and strides (u32 words; signed strides as i32 bit patterns), laid out
@@ -42,11 +40,6 @@ fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 
 fn nan_f32() -> f32 {
     return bitcast<f32>(0x7fc00000u);
-}
-
-fn is_nan(v: f32) -> bool {
-    // Through the bits: a compiler may assume `v != v` is false.
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
 @compute @workgroup_size(256)
@@ -117,46 +110,6 @@ fn binary(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
         ib = ib + idx * shape_meta[2u * rank + axis];
     }
     dst[i] = binary_op(params.op, a[ia], b[ib]);
-}
-
-// shape_meta: out_dims[rank], x_strides[rank], red_dims[rank] (x's dim on reduced axes, else 1).
-// params.op: 0 sum, 1 max (NaN if any element is NaN, -inf over nothing).
-@compute @workgroup_size(256)
-fn reduce_axes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = flat_index(gid, nwg);
-    if (o >= params.n) {
-        return;
-    }
-    let rank = params.rank;
-    var rem = o;
-    var base = 0u;
-    for (var k = rank; k > 0u; k = k - 1u) {
-        let axis = k - 1u;
-        let d = shape_meta[axis];
-        base = base + (rem % d) * shape_meta[rank + axis];
-        rem = rem / d;
-    }
-    var acc = 0.0;
-    if (params.op == 1u) {
-        acc = bitcast<f32>(0xff800000u);
-    }
-    for (var r = 0u; r < params.extra; r = r + 1u) {
-        var rr = r;
-        var off = base;
-        for (var k = rank; k > 0u; k = k - 1u) {
-            let axis = k - 1u;
-            let d = shape_meta[2u * rank + axis];
-            off = off + (rr % d) * shape_meta[rank + axis];
-            rr = rr / d;
-        }
-        let v = a[off];
-        if (params.op == 0u) {
-            acc = acc + v;
-        } else if (!is_nan(acc) && (is_nan(v) || v > acc)) {
-            acc = v;
-        }
-    }
-    dst[o] = acc;
 }
 
 // The buffer index of element `i` of the view: shape_meta = dims[rank], strides[rank] (i32 bits).

@@ -226,11 +226,17 @@ impl GpuContext {
         Ok(out)
     }
 
-    fn check_size(&self, what: &'static str, bytes: u64) -> Result<()> {
-        let limit = self
-            .limits
+    /// The largest buffer this device allows, in bytes: the smaller of the adapter's
+    /// `max_buffer_size` and `max_storage_buffer_binding_size` (requested in full when the
+    /// device was opened). A limit on one buffer, not the free memory.
+    pub fn max_buffer_bytes(&self) -> u64 {
+        self.limits
             .max_buffer_size
-            .min(self.limits.max_storage_buffer_binding_size);
+            .min(self.limits.max_storage_buffer_binding_size)
+    }
+
+    fn check_size(&self, what: &'static str, bytes: u64) -> Result<()> {
+        let limit = self.max_buffer_bytes();
         if bytes > limit {
             return Err(GpuError::BufferTooLarge { what, bytes, limit });
         }
@@ -244,9 +250,10 @@ impl GpuContext {
     /// [`GpuError::BufferTooLarge`] above the device's storage-buffer limit,
     /// [`GpuError::OutOfMemory`] when the device cannot allocate it.
     pub fn alloc(&self, len: usize) -> Result<GpuBuffer> {
-        let bucket = bucket_bytes(len);
         self.check_size("storage buffer", (len as u64).saturating_mul(4))?;
-        self.check_size("storage buffer", bucket)?;
+        // A bucket past the limit is the limit itself (the buffer is then exactly as large as
+        // the device allows and still holds `len` values).
+        let bucket = bucket_bytes(len).min(self.max_buffer_bytes());
         if let Some(buf) = self.pool.take(bucket) {
             return Ok(GpuBuffer::new(buf, len, bucket, Arc::clone(&self.pool)));
         }

@@ -70,14 +70,15 @@ pub enum GpuError {
         /// The driver's reason.
         message: String,
     },
-    /// A buffer larger than the device allows.
-    #[error("a {what} of {bytes} bytes exceeds the device limit of {limit} bytes")]
+    /// A buffer larger than the device allows: a per-buffer limit of the adapter
+    /// ([`crate::GpuContext::max_buffer_bytes`]), not its free memory.
+    #[error("a {what} of {bytes} bytes exceeds the device's per-buffer limit of {limit} bytes (the adapter's max_storage_buffer_binding_size / max_buffer_size: a limit on one buffer, not the free memory)")]
     BufferTooLarge {
         /// What was being allocated.
         what: &'static str,
         /// The requested size.
         bytes: u64,
-        /// The device's limit.
+        /// The device's largest buffer, in bytes.
         limit: u64,
     },
     /// The device ran out of memory.

@@ -26,7 +26,7 @@ pub mod kernels;
 pub mod pipelines;
 mod pool;
 
-pub use backend::{install, install_device, GpuBackend, ROPE_CACHE_ENTRIES};
+pub use backend::{install, install_device, install_error, GpuBackend, ROPE_CACHE_ENTRIES};
 pub use context::{BatchStats, GpuContext, FLUSH_EVERY};
 pub use device::{list_adapters, GpuKind};
 pub use error::{AdapterSummary, GpuError, Result};

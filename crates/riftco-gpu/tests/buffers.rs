@@ -116,7 +116,11 @@ fn an_allocation_past_the_device_limit_is_an_error_not_a_panic() {
     };
     let e = ctx.alloc(usize::MAX / 8).unwrap_err();
     assert!(matches!(e, GpuError::BufferTooLarge { .. }), "{e}");
-    assert!(e.to_string().contains("exceeds the device limit"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("exceeds the device's per-buffer limit"),
+        "{e}"
+    );
     let e = ctx.alloc(1 << 40).unwrap_err();
     assert!(matches!(e, GpuError::BufferTooLarge { .. }), "{e}");
 }
@@ -163,4 +167,31 @@ fn a_buffer_of_another_context_is_an_error_not_a_panic() {
     // Both contexts still work.
     assert_eq!(ctx.download(&a).unwrap(), vec![1.0, 2.0]);
     assert_eq!(other.download(&b).unwrap(), vec![3.0, 4.0]);
+}
+
+#[test]
+fn a_buffer_past_the_per_buffer_limit_names_both_sizes() {
+    let Some(ctx) = gpu_or_skip("a_buffer_past_the_per_buffer_limit_names_both_sizes") else {
+        return;
+    };
+    let limit = ctx.max_buffer_bytes();
+    eprintln!("per-buffer limit of {}: {limit} bytes", ctx.adapter());
+    // Refused on the host before any allocation, so the size costs nothing here.
+    let len = usize::try_from(limit / 4 + 1).unwrap();
+    let e = ctx.alloc(len).unwrap_err();
+    let bytes = len as u64 * 4;
+    assert!(
+        matches!(e, riftco_gpu::GpuError::BufferTooLarge { bytes: b, limit: l, .. } if b == bytes && l == limit),
+        "{e:?}"
+    );
+    let msg = riftco_gpu::backend::to_tensor_error("upload", riftco_tensor::Device::Vulkan, e)
+        .to_string();
+    for part in [
+        bytes.to_string(),
+        limit.to_string(),
+        "per-buffer limit".into(),
+        "not its free memory".into(),
+    ] {
+        assert!(msg.contains(&part), "{msg} lacks {part}");
+    }
 }

@@ -78,3 +78,26 @@ fn the_opened_adapter_is_reported() {
         std::env::var(common::DEVICE_VAR).unwrap_or_else(|_| "gpu".into())
     );
 }
+
+#[test]
+fn an_unavailable_gpu_is_named_as_asked() {
+    use riftco_tensor::{Device, TensorError};
+    let missing = || GpuError::DeviceUnavailable {
+        wanted: "gpu".to_owned(),
+        backends: "VULKAN | METAL".to_owned(),
+        found: Vec::new(),
+    };
+    let e = riftco_gpu::install_error(GpuKind::Any, Device::Vulkan, missing());
+    assert!(matches!(e, TensorError::GpuUnavailable { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("device gpu is unavailable: no gpu adapter found"),
+        "{msg}"
+    );
+    assert_eq!(e.kind(), riftco_tensor::ErrorKind::DeviceUnavailable);
+    let e = riftco_gpu::install_error(GpuKind::Vulkan, Device::Vulkan, missing());
+    assert!(
+        e.to_string().starts_with("device vulkan is unavailable"),
+        "{e}"
+    );
+}

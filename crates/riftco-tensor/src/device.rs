@@ -63,7 +63,7 @@ impl Device {
     ///
     /// # Errors
     /// [`crate::TensorError::InvalidArgument`] naming the string and the valid names;
-    /// [`crate::TensorError::DeviceUnavailable`] for `"gpu"` while no GPU backend is registered
+    /// [`crate::TensorError::GpuUnavailable`] for `"gpu"` while no GPU backend is registered
     /// (naming what was looked for and the devices that have a backend).
     pub fn parse(name: &str) -> crate::Result<Self> {
         match name.to_ascii_lowercase().as_str() {
@@ -85,8 +85,8 @@ impl Device {
     /// The GPU device `"gpu"` names: the first of [`Device::GPUS`] with a registered backend.
     ///
     /// # Errors
-    /// [`crate::TensorError::DeviceUnavailable`] (for the platform's GPU device: Metal on
-    /// macOS, Vulkan elsewhere) naming the devices that were looked for and those found.
+    /// [`crate::TensorError::GpuUnavailable`] naming the devices that were looked for and those
+    /// found.
     pub fn best_gpu() -> crate::Result<Self> {
         let found = crate::backend::registered_devices();
         if let Some(d) = Self::GPUS.into_iter().find(|d| found.contains(d)) {
@@ -95,12 +95,7 @@ impl Device {
         let names: Vec<&str> = std::iter::once("cpu")
             .chain(found.iter().map(|d| d.name()))
             .collect();
-        Err(crate::TensorError::DeviceUnavailable {
-            device: if cfg!(target_os = "macos") {
-                Device::Metal
-            } else {
-                Device::Vulkan
-            },
+        Err(crate::TensorError::GpuUnavailable {
             reason: format!(
                 "\"gpu\" looked for a GPU backend (\"metal\" or \"vulkan\") and found none \
                  registered (devices with a backend: {}); open one with \

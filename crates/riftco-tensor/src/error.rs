@@ -97,6 +97,10 @@ pub enum TensorError {
     /// The requested device is not available in this build or on this machine.
     #[error("device {device} is unavailable: {reason}")]
     DeviceUnavailable { device: Device, reason: String },
+    /// `"gpu"` (the best adapter of any GPU backend) was asked for and none could be opened or
+    /// none is registered; named as the user asked, not as the backend that was tried.
+    #[error("device gpu is unavailable: {reason}")]
+    GpuUnavailable { reason: String },
     /// Operands live on different devices.
     #[error("{op}: operands on different devices ({lhs} and {rhs})")]
     DeviceMismatch {
@@ -123,6 +127,17 @@ pub enum TensorError {
     /// address-space limit was hit).
     #[error("{op}: out of memory: could not allocate {bytes} bytes")]
     OutOfMemory { op: &'static str, bytes: usize },
+    /// One buffer larger than the device allows: a per-buffer limit of the adapter (for a GPU,
+    /// wgpu's `max_storage_buffer_binding_size` / `max_buffer_size`), not its free memory.
+    #[error("{op}: out of memory: a buffer of {bytes} bytes exceeds the device's per-buffer limit of {limit} bytes (a limit of the adapter on one buffer, not its free memory: split the tensor or keep it on the cpu)")]
+    BufferTooLarge {
+        /// The operation.
+        op: &'static str,
+        /// The bytes asked for.
+        bytes: u64,
+        /// The device's largest buffer, in bytes.
+        limit: u64,
+    },
     /// Any other invalid argument, described.
     /// The device's backend has no kernel for this operation yet (an honest intermediate
     /// state of a new backend, never a silent fallback): run the op on another device.
@@ -166,13 +181,16 @@ impl TensorError {
             | TensorError::InvalidIndex { .. } => ErrorKind::IndexOutOfRange,
             TensorError::TokenOutOfRange { .. } => ErrorKind::Tokens,
             TensorError::DeviceUnavailable { .. }
+            | TensorError::GpuUnavailable { .. }
             | TensorError::Unsupported { .. }
             | TensorError::DeviceFailure { .. } => ErrorKind::DeviceUnavailable,
             // Host access to a device tensor: the tensor is on another device than the host.
             TensorError::DeviceMismatch { .. } | TensorError::NotOnHost { .. } => {
                 ErrorKind::DeviceMismatch
             }
-            TensorError::OutOfMemory { .. } => ErrorKind::OutOfMemory,
+            TensorError::OutOfMemory { .. } | TensorError::BufferTooLarge { .. } => {
+                ErrorKind::OutOfMemory
+            }
             TensorError::InvalidArgument { .. } | TensorError::NoData { .. } => {
                 ErrorKind::InvalidArgument
             }

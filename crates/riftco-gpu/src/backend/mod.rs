@@ -75,7 +75,8 @@ static INSTALLED: Mutex<Installed> = Mutex::new(Vec::new());
 ///
 /// # Errors
 /// [`TensorError::DeviceUnavailable`] naming what was looked for and every adapter found
-/// when none of `kind` exists (or it refuses a device).
+/// when none of `kind` exists (or it refuses a device); for [`GpuKind::Any`] ("gpu") the
+/// same as [`TensorError::GpuUnavailable`] (see [`install_error`]).
 pub fn install(kind: GpuKind) -> Result<(Device, Arc<GpuContext>)> {
     let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     let wanted: &[Device] = match kind {
@@ -94,8 +95,7 @@ pub fn install(kind: GpuKind) -> Result<(Device, Arc<GpuContext>)> {
         GpuKind::Any if cfg!(target_os = "macos") => Device::Metal,
         GpuKind::Any => Device::Vulkan,
     };
-    let ctx = GpuContext::open(kind)
-        .map_err(|e| to_tensor_error("riftco_gpu::install", want_device, e))?;
+    let ctx = GpuContext::open(kind).map_err(|e| install_error(kind, want_device, e))?;
     let ctx = Arc::new(ctx);
     let device = device_of(&ctx);
     riftco_tensor::backend::register(Box::new(GpuBackend {
@@ -105,6 +105,18 @@ pub fn install(kind: GpuKind) -> Result<(Device, Arc<GpuContext>)> {
     }))?;
     installed.push((device, Arc::clone(&ctx)));
     Ok((device, ctx))
+}
+
+/// The error of [`install`] when opening `kind` failed with `e`: as [`to_tensor_error`] on
+/// `device`, except that an unavailable `"gpu"` ([`GpuKind::Any`]) is
+/// [`TensorError::GpuUnavailable`], named as the user asked rather than as the backend tried.
+pub fn install_error(kind: GpuKind, device: Device, e: GpuError) -> TensorError {
+    match (kind, to_tensor_error("riftco_gpu::install", device, e)) {
+        (GpuKind::Any, TensorError::DeviceUnavailable { reason, .. }) => {
+            TensorError::GpuUnavailable { reason }
+        }
+        (_, other) => other,
+    }
 }
 
 /// [`install`] for a riftco device (`Vulkan` or `Metal`).
@@ -140,10 +152,9 @@ pub fn to_tensor_error(op: &'static str, device: Device, e: GpuError) -> TensorE
                 reason: e.to_string(),
             }
         }
-        GpuError::BufferTooLarge { bytes, .. } => TensorError::OutOfMemory {
-            op,
-            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
-        },
+        GpuError::BufferTooLarge { bytes, limit, .. } => {
+            TensorError::BufferTooLarge { op, bytes, limit }
+        }
         _ => TensorError::DeviceFailure {
             op,
             device,

@@ -4,7 +4,8 @@
 //!
 //! The targets are host values (`&[u32]`), validated against `vocab` on the host and uploaded
 //! with the call. The logsumexp uses a fixed tree of 256 strided partials per row and the mean
-//! adds the row losses in row order in f32 (the CPU kernel adds them in f64).
+//! is the block-tree sum of the row losses ([`super::sum`], in f32; the CPU kernel adds them in
+//! f64) times `1 / rows`.
 
 use super::shape::{grid_rows, id_bits, ids_below, positive, product};
 use super::{dispatch_at, expect_len, grid_1d, to_u32, words};
@@ -44,21 +45,14 @@ pub fn cross_entropy(
         return Ok((ctx.upload(&[0.0])?, lse));
     }
     let row_loss = ctx.alloc(rows)?;
-    let loss = ctx.alloc(1)?;
     let targets = ctx.upload(&id_bits(targets))?;
     let params = words(&[to_u32(op, "rows", rows)?, to_u32(op, "vocab", vocab)?, 0, 0]);
     let kernel = Kernel::new(Family::Loss, "cross_entropy_rows");
     let storage = [(0, logits), (1, &targets), (4, &lse), (5, &row_loss)];
     dispatch_at(ctx, kernel, &storage, 7, &params, grid_rows(op, rows)?)?;
-    let kernel = Kernel::new(Family::Loss, "cross_entropy_mean");
-    dispatch_at(
-        ctx,
-        kernel,
-        &[(3, &row_loss), (6, &loss)],
-        7,
-        &params,
-        [1, 1, 1],
-    )?;
+    // The mean: the block-tree sum of the row losses (no invocation loops over the rows)
+    // times 1 / rows.
+    let loss = super::scale(ctx, &super::sum(ctx, &row_loss)?, 1.0 / rows as f32)?;
     Ok((loss, lse))
 }
 

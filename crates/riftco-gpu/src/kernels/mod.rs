@@ -16,7 +16,7 @@ mod unary_backward;
 
 pub use elementwise::{add, mul, scale};
 pub use matmul::{batched_matmul, matmul, matmul_into};
-pub use reduce::{sum, sum_rows, SUM_BLOCK};
+pub use reduce::{reduce_rows, sum, sum_rows, SUM_BLOCK};
 pub use softmax::softmax_rows;
 pub use strided::{
     axpy, binary, binary_code, copy, copy_range, fill, gather, reduce_axes, scatter,

@@ -12,6 +12,7 @@ use crate::error::{GpuError, Result};
 use crate::pipelines::{Family, Kernel};
 use crate::pool::GpuBuffer;
 use crate::GpuContext;
+use riftco_kernels::reduce::ReduceOp;
 
 /// Values one workgroup sums per pass.
 pub const SUM_BLOCK: usize = 512;
@@ -20,37 +21,65 @@ pub const SUM_BLOCK: usize = 512;
 /// `cols == 0`).
 ///
 /// # Errors
-/// [`GpuError::Shape`] when `x.len() != rows · cols` or `rows` exceeds 65535 (one grid
-/// dimension); device errors.
+/// As [`reduce_rows`].
 pub fn sum_rows(ctx: &GpuContext, x: &GpuBuffer, rows: usize, cols: usize) -> Result<GpuBuffer> {
+    reduce_rows(ctx, ReduceOp::Sum, x, rows, cols)
+}
+
+/// `out[r]` = the sum or the max of `x[r, ..]`; `x`: `[rows, cols]` f32 row-major, `out`:
+/// `[rows]`. Over no values (`cols == 0`) the sum is 0 and the max `-inf`; the max is NaN
+/// where the row holds a NaN. Any `rows`, `cols` whose product fits the shaders' 32-bit index
+/// (rows beyond 65535 spread over the grid's z dimension).
+///
+/// # Errors
+/// [`GpuError::Shape`] when `x.len() != rows · cols` or `rows · cols` exceeds the 32-bit
+/// index range; device errors.
+pub fn reduce_rows(
+    ctx: &GpuContext,
+    kind: ReduceOp,
+    x: &GpuBuffer,
+    rows: usize,
+    cols: usize,
+) -> Result<GpuBuffer> {
     let total = rows.checked_mul(cols).ok_or_else(|| GpuError::Shape {
         op: "sum_rows",
         message: format!("rows · cols overflows ({rows} · {cols})"),
     })?;
     expect_len("sum_rows", "x", x, total)?;
-    if rows > MAX_GROUPS as usize {
-        return Err(GpuError::Shape {
-            op: "sum_rows",
-            message: format!("rows = {rows} exceeds {MAX_GROUPS}"),
-        });
-    }
+    to_u32("sum_rows", "rows · cols", total)?;
     if rows == 0 {
         return ctx.alloc(0);
     }
     if cols == 0 {
-        return ctx.upload(&vec![0.0; rows]);
+        let empty = match kind {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Max => f32::NEG_INFINITY,
+        };
+        return ctx.upload(&vec![empty; rows]);
     }
-    let mut cur = sum_pass(ctx, x, rows, cols)?;
+    let mut cur = reduce_pass(ctx, kind, x, rows, cols)?;
     let mut width = cols.div_ceil(SUM_BLOCK);
     while width > 1 {
-        cur = sum_pass(ctx, &cur, rows, width)?;
+        cur = reduce_pass(ctx, kind, &cur, rows, width)?;
         width = width.div_ceil(SUM_BLOCK);
     }
     Ok(cur)
 }
 
-/// One pass: `[rows, width]` → `[rows, ceil(width / 512)]` block sums.
-fn sum_pass(ctx: &GpuContext, input: &GpuBuffer, rows: usize, width: usize) -> Result<GpuBuffer> {
+/// The grid of one pass: `blocks` along x, `rows` spread over y (at most [`MAX_GROUPS`]) and z.
+fn row_grid(blocks: usize, rows: usize) -> [u32; 3] {
+    let y = rows.min(MAX_GROUPS as usize);
+    [blocks as u32, y as u32, rows.div_ceil(y) as u32]
+}
+
+/// One pass: `[rows, width]` → `[rows, ceil(width / 512)]` block sums or maxima.
+fn reduce_pass(
+    ctx: &GpuContext,
+    kind: ReduceOp,
+    input: &GpuBuffer,
+    rows: usize,
+    width: usize,
+) -> Result<GpuBuffer> {
     let blocks = width.div_ceil(SUM_BLOCK);
     if blocks > MAX_GROUPS as usize {
         return Err(GpuError::Shape {
@@ -63,11 +92,13 @@ fn sum_pass(ctx: &GpuContext, input: &GpuBuffer, rows: usize, width: usize) -> R
         to_u32("sum_rows", "rows", rows)?,
         to_u32("sum_rows", "cols", width)?,
         to_u32("sum_rows", "blocks", blocks)?,
-        0,
+        match kind {
+            ReduceOp::Sum => 0,
+            ReduceOp::Max => 1,
+        },
     ]);
-    let grid = [blocks as u32, rows as u32, 1];
     let kernel = Kernel::new(Family::Reduce, "sum_rows");
-    dispatch(ctx, kernel, &[input, &out], &params, grid)?;
+    dispatch(ctx, kernel, &[input, &out], &params, row_grid(blocks, rows))?;
     Ok(out)
 }
 

@@ -1,7 +1,7 @@
 //! Index-mapping kernels (`shaders/strided.wgsl`) and buffer copies: the GPU twins of the CPU
 //! backend's fill, `copy_range`, `add_assign` / `axpy`, the broadcasting
-//! `riftco_kernels::broadcast::binary`, the keepdims `riftco_kernels::reduce::reduce` and the
-//! strided gather / scatter of `riftco_kernels::gather`.
+//! `riftco_kernels::broadcast::binary`, the keepdims `riftco_kernels::reduce::reduce` (a
+//! gather, then [`super::reduce_rows`]) and the strided gather / scatter of `riftco_kernels::gather`.
 //!
 //! Shapes and strides travel in a small `u32` storage buffer (see the shader). Element counts
 //! and buffer indices must fit the shaders' 32-bit arithmetic (signed for strided views);
@@ -257,9 +257,10 @@ pub fn binary(
 }
 
 /// `x` of `dims` reduced to the keepdims shape `out_dims` (same rank, each axis equal or 1):
-/// each output element is the sum (f32, in row-major order of the reduced elements; the CPU
-/// sums in f64, so results agree to rounding) or the max (exact; NaN if any element is NaN) of
-/// its reduced elements.
+/// each output element is the sum (f32, in the fixed tree order of [`super::reduce_rows`];
+/// the CPU sums in f64, so results agree to rounding) or the max (exact; NaN if any element is
+/// NaN) of its reduced elements. The reduced axes are first moved last by a [`gather`] (unless
+/// they already are), so no invocation loops over the reduced elements.
 ///
 /// # Errors
 /// [`GpuError::Shape`] when `out_dims` is not a reduction shape of `dims` or `x` disagrees
@@ -280,36 +281,30 @@ pub fn reduce_axes(
     }
     expect_len(OP, "x", x, numel(OP, dims)?)?;
     let n = numel(OP, out_dims)?;
-    let out = ctx.alloc(n)?;
     if n == 0 {
-        return Ok(out);
+        return ctx.alloc(0);
     }
-    let rank = dims.len();
-    let red: Vec<usize> = dims
-        .iter()
-        .zip(out_dims)
-        .map(|(&d, &o)| if o == d { 1 } else { d })
-        .collect();
-    let mut words = dims_u32(OP, out_dims)?;
-    let mut strides = vec![0u32; rank];
+    // Kept axes first, reduced axes last (each in its order), so that every output element
+    // is one row of a `[n, reduced]` matrix that the multi-pass row reduction takes.
+    let (kept, red): (Vec<usize>, Vec<usize>) =
+        (0..dims.len()).partition(|&k| out_dims[k] == dims[k]);
+    let cols = numel(OP, &red.iter().map(|&k| dims[k]).collect::<Vec<_>>())?;
+    let perm: Vec<usize> = kept.into_iter().chain(red).collect();
+    let mut strides = vec![0isize; dims.len()];
     let mut step = 1usize;
-    for k in (0..rank).rev() {
-        strides[k] = to_u32(OP, "a stride", step)?;
+    for k in (0..dims.len()).rev() {
+        strides[k] = isize::try_from(step).unwrap_or(isize::MAX);
         step = step.saturating_mul(dims[k]);
     }
-    to_u32(OP, "x", x.len())?;
-    words.extend(strides);
-    words.extend(dims_u32(OP, &red)?);
-    let m = meta(ctx, &words)?;
-    let mut p = Params::new(to_u32(OP, "n", n)?);
-    p.op = match kind {
-        ReduceOp::Sum => 0,
-        ReduceOp::Max => 1,
+    let moved: Vec<usize> = perm.iter().copied().filter(|&k| dims[k] > 1).collect();
+    let rows_major = if moved.windows(2).all(|w| w[0] < w[1]) {
+        None
+    } else {
+        let pd: Vec<usize> = perm.iter().map(|&k| dims[k]).collect();
+        let ps: Vec<isize> = perm.iter().map(|&k| strides[k]).collect();
+        Some(gather(ctx, x, &pd, &ps, 0)?)
     };
-    p.rank = rank as u32;
-    p.extra = to_u32(OP, "reduced elements", numel(OP, &red)?)?;
-    run(ctx, OP, &[(0, x), (2, &m), (3, &out)], &p, n)?;
-    Ok(out)
+    super::reduce::reduce_rows(ctx, kind, rows_major.as_ref().unwrap_or(x), n, cols)
 }
 
 /// A strided view: dims, signed strides and the offset of element `(0, .., 0)`, in elements.
