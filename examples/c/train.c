@@ -209,12 +209,12 @@ int main(int argc, char **argv) {
                graph.element_count);
     }
 
-    rt_memory_stats memory;
-    CHECK(rt_get_memory_stats(&memory));
-    printf("memory bytes (current/peak): parameter %" PRIu64 "/%" PRIu64 " gradient %" PRIu64
+    rt_memory_stats memory; /* the counters of the device the model trained on */
+    CHECK(rt_get_memory_stats_for_device(device_name, &memory));
+    printf("memory bytes on %s (current/peak): parameter %" PRIu64 "/%" PRIu64 " gradient %" PRIu64
            "/%" PRIu64 " optimizer_state %" PRIu64 "/%" PRIu64 " activation %" PRIu64 "/%" PRIu64
            " total %" PRIu64 "/%" PRIu64 "\n",
-           memory.parameter.current_bytes, memory.parameter.peak_bytes,
+           device_name, memory.parameter.current_bytes, memory.parameter.peak_bytes,
            memory.gradient.current_bytes, memory.gradient.peak_bytes,
            memory.optimizer_state.current_bytes, memory.optimizer_state.peak_bytes,
            memory.activation.current_bytes, memory.activation.peak_bytes,

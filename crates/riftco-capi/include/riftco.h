@@ -635,6 +635,18 @@ const char *rt_status_name(uint32_t status);
 rt_status rt_get_memory_stats(struct rt_memory_stats *out);
 
 /**
+ * Writes the memory statistics of one device (each device has its own counters: a model
+ * moved with rt_model_to_device counts its bytes there, and rt_get_memory_stats reports the
+ * host's): `device` is a name rt_model_to_device accepts (NUL-terminated UTF-8,
+ * case-insensitive; a GPU backend is opened on first use). Since 2.5.
+ *
+ * Errors: RT_ERROR_NULL_POINTER (device or out), RT_ERROR_INVALID_STRING,
+ * RT_ERROR_INVALID_ARGUMENT (an unknown name, listing the accepted ones),
+ * RT_ERROR_DEVICE_UNAVAILABLE (no backend or adapter for it).
+ */
+rt_status rt_get_memory_stats_for_device(const char *device, struct rt_memory_stats *out);
+
+/**
  * Sets every peak to its current value.
  *
  * Errors: none (always RT_OK).

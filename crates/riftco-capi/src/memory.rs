@@ -1,7 +1,13 @@
 //! Process-wide tensor memory statistics by category.
 
 use crate::error::{guard, out_ptr, rt_status};
-use riftco_tensor::{memory_stats, reset_peak_memory_stats, CategoryStats, MemoryCategory};
+use crate::strings::str_arg;
+use riftco_tensor::{
+    memory_stats, memory_stats_for, reset_peak_memory_stats, CategoryStats, MemoryCategory,
+    MemoryStats,
+};
+use riftco_transformer::device::resolve_device;
+use std::ffi::c_char;
 
 /// Current and peak bytes of one memory category.
 #[repr(C)]
@@ -47,15 +53,42 @@ pub struct rt_memory_stats {
 pub unsafe extern "C" fn rt_get_memory_stats(out: *mut rt_memory_stats) -> rt_status {
     guard("rt_get_memory_stats", || {
         let out = out_ptr(out, "out")?;
-        let s = memory_stats();
-        *out = rt_memory_stats {
+        *out = (&memory_stats()).into();
+        Ok(())
+    })
+}
+
+impl From<&MemoryStats> for rt_memory_stats {
+    fn from(s: &MemoryStats) -> Self {
+        Self {
             parameter: s.get(MemoryCategory::Parameter).into(),
             gradient: s.get(MemoryCategory::Gradient).into(),
             optimizer_state: s.get(MemoryCategory::OptimizerState).into(),
             activation: s.get(MemoryCategory::Activation).into(),
             workspace: s.get(MemoryCategory::Workspace).into(),
             total: s.total.into(),
-        };
+        }
+    }
+}
+
+/// Writes the memory statistics of one device (each device has its own counters: a model
+/// moved with rt_model_to_device counts its bytes there, and rt_get_memory_stats reports the
+/// host's): `device` is a name rt_model_to_device accepts (NUL-terminated UTF-8,
+/// case-insensitive; a GPU backend is opened on first use). Since 2.5.
+///
+/// Errors: RT_ERROR_NULL_POINTER (device or out), RT_ERROR_INVALID_STRING,
+/// RT_ERROR_INVALID_ARGUMENT (an unknown name, listing the accepted ones),
+/// RT_ERROR_DEVICE_UNAVAILABLE (no backend or adapter for it).
+#[no_mangle]
+pub unsafe extern "C" fn rt_get_memory_stats_for_device(
+    device: *const c_char,
+    out: *mut rt_memory_stats,
+) -> rt_status {
+    guard("rt_get_memory_stats_for_device", || {
+        let name = str_arg(device, "device")?;
+        let out = out_ptr(out, "out")?;
+        let device = resolve_device(name)?;
+        *out = (&memory_stats_for(device)).into();
         Ok(())
     })
 }

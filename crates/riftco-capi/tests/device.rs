@@ -310,3 +310,37 @@ fn an_adam_built_before_the_move_reports_a_device_mismatch() {
     assert!(message.starts_with("rt_adam_step: "), "{message}");
     assert!(message.contains("first moment is on cpu"), "{message}");
 }
+
+fn stats_for(device: &str) -> (rt_status, rt_memory_stats) {
+    let name = CString::new(device).unwrap();
+    let mut out = rt_memory_stats::default();
+    let s = unsafe { rt_get_memory_stats_for_device(name.as_ptr(), &mut out) };
+    (s, out)
+}
+
+#[test]
+fn memory_stats_for_a_device_count_the_bytes_a_moved_model_holds_there() {
+    let (s, _) = stats_for("tpu");
+    assert_eq!(s, rt_status::RT_ERROR_INVALID_ARGUMENT);
+    assert!(last_error().contains("\"tpu\""), "{}", last_error());
+    let mut out = rt_memory_stats::default();
+    let s = unsafe { rt_get_memory_stats_for_device(null(), &mut out) };
+    assert_eq!(s, rt_status::RT_ERROR_NULL_POINTER);
+    let s = unsafe { rt_get_memory_stats_for_device(c"cpu".as_ptr(), null_mut()) };
+    assert_eq!(s, rt_status::RT_ERROR_NULL_POINTER);
+    assert_eq!(stats_for("CPU").0, rt_status::RT_OK, "case-insensitive");
+
+    let m = Model::new(rt_attention_kind::RT_ATTENTION_FLASH);
+    let (_, before) = stats_for("cpu");
+    let Some(device) = gpu_or_skip("memory_stats_for_a_device_count_...", &m) else {
+        return;
+    };
+    let (_, after) = stats_for("cpu");
+    let (s, gpu) = stats_for(&device);
+    assert_eq!(s, rt_status::RT_OK, "{}", last_error());
+    // Each test runs in its own process (nextest), so the GPU holds this model only: the bytes
+    // that left the host's parameter counter are the GPU's.
+    let moved = before.parameter.current_bytes - after.parameter.current_bytes;
+    assert!(moved > 0, "{before:?} {after:?}");
+    assert_eq!(gpu.parameter.current_bytes, moved, "{gpu:?}");
+}
