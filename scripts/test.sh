@@ -51,6 +51,10 @@ else
     cargo test --workspace
 fi
 
+# wgpu's Metal backend is compiled only for Apple targets: type-check it for Apple silicon.
+step "cargo check -p riftco-gpu --target aarch64-apple-darwin (scripts/check_apple.sh)"
+bash scripts/check_apple.sh
+
 step "cargo test --workspace --doc"
 cargo test --workspace --doc
 
