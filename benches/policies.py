@@ -353,18 +353,32 @@ def plot(depth: list[dict[str, Any]], front: list[dict[str, Any]], out: Path, ti
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    # Each label takes the first of four places around its point whose box overlaps no label
+    # or point drawn so far, so that neighbours (block and auto, a budget plan landing on a
+    # selective policy) stay legible.
+    points = []
     for r in front:
         marker = "s" if r["budget"] else "o"
+        points.append(ax.plot(r["peak"] / MIB, r["time_ratio"], marker, ms=7)[0])
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    taken = [p.get_window_extent(renderer) for p in points]
+    for r in front:
         if r["policy"] == "auto":
             r = dict(r, policy=f"auto (K={r['segment_length']})")
-        ax.plot(r["peak"] / MIB, r["time_ratio"], marker, ms=7)
-        ax.annotate(
-            r["policy"],
-            (r["peak"] / MIB, r["time_ratio"]),
-            textcoords="offset points",
-            xytext=(5, 4),
-            fontsize=7,
-        )
+        xy = (r["peak"] / MIB, r["time_ratio"])
+        for dx, dy, ha in [(5, 4, "left"), (5, -11, "left"), (-5, 4, "right"), (-5, -11, "right")]:
+            label = ax.annotate(
+                r["policy"], xy, textcoords="offset points", xytext=(dx, dy), fontsize=7, ha=ha
+            )
+            box = label.get_window_extent(renderer)
+            if not any(box.overlaps(t) for t in taken):
+                break
+            label.remove()
+        else:
+            label = ax.annotate(r["policy"], xy, textcoords="offset points", xytext=(5, 4), fontsize=7)
+            box = label.get_window_extent(renderer)
+        taken.append(box)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("peak activation memory (MiB)")
     ax.set_ylabel("step time / disabled step time")
