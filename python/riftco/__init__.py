@@ -18,7 +18,7 @@ this package is its Python front:
   ``parse_activation_checkpointing``, ``parse_byte_size``);
 - devices: ``DEVICES`` (``"cpu"``, ``"vulkan"``, ``"metal"``, ``"gpu"``) and ``devices()``
   (each one probed: available or why not, the GPU adapter); ``model.to(device)`` and
-  ``Variable.to(device)`` move values there;
+  ``Variable.to(device)`` move values there; ``synchronize()`` waits for a GPU's queued work;
 - memory accounting: ``memory_stats()``, ``reset_peak_memory_stats()``, and the buffer pool's
   ``cached_bytes()`` / ``empty_cache()``; the kernels' ``num_threads()`` and ``simd_level()``;
 - training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
@@ -68,6 +68,7 @@ from riftco._native import (
     reset_peak_memory_stats,
     set_rng_state,
     simd_level,
+    synchronize,
     tensor,
     uniform,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "set_grad_enabled",
     "set_rng_state",
     "simd_level",
+    "synchronize",
     "tensor",
     "uniform",
     "load_model",

@@ -305,6 +305,7 @@ def check_sample_args(
     top_k: int | None,
     seed: int,
     max_seq_len: int,
+    prompt_flag: str = "--prompt",
 ) -> tuple[bytes, int]:
     """The prompt bytes and the number of bytes to sample for the printed sample, checked with
     :func:`riftco.generation.check_generation_args` so that a bad setting fails before training.
@@ -312,7 +313,8 @@ def check_sample_args(
     ``prompt`` is a command-line string; its bytes are ``os.fsencode(prompt)`` (the bytes given
     on the command line, even when they are not valid UTF-8). ``sample_tokens=None`` samples
     :data:`DEFAULT_SAMPLE_BYTES` bytes, or fewer when the prompt leaves fewer of the model's
-    ``max_seq_len`` positions.
+    ``max_seq_len`` positions. ``prompt_flag`` is how the command takes the prompt, for the
+    messages (``"--prompt"``, or ``"PROMPT"``, the positional argument of ``riftco generate``).
 
     Raises:
         UsageError: an empty prompt, or a prompt plus sample longer than ``max_seq_len``, naming
@@ -326,8 +328,10 @@ def check_sample_args(
     except TokenError as e:
         hint = ""
         if data and n_new > fill:
-            hint = f"; pass --sample-tokens {fill} or less, or a shorter --prompt"
-        fail(f"sample settings (--prompt, --sample-tokens, --temperature, --top-k): {e}{hint}")
+            hint = f"; pass --sample-tokens {fill} or less, or a shorter {prompt_flag}"
+        fail(
+            f"sample settings ({prompt_flag}, --sample-tokens, --temperature, --top-k): {e}{hint}"
+        )
     return data, n_new
 
 

@@ -420,8 +420,10 @@ def _train_guarded(
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-            dt = time.perf_counter() - t0
+            # Read before the clock: on a GPU the step's kernels are only recorded until a value
+            # is read back (item() waits for them and for the optimizer step queued before it).
             value = float(loss.item())
+            dt = time.perf_counter() - t0
             del loss
             for k, v in records.record_step().items():
                 peaks[k] = max(peaks.get(k, 0), v)

@@ -286,6 +286,14 @@ def test_generate_default_length_is_capped(pretrained: Path) -> None:
     assert "32 bytes" in r.stderr
 
 
+def test_generate_too_long_names_its_own_arguments(pretrained: Path) -> None:
+    # generate takes the prompt as PROMPT (positional): the hint must not name a --prompt flag
+    # it does not have.
+    r = riftco_cmd("generate", "--model", pretrained, "--max-new-tokens", "40", "x")
+    line = one_error_line(r, "pass --sample-tokens 32 or less, or a shorter PROMPT")
+    assert "--prompt" not in line
+
+
 def test_generate_without_a_model_says_what_to_run(tmp_path: Path) -> None:
     line = one_error_line(riftco_cmd("generate", "hello", cwd=tmp_path), "no model state")
     assert "python -m riftco pretrain" in line

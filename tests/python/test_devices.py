@@ -201,3 +201,14 @@ def test_device_names_are_case_insensitive_in_configs_and_on_the_command_line() 
     p = argparse.ArgumentParser()
     add_device_argument(p)
     assert p.parse_args(["--device", "Vulkan"]).device == "vulkan"
+
+
+def test_synchronize_accepts_every_device_name_and_refuses_unknown_ones() -> None:
+    # The CPU computes when called and the mirror backend too: nothing to wait for, but every
+    # spelling is checked like model.to's.
+    riftco._native._install_mirror_backend()
+    for name in [None, "cpu", "CPU", "privateuseone", "vulkan", "metal", "gpu"]:
+        assert riftco.synchronize(name) is None
+    with pytest.raises(riftco.ConfigError, match='"cuda"') as e:
+        riftco.synchronize("cuda")
+    assert '"vulkan"' in str(e.value) and "Device::parse" not in str(e.value)

@@ -247,6 +247,20 @@ def riftco_cmd(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_synchronize_waits_for_the_queued_kernels(gpu: str) -> None:
+    m = model("flash", "disabled", False).to(GPU)
+    loss = m.loss(tokens(2, 9))
+    loss.backward()
+    # Queued, not waited for: synchronize (by name and for every opened device) returns once the
+    # GPU finished, and the values read afterwards are those of a finished step.
+    riftco.synchronize(GPU)
+    riftco.synchronize(gpu)
+    riftco.synchronize()
+    assert np.isfinite(loss.item())
+    grads = [p.grad for p in m.parameters()]
+    assert all(g is not None and np.isfinite(g).all() for g in grads)
+
+
 def test_the_commands_train_and_sample_on_the_gpu(gpu: str, tmp_path: Path) -> None:
     data = tmp_path / "text.txt"
     data.write_bytes(bytes(riftco.default_corpus().tokens[:4_000]))

@@ -144,6 +144,11 @@ def test_spellings_read_back_canonical() -> None:
     assert model.activation_checkpointing == "budget:4096"
     model.set_activation_checkpointing(activation_memory_budget=2**63 - 1)
     assert model.activation_checkpointing == f"budget:{2**63 - 1}"
+    # An int budget has the range of a size string (and of the C ABI's uint64_t).
+    model.set_activation_checkpointing(activation_memory_budget=2**64 - 1)
+    assert model.activation_checkpointing == f"budget:{2**64 - 1}"
+    model.set_activation_checkpointing(activation_memory_budget=str(2**64 - 1))
+    assert model.activation_checkpointing == f"budget:{2**64 - 1}"
     model.set_activation_checkpointing("disabled", activation_memory_budget=2048)
     assert model.activation_checkpointing == "budget:2048"
     model.set_activation_checkpointing()
@@ -380,10 +385,12 @@ BAD: list[tuple[dict[str, Any], list[str]]] = [
     (dict(activation_checkpointing=7), ["7", "policy string"]),
     (dict(activation_memory_budget="12XB"), ['"12XB"', '"XB"', "MiB"]),
     (dict(activation_memory_budget="MiB"), ['"MiB"', "no number"]),
-    (dict(activation_memory_budget=-1), ["-1", "between 0 and 2^63"]),
-    (dict(activation_memory_budget=2**64), [str(2**64), "between 0 and 2^63"]),
-    (dict(activation_memory_budget=2**63), [str(2**63), "between 0 and 2^63"]),
-    (dict(activation_memory_budget=2**200), [str(2**200), "between 0 and 2^63"]),
+    (dict(activation_memory_budget=-1), ["-1", "between 0 and 2^64 - 1"]),
+    (dict(activation_memory_budget=2**64), [str(2**64), "between 0 and 2^64 - 1"]),
+    (dict(activation_memory_budget=str(2**64)), [str(2**64), "too large"]),
+    (dict(activation_memory_budget=2**200), [str(2**200), "between 0 and 2^64 - 1"]),
+    (dict(activation_memory_budget="1.5B"), ['"1.5B"', "a fraction of a byte"]),
+    (dict(activation_memory_budget="0.1"), ['"0.1"', "a fraction of a byte"]),
     (dict(activation_memory_budget=1.5e6), ["1500000.0", "int (bytes) or a size string"]),
     (dict(activation_memory_budget=True), ["True", "int (bytes) or a size string"]),
     (

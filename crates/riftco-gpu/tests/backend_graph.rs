@@ -171,3 +171,25 @@ fn transferring_a_tensor_whose_graph_is_live_makes_the_graph_stale() {
     let e = loss.backward().unwrap_err();
     assert!(matches!(e, AutogradError::StaleGraph { .. }), "{e}");
 }
+
+#[test]
+fn synchronize_submits_the_batched_kernels_and_waits_for_them() {
+    let Some(dev) = backend_or_skip("synchronize_submits_the_batched_kernels_and_waits_for_them")
+    else {
+        return;
+    };
+    let ctx = riftco_gpu::install_device(dev).unwrap();
+    let (loss, _) = graph(dev);
+    // The kernels are recorded, not yet waited for: synchronize submits them and waits once.
+    let before = ctx.batch_stats();
+    backend::synchronize(dev).unwrap();
+    let after = ctx.batch_stats();
+    assert!(after.waits > before.waits, "{before:?} -> {after:?}");
+    // Nothing is pending afterwards: a second synchronize submits nothing new.
+    backend::synchronize(dev).unwrap();
+    assert_eq!(ctx.batch_stats().submits, after.submits);
+    // The values are those computed (reading them back needs no further kernel).
+    assert_eq!(loss.value().to_host().unwrap().len(), 1);
+    // The CPU computes when called: nothing to wait for.
+    backend::synchronize(Device::Cpu).unwrap();
+}

@@ -10,6 +10,7 @@ pub(crate) const DEVICE_NAMES: [&str; 4] = ["cpu", "vulkan", "metal", "gpu"];
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEVICES", pyo3::types::PyTuple::new(m.py(), DEVICE_NAMES)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(_install_mirror_backend, m)?)?;
     m.add_function(wrap_pyfunction!(crate::transfer::_move_leaves_, m)?)?;
     Ok(())
@@ -63,6 +64,52 @@ fn devices(py: Python<'_>) -> PyResult<Vec<Py<PyDict>>> {
         out.push(d.unbind());
     }
     Ok(out)
+}
+
+/// Waits until every operation issued on ``device`` so far has finished (like
+/// ``torch.cuda.synchronize()`` or ``mx.synchronize()``).
+///
+/// A GPU backend records kernels and submits them in batches; values are waited for only when
+/// read on the host (``item()``, ``numpy()``). Time device work with a ``synchronize()`` before
+/// reading the clock. The CPU computes when called: there it returns at once.
+///
+/// Args:
+///     device: a name of ``DEVICES`` (any case) or ``"privateuseone"``; ``None`` (the default):
+///         every device opened so far. A device not opened yet has nothing to wait for.
+///
+/// Raises:
+///     ConfigError: an unknown device name (the message lists the valid ones).
+///     DeviceUnavailableError: the device reported a failure of queued work.
+///
+/// Example:
+///     >>> import riftco
+///     >>> riftco.synchronize()
+#[pyfunction]
+#[pyo3(signature = (device = None))]
+fn synchronize(py: Python<'_>, device: Option<&str>) -> PyResult<()> {
+    let opened = riftco_tensor::backend::registered_devices();
+    let devices = match device {
+        None => opened,
+        // "gpu" names the GPU opened; with none opened nothing can be queued.
+        Some(name) if name.eq_ignore_ascii_case("gpu") => {
+            let gpu = Device::GPUS.into_iter().find(|d| opened.contains(d));
+            gpu.into_iter().collect()
+        }
+        Some(name) => {
+            let d = Device::parse(name).map_err(crate::errors::tensor_err)?;
+            if d == Device::Cpu || opened.contains(&d) {
+                vec![d]
+            } else {
+                Vec::new()
+            }
+        }
+    };
+    py.detach(|| {
+        devices
+            .into_iter()
+            .try_for_each(riftco_tensor::backend::synchronize)
+    })
+    .map_err(crate::errors::tensor_err)
 }
 
 /// Registers the mirror test backend for the device ``"privateuseone"`` (idempotent).

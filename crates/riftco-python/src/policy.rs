@@ -116,17 +116,12 @@ fn budget_of(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
         config_err(
             "activation_memory_budget",
             repr(obj),
-            "a budget in bytes must be between 0 and 2^63 - 1".into(),
+            "a budget in bytes must be between 0 and 2^64 - 1".into(),
         )
     };
     if !obj.is_instance_of::<PyBool>() {
         match obj.extract::<i128>() {
-            Ok(v) => {
-                return u64::try_from(v)
-                    .ok()
-                    .filter(|&v| v < 1 << 63)
-                    .ok_or_else(range)
-            }
+            Ok(v) => return u64::try_from(v).ok().ok_or_else(range),
             Err(_) if obj.is_instance_of::<PyInt>() => return Err(range()),
             Err(_) => {}
         }
@@ -179,11 +174,11 @@ pub(crate) fn policy_from(
 ///     text: the size.
 ///
 /// Returns:
-///     int: bytes, below 2**63.
+///     int: bytes, below 2**64 (a decimal number with a unit rounded down: ``"0.3 KiB"`` is 307).
 ///
 /// Raises:
-///     ConfigError: naming ``text``, for an unknown unit, a missing or negative number, or a size
-///         of 2**63 bytes or more.
+///     ConfigError: naming ``text``, for an unknown unit, a missing or negative number, a
+///         fraction of a byte (``"1.5B"``), or a size of 2**64 bytes or more.
 ///
 /// Example:
 ///     >>> import riftco

@@ -73,10 +73,10 @@ impl Device {
             "vulkan" => Ok(Device::Vulkan),
             "gpu" => Self::best_gpu(),
             _ => Err(crate::TensorError::InvalidArgument {
-                op: "Device::parse",
+                op: "device",
                 message: format!(
-                    "unknown device {name:?}; expected one of \"cpu\", \"metal\", \
-                     \"privateuseone\", \"vulkan\", \"gpu\""
+                    "unknown device {name:?}; expected one of \"cpu\", \"vulkan\", \"metal\", \
+                     \"gpu\" (any case), or the test backend's \"privateuseone\""
                 ),
             }),
         }

@@ -102,8 +102,9 @@ def check_probability(field: str, value: object) -> float:
 def parse_byte_size(text: str) -> int:
     """Bytes of a size string: a number with an optional unit ``B``, ``kB``, ``MB``, ``GB``,
     ``TB`` (powers of 1000) or ``KiB``, ``MiB``, ``GiB``, ``TiB`` (powers of 1024),
-    case-insensitive (``"64MiB"`` -> 67108864), rounded down. ``ConfigError`` naming the text
-    for an unknown unit, a missing or negative number, or 2**63 bytes or more."""
+    case-insensitive (``"64MiB"`` -> 67108864); a decimal number with a unit is rounded down.
+    ``ConfigError`` naming the text for an unknown unit, a missing or negative number, a
+    fraction of a byte (``"1.5B"``), or 2**64 bytes or more."""
 
 def parse_activation_checkpointing(
     policy: _Policy | None = None,
@@ -198,6 +199,12 @@ def devices() -> list[dict[str, Any]]:
     ``{"device", "available"}`` and, when available, ``resolved`` (``"gpu"`` names
     ``"vulkan"`` or ``"metal"``) and ``adapter`` (the GPU adapter, ``None`` for ``cpu``), else
     ``reason`` (what was looked for and what was found). Opens a GPU once, as ``model.to``."""
+
+def synchronize(device: str | None = None) -> None:
+    """Waits until every operation issued on ``device`` (a name of ``DEVICES`` or
+    ``"privateuseone"``; ``None``: every device opened so far) has finished, like
+    ``torch.cuda.synchronize()``: GPU kernels are submitted in batches and waited for only when
+    a value is read on the host. ``ConfigError`` for an unknown name."""
 
 def memory_stats(device: str = "cpu") -> dict[str, dict[str, int]]:
     """Current and peak bytes by category on ``device`` (each device has its own counters):

@@ -157,7 +157,13 @@ def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
     max_seq_len = int(model.config.max_seq_len)
     data = read_prompt(args.prompt, max_seq_len)
     prompt, n_new = check_sample_args(
-        os.fsdecode(data), args.sample_tokens, args.temperature, args.top_k, args.seed, max_seq_len
+        os.fsdecode(data),
+        args.sample_tokens,
+        args.temperature,
+        args.top_k,
+        args.seed,
+        max_seq_len,
+        prompt_flag="PROMPT",
     )
     print(f"{prog}: {what}; {n_new} bytes", file=sys.stderr)
     text = riftco.generate(

@@ -263,6 +263,12 @@ impl Backend for GpuBackend {
         usize::try_from(self.ctx.memory().cached_bytes).unwrap_or(usize::MAX)
     }
 
+    fn synchronize(&self) -> Result<()> {
+        let op = "synchronize";
+        self.ctx.flush().map_err(self.err(op))?;
+        self.ctx.wait().map_err(self.err(op))
+    }
+
     fn alloc(&self, op: &'static str, numel: usize, fill: Option<f32>) -> Result<Buffer> {
         memory::alloc(self, op, numel, fill)
     }

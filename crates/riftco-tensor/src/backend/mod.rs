@@ -46,6 +46,18 @@ pub trait Backend: Send + Sync + fmt::Debug {
         0
     }
 
+    /// Blocks until every operation issued on this device so far has finished, like
+    /// `torch.cuda.synchronize()` or MLX's `mx.synchronize()`. A backend that computes when
+    /// called (the CPU's) has nothing to wait for; a GPU backend that batches commands submits
+    /// them and waits. A wall-clock timing of device work must end with it.
+    ///
+    /// # Errors
+    /// [`TensorError::DeviceFailure`] (or the backend's own error) when the device reports a
+    /// failure of queued work.
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
     // ---- memory and transfers -------------------------------------------------------------
 
     /// A buffer of `numel` elements on this device: every element `value`, or unspecified
@@ -508,6 +520,15 @@ pub fn for_device(device: Device) -> Result<&'static dyn Backend> {
         ),
     };
     Err(TensorError::DeviceUnavailable { device, reason })
+}
+
+/// Blocks until every operation issued on `device` so far has finished
+/// ([`Backend::synchronize`]).
+///
+/// # Errors
+/// [`TensorError::DeviceUnavailable`] as [`for_device`]; the backend's errors.
+pub fn synchronize(device: Device) -> Result<()> {
+    for_device(device)?.synchronize()
 }
 
 /// The devices with a registered backend (not the CPU's, which always exists), in

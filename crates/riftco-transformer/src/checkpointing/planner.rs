@@ -10,7 +10,8 @@
 //!   (the boundary tensor);
 //! - **transient bytes** `T(p)`: the activation peak of the block's backward above what was
 //!   alive before it (the replay's recomputed activations);
-//! - **seconds**: forward + backward wall time (the fastest run), kept between `disabled`'s and
+//! - **seconds**: forward + backward wall time until the device has finished the work
+//!   ([`riftco_tensor::backend::synchronize`]; the fastest run), kept between `disabled`'s and
 //!   `block`'s for a selective policy (its replay does part of `block`'s work).
 //!
 //! The head (embedding output, final RMSNorm, LM head, cross-entropy) is measured the same way.
@@ -186,6 +187,9 @@ fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<(
     } else {
         0
     };
+    // A GPU backend batches its commands: without waiting for them the clock would measure
+    // their recording, not their execution.
+    riftco_tensor::backend::synchronize(device)?;
     let seconds = t0.elapsed().as_secs_f64();
     drop(y);
     Ok((after.max(0) as u64, transient, seconds))

@@ -362,12 +362,14 @@ impl From<crate::policy::ActivationCheckpointingKind> for ActivationCheckpointin
 
 /// Parses a byte size: an integer or decimal number followed by an optional unit, `B`, `kB`,
 /// `MB`, `GB`, `TB` (powers of 1000) or `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024), case
-/// insensitive, spaces allowed between (`"64MiB"`, `"1.5 GB"`, `"1000000"`). The result is
-/// rounded down to whole bytes.
+/// insensitive, spaces allowed between (`"64MiB"`, `"1.5 GB"`, `"1000000"`). A decimal number
+/// with a unit is rounded down to whole bytes (`"0.3 KiB"` is 307); without one (or with `B`) it
+/// must be whole.
 ///
 /// # Errors
 /// [`TransformerError::Config`] (field `activation_memory_budget`) naming the text, for an
-/// unknown unit, a missing or negative number, or a size above 2^63 bytes.
+/// unknown unit, a missing or negative number, a fraction of a byte (`"1.5B"`), or a size of
+/// 2^64 bytes or more (the limit of an integer budget too).
 pub fn parse_byte_size(text: &str) -> Result<u64> {
     let bad = |reason: &str| TransformerError::Config {
         field: "activation_memory_budget",
@@ -400,13 +402,21 @@ pub fn parse_byte_size(text: &str) -> Result<u64> {
         "tib" => 1 << 40,
         _ => return Err(bad(&format!("unknown unit {unit:?}"))),
     };
-    let too_large = || bad(&format!("too large (at most {} bytes)", u64::MAX));
+    let too_large = || {
+        bad(&format!(
+            "too large (at most 2^64 - 1 = {} bytes)",
+            u64::MAX
+        ))
+    };
     // Whole numbers exactly (every u64 round-trips through its spelling); decimals in f64.
     if number.bytes().all(|b| b.is_ascii_digit()) {
         let value: u64 = number.parse().map_err(|_| too_large())?;
         return value.checked_mul(scale).ok_or_else(too_large);
     }
     let value: f64 = number.parse().map_err(|_| bad("not a number"))?;
+    if scale == 1 && value.fract() != 0.0 {
+        return Err(bad("a fraction of a byte"));
+    }
     let bytes = value * scale as f64;
     // 2^64 as f64: anything at or above it does not fit.
     if !bytes.is_finite() || bytes >= 18_446_744_073_709_551_616.0 {
@@ -503,6 +513,9 @@ mod tests {
             "1e99TB",
             "1.2.3MB",
             "18446744073709551616",
+            "1.5B",
+            "0.1",
+            "0.5 b",
         ] {
             let e = parse_byte_size(bad).unwrap_err().to_string();
             assert!(e.contains("activation_memory_budget"), "{bad}: {e}");
@@ -511,6 +524,12 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("negative"));
+        assert!(parse_byte_size("1.5B")
+            .unwrap_err()
+            .to_string()
+            .contains("a fraction of a byte"));
+        assert_eq!(parse_byte_size("0.3 KiB").unwrap(), 307);
+        assert_eq!(parse_byte_size("2.0").unwrap(), 2);
         assert!(parse_byte_size("16777216TiB")
             .unwrap_err()
             .to_string()
