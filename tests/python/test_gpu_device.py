@@ -272,6 +272,8 @@ def test_the_commands_train_and_sample_on_the_gpu(gpu: str, tmp_path: Path) -> N
         "--no-plots", "--sample-tokens", "4", *tiny, *train,
     )
     assert r.returncode == 0, r.stderr
+    # The log names the device opened ("gpu" is vulkan or metal).
+    assert f"; device {gpu}" in r.stderr, r.stderr
     meta = json.loads((out / riftco.METADATA_FILE).read_text())
     assert meta["device"] == gpu and meta["training_config"]["device"] == GPU
     assert len(meta["losses"]) == 2 and all(np.isfinite(meta["losses"]))

@@ -37,6 +37,7 @@ __all__ = [
     "OutOfMemoryError",
     "num_threads",
     "simd_level",
+    "synchronize",
     "matmul",
     "Variable",
     "tensor",

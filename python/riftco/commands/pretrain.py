@@ -218,6 +218,12 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         _train(args, model_config, config, corpus, out, prompt, n_new)
 
 
+def _device_name(device: str) -> str:
+    """The device ``--device`` names, as opened (``gpu`` is ``vulkan`` or ``metal``)."""
+    resolved = str(riftco.Variable(0.0).to(device).device)
+    return resolved if resolved == device else f"{resolved} (--device {device})"
+
+
 def _train(
     args: argparse.Namespace,
     model_config: riftco.TransformerConfig,
@@ -237,7 +243,7 @@ def _train(
             if args.activation_memory_budget is None
             else f", activation memory budget {args.activation_memory_budget:,} bytes"
         )
-        + f"; device {args.device}; {riftco.num_threads()} kernel threads, SIMD "
+        + f"; device {_device_name(args.device)}; {riftco.num_threads()} kernel threads, SIMD "
         f"{riftco.simd_level()}"
     )
     metadata = riftco.run_pretraining(

@@ -416,7 +416,11 @@ pub fn budget_plan(m: Arc<BlockMeasurement>, budget: u64) -> Result<CheckpointPl
             distinct.dedup();
             Err(TransformerError::Config {
                 field: "activation_memory_budget",
-                value: format!("{budget} bytes ({})", human_bytes(budget)),
+                value: if budget < 1024 {
+                    format!("{budget} bytes")
+                } else {
+                    format!("{budget} bytes ({})", human_bytes(budget))
+                },
                 reason: format!(
                     "no plan fits: the smallest achievable peak activation at batch {}, seq {} \
                      is {peak} bytes ({}, per-block {}); raise the budget or lower the batch \

@@ -322,6 +322,10 @@ impl FromStr for ActivationCheckpointing {
             let digits = !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit());
             return match k.parse::<usize>() {
                 Ok(k) if k >= 1 && digits => Ok(Self::Segments(k)),
+                // All digits but past usize: the number is fine, its size is not.
+                Err(_) if digits => Err(bad(format!(
+                    "segments:K needs 1 <= K <= n_layers, got K = {k}, too large"
+                ))),
                 _ => Err(bad(format!(
                     "segments:K needs an integer K >= 1 (at most n_layers), got {k:?}"
                 ))),
@@ -472,6 +476,7 @@ mod tests {
             ("segments:", "segments:"),
             ("segments:+2", "segments:+2"),
             ("segments: 2", "segments: 2"),
+            ("segments:99999999999999999999", "too large"),
             ("selective:fast", "\"fast\""),
             ("selective:q+nope", "\"nope\""),
             ("selective:q+", "\"\""),
