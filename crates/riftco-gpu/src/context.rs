@@ -15,6 +15,11 @@ use crate::pool::{bucket_bytes, GpuBuffer, MemoryStats, Pool};
 /// so that a long run of kernels with no read-back keeps a bounded command buffer.
 pub const FLUSH_EVERY: u64 = 1024;
 
+/// Mesa's llvmpipe ends a shader invocation after 65535 iterations of its loops, all loops
+/// together (seen here: a sum over 70000 elements in one invocation stopped after 21845 of a
+/// 3-back-edge loop, 65535 / 3), without any error.
+pub const LLVMPIPE_LOOP_LIMIT: usize = 65_535;
+
 /// Counters of the command stream (for tests and diagnostics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BatchStats {
@@ -131,6 +136,18 @@ impl GpuContext {
     /// The adapter in use (name, backend, device type, driver).
     pub fn adapter(&self) -> &AdapterSummary {
         &self.adapter
+    }
+
+    /// Loop iterations (back edges, all loops together) one shader invocation may run before
+    /// the driver silently ends it: [`LLVMPIPE_LOOP_LIMIT`] on Mesa's llvmpipe, `None` on
+    /// adapters with no such cut-off known. Kernels that loop once per element of a reduction
+    /// check their count against it and return an error instead of a silently short result.
+    pub fn loop_iteration_limit(&self) -> Option<usize> {
+        let a = &self.adapter;
+        let llvmpipe = [&a.name, &a.driver]
+            .iter()
+            .any(|s| s.to_ascii_lowercase().contains("llvmpipe"));
+        llvmpipe.then_some(LLVMPIPE_LOOP_LIMIT)
     }
 
     /// The wgpu device (for kernels of this crate).

@@ -8,7 +8,7 @@
 //! increasing order, the CPU kernel's order, so the gradient is bitwise the CPU's and the same
 //! on every run.
 
-use super::shape::{id_bits, ids_below, positive, product};
+use super::shape::{id_bits, ids_below, positive, product, within_loop_limit};
 use super::{dispatch_at, expect_len, grid_1d, to_u32, words};
 use crate::error::Result;
 use crate::pipelines::{Family, Kernel};
@@ -96,6 +96,20 @@ pub fn embedding_backward(
         return Ok(dtable);
     }
     let (offsets, positions) = group_by_id(ids, vocab);
+    // One invocation per table entry sums the positions of its id in a loop (its iterations
+    // and the exit test).
+    let (most_id, most) = offsets
+        .windows(2)
+        .enumerate()
+        .map(|(v, w)| (v, (w[1] - w[0]) as usize))
+        .max_by_key(|&(v, n)| (n, std::cmp::Reverse(v)))
+        .unwrap_or_default();
+    within_loop_limit(
+        ctx,
+        op,
+        &format!("token id {most_id} occurs {most} times"),
+        most + 1,
+    )?;
     let offsets = ctx.upload(&id_bits(&offsets))?;
     let positions = ctx.upload(&id_bits(&positions))?;
     let params = words(&[to_u32(op, "vocab · d", n)?, to_u32(op, "d", d)?, 0, 0]);

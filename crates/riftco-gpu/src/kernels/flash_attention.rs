@@ -24,7 +24,7 @@
 use riftco_kernels::attention::AttentionDims;
 use riftco_kernels::philox::DropoutMask;
 
-use super::shape::{positive, product};
+use super::shape::{positive, product, within_loop_limit};
 use super::{dispatch_at, expect_len, grid_1d, to_u32, words, WG_1D};
 use crate::error::{GpuError, Result};
 use crate::pipelines::{Family, Kernel};
@@ -190,6 +190,19 @@ pub fn flash_attention_forward_with_dropout(
 ) -> Result<(GpuBuffer, GpuBuffer)> {
     let op = "flash_attention_forward";
     let s = sizes(op, dims)?;
+    // One invocation per query row walks the keys, each with two loops over d_head (the score
+    // and the output update), plus three loops over d_head outside (loop-header executions).
+    let d = dims.d_head;
+    let loops = dims
+        .seq_k
+        .saturating_mul(2 * d + 3)
+        .saturating_add(3 * (d + 1) + 1);
+    within_loop_limit(
+        ctx,
+        op,
+        &format!("{} keys of d_head {d} per query", dims.seq_k),
+        loops,
+    )?;
     expect_len(op, "q", q, s.q_len)?;
     expect_len(op, "k", k, s.kv_len)?;
     expect_len(op, "v", v, s.kv_len)?;
@@ -250,6 +263,24 @@ pub fn flash_attention_backward_with_dropout(
 ) -> Result<(GpuBuffer, GpuBuffer, GpuBuffer)> {
     let op = "flash_attention_backward";
     let s = sizes(op, dims)?;
+    // dQ: one invocation per query row walks the keys (three loops over d_head each); dK/dV:
+    // one per key row walks the group's queries (the same). Loop-header executions, the larger.
+    let (d, group) = (dims.d_head, dims.n_heads / dims.n_kv_heads);
+    let per = 3 * d + 4;
+    let loops = dims
+        .seq_k
+        .max(group.saturating_mul(dims.seq_q))
+        .saturating_mul(per)
+        .saturating_add(group + 2 * (d + 1) + 1);
+    within_loop_limit(
+        ctx,
+        op,
+        &format!(
+            "{} keys, {} queries in groups of {group}, d_head {d}",
+            dims.seq_k, dims.seq_q
+        ),
+        loops,
+    )?;
     expect_len(op, "q", q, s.q_len)?;
     expect_len(op, "k", k, s.kv_len)?;
     expect_len(op, "v", v, s.kv_len)?;

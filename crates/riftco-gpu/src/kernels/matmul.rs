@@ -6,6 +6,7 @@
 
 use riftco_kernels::matmul::MatmulSpec;
 
+use super::shape::within_loop_limit;
 use super::{dispatch, expect_len, to_u32, words, MAX_GROUPS};
 use crate::error::{GpuError, Result};
 use crate::pipelines::{Family, Kernel};
@@ -44,6 +45,10 @@ pub fn matmul_into(
     expect_len(OP, "a", a, prod(OP, &[batch, m, k])?)?;
     expect_len(OP, "b", b, prod(OP, &[batch, k, n])?)?;
     expect_len(OP, "c", c, prod(OP, &[batch, m, n])?)?;
+    // Each invocation walks k in tiles of TILE (TILE products, the inner exit test and one
+    // outer iteration per tile; loop-header executions).
+    let loops = k.saturating_add(2 * k.div_ceil(TILE)).saturating_add(1);
+    within_loop_limit(ctx, OP, &format!("an inner dimension k = {k}"), loops)?;
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
     }

@@ -9,7 +9,7 @@
 
 use riftco_kernels::norm::DWEIGHT_BLOCK_ROWS;
 
-use super::shape::{grid_rows, positive, product};
+use super::shape::{grid_rows, positive, product, within_loop_limit};
 use super::{dispatch_at, expect_len, grid_1d, to_u32, words};
 use crate::error::Result;
 use crate::pipelines::{Family, Kernel};
@@ -79,6 +79,16 @@ pub fn rms_norm_backward(
     expect_len(op, "dy", dy, x.len())?;
     let dx = ctx.alloc(x.len())?;
     let dweight = ctx.alloc(cols)?;
+    // rms_norm_dweight walks every row of its column. llvmpipe counts every loop-header
+    // execution: per block of DWEIGHT_BLOCK_ROWS rows its rows, the inner loop's exit test and
+    // one outer iteration, then the outer loop's exit test (measured: 61681 rows were summed).
+    let loops = rows + 2 * rows.div_ceil(DWEIGHT_BLOCK_ROWS) + 1;
+    within_loop_limit(
+        ctx,
+        op,
+        &format!("the weight gradient over {rows} rows"),
+        loops,
+    )?;
     let p = params(op, rows, cols, 0.0)?;
     if rows == 0 {
         ctx.write(&dweight, &vec![0.0; cols])?;

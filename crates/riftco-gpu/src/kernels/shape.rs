@@ -2,6 +2,7 @@
 //! before anything is recorded, so that bad input is a [`GpuError::Shape`] naming the values.
 
 use super::MAX_GROUPS;
+use crate::context::GpuContext;
 use crate::error::{GpuError, Result};
 
 /// `a · b`, or a [`GpuError::Shape`] naming both factors when it overflows.
@@ -10,6 +11,30 @@ pub(crate) fn product(op: &'static str, what: &str, a: usize, b: usize) -> Resul
         op,
         message: format!("{what} overflows ({a} · {b})"),
     })
+}
+
+/// One invocation of `op` loops `iterations` times (back edges of all its loops): an error
+/// naming them on an adapter that would cut the invocation short
+/// ([`GpuContext::loop_iteration_limit`]), instead of a silently wrong result.
+pub(crate) fn within_loop_limit(
+    ctx: &GpuContext,
+    op: &'static str,
+    what: &str,
+    iterations: usize,
+) -> Result<()> {
+    match ctx.loop_iteration_limit() {
+        Some(limit) if iterations > limit => Err(GpuError::Shape {
+            op,
+            message: format!(
+                "{what}: one shader invocation would loop {iterations} times, and this adapter \
+                 ({}) ends an invocation after {limit} loop iterations without an error (Mesa's \
+                 llvmpipe), so the result would be silently wrong; run it on a hardware GPU or \
+                 on the CPU, or split the input",
+                ctx.adapter()
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// A size that must be positive.

@@ -10,6 +10,7 @@
 use riftco_kernels::broadcast::BinaryOp;
 use riftco_kernels::reduce::ReduceOp;
 
+use super::shape::within_loop_limit;
 use super::{dispatch_at, expect_len, grid_1d, to_u32};
 use crate::error::{GpuError, Result};
 use crate::pipelines::{Family, Kernel};
@@ -404,6 +405,18 @@ pub fn scatter(
     p.rank = dims.len() as u32;
     p.extra = offset_u32(OP, offset, dst.len())?;
     let serial = !injective(dims, strides);
+    if serial {
+        // One invocation writes every element in order, each through a loop over the axes:
+        // per element one iteration, the axes and their loop's exit test (measured on
+        // llvmpipe: 21845 = 65535 / 3 elements of a rank-1 view), then the exit test.
+        let loops = n.saturating_mul(dims.len() + 2).saturating_add(1);
+        within_loop_limit(
+            ctx,
+            OP,
+            &format!("a view addressing an element twice ({n} elements, written in order)"),
+            loops,
+        )?;
+    }
     p.flags = u32::from(accumulate) | (u32::from(serial) << 1);
     run(ctx, OP, &[(0, src), (2, &m), (3, dst)], &p, n)
 }
