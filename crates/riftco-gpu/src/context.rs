@@ -51,6 +51,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct GpuContext {
     kind: GpuKind,
     adapter: AdapterSummary,
+    /// [`GpuContext::loop_iteration_limit`], from the adapter once at open.
+    loop_limit: Option<usize>,
     device: wgpu::Device,
     queue: wgpu::Queue,
     limits: wgpu::Limits,
@@ -104,9 +106,13 @@ impl GpuContext {
                 lock(&h.uncaptured).get_or_insert_with(|| e.to_string());
             }));
         }
+        let llvmpipe = [&summary.name, &summary.driver]
+            .iter()
+            .any(|s| s.to_ascii_lowercase().contains("llvmpipe"));
         Ok(Self {
             kind,
             pool: Arc::new(Pool::new(summary.to_string())),
+            loop_limit: llvmpipe.then_some(LLVMPIPE_LOOP_LIMIT),
             adapter: summary,
             device,
             queue,
@@ -143,11 +149,7 @@ impl GpuContext {
     /// adapters with no such cut-off known. Kernels that loop once per element of a reduction
     /// check their count against it and return an error instead of a silently short result.
     pub fn loop_iteration_limit(&self) -> Option<usize> {
-        let a = &self.adapter;
-        let llvmpipe = [&a.name, &a.driver]
-            .iter()
-            .any(|s| s.to_ascii_lowercase().contains("llvmpipe"));
-        llvmpipe.then_some(LLVMPIPE_LOOP_LIMIT)
+        self.loop_limit
     }
 
     /// The wgpu device (for kernels of this crate).

@@ -88,21 +88,13 @@ fn devices(py: Python<'_>) -> PyResult<Vec<Py<PyDict>>> {
 #[pyo3(signature = (device = None))]
 fn synchronize(py: Python<'_>, device: Option<&str>) -> PyResult<()> {
     let opened = riftco_tensor::backend::registered_devices();
-    let devices = match device {
+    let devices = match device.map(|name| (name, Device::parse(name))) {
         None => opened,
-        // "gpu" names the GPU opened; with none opened nothing can be queued.
-        Some(name) if name.eq_ignore_ascii_case("gpu") => {
-            let gpu = Device::GPUS.into_iter().find(|d| opened.contains(d));
-            gpu.into_iter().collect()
-        }
-        Some(name) => {
-            let d = Device::parse(name).map_err(crate::errors::tensor_err)?;
-            if d == Device::Cpu || opened.contains(&d) {
-                vec![d]
-            } else {
-                Vec::new()
-            }
-        }
+        Some((_, Ok(d))) if d == Device::Cpu || opened.contains(&d) => vec![d],
+        // A device not opened yet has nothing queued; nor has "gpu" while no GPU is open.
+        Some((_, Ok(_))) => Vec::new(),
+        Some((name, Err(_))) if name.eq_ignore_ascii_case("gpu") => Vec::new(),
+        Some((_, Err(e))) => return Err(crate::errors::tensor_err(e)),
     };
     py.detach(|| {
         devices

@@ -201,7 +201,7 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
     )
     # The device is opened before the corpus is read or anything logged: a GPU without adapter
     # is one error line (DeviceUnavailableError names what was looked for and what was found).
-    riftco.Variable(0.0).to(args.device)
+    device = str(riftco.Variable(0.0).to(args.device).device)
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
     check_corpus(corpus, args.seq_len, config.validation_fraction)
     check_run_folder(
@@ -215,13 +215,9 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         args.overwrite,
     )
     with output_folder(args.out) as out:
-        _train(args, model_config, config, corpus, out, prompt, n_new)
-
-
-def _device_name(device: str) -> str:
-    """The device ``--device`` names, as opened (``gpu`` is ``vulkan`` or ``metal``)."""
-    resolved = str(riftco.Variable(0.0).to(device).device)
-    return resolved if resolved == device else f"{resolved} (--device {device})"
+        # The device opened, for the log ("gpu" is vulkan or metal).
+        device_line = device if device == args.device else f"{device} (--device {args.device})"
+        _train(args, model_config, config, corpus, out, prompt, n_new, device_line)
 
 
 def _train(
@@ -232,6 +228,7 @@ def _train(
     out: Path,
     prompt: bytes,
     n_new: int,
+    device_line: str,
 ) -> None:
     log(corpus_line(corpus, config.validation_fraction))
     log(
@@ -243,7 +240,7 @@ def _train(
             if args.activation_memory_budget is None
             else f", activation memory budget {args.activation_memory_budget:,} bytes"
         )
-        + f"; device {_device_name(args.device)}; {riftco.num_threads()} kernel threads, SIMD "
+        + f"; device {device_line}; {riftco.num_threads()} kernel threads, SIMD "
         f"{riftco.simd_level()}"
     )
     metadata = riftco.run_pretraining(

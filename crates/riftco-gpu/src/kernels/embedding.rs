@@ -98,18 +98,15 @@ pub fn embedding_backward(
     let (offsets, positions) = group_by_id(ids, vocab);
     // One invocation per table entry sums the positions of its id in a loop (its iterations
     // and the exit test).
-    let (most_id, most) = offsets
-        .windows(2)
-        .enumerate()
-        .map(|(v, w)| (v, (w[1] - w[0]) as usize))
-        .max_by_key(|&(v, n)| (n, std::cmp::Reverse(v)))
-        .unwrap_or_default();
-    within_loop_limit(
-        ctx,
-        op,
-        &format!("token id {most_id} occurs {most} times"),
-        most + 1,
-    )?;
+    within_loop_limit(ctx, op, || {
+        let (most_id, most) = offsets
+            .windows(2)
+            .enumerate()
+            .map(|(v, w)| (v, (w[1] - w[0]) as usize))
+            .max_by_key(|&(v, n)| (n, std::cmp::Reverse(v)))
+            .unwrap_or_default();
+        (most + 1, format!("token id {most_id} occurs {most} times"))
+    })?;
     let offsets = ctx.upload(&id_bits(&offsets))?;
     let positions = ctx.upload(&id_bits(&positions))?;
     let params = words(&[to_u32(op, "vocab · d", n)?, to_u32(op, "d", d)?, 0, 0]);

@@ -192,17 +192,17 @@ pub fn flash_attention_forward_with_dropout(
     let s = sizes(op, dims)?;
     // One invocation per query row walks the keys, each with two loops over d_head (the score
     // and the output update), plus three loops over d_head outside (loop-header executions).
-    let d = dims.d_head;
-    let loops = dims
-        .seq_k
-        .saturating_mul(2 * d + 3)
-        .saturating_add(3 * (d + 1) + 1);
-    within_loop_limit(
-        ctx,
-        op,
-        &format!("{} keys of d_head {d} per query", dims.seq_k),
-        loops,
-    )?;
+    within_loop_limit(ctx, op, || {
+        let d = dims.d_head;
+        let loops = dims
+            .seq_k
+            .saturating_mul(2 * d + 3)
+            .saturating_add(3 * (d + 1) + 1);
+        (
+            loops,
+            format!("{} keys of d_head {d} per query", dims.seq_k),
+        )
+    })?;
     expect_len(op, "q", q, s.q_len)?;
     expect_len(op, "k", k, s.kv_len)?;
     expect_len(op, "v", v, s.kv_len)?;
@@ -265,22 +265,18 @@ pub fn flash_attention_backward_with_dropout(
     let s = sizes(op, dims)?;
     // dQ: one invocation per query row walks the keys (three loops over d_head each); dK/dV:
     // one per key row walks the group's queries (the same). Loop-header executions, the larger.
-    let (d, group) = (dims.d_head, dims.n_heads / dims.n_kv_heads);
-    let per = 3 * d + 4;
-    let loops = dims
-        .seq_k
-        .max(group.saturating_mul(dims.seq_q))
-        .saturating_mul(per)
-        .saturating_add(group + 2 * (d + 1) + 1);
-    within_loop_limit(
-        ctx,
-        op,
-        &format!(
+    within_loop_limit(ctx, op, || {
+        let (d, group) = (dims.d_head, dims.n_heads / dims.n_kv_heads);
+        let steps = dims.seq_k.max(group.saturating_mul(dims.seq_q));
+        let loops = steps
+            .saturating_mul(3 * d + 4)
+            .saturating_add(group + 2 * (d + 1) + 1);
+        let what = format!(
             "{} keys, {} queries in groups of {group}, d_head {d}",
             dims.seq_k, dims.seq_q
-        ),
-        loops,
-    )?;
+        );
+        (loops, what)
+    })?;
     expect_len(op, "q", q, s.q_len)?;
     expect_len(op, "k", k, s.kv_len)?;
     expect_len(op, "v", v, s.kv_len)?;

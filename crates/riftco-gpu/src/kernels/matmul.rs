@@ -47,8 +47,10 @@ pub fn matmul_into(
     expect_len(OP, "c", c, prod(OP, &[batch, m, n])?)?;
     // Each invocation walks k in tiles of TILE (TILE products, the inner exit test and one
     // outer iteration per tile; loop-header executions).
-    let loops = k.saturating_add(2 * k.div_ceil(TILE)).saturating_add(1);
-    within_loop_limit(ctx, OP, &format!("an inner dimension k = {k}"), loops)?;
+    within_loop_limit(ctx, OP, || {
+        let loops = k.saturating_add(2 * k.div_ceil(TILE)).saturating_add(1);
+        (loops, format!("an inner dimension k = {k}"))
+    })?;
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
     }

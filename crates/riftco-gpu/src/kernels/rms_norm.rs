@@ -82,13 +82,10 @@ pub fn rms_norm_backward(
     // rms_norm_dweight walks every row of its column. llvmpipe counts every loop-header
     // execution: per block of DWEIGHT_BLOCK_ROWS rows its rows, the inner loop's exit test and
     // one outer iteration, then the outer loop's exit test (measured: 61681 rows were summed).
-    let loops = rows + 2 * rows.div_ceil(DWEIGHT_BLOCK_ROWS) + 1;
-    within_loop_limit(
-        ctx,
-        op,
-        &format!("the weight gradient over {rows} rows"),
-        loops,
-    )?;
+    within_loop_limit(ctx, op, || {
+        let loops = rows + 2 * rows.div_ceil(DWEIGHT_BLOCK_ROWS) + 1;
+        (loops, format!("the weight gradient over {rows} rows"))
+    })?;
     let p = params(op, rows, cols, 0.0)?;
     if rows == 0 {
         ctx.write(&dweight, &vec![0.0; cols])?;

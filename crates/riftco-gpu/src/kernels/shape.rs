@@ -13,28 +13,32 @@ pub(crate) fn product(op: &'static str, what: &str, a: usize, b: usize) -> Resul
     })
 }
 
-/// One invocation of `op` loops `iterations` times (back edges of all its loops): an error
-/// naming them on an adapter that would cut the invocation short
-/// ([`GpuContext::loop_iteration_limit`]), instead of a silently wrong result.
+/// One invocation of `op` loops as often as `count` says (loop-header executions of all its
+/// loops, and what causes them, for the message): an error naming them on an adapter that
+/// would cut the invocation short ([`GpuContext::loop_iteration_limit`]), instead of a silently
+/// wrong result. `count` runs only on such an adapter, so the check costs nothing elsewhere.
 pub(crate) fn within_loop_limit(
     ctx: &GpuContext,
     op: &'static str,
-    what: &str,
-    iterations: usize,
+    count: impl FnOnce() -> (usize, String),
 ) -> Result<()> {
-    match ctx.loop_iteration_limit() {
-        Some(limit) if iterations > limit => Err(GpuError::Shape {
-            op,
-            message: format!(
-                "{what}: one shader invocation would loop {iterations} times, and this adapter \
-                 ({}) ends an invocation after {limit} loop iterations without an error (Mesa's \
-                 llvmpipe), so the result would be silently wrong; run it on a hardware GPU or \
-                 on the CPU, or split the input",
-                ctx.adapter()
-            ),
-        }),
-        _ => Ok(()),
+    let Some(limit) = ctx.loop_iteration_limit() else {
+        return Ok(());
+    };
+    let (iterations, what) = count();
+    if iterations <= limit {
+        return Ok(());
     }
+    Err(GpuError::Shape {
+        op,
+        message: format!(
+            "{what}: one shader invocation would loop {iterations} times, and this adapter ({}) \
+             ends an invocation after {limit} loop iterations without an error (Mesa's \
+             llvmpipe), so the result would be silently wrong; run it on a hardware GPU or on \
+             the CPU, or split the input",
+            ctx.adapter()
+        ),
+    })
 }
 
 /// A size that must be positive.

@@ -409,13 +409,11 @@ pub fn scatter(
         // One invocation writes every element in order, each through a loop over the axes:
         // per element one iteration, the axes and their loop's exit test (measured on
         // llvmpipe: 21845 = 65535 / 3 elements of a rank-1 view), then the exit test.
-        let loops = n.saturating_mul(dims.len() + 2).saturating_add(1);
-        within_loop_limit(
-            ctx,
-            OP,
-            &format!("a view addressing an element twice ({n} elements, written in order)"),
-            loops,
-        )?;
+        within_loop_limit(ctx, OP, || {
+            let loops = n.saturating_mul(dims.len() + 2).saturating_add(1);
+            let what = format!("a view addressing an element twice ({n} elements, in order)");
+            (loops, what)
+        })?;
     }
     p.flags = u32::from(accumulate) | (u32::from(serial) << 1);
     run(ctx, OP, &[(0, src), (2, &m), (3, dst)], &p, n)
