@@ -15,6 +15,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod gather;
 pub mod layout;
+pub mod linear_loss;
 pub mod loss;
 pub mod map;
 pub mod matmul;

@@ -36,18 +36,30 @@ pub fn cross_entropy_backward(
     dlogits: &mut [f32],
 ) {
     let rows = targets.len();
+    assert!(rows > 0, "cross_entropy_backward: layout");
+    cross_entropy_backward_scaled(logits, targets, lse, grad / rows as f32, dlogits);
+}
+
+/// `dlogits = (softmax(z) − onehot(t)) · scale` for rows of `logits [rows, vocab]` with their
+/// `lse [rows]`: [`cross_entropy_backward`] with the factor given (`grad / rows` there), so a
+/// caller that splits the rows into chunks keeps the factor of the whole mean.
+///
+/// # Panics
+/// When the lengths disagree or a target is `>= vocab` (callers validate first).
+pub fn cross_entropy_backward_scaled(
+    logits: &[f32],
+    targets: &[u32],
+    lse: &[f32],
+    scale: f32,
+    dlogits: &mut [f32],
+) {
+    let rows = targets.len();
     assert!(
-        rows > 0 && logits.len() % rows == 0,
+        rows > 0 && logits.len() % rows == 0 && dlogits.len() == logits.len(),
         "cross_entropy_backward: layout"
     );
-    let vocab = logits.len() / rows;
-    assert_eq!(
-        dlogits.len(),
-        logits.len(),
-        "cross_entropy_backward: output length"
-    );
     assert_eq!(lse.len(), rows, "cross_entropy_backward: lse length");
-    let scale = grad / rows as f32;
+    let vocab = logits.len() / rows;
     let serial = |targets: &[u32], lse: &[f32], logits: &[f32], dlogits: &mut [f32]| {
         crate::simd::arch().dispatch(CeBwdOp {
             logits,
@@ -84,6 +96,63 @@ crate::simd::simd_op!(CeBwdOp<'a> {
         dr[t] -= scale;
     }
 });
+
+/// [`cross_entropy_backward_scaled`] in place: `z` (the logits of `targets.len()` rows) is
+/// overwritten by its gradient, bitwise what the out-of-place form writes.
+///
+/// # Panics
+/// When the lengths disagree or a target is `>= vocab` (callers validate first).
+pub fn cross_entropy_backward_in_place(z: &mut [f32], targets: &[u32], lse: &[f32], scale: f32) {
+    let rows = targets.len();
+    assert!(rows > 0 && z.len() % rows == 0, "cross_entropy_backward: layout");
+    assert_eq!(lse.len(), rows, "cross_entropy_backward: lse length");
+    let vocab = z.len() / rows;
+    let serial = |targets: &[u32], lse: &[f32], z: &mut [f32]| {
+        crate::simd::arch().dispatch(CeBwdInPlaceOp {
+            z,
+            targets,
+            lse,
+            scale,
+        })
+    };
+    match crate::par::rows_per_task(rows, vocab) {
+        None => serial(targets, lse, z),
+        Some(r) => crate::par::install(|| {
+            use rayon::prelude::*;
+            z.par_chunks_mut(r * vocab)
+                .zip(targets.par_chunks(r))
+                .zip(lse.par_chunks(r))
+                .for_each(|((z, t), l)| serial(t, l, z));
+        }),
+    }
+}
+
+crate::simd::simd_op!(CeBwdInPlaceOp<'a> {
+    z: &'a mut [f32], targets: &'a [u32], lse: &'a [f32], scale: f32
+} -> () = |s| {
+    let vocab = z.len() / targets.len().max(1);
+    let sc = s.splat_f32s(scale);
+    for (r, zr) in z.chunks_exact_mut(vocab).enumerate() {
+        let l = s.splat_f32s(lse[r]);
+        ce_grad_row_in_place(s, zr, l, sc);
+        let t = targets[r] as usize;
+        assert!(t < vocab, "cross_entropy_backward: target out of range");
+        zr[t] -= scale;
+    }
+});
+
+/// `z = exp(z − l) · scale` for one row, in place (the arithmetic of [`ce_grad_row`]).
+#[inline(always)]
+fn ce_grad_row_in_place<S: pulp::Simd>(s: S, z: &mut [f32], l: S::f32s, sc: S::f32s) {
+    let (zv, zt) = S::as_mut_simd_f32s(z);
+    for x in zv.iter_mut() {
+        *x = s.mul_f32s(crate::simd::exp_f32s(s, s.sub_f32s(*x, l)), sc);
+    }
+    if !zt.is_empty() {
+        let e = crate::simd::exp_f32s(s, s.sub_f32s(s.partial_load_f32s(zt), l));
+        s.partial_store_f32s(zt, s.mul_f32s(e, sc));
+    }
+}
 
 /// `d = exp(z − l) · scale` for one row (an `inline(always)` function, not a closure, so it is
 /// compiled with the dispatching function's target features).

@@ -4,7 +4,7 @@
 //!   ([`FullSequenceAttentionKind`]), activation-checkpointing policy
 //!   ([`ActivationCheckpointing`]: disabled, block, segments:K, auto, selective, per-block
 //!   lists, memory budgets; [`checkpointing`]), LoRA adapters, training loss on `[batch, seq + 1]`
-//!   token blocks.
+//!   token blocks (LM head + cross-entropy fused in chunks of tokens: [`head`]).
 //! - [`Adam`]: Adam/AdamW with bias correction (PyTorch defaults).
 //! - [`DecodeSession`]: incremental `decode_token()` with a per-layer K/V cache; never
 //!   checkpointed, builds no graph.
@@ -18,6 +18,7 @@ pub mod decode;
 pub mod device;
 pub mod dropout;
 pub mod error;
+pub mod head;
 pub mod layout;
 pub mod linear;
 pub mod model;
@@ -33,6 +34,7 @@ pub use config::{MemoryFootprint, TransformerConfig, MAX_MODEL_BYTES, MAX_N_LAYE
 pub use decode::DecodeSession;
 pub use dropout::{dropout_key, BlockDropout, DropoutSite};
 pub use error::{Result, TransformerError};
+pub use head::{LossChunking, DEFAULT_LOSS_CHUNK_BYTES};
 pub use linear::{LoraConfig, LoraTargets};
 pub use model::{DecoderOnlyTransformer, Weights};
 pub use optim::Adam;

@@ -6,6 +6,7 @@ use crate::block::{BlockContext, Layer};
 use crate::checkpointing::{planner, ActivationCheckpointing, CheckpointPlan};
 use crate::config::TransformerConfig;
 use crate::error::{Result, TransformerError};
+use crate::head::{head_loss, LossChunking};
 use crate::layout::{self, Entry, Init, ModelParam, Place, Slot};
 use crate::linear::{Linear, LoraAdapter, LoraConfig};
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
@@ -232,6 +233,8 @@ pub struct DecoderOnlyTransformer {
     pub(crate) training: bool,
     /// Training forwards that dropped so far (see [`DecoderOnlyTransformer::dropout_step`]).
     pub(crate) dropout_step: AtomicU64,
+    /// How the training loss computes the LM head and cross-entropy (not part of model state).
+    loss_chunking: LossChunking,
 }
 
 /// How many resolved plans a model keeps: training that alternates a few shapes (a smaller last
@@ -250,6 +253,8 @@ struct PlanKey {
     device: riftco_tensor::Device,
     /// Attention, residual and LoRA dropout probabilities (dropout changes what a block keeps).
     dropout: [u32; 3],
+    /// The loss's head (the planner measures it).
+    loss_chunking: LossChunking,
 }
 
 /// The structural revision of a model's weight set, shared with its decode sessions. Bumped by
@@ -312,6 +317,7 @@ impl DecoderOnlyTransformer {
             revision: Arc::default(),
             training: true,
             dropout_step: AtomicU64::new(0),
+            loss_chunking: LossChunking::default(),
         }
     }
 
@@ -419,6 +425,7 @@ impl DecoderOnlyTransformer {
             dropout: self.planning_dropout().map_or([0; 3], |d| {
                 [d.attention, d.residual, d.lora].map(f32::to_bits)
             }),
+            loss_chunking: self.loss_chunking,
         };
         let mut cached = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = cached.iter().position(|(k, _)| *k == key) {
@@ -437,6 +444,7 @@ impl DecoderOnlyTransformer {
                     batch,
                     seq,
                     self.planning_dropout(),
+                    self.loss_chunking,
                 )?);
                 match self.checkpointing {
                     ActivationCheckpointing::Budget(bytes) => planner::budget_plan(m, bytes)?,
@@ -503,6 +511,19 @@ impl DecoderOnlyTransformer {
         seq: usize,
         training_forward: bool,
     ) -> Result<Variable> {
+        let h = self.forward_hidden(tokens, batch, seq, training_forward)?;
+        Ok(ops::linear(&h, &self.weights.lm_head)?)
+    }
+
+    /// The final RMSNorm's output `[batch·seq, d_model]` for tokens `[batch, seq]` (what the LM
+    /// head reads), with the dropout rule of [`DecoderOnlyTransformer::forward_logits`].
+    fn forward_hidden(
+        &self,
+        tokens: &[u32],
+        batch: usize,
+        seq: usize,
+        training_forward: bool,
+    ) -> Result<Variable> {
         let w = &self.weights;
         let cfg = &w.config;
         cfg.validate_tokens(tokens, batch, seq)?;
@@ -529,8 +550,30 @@ impl DecoderOnlyTransformer {
             self.determinism_check,
         )?;
         let x = ops::rms_norm(&x, &w.final_norm, cfg.rms_norm_eps)?;
-        let x = ops::reshape(&x, [batch * seq, cfg.d_model])?;
-        Ok(ops::linear(&x, &w.lm_head)?)
+        Ok(ops::reshape(&x, [batch * seq, cfg.d_model])?)
+    }
+
+    /// How the training loss computes the LM head and cross-entropy (default: chunked with a
+    /// [`DEFAULT_LOSS_CHUNK_BYTES`](crate::head::DEFAULT_LOSS_CHUNK_BYTES) workspace). Not part
+    /// of model state.
+    pub fn loss_chunking(&self) -> LossChunking {
+        self.loss_chunking
+    }
+
+    /// Sets how later [`DecoderOnlyTransformer::loss`] calls compute the LM head and
+    /// cross-entropy: [`LossChunking::Chunked`] never materialises the `[tokens, vocab]` logits
+    /// nor their gradient; [`LossChunking::Unfused`] does (the loss and gradients agree within
+    /// f32 rounding). [`DecoderOnlyTransformer::logits`] always returns full logits.
+    ///
+    /// # Errors
+    /// [`TransformerError::Config`] for a chunked budget of 0 bytes; the setting is unchanged
+    /// then.
+    pub fn set_loss_chunking(&mut self, chunking: LossChunking) -> Result<()> {
+        if let LossChunking::Chunked { bytes } = chunking {
+            LossChunking::chunked(bytes)?;
+        }
+        self.loss_chunking = chunking;
+        Ok(())
     }
 
     /// Mean next-token cross-entropy of a token block `[batch, seq + 1]`: inputs are
@@ -576,8 +619,8 @@ impl DecoderOnlyTransformer {
             targets.extend_from_slice(&row[1..]);
         }
         self.weights.config.validate_tokens(&targets, batch, seq)?;
-        let logits = self.forward_logits(&inputs, batch, seq, true)?;
-        Ok(ops::cross_entropy(&logits, &targets)?)
+        let h = self.forward_hidden(&inputs, batch, seq, true)?;
+        head_loss(&h, &self.weights.lm_head, &targets, self.loss_chunking)
     }
 
     /// Adds LoRA adapters to the target layers, activates them and freezes every base

@@ -50,7 +50,7 @@ pub use elementwise::{add, add_graph_only, mul, scale, scale_graph_only, silu, s
 pub use embedding::embedding;
 pub use index::{index, index_view, IndexItem};
 pub use linalg::{bmm, linear, linear_bias, linear_graph_only, matmul};
-pub use loss::cross_entropy;
+pub use loss::{cross_entropy, linear_cross_entropy};
 pub use norm::rms_norm;
 pub use reduce::{log_softmax, mean_axes, sum_axes};
 pub use rope::rope;

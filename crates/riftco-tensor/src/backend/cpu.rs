@@ -2,7 +2,7 @@
 
 use super::{
     check_dropout, check_view, AdamHyper, AttentionDims, AttentionLayout, Backend, BinaryOp,
-    DropoutMask, MatmulSpec, Pair, ReduceOp, RopeTable, StridedView, UnaryOp,
+    DropoutMask, LossAndGradients, MatmulSpec, Pair, ReduceOp, RopeTable, StridedView, UnaryOp,
 };
 use crate::storage::Buffer;
 use crate::{pool, Device, MemoryCategory, Result, Shape, Tensor, TensorError};
@@ -540,6 +540,67 @@ impl Backend for CpuBackend {
         let gv = g.read()?.first().copied().unwrap_or(0.0);
         k::loss::cross_entropy_backward(&logits.read()?, targets, &lse.read()?, gv, &mut d);
         Ok(out(d, logits.shape().clone(), c))
+    }
+
+    fn linear_cross_entropy(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        w: &Tensor,
+        targets: &[u32],
+        chunk_rows: usize,
+        [want_dx, want_dw]: [bool; 2],
+        c: MemoryCategory,
+    ) -> Result<LossAndGradients> {
+        let rows = targets.len();
+        let d = x.dims().last().copied().unwrap_or(0);
+        if chunk_rows == 0 || rows == 0 || d == 0 || w.numel() % d != 0 || x.numel() != rows * d
+        {
+            // The composed form names the sizes.
+            return super::composed::linear_cross_entropy(
+                self,
+                op,
+                x,
+                w,
+                targets,
+                chunk_rows,
+                [want_dx, want_dw],
+                c,
+            );
+        }
+        let vocab = w.numel() / d;
+        let chunk = chunk_rows.min(rows);
+        // The chunk's logits (then their gradient, in place) and logsumexp, counted as workspace
+        // while they exist.
+        let ws_len = chunk.saturating_mul(vocab).saturating_add(chunk);
+        let workspace = out(buf(op, ws_len)?, [ws_len].into(), MemoryCategory::Workspace);
+        let mut dx = match want_dx {
+            true => Some(buf(op, rows * d)?),
+            false => None,
+        };
+        let mut dw = match want_dw {
+            true => Some(buf(op, vocab * d)?),
+            false => None,
+        };
+        let loss = k::linear_loss::linear_cross_entropy(
+            k::linear_loss::LinearCrossEntropy {
+                x: &x.read()?,
+                w: &w.read()?,
+                targets,
+                d_model: d,
+                chunk_rows,
+            },
+            &mut workspace.write()?,
+            dx.as_deref_mut(),
+            dw.as_deref_mut(),
+        );
+        drop(workspace);
+        let grad = MemoryCategory::Gradient;
+        Ok(LossAndGradients {
+            loss: out(vec![loss], scalar(), c),
+            d_first: dx.map(|v| out(v, [rows, d].into(), grad)),
+            d_second: dw.map(|v| out(v, [vocab, d].into(), grad)),
+        })
     }
 
     fn flash_attention_forward(

@@ -13,7 +13,8 @@
 
 use super::cpu::CpuBackend;
 use super::{
-    AdamHyper, AttentionDims, AttentionLayout, Backend, BinaryOp, DropoutMask, MatmulSpec, Pair,
+    AdamHyper, AttentionDims, AttentionLayout, Backend, BinaryOp, DropoutMask, LossAndGradients,
+    MatmulSpec, Pair,
     ReduceOp, RopeTable, StridedView, UnaryOp,
 };
 use crate::storage::{Buffer, DeviceBuffer};
@@ -146,6 +147,17 @@ impl Results for (Tensor, Option<Tensor>) {
             m.dev(op, self.0)?,
             self.1.map(|t| m.dev(op, t)).transpose()?,
         ))
+    }
+}
+
+impl Results for LossAndGradients {
+    fn upload(self, m: &MirrorBackend, op: &'static str) -> Result<Self> {
+        let dev = |t: Option<Tensor>| t.map(|t| m.dev(op, t)).transpose();
+        Ok(LossAndGradients {
+            loss: m.dev(op, self.loss)?,
+            d_first: dev(self.d_first)?,
+            d_second: dev(self.d_second)?,
+        })
     }
 }
 
@@ -539,6 +551,21 @@ impl Backend for MirrorBackend {
     ) -> Result<Tensor> {
         self.run(op, &[logits, lse, g], |h| {
             CpuBackend.cross_entropy_backward(op, &h[0], targets, &h[1], &h[2], c)
+        })
+    }
+
+    fn linear_cross_entropy(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        w: &Tensor,
+        targets: &[u32],
+        chunk_rows: usize,
+        want_grads: [bool; 2],
+        c: MemoryCategory,
+    ) -> Result<LossAndGradients> {
+        self.run(op, &[x, w], |h| {
+            CpuBackend.linear_cross_entropy(op, &h[0], &h[1], targets, chunk_rows, want_grads, c)
         })
     }
 

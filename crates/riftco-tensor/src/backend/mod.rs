@@ -18,6 +18,7 @@
 //! a backend may assume consistent lengths and returns [`TensorError::LengthMismatch`] rather
 //! than panicking where they are not.
 
+pub mod composed;
 pub mod cpu;
 pub mod mirror;
 
@@ -34,6 +35,18 @@ use std::sync::RwLock;
 
 /// A pair of output tensors.
 pub type Pair = (Tensor, Tensor);
+
+/// A scalar loss and, where asked for, the loss's gradients with respect to two operands (see
+/// [`Backend::linear_cross_entropy`]).
+#[derive(Debug)]
+pub struct LossAndGradients {
+    /// The loss, `[]`.
+    pub loss: Tensor,
+    /// The gradient with respect to the first operand.
+    pub d_first: Option<Tensor>,
+    /// The gradient with respect to the second operand.
+    pub d_second: Option<Tensor>,
+}
 
 /// The kernels of one device (see the [module documentation](self)).
 #[allow(clippy::too_many_arguments)]
@@ -371,6 +384,28 @@ pub trait Backend: Send + Sync + fmt::Debug {
         g: &Tensor,
         c: MemoryCategory,
     ) -> Result<Tensor>;
+
+    /// The LM head and the mean cross-entropy fused over `x [rows, d]` and `w [vocab, d]`,
+    /// computed `chunk_rows` rows at a time so that the `[rows, vocab]` logits and their
+    /// gradient exist one chunk at a time (workspace memory): the loss `[]` (category `c`) and,
+    /// for each `want_grads` (`[dx, dW]`) that is set, the loss's gradient `dx [rows, d]` /
+    /// `dW [vocab, d]` for an upstream gradient of 1 (category gradient). See
+    /// `riftco_kernels::linear_loss` for the math and its rounding.
+    ///
+    /// The default composes the other methods chunk by chunk ([`composed::linear_cross_entropy`]);
+    /// the CPU's runs the fused kernel.
+    fn linear_cross_entropy(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        w: &Tensor,
+        targets: &[u32],
+        chunk_rows: usize,
+        want_grads: [bool; 2],
+        c: MemoryCategory,
+    ) -> Result<LossAndGradients> {
+        composed::linear_cross_entropy(self, op, x, w, targets, chunk_rows, want_grads, c)
+    }
 
     // ---- attention ------------------------------------------------------------------------
 

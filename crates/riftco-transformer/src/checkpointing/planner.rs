@@ -43,6 +43,7 @@ use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet, SELECTIVE_POLIC
 use crate::block::BlockContext;
 use crate::dropout::BlockDropout;
 use crate::error::{Result, TransformerError};
+use crate::head::{head_loss, LossChunking};
 use crate::model::Weights;
 use crate::policy::FullSequenceAttentionKind;
 use riftco_autograd::{enable_grad, ops, GradientContext, Variable};
@@ -230,8 +231,9 @@ pub fn measure(
     batch: usize,
     seq: usize,
     dropout: Option<BlockDropout>,
+    loss_chunking: LossChunking,
 ) -> Result<BlockMeasurement> {
-    enable_grad(|| measure_impl(weights, attention, batch, seq, dropout))
+    enable_grad(|| measure_impl(weights, attention, batch, seq, dropout, loss_chunking))
 }
 
 fn measure_impl(
@@ -240,6 +242,7 @@ fn measure_impl(
     batch: usize,
     seq: usize,
     dropout: Option<BlockDropout>,
+    loss_chunking: LossChunking,
 ) -> Result<BlockMeasurement> {
     let cfg = &weights.config;
     check_shape(cfg, batch, seq)?;
@@ -298,8 +301,7 @@ fn measure_impl(
         let (r, t, _) = probe(device, || {
             let x = ops::rms_norm(&h, &weights.final_norm, cfg.rms_norm_eps)?;
             let x = ops::reshape(&x, [batch * seq, cfg.d_model])?;
-            let logits = ops::linear(&x, &weights.lm_head)?;
-            Ok(ops::cross_entropy(&logits, &tokens)?)
+            head_loss(&x, &weights.lm_head, &tokens, loss_chunking)
         })?;
         let seconds = t0.elapsed().as_secs_f64();
         drop(embedded);

@@ -1,0 +1,92 @@
+//! The training loss's head: final hidden states → LM head → mean cross-entropy, by default
+//! fused and computed in chunks of tokens ([`riftco_autograd::ops::linear_cross_entropy`]) so
+//! that the `[tokens, vocab]` logits and their gradient never exist whole.
+
+use crate::error::{Result, TransformerError};
+use riftco_autograd::{ops, Variable};
+
+/// The default byte budget of the chunked loss's logits workspace (64 MiB: 341 tokens per chunk
+/// at a vocabulary of 49152, 130 at 128256; a 256-token vocabulary computes 65536 tokens at
+/// once).
+pub const DEFAULT_LOSS_CHUNK_BYTES: u64 = 64 << 20;
+
+/// How the training loss computes the LM head and cross-entropy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossChunking {
+    /// Fused and chunked: each chunk's logits (and then, in place, their gradient) plus one
+    /// logsumexp per token take at most this many bytes of workspace (at least one token per
+    /// chunk, whatever the budget).
+    Chunked {
+        /// The workspace budget in bytes (`>= 1`).
+        bytes: u64,
+    },
+    /// The whole `[tokens, vocab]` logits, then the cross-entropy (the graph keeps the logits
+    /// until the backward pass, and the backward pass makes their gradient whole).
+    Unfused,
+}
+
+impl Default for LossChunking {
+    fn default() -> Self {
+        Self::Chunked {
+            bytes: DEFAULT_LOSS_CHUNK_BYTES,
+        }
+    }
+}
+
+impl LossChunking {
+    /// A chunked loss with a workspace budget of `bytes`.
+    ///
+    /// # Errors
+    /// [`TransformerError::Config`] (field `loss_chunk_bytes`) for 0 bytes.
+    pub fn chunked(bytes: u64) -> Result<Self> {
+        if bytes == 0 {
+            return Err(TransformerError::Config {
+                field: "loss_chunk_bytes",
+                value: "0".into(),
+                reason: "the chunked loss needs a workspace of at least 1 byte (it computes at \
+                         least one token per chunk); use None/unfused for whole logits"
+                    .into(),
+            });
+        }
+        Ok(Self::Chunked { bytes })
+    }
+
+    /// The budget in bytes; `None` when unfused.
+    pub fn bytes(self) -> Option<u64> {
+        match self {
+            Self::Chunked { bytes } => Some(bytes),
+            Self::Unfused => None,
+        }
+    }
+
+    /// Tokens per chunk for a vocabulary of `vocab`: as many as the budget holds at
+    /// `4 · (vocab + 1)` bytes each (the token's logits and its logsumexp), at least 1.
+    pub fn chunk_tokens(bytes: u64, vocab: usize) -> usize {
+        let per_token = (vocab as u64).saturating_add(1).saturating_mul(4);
+        usize::try_from(bytes / per_token.max(1))
+            .unwrap_or(usize::MAX)
+            .max(1)
+    }
+}
+
+/// The mean next-token cross-entropy of hidden states `h [tokens, d_model]` (the final
+/// RMSNorm's output) under the LM head `lm_head [vocab, d_model]` against `targets [tokens]`: a
+/// scalar Variable, computed as `chunking` says.
+///
+/// # Errors
+/// Shape errors and out-of-vocabulary targets of the ops.
+pub fn head_loss(
+    h: &Variable,
+    lm_head: &Variable,
+    targets: &[u32],
+    chunking: LossChunking,
+) -> Result<Variable> {
+    Ok(match chunking {
+        LossChunking::Chunked { bytes } => {
+            let vocab = lm_head.dims().first().copied().unwrap_or(0);
+            let rows = LossChunking::chunk_tokens(bytes, vocab);
+            ops::linear_cross_entropy(h, lm_head, targets, rows)?
+        }
+        LossChunking::Unfused => ops::cross_entropy(&ops::linear(h, lm_head)?, targets)?,
+    })
+}
