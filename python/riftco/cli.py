@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 from riftco._native import (
     BLOCK_VALUE_NAMES,
+    DEFAULT_LOSS_CHUNK_BYTES,
     DEVICES,
     SELECTIVE_POLICIES,
     ConfigError,
@@ -39,7 +40,7 @@ from riftco._native import (
     parse_activation_checkpointing,
     parse_byte_size,
 )
-from riftco.configs import check_probability
+from riftco.configs import check_loss_chunk_bytes, check_probability
 from riftco.generation import check_generation_args
 from riftco.stages import TrainingInterrupted, _SigintGuard, prepare_out_dir
 
@@ -221,9 +222,24 @@ def byte_size_arg(text: str) -> int:
 byte_size_arg.__name__ = "size"
 
 
+def loss_chunk_bytes_arg(text: str) -> int | None:
+    """argparse type of ``--loss-chunk-bytes``: a positive byte size, or ``none`` for whole
+    logits."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return check_loss_chunk_bytes(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+loss_chunk_bytes_arg.__name__ = "size"
+
+
 def add_checkpointing_arguments(group: argparse._ActionsContainer) -> None:
     """Adds ``--activation-checkpointing POLICY`` (default ``disabled``) and
-    ``--activation-memory-budget SIZE`` (default none) to a parser or argument group, with help
+    ``--activation-memory-budget SIZE`` (default none) and ``--loss-chunk-bytes SIZE|none``
+    (default 64 MiB) to a parser or argument group, with help
     listing every form and the named selective policies (the default first)."""
     names = list(SELECTIVE_POLICIES)
     selective = ", ".join(
@@ -256,6 +272,18 @@ def add_checkpointing_arguments(group: argparse._ActionsContainer) -> None:
             "plan per-block policies whose predicted peak activation bytes fit SIZE (e.g. "
             "64MiB, 1.5GB, 1000000) with the least recompute time; only with "
             "--activation-checkpointing disabled"
+        ),
+    )
+    group.add_argument(
+        "--loss-chunk-bytes",
+        type=loss_chunk_bytes_arg,
+        default=DEFAULT_LOSS_CHUNK_BYTES,
+        metavar="SIZE",
+        help=(
+            "workspace of the chunked LM head + cross-entropy: the training loss computes the "
+            "logits and their gradient a chunk of tokens at a time within SIZE bytes (e.g. "
+            "16MiB), never the whole [tokens, vocab] logits; 'none' computes whole logits "
+            "(same loss, gradients within f32 rounding) (default: 64MiB)"
         ),
     )
 

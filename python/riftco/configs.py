@@ -31,9 +31,11 @@ from riftco._native import (
     ACTIVATION_CHECKPOINTING_FORMS,
     ACTIVATION_CHECKPOINTING_POLICIES,
     ATTENTION_KINDS,
+    DEFAULT_LOSS_CHUNK_BYTES,
     DEVICES,
     ConfigError,
     parse_activation_checkpointing,
+    parse_byte_size,
 )
 from riftco._native import check_probability as _check_probability
 
@@ -48,6 +50,7 @@ __all__ = [
     "ACTIVATION_CHECKPOINTING_FORMS",
     "ACTIVATION_CHECKPOINTING_POLICIES",
     "ATTENTION_KINDS",
+    "DEFAULT_LOSS_CHUNK_BYTES",
     "DEVICES",
     "FINE_TUNING_METHODS",
     "LR_SCHEDULES",
@@ -110,12 +113,46 @@ def check_probability(field: str, value: object) -> float:
     return _check_probability(field, value)
 
 
+def check_loss_chunk_bytes(value: object) -> int | None:
+    """A ``loss_chunk_bytes`` setting: ``None`` (whole logits), a positive int of bytes (or an
+    ``__index__`` integer such as a NumPy integer; not a bool) or a size string (``"64MiB"``).
+
+    Returns:
+        int | None: bytes as a plain int, or ``None``.
+
+    Raises:
+        ConfigError: naming ``loss_chunk_bytes`` and the value, for 0, a negative or fractional
+            size, a float, a bool, an unknown unit or a size of 2**64 bytes or more.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            size = parse_byte_size(value)
+        except ConfigError as e:
+            raise ConfigError(f"loss_chunk_bytes = {value!r}: {e}") from None
+    elif isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ConfigError(
+            f"loss_chunk_bytes must be an int of bytes, a size string such as '64MiB', or None "
+            f"(whole logits); got {value!r}"
+        )
+    else:
+        size = operator.index(value)  # type: ignore[arg-type]
+    if not 1 <= size < 2**64:
+        raise ConfigError(
+            f"loss_chunk_bytes must be between 1 and 2**64 - 1 bytes (None: whole logits); "
+            f"got {value!r}"
+        )
+    return size
+
+
 @dataclass(frozen=True, kw_only=True)
 class _LoopConfig:
     """Fields shared by both stages (documented on the subclasses)."""
 
     activation_checkpointing: str = ACTIVATION_CHECKPOINTING_POLICIES[0]
     activation_memory_budget: int | str | None = None
+    loss_chunk_bytes: int | str | None = DEFAULT_LOSS_CHUNK_BYTES
     attention: str = ATTENTION_KINDS[0]
     steps: int = 300
     batch_size: int = 8
@@ -144,6 +181,7 @@ class _LoopConfig:
             # Accepted by the parser, so an int or an __index__ integer (a NumPy integer): kept
             # as a plain int, so that to_dict() stays JSON-native.
             object.__setattr__(self, "activation_memory_budget", operator.index(budget))
+        object.__setattr__(self, "loss_chunk_bytes", check_loss_chunk_bytes(self.loss_chunk_bytes))
         _check_choice("attention", self.attention, ATTENTION_KINDS)
         _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         for name in ("steps", "batch_size", "seq_len", "log_every", "save_every", "eval_batches"):
@@ -197,6 +235,10 @@ class PretrainingConfig(_LoopConfig):
             ``"disabled"``; a budget below the smallest achievable peak raises ``ConfigError``
             naming that peak before the first step). An integer budget of another type (a
             NumPy integer) is stored as a plain ``int``.
+        loss_chunk_bytes: the workspace budget of the chunked LM head + cross-entropy (an int
+            of bytes or a size string, stored as an int; default 64 MiB), or ``None`` for whole
+            logits (see ``DecoderOnlyTransformer.loss_chunk_bytes``); it changes memory and
+            time, not the loss (gradients within f32 rounding).
         steps: optimizer steps.
         batch_size: sequences per step; each is ``seq_len + 1`` tokens (inputs and targets).
         seq_len: tokens per sequence (at most the model's ``max_seq_len``).

@@ -526,6 +526,7 @@ def run_pretraining(
     )
     if cfg.device is not None:
         model.to(cfg.device)
+    model.loss_chunk_bytes = cfg.loss_chunk_bytes
     model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
     out = prepare_out_dir(out_dir)
     metadata: dict[str, Any] = {
@@ -603,11 +604,12 @@ def load_model(
 
 
 def _model_settings(model: DecoderOnlyTransformer) -> Callable[[], None]:
-    """A function that restores the device, attention kind, policy and dropout probabilities
+    """A function that restores the device, attention kind, policy, loss chunking and dropout probabilities
     ``model`` has now (what :func:`run_post_training` changes before its first step)."""
     device = model.device
     attention = model.attention
     policy = model.activation_checkpointing
+    loss_chunk_bytes = model.loss_chunk_bytes
     attention_dropout = model.config.attention_dropout
     residual_dropout = model.config.residual_dropout
     lora_dropout = model.lora_dropout if model.has_lora else None
@@ -616,6 +618,7 @@ def _model_settings(model: DecoderOnlyTransformer) -> Callable[[], None]:
         model.to(device)
         model.set_attention(attention)
         model.set_activation_checkpointing(policy)
+        model.loss_chunk_bytes = loss_chunk_bytes
         model.set_dropout(
             attention_dropout=attention_dropout,
             residual_dropout=residual_dropout,
@@ -724,6 +727,7 @@ def run_post_training(
             # First, so that the adapters are created on the device.
             model.to(cfg.device)
         model.set_attention(cfg.attention)
+        model.loss_chunk_bytes = cfg.loss_chunk_bytes
         model.set_activation_checkpointing(
             cfg.activation_checkpointing, activation_memory_budget=cfg.activation_memory_budget
         )

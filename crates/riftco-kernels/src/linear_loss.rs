@@ -58,7 +58,10 @@ pub fn linear_cross_entropy(
         chunk_rows,
     } = op;
     let rows = targets.len();
-    assert!(d > 0 && chunk_rows > 0 && rows > 0, "linear_cross_entropy: sizes");
+    assert!(
+        d > 0 && chunk_rows > 0 && rows > 0,
+        "linear_cross_entropy: sizes"
+    );
     assert_eq!(x.len(), rows * d, "linear_cross_entropy: x length");
     assert!(
         !w.is_empty() && w.len() % d == 0,
@@ -124,7 +127,11 @@ mod tests {
         let (mut loss, mut dx, mut dw) = (0.0, vec![0.0; rows * d], vec![0.0; vocab * d]);
         for r in 0..rows {
             let z: Vec<f64> = (0..vocab)
-                .map(|v| (0..d).map(|k| x[r * d + k] as f64 * w[v * d + k] as f64).sum())
+                .map(|v| {
+                    (0..d)
+                        .map(|k| x[r * d + k] as f64 * w[v * d + k] as f64)
+                        .sum()
+                })
                 .collect();
             let m = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let lse = m + z.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
@@ -163,9 +170,15 @@ mod tests {
                 chunk_rows,
             };
             let loss = linear_cross_entropy(op, &mut ws, Some(&mut dx), Some(&mut dw));
-            assert!((loss as f64 - loss_ref).abs() < 1e-6, "chunk {chunk_rows}: {loss}");
+            assert!(
+                (loss as f64 - loss_ref).abs() < 1e-6,
+                "chunk {chunk_rows}: {loss}"
+            );
             for (a, b) in dx.iter().zip(&dx_ref).chain(dw.iter().zip(&dw_ref)) {
-                assert!((*a as f64 - b).abs() < 1e-6, "chunk {chunk_rows}: {a} vs {b}");
+                assert!(
+                    (*a as f64 - b).abs() < 1e-6,
+                    "chunk {chunk_rows}: {a} vs {b}"
+                );
             }
             // Without gradients the loss is the same value.
             let loss_only = linear_cross_entropy(op, &mut ws, None, None);

@@ -104,7 +104,10 @@ crate::simd::simd_op!(CeBwdOp<'a> {
 /// When the lengths disagree or a target is `>= vocab` (callers validate first).
 pub fn cross_entropy_backward_in_place(z: &mut [f32], targets: &[u32], lse: &[f32], scale: f32) {
     let rows = targets.len();
-    assert!(rows > 0 && z.len() % rows == 0, "cross_entropy_backward: layout");
+    assert!(
+        rows > 0 && z.len() % rows == 0,
+        "cross_entropy_backward: layout"
+    );
     assert_eq!(lse.len(), rows, "cross_entropy_backward: lse length");
     let vocab = z.len() / rows;
     let serial = |targets: &[u32], lse: &[f32], z: &mut [f32]| {

@@ -12,14 +12,14 @@ use riftco_transformer::state::{
 };
 use riftco_transformer::{
     load_lora_adapter, load_model, load_weights_into, save_lora_adapter, DecoderOnlyTransformer,
-    FullSequenceAttentionKind, LoraConfig, LoraTargets, OptionTable, TransformerError,
-    ATTENTION_KINDS,
+    FullSequenceAttentionKind, LoraConfig, LoraTargets, LossChunking, OptionTable,
+    TransformerError, ATTENTION_KINDS,
 };
 
 use crate::config::{f32_as_python_float, probability, set_model_dropout, PyTransformerConfig};
 use crate::decode_session::PyDecodeSession;
 use crate::errors::{autograd_err, compute, transformer_err, Exc};
-use crate::policy::{count_arg, plan_dict, policy_from};
+use crate::policy::{byte_size_of, count_arg, plan_dict, policy_from};
 use crate::tokens::token_ids;
 use crate::variable::PyVariable;
 
@@ -190,6 +190,40 @@ impl PyModel {
         let check = parse_determinism_check(check)?;
         py.detach(|| self.write().set_determinism_check(check));
         Ok(())
+    }
+
+    /// How ``loss()`` computes the LM head and cross-entropy: the byte budget (int) of the
+    /// chunked loss's logits workspace (default 64 MiB), or ``None`` for whole logits.
+    ///
+    /// Chunked (the default), the final hidden states go through the LM head and the
+    /// cross-entropy a chunk of tokens at a time (``budget // (4 * (vocab_size + 1))`` tokens,
+    /// at least one), and the loss's gradients are computed in the same pass (Liger Kernel's
+    /// fused linear cross-entropy, Hsu et al. 2024): the ``[tokens, vocab_size]`` logits and
+    /// their gradient are never whole in memory. ``None`` computes whole logits, then the
+    /// cross-entropy (the graph keeps the logits until ``backward()``). Both give the same loss
+    /// (bitwise on the CPU) and gradients within f32 rounding. ``logits()`` always returns whole
+    /// logits. Not model state.
+    ///
+    /// Setting it accepts an int of bytes, a size string (``"64MiB"``) or ``None``; ``0``, a
+    /// negative or fractional size, a float or a bool raises ``ConfigError`` naming
+    /// ``loss_chunk_bytes`` and the value (the setting is unchanged then).
+    #[getter]
+    fn loss_chunk_bytes(&self) -> Option<u64> {
+        self.read().loss_chunking().bytes()
+    }
+
+    #[setter]
+    fn set_loss_chunk_bytes(
+        &self,
+        py: Python<'_>,
+        bytes: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let chunking = match bytes.filter(|b| !b.is_none()) {
+            None => LossChunking::Unfused,
+            Some(b) => LossChunking::chunked(byte_size_of("loss_chunk_bytes", &b)?)
+                .map_err(transformer_err)?,
+        };
+        compute(py, || self.write().set_loss_chunking(chunking))
     }
 
     /// Places the model on a device and returns it (for chaining).

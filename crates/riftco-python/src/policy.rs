@@ -5,8 +5,8 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 use riftco_transformer::checkpointing::{
-    parse_byte_size as parse_size, ActivationCheckpointing, BlockPolicy, CheckpointPlan,
-    BLOCK_VALUE_NAMES, POLICY_FORMS, SELECTIVE_POLICIES,
+    parse_byte_size as parse_size, parse_byte_size_for, ActivationCheckpointing, BlockPolicy,
+    CheckpointPlan, BLOCK_VALUE_NAMES, POLICY_FORMS, SELECTIVE_POLICIES,
 };
 use riftco_transformer::TransformerError;
 
@@ -14,6 +14,10 @@ use crate::errors::{transformer_err, Exc};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    m.add(
+        "DEFAULT_LOSS_CHUNK_BYTES",
+        riftco_transformer::DEFAULT_LOSS_CHUNK_BYTES,
+    )?;
     let selective = PyDict::new(py);
     for p in SELECTIVE_POLICIES {
         selective.set_item(p.name, PyTuple::new(py, p.save)?)?;
@@ -109,14 +113,21 @@ fn policy_of(obj: &Bound<'_, PyAny>) -> PyResult<ActivationCheckpointing> {
 /// An activation-memory budget argument: an integer of bytes (a Python int or anything with
 /// `__index__`, such as a NumPy integer; not a bool) or a size string (`"64MiB"`).
 fn budget_of(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    byte_size_of("activation_memory_budget", obj)
+}
+
+/// A byte-size argument of the setting `field`: an integer of bytes (a Python int or anything
+/// with `__index__`, such as a NumPy integer; not a bool, not a float) or a size string
+/// (`"64MiB"`). Errors are `ConfigError`s naming `field` and the value.
+pub(crate) fn byte_size_of(field: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(s) = obj.cast::<PyString>() {
-        return parse_size(s.to_str()?).map_err(transformer_err);
+        return parse_byte_size_for(field, s.to_str()?).map_err(transformer_err);
     }
     let range = || {
         config_err(
-            "activation_memory_budget",
+            field,
             repr(obj),
-            "a budget in bytes must be between 0 and 2^64 - 1".into(),
+            "a size in bytes must be between 0 and 2^64 - 1".into(),
         )
     };
     if !obj.is_instance_of::<PyBool>() {
@@ -127,7 +138,7 @@ fn budget_of(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
         }
     }
     Err(config_err(
-        "activation_memory_budget",
+        field,
         repr(obj),
         "expected an int (bytes) or a size string with a unit B, kB, MB, GB, TB, KiB, MiB, GiB \
          or TiB (e.g. \"64MiB\")"

@@ -70,10 +70,7 @@ fn model_with(model: &DecoderOnlyTransformer, chunking: LossChunking) -> Decoder
 }
 
 /// The largest `|a − b|` over every gradient, relative to the largest `|b|` of that gradient.
-fn max_relative_gradient_difference(
-    a: &[(String, Vec<f32>)],
-    b: &[(String, Vec<f32>)],
-) -> f32 {
+fn max_relative_gradient_difference(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> f32 {
     assert_eq!(a.len(), b.len(), "gradient count");
     let mut worst = 0.0f32;
     for ((na, ga), (nb, gb)) in a.iter().zip(b) {
@@ -113,7 +110,10 @@ fn assert_agree(model: &DecoderOnlyTransformer, what: &str) {
             "{what}, {chunking:?}: loss {loss} vs unfused {loss_ref}"
         );
         let diff = max_relative_gradient_difference(&grads, &grads_ref);
-        assert!(diff <= 2e-6, "{what}, {chunking:?}: gradients differ by {diff}");
+        assert!(
+            diff <= 2e-6,
+            "{what}, {chunking:?}: gradients differ by {diff}"
+        );
     }
 }
 
@@ -155,15 +155,19 @@ fn chunked_equals_unfused_under_every_policy_kind_with_lora_and_dropout() {
 #[test]
 fn an_upstream_gradient_scales_the_saved_gradients() {
     let _guard = lock(); // the memory counters are process-wide
-    // Gradient accumulation scales each micro-batch's loss: the chunked node multiplies the
-    // gradients it computed in the forward pass by the upstream gradient.
+                         // Gradient accumulation scales each micro-batch's loss: the chunked node multiplies the
+                         // gradients it computed in the forward pass by the upstream gradient.
     let m = DecoderOnlyTransformer::new(config(false), Attn::Flash, Policy::Block).unwrap();
     let (_, unit) = step(&m, LossChunking::default(), 1.0);
     let (_, quarter) = step(&m, LossChunking::default(), 0.25);
     let (_, unfused) = step(&m, LossChunking::Unfused, 0.25);
     for ((name, g1), (_, gq)) in unit.iter().zip(&quarter) {
         for (a, b) in g1.iter().zip(gq) {
-            assert_eq!((a * 0.25).to_bits(), b.to_bits(), "{name}: {a} · 0.25 vs {b}");
+            assert_eq!(
+                (a * 0.25).to_bits(),
+                b.to_bits(),
+                "{name}: {a} · 0.25 vs {b}"
+            );
         }
     }
     assert!(max_relative_gradient_difference(&quarter, &unfused) <= 2e-6);
@@ -192,7 +196,10 @@ fn the_chunked_loss_never_holds_whole_logits() {
     let logits_bytes = (batch * seq * vocab * 4) as u64;
     let block = tokens(batch, seq + 1, vocab as u32);
     let mut peaks = Vec::new();
-    for chunking in [LossChunking::Unfused, LossChunking::chunked(64 << 10).unwrap()] {
+    for chunking in [
+        LossChunking::Unfused,
+        LossChunking::chunked(64 << 10).unwrap(),
+    ] {
         let mut m = DecoderOnlyTransformer::new(cfg.clone(), Attn::Flash, Policy::Block).unwrap();
         m.set_loss_chunking(chunking).unwrap();
         // Plan first (the planner's probes allocate), then measure one step.
@@ -203,7 +210,8 @@ fn the_chunked_loss_never_holds_whole_logits() {
         loss.backward().unwrap();
         let stats = memory_stats();
         drop(loss);
-        let grow = |c: MemoryCategory| stats.get(c).peak_bytes as u64 - before.get(c).current_bytes as u64;
+        let grow =
+            |c: MemoryCategory| stats.get(c).peak_bytes as u64 - before.get(c).current_bytes as u64;
         peaks.push((
             grow(MemoryCategory::Activation),
             grow(MemoryCategory::Workspace),
@@ -212,11 +220,17 @@ fn the_chunked_loss_never_holds_whole_logits() {
     }
     let (unfused, chunked) = (peaks[0], peaks[1]);
     // Unfused: the graph keeps the logits, the backward pass makes their gradient.
-    assert!(unfused.0 >= logits_bytes, "unfused activation peak {unfused:?}");
+    assert!(
+        unfused.0 >= logits_bytes,
+        "unfused activation peak {unfused:?}"
+    );
     // Chunked: 64 KiB of workspace is 3 tokens of 4097 floats; no activation holds logits.
     let chunk_bytes = (65536 / (4 * 4097) * 4097 * 4) as u64;
     assert_eq!(chunked.1, chunk_bytes, "workspace peak {chunked:?}");
-    assert!(chunked.0 < logits_bytes / 4, "chunked activation peak {chunked:?}");
+    assert!(
+        chunked.0 < logits_bytes / 4,
+        "chunked activation peak {chunked:?}"
+    );
     // The whole step: the unfused one holds the logits and then their gradient too; the
     // chunked one holds the head's weight gradient [vocab, 32] from its forward pass on.
     let head_gradient_bytes = (vocab * 32 * 4) as u64;
@@ -240,7 +254,16 @@ fn a_zero_budget_is_a_config_error_and_changes_nothing() {
     let _guard = lock(); // the memory counters are process-wide
     let mut m = DecoderOnlyTransformer::new(config(false), Attn::Flash, Policy::Disabled).unwrap();
     let err = LossChunking::chunked(0).unwrap_err();
-    assert!(matches!(err, TransformerError::Config { field: "loss_chunk_bytes", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            TransformerError::Config {
+                field: "loss_chunk_bytes",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = m
         .set_loss_chunking(LossChunking::Chunked { bytes: 0 })
         .unwrap_err();

@@ -87,6 +87,9 @@ ACTIVATION_CHECKPOINTING_FORMS: str
 SELECTIVE_POLICIES: dict[str, tuple[str, ...]]
 """The named selective policies (``"selective:NAME"``): name -> the ``BLOCK_VALUE_NAMES`` it
 keeps from the forward; the first is what plain ``"selective"`` means."""
+DEFAULT_LOSS_CHUNK_BYTES: int
+"""The default workspace budget of the chunked LM head + cross-entropy (64 MiB; see
+``DecoderOnlyTransformer.loss_chunk_bytes``)."""
 BLOCK_VALUE_NAMES: tuple[str, ...]
 """The values a transformer block names, in forward order (``"attn_norm"``, ``"q"``, ...,
 ``"swiglu"``); ``"selective:q+k+v"`` keeps the ones joined by ``+``."""
@@ -595,6 +598,17 @@ class DecoderOnlyTransformer:
         """The policy's canonical spelling (``"selective"`` reads back as
         ``"selective:attention_ffn"``, a list as its comma-separated form, a budget as
         ``"budget:BYTES"``)."""
+    @property
+    def loss_chunk_bytes(self) -> int | None:
+        """How ``loss()`` computes the LM head and cross-entropy: the byte budget of the chunked
+        loss's logits workspace (default 64 MiB: ``budget // (4 * (vocab_size + 1))`` tokens a
+        chunk, at least one; gradients computed in the same pass, so the ``[tokens, vocab]``
+        logits and their gradient are never whole), or ``None`` for whole logits. Same loss
+        (bitwise on the CPU), gradients within f32 rounding; ``logits()`` is always whole. Set
+        an int, a size string (``"64MiB"``) or ``None``; ``0``, negative, fractional, float or
+        bool sizes raise ``ConfigError`` naming ``loss_chunk_bytes``. Not model state."""
+    @loss_chunk_bytes.setter
+    def loss_chunk_bytes(self, bytes: int | str | None) -> None: ...
     @property
     def determinism_check(self) -> str:
         """What every checkpoint of the policy compares at replay: ``"off"``, ``"metadata"``

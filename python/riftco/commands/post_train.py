@@ -181,6 +181,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         fine_tuning_method=args.fine_tuning_method,
         activation_checkpointing=args.activation_checkpointing,
         activation_memory_budget=args.activation_memory_budget,
+        loss_chunk_bytes=args.loss_chunk_bytes,
         attention=args.attention,
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,

@@ -174,6 +174,7 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         attention=args.attention,
         activation_checkpointing=args.activation_checkpointing,
         activation_memory_budget=args.activation_memory_budget,
+        loss_chunk_bytes=args.loss_chunk_bytes,
         steps=args.steps,
         batch_size=args.batch_size,
         seq_len=args.seq_len,

@@ -554,8 +554,7 @@ impl Backend for CpuBackend {
     ) -> Result<LossAndGradients> {
         let rows = targets.len();
         let d = x.dims().last().copied().unwrap_or(0);
-        if chunk_rows == 0 || rows == 0 || d == 0 || w.numel() % d != 0 || x.numel() != rows * d
-        {
+        if chunk_rows == 0 || rows == 0 || d == 0 || w.numel() % d != 0 || x.numel() != rows * d {
             // The composed form names the sizes.
             return super::composed::linear_cross_entropy(
                 self,

@@ -14,8 +14,7 @@
 use super::cpu::CpuBackend;
 use super::{
     AdamHyper, AttentionDims, AttentionLayout, Backend, BinaryOp, DropoutMask, LossAndGradients,
-    MatmulSpec, Pair,
-    ReduceOp, RopeTable, StridedView, UnaryOp,
+    MatmulSpec, Pair, ReduceOp, RopeTable, StridedView, UnaryOp,
 };
 use crate::storage::{Buffer, DeviceBuffer};
 use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};

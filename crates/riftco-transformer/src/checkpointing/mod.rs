@@ -14,6 +14,6 @@ pub mod spec;
 pub use plan::{CheckpointPlan, PlanSegment};
 pub use planner::{BlockMeasurement, PolicyCost};
 pub use spec::{
-    parse_byte_size, ActivationCheckpointing, BlockPolicy, SaveSet, SelectivePolicy,
-    BLOCK_VALUE_NAMES, POLICY_FORMS, SELECTIVE_POLICIES,
+    parse_byte_size, parse_byte_size_for, ActivationCheckpointing, BlockPolicy, SaveSet,
+    SelectivePolicy, BLOCK_VALUE_NAMES, POLICY_FORMS, SELECTIVE_POLICIES,
 };

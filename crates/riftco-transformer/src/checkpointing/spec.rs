@@ -375,8 +375,16 @@ impl From<crate::policy::ActivationCheckpointingKind> for ActivationCheckpointin
 /// unknown unit, a missing or negative number, a fraction of a byte (`"1.5B"`), or a size of
 /// 2^64 bytes or more (the limit of an integer budget too).
 pub fn parse_byte_size(text: &str) -> Result<u64> {
+    parse_byte_size_for("activation_memory_budget", text)
+}
+
+/// [`parse_byte_size`] for the setting `field` (named in its errors).
+///
+/// # Errors
+/// As [`parse_byte_size`], with `field`.
+pub fn parse_byte_size_for(field: &'static str, text: &str) -> Result<u64> {
     let bad = |reason: &str| TransformerError::Config {
-        field: "activation_memory_budget",
+        field,
         value: format!("{text:?}"),
         reason: format!(
             "{reason}; expected a number of bytes with an optional unit B, kB, MB, GB, TB, \

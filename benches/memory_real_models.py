@@ -1,0 +1,236 @@
+"""Memory and time of LoRA training steps on published model shapes, riftco beside PyTorch + PEFT.
+
+Architectures (random weights, seeded; nothing is downloaded):
+- ``smollm2-135m``: SmolLM2-135M's published shape: vocab 49152, d_model 576, d_ff 1536, 30 layers,
+  9 heads / 3 KV heads, tied embeddings, RoPE theta 1e5.
+- ``llama-3.2-1b``: Llama-3.2-1B's: vocab 128256, d_model 2048, d_ff 8192, 16 layers, 32 heads / 8
+  KV heads, tied, RoPE theta 5e5 (riftco's llama3 scaling is not applied here: it changes no
+  memory or time).
+
+Each row trains LoRA r=8 (alpha 16) on all seven projections with Adam (lr 1e-4) under one
+activation-checkpointing policy and one loss head: ``chunked`` (riftco's default: the LM head and
+cross-entropy a chunk of tokens at a time, ``loss_chunk_bytes`` 64 MiB) or ``unfused`` (whole
+logits). riftco's peak is ``riftco.memory_stats()`` after ``reset_peak_memory_stats()``, by
+category (parameter, gradient, optimizer state, activation, workspace) and the total (the peak of
+the sum). Step time is the median of ``--steps`` steps after one warm-up; the rows are
+interleaved step by step (round robin), so a busy period of the host slows every row alike.
+
+PyTorch + PEFT (when ``torch``, ``transformers`` and ``peft`` import; otherwise skipped with the
+reason): ``LlamaForCausalLM`` from the same config in float32, PEFT LoRA with the same rank,
+alpha and targets, Hugging Face gradient checkpointing (non-reentrant) on for riftco's ``block``
+rows and off for ``disabled``; its peak is read from the PyTorch profiler's memory events
+(``profile_memory=True``: every CPU allocation and free, summed in time order), the bytes the
+step allocated above what was alive before it, plus the parameters and LoRA state alive before.
+Same process, same thread count.
+
+    python benches/memory_real_models.py                       # smollm2-135m, 4 x 256 tokens
+    python benches/memory_real_models.py --model llama-3.2-1b --batch 1 --seq 1024 --steps 2
+    python benches/memory_real_models.py --quick               # a tiny shape (CI smoke)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import riftco
+
+MIB = 2**20
+SHAPES: dict[str, dict[str, Any]] = {
+    "smollm2-135m": dict(
+        vocab_size=49152, d_model=576, n_heads=9, n_kv_heads=3, n_layers=30, d_ff=1536,
+        max_seq_len=2048, rope_theta=1e5, tie_word_embeddings=True,
+    ),
+    "llama-3.2-1b": dict(
+        vocab_size=128256, d_model=2048, n_heads=32, n_kv_heads=8, n_layers=16, d_ff=8192,
+        max_seq_len=2048, rope_theta=5e5, tie_word_embeddings=True,
+    ),
+    "quick": dict(
+        vocab_size=512, d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=128,
+        max_seq_len=64, rope_theta=1e4, tie_word_embeddings=True,
+    ),
+}
+CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "workspace")
+LORA_RANK, LORA_ALPHA = 8, 16.0
+
+
+def tokens(batch: int, seq: int, vocab: int) -> np.ndarray[Any, Any]:
+    return np.random.default_rng(0).integers(0, vocab, size=(batch, seq + 1), dtype=np.int64)
+
+
+class RiftcoRow:
+    """One riftco configuration: a LoRA model, its optimizer, and its measured steps."""
+
+    def __init__(self, shape: dict[str, Any], policy: str, head: str) -> None:
+        self.label = f"riftco {policy} {head}"
+        self.model = riftco.DecoderOnlyTransformer(
+            riftco.TransformerConfig(**shape, seed=0), activation_checkpointing=policy
+        )
+        self.model.enable_lora(rank=LORA_RANK, alpha=LORA_ALPHA, mlp=True)
+        self.model.loss_chunk_bytes = None if head == "unfused" else riftco.DEFAULT_LOSS_CHUNK_BYTES
+        self.opt = riftco.Adam(self.model.parameters(), lr=1e-4)
+        self.times: list[float] = []
+        self.losses: list[float] = []
+        self.peak: dict[str, int] = {}
+
+    def step(self, block: np.ndarray[Any, Any]) -> None:
+        riftco.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        loss = self.model.loss(block)
+        loss.backward()
+        self.opt.step()
+        value = loss.item()
+        del loss
+        self.times.append(time.perf_counter() - t0)
+        self.losses.append(value)
+        stats = riftco.memory_stats()
+        self.peak = {c: stats[c]["peak_bytes"] for c in (*CATEGORIES, "total")}
+
+
+class TorchRow:
+    """The same LoRA step in PyTorch + PEFT (``LlamaForCausalLM``, float32)."""
+
+    def __init__(self, shape: dict[str, Any], checkpointing: bool) -> None:
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        self.torch = torch
+        self.label = f"PyTorch + PEFT, {'HF gradient checkpointing' if checkpointing else 'no checkpointing'}"
+        torch.manual_seed(0)
+        config = LlamaConfig(
+            vocab_size=shape["vocab_size"], hidden_size=shape["d_model"],
+            intermediate_size=shape["d_ff"], num_hidden_layers=shape["n_layers"],
+            num_attention_heads=shape["n_heads"], num_key_value_heads=shape["n_kv_heads"],
+            max_position_embeddings=shape["max_seq_len"], rope_theta=shape["rope_theta"],
+            tie_word_embeddings=shape["tie_word_embeddings"], attn_implementation="sdpa",
+        )
+        model = LlamaForCausalLM(config).float()
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
+        lora = LoraConfig(
+            r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        )
+        self.model = get_peft_model(model, lora)
+        self.model.train()
+        self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=1e-4)
+        self.times: list[float] = []
+        self.losses: list[float] = []
+        self.peak: dict[str, int] = {}
+
+    def step(self, block: np.ndarray[Any, Any]) -> None:
+        torch = self.torch
+        ids = torch.from_numpy(block)
+        alive = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        alive += sum(
+            t.numel() * t.element_size()
+            for s in self.opt.state.values() for t in s.values() if torch.is_tensor(t)
+        )
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+            t0 = time.perf_counter()
+            out = self.model(input_ids=ids[:, :-1], labels=None)
+            logits = out.logits
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
+            )
+            del out, logits
+            loss.backward()
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            value = float(loss)
+            del loss
+            elapsed = time.perf_counter() - t0
+        self.times.append(elapsed)
+        self.losses.append(value)
+        events = sorted(
+            (e for e in prof.events() if e.name == "[memory]"), key=lambda e: e.time_range.start
+        )
+        current = peak = 0
+        for e in events:
+            current += e.cpu_memory_usage
+            peak = max(peak, current)
+        self.peak = {"total": alive + peak}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=[k for k in SHAPES if k != "quick"], default="smollm2-135m")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--policies", default="disabled,block")
+    parser.add_argument("--quick", action="store_true", help="a tiny shape, 1 step (smoke test)")
+    parser.add_argument("--no-torch", action="store_true", help="riftco rows only")
+    parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    args = parser.parse_args()
+    name = "quick" if args.quick else args.model
+    shape = SHAPES[name]
+    if args.quick:
+        args.batch, args.seq, args.steps = 2, 32, 1
+    block = tokens(args.batch, args.seq, shape["vocab_size"])
+    policies = args.policies.split(",")
+    rows: list[Any] = [RiftcoRow(shape, p, h) for p in policies for h in ("unfused", "chunked")]
+    if not args.no_torch:
+        try:
+            import peft  # noqa: F401
+            import torch
+            import transformers  # noqa: F401
+
+            torch.set_num_threads(riftco.num_threads())
+            rows += [TorchRow(shape, p != "disabled") for p in policies]
+        except ImportError as e:
+            print(f"PyTorch + PEFT rows skipped: {e} (pip install torch transformers peft)")
+    print(
+        f"{name}: {args.batch} x {args.seq} tokens, LoRA r={LORA_RANK} on all projections, "
+        f"{riftco.num_threads()} threads, SIMD {riftco.simd_level()}, {args.steps} timed steps"
+    )
+    for i in range(args.steps + 1):  # round robin; step 0 is the warm-up
+        for row in rows:
+            row.step(block)
+            if i == 0:
+                row.times.clear()
+    results = []
+    for row in rows:
+        median = statistics.median(row.times)
+        results.append({"row": row.label, "step_s": median, "loss": row.losses[-1], "peak_bytes": row.peak})
+    ref = {r["row"]: r for r in results}
+    header = f"| {'row':<52} | step s | peak MiB | " + " | ".join(CATEGORIES) + " |"
+    print(header)
+    print("|" + "---|" * (3 + len(CATEGORIES)))
+    for r in results:
+        p = r["peak_bytes"]
+        cats = " | ".join(f"{p[c] / MIB:.0f}" if c in p else "" for c in CATEGORIES)
+        print(f"| {r['row']:<52} | {r['step_s']:.2f} | {p['total'] / MIB:.0f} | {cats} |")
+    for policy in policies:
+        chunked, unfused = ref[f"riftco {policy} chunked"], ref[f"riftco {policy} unfused"]
+        print(
+            f"{policy}: chunked / unfused peak {chunked['peak_bytes']['total'] / unfused['peak_bytes']['total']:.3f}, "
+            f"step {chunked['step_s'] / unfused['step_s']:.3f}; losses {chunked['loss']:.6f} / {unfused['loss']:.6f}"
+        )
+        torch_label = f"PyTorch + PEFT, {'HF gradient checkpointing' if policy != 'disabled' else 'no checkpointing'}"
+        if torch_label in ref:
+            t = ref[torch_label]
+            print(
+                f"{policy}: riftco chunked / {torch_label}: peak "
+                f"{chunked['peak_bytes']['total'] / t['peak_bytes']['total']:.3f}, step {chunked['step_s'] / t['step_s']:.3f}"
+            )
+    if args.out is not None:
+        args.out.write_text(json.dumps({
+            "date": datetime.date.today().isoformat(), "host": platform.machine(),
+            "simd": riftco.simd_level(), "threads": riftco.num_threads(), "model": name,
+            "batch": args.batch, "seq": args.seq, "rows": results,
+        }, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
