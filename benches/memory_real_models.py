@@ -18,10 +18,11 @@ interleaved step by step (round robin), so a busy period of the host slows every
 PyTorch + PEFT (when ``torch``, ``transformers`` and ``peft`` import; otherwise skipped with the
 reason): ``LlamaForCausalLM`` from the same config in float32, PEFT LoRA with the same rank,
 alpha and targets, Hugging Face gradient checkpointing (non-reentrant) on for riftco's ``block``
-rows and off for ``disabled``; its peak is read from the PyTorch profiler's memory events
-(``profile_memory=True``: every CPU allocation and free, summed in time order), the bytes the
-step allocated above what was alive before it, plus the parameters and LoRA state alive before.
-Same process, same thread count.
+rows and off for ``disabled``; its peak is read from the PyTorch profiler
+(``profile_memory=True``: each op's own CPU allocations and frees, ``self_cpu_memory_usage``,
+summed in start-time order) during the warm-up step — the bytes the step allocated above what was
+alive before it — plus the parameters and the Adam state alive before it (its timed steps run
+without the profiler). Same process, same thread count.
 
     python benches/memory_real_models.py                       # smollm2-135m, 4 x 256 tokens
     python benches/memory_real_models.py --model llama-3.2-1b --batch 1 --seq 1024 --steps 2
@@ -31,6 +32,7 @@ Same process, same thread count.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import platform
@@ -66,22 +68,38 @@ def tokens(batch: int, seq: int, vocab: int) -> np.ndarray[Any, Any]:
     return np.random.default_rng(0).integers(0, vocab, size=(batch, seq + 1), dtype=np.int64)
 
 
+def _current() -> dict[str, int]:
+    stats = riftco.memory_stats()
+    return {c: stats[c]["current_bytes"] for c in (*CATEGORIES, "total")}
+
+
 class RiftcoRow:
-    """One riftco configuration: a LoRA model, its optimizer, and its measured steps."""
+    """One riftco configuration: a LoRA model, its optimizer, and its measured steps.
+
+    riftco's counters are process-wide and every row's model is alive at once (the rows are
+    interleaved), so a row's peak is computed from what it alone allocates: the bytes it holds
+    between steps (its weights and adapters from construction; its gradients and Adam moments,
+    the change of the counters over its own steps) plus the peak of its step above the counters'
+    value before that step.
+    """
 
     def __init__(self, shape: dict[str, Any], policy: str, head: str) -> None:
         self.label = f"riftco {policy} {head}"
+        before = _current()
         self.model = riftco.DecoderOnlyTransformer(
             riftco.TransformerConfig(**shape, seed=0), activation_checkpointing=policy
         )
         self.model.enable_lora(rank=LORA_RANK, alpha=LORA_ALPHA, mlp=True)
         self.model.loss_chunk_bytes = None if head == "unfused" else riftco.DEFAULT_LOSS_CHUNK_BYTES
         self.opt = riftco.Adam(self.model.parameters(), lr=1e-4)
+        after = _current()
+        self.held = {c: after[c] - before[c] for c in after}
         self.times: list[float] = []
         self.losses: list[float] = []
         self.peak: dict[str, int] = {}
 
     def step(self, block: np.ndarray[Any, Any]) -> None:
+        before = _current()
         riftco.reset_peak_memory_stats()
         t0 = time.perf_counter()
         loss = self.model.loss(block)
@@ -92,7 +110,12 @@ class RiftcoRow:
         self.times.append(time.perf_counter() - t0)
         self.losses.append(value)
         stats = riftco.memory_stats()
-        self.peak = {c: stats[c]["peak_bytes"] for c in (*CATEGORIES, "total")}
+        self.peak = {
+            c: stats[c]["peak_bytes"] - before[c] + self.held[c] for c in (*CATEGORIES, "total")
+        }
+        after = _current()
+        for c in after:
+            self.held[c] += after[c] - before[c]
 
 
 class TorchRow:
@@ -129,6 +152,7 @@ class TorchRow:
         self.peak: dict[str, int] = {}
 
     def step(self, block: np.ndarray[Any, Any]) -> None:
+        """One step; the first runs under the profiler (its memory), the others are timed."""
         torch = self.torch
         ids = torch.from_numpy(block)
         alive = sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -136,9 +160,14 @@ class TorchRow:
             t.numel() * t.element_size()
             for s in self.opt.state.values() for t in s.values() if torch.is_tensor(t)
         )
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        profiling = not self.peak
+        context: Any = (
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+            if profiling else contextlib.nullcontext()
+        )
+        with context as prof:
             t0 = time.perf_counter()
-            out = self.model(input_ids=ids[:, :-1], labels=None)
+            out = self.model(input_ids=ids[:, :-1])
             logits = out.logits
             loss = torch.nn.functional.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
@@ -147,19 +176,19 @@ class TorchRow:
             loss.backward()
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
-            value = float(loss)
+            value = loss.item()
             del loss
             elapsed = time.perf_counter() - t0
         self.times.append(elapsed)
         self.losses.append(value)
-        events = sorted(
-            (e for e in prof.events() if e.name == "[memory]"), key=lambda e: e.time_range.start
-        )
-        current = peak = 0
-        for e in events:
-            current += e.cpu_memory_usage
-            peak = max(peak, current)
-        self.peak = {"total": alive + peak}
+        if profiling:
+            # Every op's own allocations and frees (self_cpu_memory_usage), in start-time order:
+            # the bytes alive above the step's start, at their highest.
+            current = peak = 0
+            for e in sorted(prof.events(), key=lambda e: e.time_range.start):
+                current += e.self_cpu_memory_usage
+                peak = max(peak, current)
+            self.peak = {"total": alive + peak}
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 /*
- * riftco C ABI 2.5: LLaMA-style decoder-only transformer training with activation
+ * riftco C ABI 2.6: LLaMA-style decoder-only transformer training with activation
  * checkpointing, on the CPU or a GPU (rt_model_to_device).
  *
  * Conventions
@@ -38,7 +38,7 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 5
+#define RT_ABI_VERSION_MINOR 6
 
 /**
  * Status of every fallible function. Values are stable: a code is never renumbered or reused.
@@ -626,6 +626,34 @@ rt_status rt_last_error_message(char *buf, size_t len, size_t *needed);
  * Never NULL; the caller does not free it.
  */
 const char *rt_status_name(uint32_t status);
+
+/**
+ * Makes rt_model_loss and rt_model_train_step compute the LM head and cross-entropy a chunk of
+ * tokens at a time, with at most `bytes` of logits workspace (`bytes / (4 · (vocab_size + 1))`
+ * tokens a chunk, at least one; the default, with 64 MiB), never the whole
+ * `[tokens, vocab_size]` logits nor their gradient. The loss equals the unfused one (bitwise on
+ * the CPU) and the gradients agree within f32 rounding. Since 2.6.
+ *
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ARGUMENT for `bytes` = 0 (the setting is
+ * unchanged then).
+ */
+rt_status rt_model_set_loss_chunk_bytes(struct rt_model *model, uint64_t bytes);
+
+/**
+ * Makes rt_model_loss and rt_model_train_step compute the whole logits, then the
+ * cross-entropy (the graph keeps the logits until the backward pass). Since 2.6.
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_model_set_loss_unfused(struct rt_model *model);
+
+/**
+ * Writes the chunked loss's workspace budget in bytes to `*out`, or 0 when the loss is unfused
+ * (rt_model_set_loss_unfused). Since 2.6.
+ *
+ * Errors: RT_ERROR_NULL_POINTER.
+ */
+rt_status rt_model_loss_chunk_bytes(const struct rt_model *model, uint64_t *out);
 
 /**
  * Writes the current memory statistics.

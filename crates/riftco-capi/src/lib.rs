@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.5.
+//! The riftco C ABI 2.6.
 //!
 //! 2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH. 2.2 added the
 //! activation-checkpointing policies beyond `disabled` and `block`: the constants
@@ -16,6 +16,8 @@
 //! `rt_transformer_config_v2_default`, `rt_model_create_v2` and `rt_model_config_v2`.
 //! 2.5 added devices: `rt_model_to_device` (`"cpu"`, `"vulkan"`, `"metal"`, `"gpu"`,
 //! `"privateuseone"`) and the string getter `rt_model_device`.
+//! 2.6 added the chunked loss's setting: `rt_model_set_loss_chunk_bytes`,
+//! `rt_model_set_loss_unfused` and `rt_model_loss_chunk_bytes` (the loss is chunked by default).
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -41,6 +43,7 @@ mod decode;
 mod device;
 mod dropout;
 mod error;
+mod loss;
 mod memory;
 mod model;
 mod policy;
@@ -53,6 +56,7 @@ pub use decode::*;
 pub use device::*;
 pub use dropout::*;
 pub use error::*;
+pub use loss::*;
 pub use memory::*;
 pub use model::*;
 pub use policy::*;
@@ -62,7 +66,7 @@ pub use train::*;
 /// Major version of the C ABI. A change means existing callers may need source changes.
 pub const RT_ABI_VERSION_MAJOR: u32 = 2;
 /// Minor version of the C ABI. A change only adds functions, constants or status codes.
-pub const RT_ABI_VERSION_MINOR: u32 = 5;
+pub const RT_ABI_VERSION_MINOR: u32 = 6;
 
 /// Writes the run-time ABI version of the loaded library (compare with the compile-time
 /// `RT_ABI_VERSION_MAJOR` / `RT_ABI_VERSION_MINOR` of the header).

@@ -170,6 +170,46 @@ impl Weights {
 /// [`TransformerConfig::validate`] but does not fit this machine is an out-of-memory error.
 fn init_weights(config: &TransformerConfig) -> Result<Weights> {
     // The RoPE table first: it is not drawn from the generator, and a failure here costs nothing.
+    let rope = rope_table(config)?;
+    // Each parameter by its layout row's rule, drawn in state-dict order from one seeded
+    // generator.
+    let mut rng = Rng::new(config.seed);
+    Weights::try_from_entries(config, rope, |e| {
+        let shape = e.shape(config);
+        let tensor = match e.parameter.init {
+            Init::Normal { std } => {
+                Tensor::try_randn_with(shape, 0.0, std, &mut rng, MemoryCategory::Parameter)?
+            }
+            Init::Ones => Tensor::try_ones(shape, MemoryCategory::Parameter)?,
+        };
+        Ok(Variable::named_leaf(tensor, true, e.hf_name()))
+    })
+}
+
+/// Weights of a validated `config` whose tensors take ownership of `values` (Hugging Face name
+/// → elements, one per base parameter of [`layout::entries_for`]): nothing is initialised or
+/// copied, so loading holds the model's bytes once.
+///
+/// # Errors
+/// `TensorError::LengthMismatch` for a missing name or a length that is not the entry's shape
+/// (callers validate both against the file's header first); `TensorError::OutOfMemory` for the
+/// RoPE table.
+pub(crate) fn weights_from_values(
+    config: &TransformerConfig,
+    values: Vec<(String, Vec<f32>)>,
+) -> Result<Weights> {
+    let mut by_name: std::collections::HashMap<String, Vec<f32>> = values.into_iter().collect();
+    Weights::try_from_entries(config, rope_table(config)?, |e| {
+        let name = e.hf_name();
+        let shape = e.shape(config);
+        let data = by_name.remove(&name).unwrap_or_default();
+        let tensor = Tensor::from_vec(data, shape, MemoryCategory::Parameter)?;
+        Ok(Variable::named_leaf(tensor, true, name))
+    })
+}
+
+/// The RoPE table of `config` for `max_seq_len` positions.
+fn rope_table(config: &TransformerConfig) -> Result<Arc<RopeTable>> {
     let inv_freq = config
         .rope_scaling
         .inverse_frequencies(config.d_head(), config.rope_theta);
@@ -183,19 +223,7 @@ fn init_weights(config: &TransformerConfig) -> Result<Weights> {
                     .saturating_mul(4),
             }
         })?;
-    // Each parameter by its layout row's rule, drawn in state-dict order from one seeded
-    // generator.
-    let mut rng = Rng::new(config.seed);
-    Weights::try_from_entries(config, Arc::new(rope), |e| {
-        let shape = e.shape(config);
-        let tensor = match e.parameter.init {
-            Init::Normal { std } => {
-                Tensor::try_randn_with(shape, 0.0, std, &mut rng, MemoryCategory::Parameter)?
-            }
-            Init::Ones => Tensor::try_ones(shape, MemoryCategory::Parameter)?,
-        };
-        Ok(Variable::named_leaf(tensor, true, e.hf_name()))
-    })
+    Ok(Arc::new(rope))
 }
 
 /// A LLaMA-style decoder-only transformer.
@@ -295,6 +323,28 @@ impl DecoderOnlyTransformer {
         checkpointing.validate(config.n_layers)?;
         Ok(Self::from_weights(
             init_weights(&config)?,
+            attention,
+            checkpointing,
+        ))
+    }
+
+    /// A model whose parameters take ownership of `values` (see [`weights_from_values`]):
+    /// [`DecoderOnlyTransformer::new`] without initialising weights that loading would
+    /// overwrite.
+    ///
+    /// # Errors
+    /// As [`DecoderOnlyTransformer::new`]; a missing value or one of the wrong length.
+    pub(crate) fn from_parameter_values(
+        config: TransformerConfig,
+        attention: FullSequenceAttentionKind,
+        checkpointing: impl Into<ActivationCheckpointing>,
+        values: Vec<(String, Vec<f32>)>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let checkpointing = checkpointing.into();
+        checkpointing.validate(config.n_layers)?;
+        Ok(Self::from_weights(
+            weights_from_values(&config, values)?,
             attention,
             checkpointing,
         ))

@@ -142,9 +142,8 @@ pub fn load_model(
     let expected = expected_file_shapes(&config, header.tensors.tensors().contains_key(LM_HEAD));
     check_tensors(path, &header, &expected, &config_summary(&config))?;
     let values = untie_values(path, &config, read_f32_values(path, header, &expected)?)?;
-    let model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
-    copy_into(path, &model.weights().named_base_parameters(), values)?;
-    Ok(model)
+    // The parameters take the values read (no initialised model to copy them into).
+    DecoderOnlyTransformer::from_parameter_values(config, attention, checkpointing, values)
 }
 
 /// Whether the `config.json` beside a model-state file is the one saved with it.

@@ -194,6 +194,8 @@ pub(super) struct Header {
     /// The header's `__metadata__` map (empty when absent).
     pub(super) metadata: HashMap<String, String>,
     file: File,
+    /// The file offset of the data section (just past the header).
+    data_start: u64,
     data_len: u64,
 }
 
@@ -272,6 +274,7 @@ pub(super) fn read_header(path: &Path) -> Result<Header> {
         tensors,
         metadata,
         file,
+        data_start: N_LEN + header_len,
         data_len,
     })
 }
@@ -353,29 +356,50 @@ pub(super) fn check_tensor_infos(
     Ok(())
 }
 
-/// Reads the data section (its length was checked against the file by [`read_header`]) and
-/// returns the values of the `expected` tensors converted to f32, in `expected` order. Call
-/// [`check_tensors`] first.
+/// Reads the values of the `expected` tensors converted to f32, in `expected` order. Call
+/// [`check_tensors`] first (the data section's length was checked against the file by
+/// [`read_header`]).
+///
+/// Streams: each tensor's bytes are read from its offset into one buffer reused from tensor to
+/// tensor and decoded from there, so the memory in use is the values read so far plus the file
+/// bytes of one tensor, never the whole data section and the values at once.
 pub(super) fn read_f32_values(
     path: &Path,
     mut header: Header,
     expected: &[(String, Vec<usize>)],
 ) -> Result<Vec<(String, Vec<f32>)>> {
-    let mut data = try_buffer(path, header.data_len, "tensor data")?;
-    read_exact(path, &mut header.file, &mut data, "tensor data")?;
+    use std::io::{Seek, SeekFrom};
     let mut out = Vec::new();
     out.try_reserve_exact(expected.len())
         .map_err(|_| state_err(path, "cannot allocate the tensor list"))?;
+    let mut bytes: Vec<u8> = Vec::new();
     for (name, _) in expected {
         let info: &TensorInfo = header
             .tensors
             .info(name)
             .ok_or_else(|| state_err(path, format!("internal: tensor {name} not in the header")))?;
         let (start, end) = info.data_offsets;
-        let bytes = data
-            .get(start..end)
-            .ok_or_else(|| state_err(path, format!("tensor {name} lies outside the data")))?;
-        out.push((name.clone(), decode(path, name, info.dtype, bytes)?));
+        if start > end || end as u64 > header.data_len {
+            return Err(state_err(
+                path,
+                format!("tensor {name} lies outside the data"),
+            ));
+        }
+        let len = end - start;
+        bytes.clear();
+        bytes.try_reserve_exact(len).map_err(|_| {
+            state_err(
+                path,
+                format!("cannot allocate {len} bytes for tensor {name}"),
+            )
+        })?;
+        bytes.resize(len, 0);
+        header
+            .file
+            .seek(SeekFrom::Start(header.data_start + start as u64))
+            .map_err(|e| state_err(path, format!("cannot seek to tensor {name}: {e}")))?;
+        read_exact(path, &mut header.file, &mut bytes, "tensor data")?;
+        out.push((name.clone(), decode(path, name, info.dtype, &bytes)?));
     }
     Ok(out)
 }

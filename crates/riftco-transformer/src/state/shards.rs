@@ -5,7 +5,7 @@
 use super::model_file::{
     config_summary, expected_file_shapes, resolve_config, untie_values, LM_HEAD,
 };
-use super::read::{check_tensor_infos, copy_into, read_f32_values, read_header, read_json_bytes};
+use super::read::{check_tensor_infos, read_f32_values, read_header, read_json_bytes};
 use super::{parent_dir, state_err};
 use crate::checkpointing::ActivationCheckpointing;
 use crate::error::Result;
@@ -179,9 +179,8 @@ pub(super) fn load_sharded(
         values.extend(read_f32_values(&path, header, &mine)?);
     }
     let values = untie_values(index_path, &config, values)?;
-    let model = DecoderOnlyTransformer::new(config, attention, checkpointing)?;
-    copy_into(index_path, &model.weights().named_base_parameters(), values)?;
-    Ok(model)
+    // The parameters take the values read (no initialised model to copy them into).
+    DecoderOnlyTransformer::from_parameter_values(config, attention, checkpointing, values)
 }
 
 /// Whether `a` and `b` name one file (compared after resolving links and `.`; equal paths when
