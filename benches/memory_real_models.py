@@ -27,6 +27,8 @@ without the profiler). Same process, same thread count.
     python benches/memory_real_models.py                       # smollm2-135m, 4 x 256 tokens
     python benches/memory_real_models.py --model llama-3.2-1b --batch 1 --seq 1024 --steps 2
     python benches/memory_real_models.py --quick               # a tiny shape (CI smoke)
+    python benches/memory_real_models.py --plot benches/results/memory_real_models_smollm2.json
+                                 # stacked bars by category from a --out file (needs matplotlib)
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class RiftcoRow:
         loss = self.model.loss(block)
         loss.backward()
         self.opt.step()
+        self.opt.zero_grad()  # releases the gradients, as PyTorch's zero_grad(set_to_none=True)
         value = loss.item()
         del loss
         self.times.append(time.perf_counter() - t0)
@@ -191,8 +194,59 @@ class TorchRow:
             self.peak = {"total": alive + peak}
 
 
+COLORS = {
+    "parameter": "#4c72b0", "gradient": "#dd8452", "optimizer_state": "#55a868",
+    "activation": "#c44e52", "workspace": "#8172b3", "total": "#937860",
+}
+
+
+def plot(results_path: Path) -> Path:
+    """Draws the rows of a ``--out`` file as stacked bars by category (PyTorch's rows, whose
+    categories are not separated, as one bar of their total) next to the JSON file, as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = json.loads(results_path.read_text())
+    rows = data["rows"]
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    for i, row in enumerate(rows):
+        peak = row["peak_bytes"]
+        top = peak["total"] / MIB
+        if all(c in peak for c in CATEGORIES):
+            # Each category's own peak, stacked; they need not coincide, so the stack can stand
+            # above the total peak (the peak of the sum), drawn as a black line.
+            bottom = 0.0
+            for c in CATEGORIES:
+                ax.bar(i, peak[c] / MIB, bottom=bottom, color=COLORS[c], label=c if i == 0 else None)
+                bottom += peak[c] / MIB
+            ax.hlines(top, i - 0.4, i + 0.4, colors="black", linewidth=2,
+                      label="total peak" if i == 0 else None)
+            top = max(top, bottom)
+        else:
+            seen = ax.get_legend_handles_labels()[1]
+            ax.bar(i, top, color=COLORS["total"], label=None if "PyTorch total peak" in seen else "PyTorch total peak")
+        ax.text(i, top, f"{peak['total'] / MIB:.0f} MiB\n{row['step_s']:.1f} s",
+                ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r["row"].replace("riftco ", "riftco\n").replace("PyTorch + PEFT, ", "PyTorch+PEFT\n") for r in rows], fontsize=8)
+    ax.set_ylabel("peak MiB (bars: each category's peak; line: total)")
+    ax.set_ylim(0, max(sum(r["peak_bytes"].get(c, 0) for c in CATEGORIES) for r in rows) / MIB * 1.2)
+    ax.set_title(
+        f"{data['model']}, LoRA r=8, {data['batch']} x {data['seq']} tokens "
+        f"({data['date']}, {data['host']} {data['simd']}, {data['threads']} threads)", fontsize=10
+    )
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    out = results_path.with_suffix(".png")
+    fig.savefig(out, dpi=110)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", type=Path, default=None, help="draw a --out file and exit")
     parser.add_argument("--model", choices=[k for k in SHAPES if k != "quick"], default="smollm2-135m")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
@@ -202,6 +256,9 @@ def main() -> None:
     parser.add_argument("--no-torch", action="store_true", help="riftco rows only")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args()
+    if args.plot is not None:
+        print(plot(args.plot))
+        return
     name = "quick" if args.quick else args.model
     shape = SHAPES[name]
     if args.quick:
