@@ -137,7 +137,7 @@ def check_loss_chunk_bytes(value: object) -> int | None:
             f"(whole logits); got {value!r}"
         )
     else:
-        size = operator.index(value)  # type: ignore[arg-type]
+        size = operator.index(value)
     if not 1 <= size < 2**64:
         raise ConfigError(
             f"loss_chunk_bytes must be between 1 and 2**64 - 1 bytes (None: whole logits); "

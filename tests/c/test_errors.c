@@ -421,6 +421,43 @@ static void test_memory(void) {
 
 /* Dropout (2.3): setters instead of new config fields; validation names the field; the
  * probabilities are saved with the model; the dropout step counts dropping training forwards. */
+/* The chunked loss's setting (2.6): default, set, refused 0 with the setting unchanged,
+ * unfused, and the same loss chunked and unfused. */
+static void test_loss_chunking(void) {
+    rt_transformer_config c = small_config();
+    rt_model *model = NULL;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model));
+    if (model == NULL) {
+        return;
+    }
+    uint64_t bytes = 0;
+    EXPECT_OK(rt_model_loss_chunk_bytes(model, &bytes));
+    EXPECT_TRUE(bytes == 64u << 20);
+    uint32_t tokens[BATCH * SEQ_PLUS_ONE];
+    fill_tokens(tokens, BATCH * SEQ_PLUS_ONE);
+    float chunked = 0.0f, unfused = -1.0f;
+    rt_graph *graph = NULL;
+    EXPECT_OK(rt_model_set_loss_chunk_bytes(model, 4 * (c.vocab_size + 1) * 3)); /* 3 tokens */
+    EXPECT_OK(rt_model_loss(model, tokens, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &chunked));
+    rt_graph_free(graph);
+    EXPECT(rt_model_set_loss_chunk_bytes(model, 0), RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("loss_chunk_bytes");
+    EXPECT_OK(rt_model_loss_chunk_bytes(model, &bytes));
+    EXPECT_TRUE(bytes == 4 * (c.vocab_size + 1) * 3);
+    EXPECT_OK(rt_model_set_loss_unfused(model));
+    EXPECT_OK(rt_model_loss_chunk_bytes(model, &bytes));
+    EXPECT_TRUE(bytes == 0);
+    graph = NULL;
+    EXPECT_OK(rt_model_loss(model, tokens, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &unfused));
+    rt_graph_free(graph);
+    EXPECT_TRUE(chunked == unfused);
+    EXPECT(rt_model_set_loss_unfused(NULL), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_model_loss_chunk_bytes(model, NULL), RT_ERROR_NULL_POINTER);
+    rt_model_free(model);
+}
+
 static void test_dropout(const char *scratch) {
     rt_transformer_config c = small_config();
     rt_model *model = NULL;
@@ -509,6 +546,7 @@ int main(int argc, char **argv) {
     test_oversized_configs();
     test_out_of_memory();
     test_memory();
+    test_loss_chunking();
     test_dropout(scratch);
     if (failures != 0) {
         fprintf(stderr, "test_errors: %d of %d checks failed\n", failures, checks);

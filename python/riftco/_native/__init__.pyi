@@ -18,6 +18,7 @@ __all__ = [
     "ACTIVATION_CHECKPOINTING_FORMS",
     "SELECTIVE_POLICIES",
     "BLOCK_VALUE_NAMES",
+    "DEFAULT_LOSS_CHUNK_BYTES",
     "DEVICES",
     "check_probability",
     "parse_byte_size",
