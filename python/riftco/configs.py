@@ -41,9 +41,10 @@ from riftco._native import check_probability as _check_probability
 
 # ATTENTION_KINDS comes from the Rust option table, ACTIVATION_CHECKPOINTING_POLICIES (the policy
 # names without a parameter) and ACTIVATION_CHECKPOINTING_FORMS (every accepted form) from the
-# Rust policy spellings; default first. The two options below exist only in this package's stage
+# Rust policy spellings; default first. The options below exist only in this package's stage
 # runners; each tuple is their one table.
 FINE_TUNING_METHODS: tuple[str, ...] = ("lora", "full")
+FROZEN_WEIGHTS_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 LR_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_LOSS_CHUNK_BYTES",
     "DEVICES",
     "FINE_TUNING_METHODS",
+    "FROZEN_WEIGHTS_DTYPES",
     "LR_SCHEDULES",
     "PostTrainingConfig",
     "PretrainingConfig",
@@ -277,6 +279,11 @@ class PostTrainingConfig(_LoopConfig):
         residual_dropout: dropout probability on the attention and MLP outputs before the
             residual adds, in ``[0, 1)``, or ``None`` (default, the model's); as
             ``attention_dropout``.
+        frozen_weights_dtype: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"``: the
+            storage of the frozen base weights under LoRA (only with ``"lora"``); 16 bits halve
+            their bytes while every op computes in float32 (see
+            ``DecoderOnlyTransformer.set_frozen_weights_dtype``). A passed-in model keeps the
+            format afterwards, like its adapters.
         lora_dropout: dropout probability on the adapters' inputs (PEFT's ``lora_dropout``,
             written to ``adapter_config.json``), in ``[0, 1)``, default 0; only with ``"lora"``.
 
@@ -297,6 +304,7 @@ class PostTrainingConfig(_LoopConfig):
     attention_dropout: float | None = None
     residual_dropout: float | None = None
     lora_dropout: float = 0.0
+    frozen_weights_dtype: str = "float32"
     steps: int = 100
     lr: float = 1e-3
     warmup_steps: int = 10
@@ -315,6 +323,14 @@ class PostTrainingConfig(_LoopConfig):
             if value is not None or name == "lora_dropout":
                 # Kept as a plain float (a NumPy scalar too), so that to_dict() stays JSON-native.
                 object.__setattr__(self, name, check_probability(name, value))
+        if isinstance(self.frozen_weights_dtype, str):
+            object.__setattr__(self, "frozen_weights_dtype", self.frozen_weights_dtype.lower())
+        _check_choice("frozen_weights_dtype", self.frozen_weights_dtype, FROZEN_WEIGHTS_DTYPES)
+        if self.frozen_weights_dtype != "float32" and self.fine_tuning_method != "lora":
+            raise ConfigError(
+                f"frozen_weights_dtype = {self.frozen_weights_dtype!r} needs fine_tuning_method "
+                f"'lora' (trainable weights stay float32); got {self.fine_tuning_method!r}"
+            )
         if self.lora_dropout != 0 and self.fine_tuning_method != "lora":
             raise ConfigError(
                 f"lora_dropout = {self.lora_dropout!r} needs fine_tuning_method 'lora'; "

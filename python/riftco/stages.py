@@ -650,11 +650,13 @@ def _post_training_setup(
             seed=cfg.lora_seed,
             dropout=cfg.lora_dropout,
         )
+        model.set_frozen_weights_dtype(cfg.frozen_weights_dtype)
         metadata["lora"] = {
             "rank": cfg.lora_rank,
             "alpha": cfg.lora_alpha,
             "mlp": cfg.lora_mlp,
             "dropout": cfg.lora_dropout,
+            "frozen_weights_dtype": cfg.frozen_weights_dtype,
         }
         metadata["files"] = [ADAPTER_DIR, METADATA_FILE]
 

@@ -13,7 +13,7 @@ use riftco_transformer::state::{
 use riftco_transformer::{
     load_lora_adapter, load_model, load_weights_into, save_lora_adapter, DecoderOnlyTransformer,
     FullSequenceAttentionKind, LoraConfig, LoraTargets, LossChunking, OptionTable,
-    TransformerError, ATTENTION_KINDS,
+    TransformerError, WeightDtype, ATTENTION_KINDS,
 };
 
 use crate::config::{f32_as_python_float, probability, set_model_dropout, PyTransformerConfig};
@@ -525,11 +525,50 @@ impl PyModel {
         compute(py, || self.write().set_lora_active(active))
     }
 
+    /// Stores every frozen base weight (the base under LoRA) in ``dtype`` while every op keeps
+    /// computing in float32: each op reads such a weight upcast to float32 (exactly) in a
+    /// transient copy of that one weight, counted as ``workspace`` while it lives, and
+    /// ``memory_stats()["parameter"]`` shows the frozen bytes halved. Logits, losses and adapter
+    /// gradients are bitwise those of a float32 model holding the same rounded weights.
+    /// Trainable weights (adapters; fully trained weights) and their Adam state stay float32.
+    /// Saving writes the rounded values (as float32, or exactly with ``dtype="bfloat16"``).
+    ///
+    /// Args:
+    ///     dtype: ``"bfloat16"``, ``"float16"`` (finite up to 65504) or ``"float32"`` (back to
+    ///         4 bytes, an exact upcast); case-insensitive.
+    ///
+    /// Raises:
+    ///     ConfigError: naming ``dtype`` for another name, for a 16-bit dtype when no weight is
+    ///         frozen (enable LoRA first) or when the model is not on the CPU (16-bit storage is
+    ///         CPU-only for now); the model is unchanged then.
+    ///
+    /// Example:
+    ///     >>> import riftco
+    ///     >>> config = riftco.TransformerConfig(vocab_size=64, d_model=32, n_heads=4,
+    ///     ...                                   n_layers=2, d_ff=48, max_seq_len=16)
+    ///     >>> model = riftco.DecoderOnlyTransformer(config)
+    ///     >>> model.enable_lora(rank=4, alpha=8.0)
+    ///     >>> model.set_frozen_weights_dtype("bfloat16")
+    ///     >>> model.frozen_weights_dtype
+    ///     'bfloat16'
+    fn set_frozen_weights_dtype(&self, py: Python<'_>, dtype: &str) -> PyResult<()> {
+        let dtype: WeightDtype = dtype.parse().map_err(transformer_err)?;
+        compute(py, || self.write().set_frozen_weights_dtype(dtype))
+    }
+
+    /// How the frozen base weights are stored: ``"float32"`` (default, and when none is
+    /// frozen), ``"bfloat16"`` or ``"float16"`` (see ``set_frozen_weights_dtype``).
+    #[getter]
+    fn frozen_weights_dtype(&self) -> &'static str {
+        self.read().frozen_weights_dtype().name()
+    }
+
     /// Merges active adapters into the base weights (``W += alpha / r * B @ A``), removes them
     /// and makes every base parameter trainable again.
     ///
     /// Raises:
-    ///     LoraError: when the model has no adapters.
+    ///     LoraError: when the model has no adapters, or when the frozen base is stored in 16
+    ///         bits (``set_frozen_weights_dtype("float32")`` first).
     fn merge_lora(&self, py: Python<'_>) -> PyResult<()> {
         compute(py, || self.write().merge_lora())
     }

@@ -28,5 +28,5 @@ pub use memory::{
 };
 pub use random::Rng;
 pub use shape::{Shape, MAX_ELEMENTS};
-pub use storage::{Buffer, DeviceBuffer};
+pub use storage::{Buffer, DeviceBuffer, HalfDtype};
 pub use tensor::Tensor;

@@ -27,12 +27,53 @@ pub trait DeviceBuffer: Send + Sync + fmt::Debug + Any {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
+/// A 16-bit floating-point format a read-only host tensor can be stored in (see
+/// [`Buffer::Half`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HalfDtype {
+    /// bfloat16: the upper 16 bits of an f32 (8 exponent bits, 7 mantissa bits).
+    BFloat16,
+    /// IEEE 754 binary16 (5 exponent bits, 10 mantissa bits).
+    Float16,
+}
+
+impl HalfDtype {
+    /// The PyTorch name: `"bfloat16"` or `"float16"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HalfDtype::BFloat16 => "bfloat16",
+            HalfDtype::Float16 => "float16",
+        }
+    }
+
+    /// `bits` as f32 (exact: every bfloat16 and float16 value is an f32).
+    pub fn to_f32(self, bits: u16) -> f32 {
+        match self {
+            HalfDtype::BFloat16 => f32::from_bits(u32::from(bits) << 16),
+            HalfDtype::Float16 => half::f16::from_bits(bits).to_f32(),
+        }
+    }
+
+    /// `x` rounded to the nearest value of this format, ties to even (NaN stays NaN, values past
+    /// the largest finite one become infinite).
+    pub fn from_f32(self, x: f32) -> u16 {
+        match self {
+            HalfDtype::BFloat16 => half::bf16::from_f32(x).to_bits(),
+            HalfDtype::Float16 => half::f16::from_f32(x).to_bits(),
+        }
+    }
+}
+
 /// The elements of a storage: host memory (CPU kernels read it directly) or a buffer owned by a
 /// device backend.
 #[derive(Debug)]
 pub enum Buffer {
     /// Host memory.
     Host(Vec<f32>),
+    /// Host memory in a 16-bit format: read-only. [`Storage::read`] gives the elements upcast to
+    /// f32 in a transient copy (counted as workspace while it lives), so every CPU kernel reads
+    /// it; writing is an error.
+    Half(HalfDtype, Vec<u16>),
     /// Memory of a device backend (GPU, or a test backend).
     Device(Box<dyn DeviceBuffer>),
     /// No memory at all: a placeholder for this many elements, on any device, that nothing may
@@ -45,6 +86,7 @@ impl Buffer {
     pub fn len(&self) -> usize {
         match self {
             Buffer::Host(v) => v.len(),
+            Buffer::Half(_, v) => v.len(),
             Buffer::Device(b) => b.len(),
             Buffer::Placeholder(n) => *n,
         }
@@ -58,6 +100,7 @@ impl Buffer {
     fn accounted_bytes(&self) -> usize {
         match self {
             Buffer::Host(v) => v.capacity() * std::mem::size_of::<f32>(),
+            Buffer::Half(_, v) => v.capacity() * std::mem::size_of::<u16>(),
             Buffer::Device(b) => b.len() * std::mem::size_of::<f32>(),
             Buffer::Placeholder(_) => 0,
         }
@@ -78,16 +121,40 @@ pub struct Storage {
     bytes: AtomicU64,
 }
 
-/// Shared read access to a host storage's elements (see [`crate::Tensor::read`]).
-pub struct HostRead<'a>(RwLockReadGuard<'a, Buffer>);
+/// Shared read access to a host storage's elements (see [`crate::Tensor::read`]): the f32
+/// buffer itself, or the f32 upcast of a 16-bit one (a copy counted as CPU workspace while it
+/// lives).
+pub struct HostRead<'a>(HostReadInner<'a>);
+
+enum HostReadInner<'a> {
+    Guard(RwLockReadGuard<'a, Buffer>),
+    Upcast(Vec<f32>),
+}
+
+impl Drop for HostRead<'_> {
+    fn drop(&mut self) {
+        if let HostReadInner::Upcast(v) = &mut self.0 {
+            let v = std::mem::take(v);
+            record_free(
+                Device::Cpu,
+                MemoryCategory::Workspace,
+                v.capacity() * std::mem::size_of::<f32>(),
+            );
+            crate::pool::give(v);
+        }
+    }
+}
 
 impl Deref for HostRead<'_> {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
-        match &*self.0 {
-            Buffer::Host(v) => v,
-            // Constructed only over host buffers (checked under the same lock).
-            Buffer::Device(_) | Buffer::Placeholder(_) => &[],
+        match &self.0 {
+            HostReadInner::Upcast(v) => v,
+            HostReadInner::Guard(g) => match &**g {
+                Buffer::Host(v) => v,
+                // Constructed only over host f32 buffers (checked under the same lock).
+                Buffer::Half(..) | Buffer::Device(_) | Buffer::Placeholder(_) => &[],
+            },
         }
     }
 }
@@ -100,7 +167,7 @@ impl Deref for HostWrite<'_> {
     fn deref(&self) -> &[f32] {
         match &*self.0 {
             Buffer::Host(v) => v,
-            Buffer::Device(_) | Buffer::Placeholder(_) => &[],
+            Buffer::Half(..) | Buffer::Device(_) | Buffer::Placeholder(_) => &[],
         }
     }
 }
@@ -109,7 +176,7 @@ impl DerefMut for HostWrite<'_> {
     fn deref_mut(&mut self) -> &mut [f32] {
         match &mut *self.0 {
             Buffer::Host(v) => v,
-            Buffer::Device(_) | Buffer::Placeholder(_) => &mut [],
+            Buffer::Half(..) | Buffer::Device(_) | Buffer::Placeholder(_) => &mut [],
         }
     }
 }
@@ -155,7 +222,19 @@ impl Storage {
     pub fn read(&self) -> Result<HostRead<'_>> {
         let guard = self.data.read().unwrap_or_else(|e| e.into_inner());
         match &*guard {
-            Buffer::Host(_) => Ok(HostRead(guard)),
+            Buffer::Host(_) => Ok(HostRead(HostReadInner::Guard(guard))),
+            Buffer::Half(dtype, bits) => {
+                let mut v = crate::pool::try_take("Tensor::read (upcast)", bits.len())?;
+                for (o, &b) in v.iter_mut().zip(bits) {
+                    *o = dtype.to_f32(b);
+                }
+                record_alloc(
+                    Device::Cpu,
+                    MemoryCategory::Workspace,
+                    v.capacity() * std::mem::size_of::<f32>(),
+                );
+                Ok(HostRead(HostReadInner::Upcast(v)))
+            }
             Buffer::Device(_) => Err(self.not_on_host("Tensor::read")),
             Buffer::Placeholder(_) => Err(TensorError::NoData { op: "Tensor::read" }),
         }
@@ -172,6 +251,7 @@ impl Storage {
                 self.version.fetch_add(1, Ordering::AcqRel);
                 Ok(HostWrite(guard))
             }
+            Buffer::Half(dtype, _) => Err(half_is_read_only("Tensor::write", *dtype)),
             Buffer::Device(_) => Err(self.not_on_host("Tensor::write")),
             Buffer::Placeholder(_) => Err(TensorError::NoData {
                 op: "Tensor::write",
@@ -227,9 +307,23 @@ impl Storage {
     }
 }
 
+/// The error of writing a tensor stored in a 16-bit format.
+pub(crate) fn half_is_read_only(op: &'static str, dtype: HalfDtype) -> TensorError {
+    TensorError::InvalidArgument {
+        op,
+        message: format!(
+            "the tensor is stored in {} (read-only: ops read it upcast to float32, nothing \
+             writes it); keep weights that change (trainable weights, merged LoRA, loaded \
+             values) in float32",
+            dtype.name()
+        ),
+    }
+}
+
 fn give_back(buffer: Buffer) {
     match buffer {
         Buffer::Host(v) => crate::pool::give(v),
+        Buffer::Half(..) => {}
         // A device buffer returns its memory to its backend when dropped.
         Buffer::Device(b) => drop(b),
         Buffer::Placeholder(_) => {}

@@ -409,7 +409,9 @@ impl Tensor {
                 out.extend_from_slice(v);
                 Ok(out)
             }
-            Buffer::Device(_) => self.backend()?.download("Tensor::to_host", &buffer),
+            Buffer::Half(..) | Buffer::Device(_) => {
+                self.backend()?.download("Tensor::to_host", &buffer)
+            }
             Buffer::Placeholder(_) => Err(TensorError::NoData {
                 op: "Tensor::to_host",
             }),
@@ -519,6 +521,16 @@ impl Tensor {
             self.storage.bump_version();
             return Ok(());
         }
+        if let Some(dtype) = self.half_dtype() {
+            return Err(TensorError::InvalidArgument {
+                op: "Tensor::transfer_to",
+                message: format!(
+                    "a tensor stored in {} lives on the CPU only; device {device} computes on \
+                     float32 weights: convert the weights back to float32 before moving them",
+                    dtype.name()
+                ),
+            });
+        }
         let host = self.to_host()?;
         let buffer = match device {
             Device::Cpu => Buffer::Host(host),
@@ -526,6 +538,50 @@ impl Tensor {
         };
         self.storage.replace(buffer, device);
         Ok(())
+    }
+
+    /// The 16-bit format the elements are stored in, or `None` for f32 (every tensor but one
+    /// made by [`Tensor::to_half`]).
+    pub fn half_dtype(&self) -> Option<crate::HalfDtype> {
+        match &*self.buffer() {
+            Buffer::Half(dtype, _) => Some(*dtype),
+            _ => None,
+        }
+    }
+
+    /// A new CPU tensor of the same shape and category holding the elements rounded to `dtype`
+    /// (nearest, ties to even) in 16-bit storage: half the bytes, read-only (reads upcast the
+    /// elements to f32 exactly; writes are errors).
+    ///
+    /// # Errors
+    /// [`TensorError::NotOnHost`] for a tensor on another device; out of memory.
+    pub fn to_half(&self, dtype: crate::HalfDtype) -> Result<Tensor> {
+        let values = self.read()?;
+        let mut bits: Vec<u16> =
+            crate::alloc::try_vec_with_capacity("Tensor::to_half", values.len())?;
+        bits.extend(values.iter().map(|&x| dtype.from_f32(x)));
+        drop(values);
+        let storage = Storage::from_buffer(Buffer::Half(dtype, bits), Device::Cpu, self.category());
+        Ok(Self {
+            storage: Arc::new(storage),
+            shape: self.shape.clone(),
+        })
+    }
+
+    /// A new f32 CPU tensor of the same shape and category holding the elements (an upcast copy
+    /// of a 16-bit tensor, a plain copy of an f32 one).
+    ///
+    /// # Errors
+    /// [`TensorError::NotOnHost`] for a tensor on another device; out of memory.
+    pub fn to_float32(&self) -> Result<Tensor> {
+        let mut data: Vec<f32> =
+            crate::alloc::try_vec_with_capacity("Tensor::to_float32", self.numel())?;
+        data.extend_from_slice(&self.read()?);
+        Ok(Self::from_vec_unchecked(
+            data,
+            self.shape.clone(),
+            self.category(),
+        ))
     }
 
     /// Checks that the shape equals `expected`.

@@ -29,6 +29,17 @@ impl DecoderOnlyTransformer {
     /// allocated — then every parameter already moved is moved back, so the model is never
     /// split across devices.
     pub fn to_device(&mut self, device: Device) -> Result<()> {
+        if device != Device::Cpu && self.has_half_weights() {
+            return Err(crate::TransformerError::Config {
+                field: "device",
+                value: format!("{:?}", device.name()),
+                reason: format!(
+                    "the frozen weights are stored in {}, which lives on the CPU only: call \
+                     set_frozen_weights_dtype(float32) before moving the model to {device}",
+                    self.frozen_weights_dtype()
+                ),
+            });
+        }
         let mut params: Vec<Variable> = self
             .weights()
             .named_base_parameters()

@@ -18,6 +18,7 @@ pub mod decode;
 pub mod device;
 pub mod dropout;
 pub mod error;
+pub mod frozen_dtype;
 pub mod head;
 pub mod layout;
 pub mod linear;
@@ -34,6 +35,7 @@ pub use config::{MemoryFootprint, TransformerConfig, MAX_MODEL_BYTES, MAX_N_LAYE
 pub use decode::DecodeSession;
 pub use dropout::{dropout_key, BlockDropout, DropoutSite};
 pub use error::{Result, TransformerError};
+pub use frozen_dtype::WeightDtype;
 pub use head::{LossChunking, DEFAULT_LOSS_CHUNK_BYTES};
 pub use linear::{LoraConfig, LoraTargets};
 pub use model::{DecoderOnlyTransformer, Weights};

@@ -88,7 +88,7 @@ impl Weights {
 
     /// With a tied config, points the LM head at the embedding's leaf (after the embedding
     /// leaf was replaced).
-    fn retie(&mut self) {
+    pub(crate) fn retie(&mut self) {
         if self.config.tie_word_embeddings {
             self.lm_head = self.embed.clone();
         }
@@ -120,7 +120,7 @@ impl Weights {
     }
 
     /// Mutable [`Weights::parameter`]; a block shared with other weight sets is copied first.
-    fn parameter_mut(&mut self, place: Place) -> Option<&mut Variable> {
+    pub(crate) fn parameter_mut(&mut self, place: Place) -> Option<&mut Variable> {
         match place {
             Place::Model(p) => Some(self.model_parameter_mut(p)),
             Place::Layer(i, p) => self
@@ -372,7 +372,7 @@ impl DecoderOnlyTransformer {
     }
 
     /// Replaces the weight set; decode sessions opened before refuse to decode afterwards.
-    fn set_weights(&mut self, weights: Weights, change: &'static str) {
+    pub(crate) fn set_weights(&mut self, weights: Weights, change: &'static str) {
         self.weights = Arc::new(weights);
         self.revision.bump(change);
     }
@@ -768,11 +768,22 @@ impl DecoderOnlyTransformer {
     /// decode afterwards ([`TransformerError::Decode`]).
     ///
     /// # Errors
-    /// [`TransformerError::Lora`] when there are no adapters.
+    /// [`TransformerError::Lora`] when there are no adapters, or when the frozen base is stored
+    /// in 16 bits ([`DecoderOnlyTransformer::set_frozen_weights_dtype`]).
     pub fn merge_lora(&mut self) -> Result<()> {
         if !self.has_lora() {
             return Err(TransformerError::Lora {
                 message: "the model has no adapters".into(),
+            });
+        }
+        if self.has_half_weights() {
+            return Err(TransformerError::Lora {
+                message: format!(
+                    "the frozen base weights are stored in {}: merging writes them and makes \
+                     them trainable, which needs float32 (set_frozen_weights_dtype(float32) \
+                     first, then merge; save with dtype bfloat16 to round the merged weights)",
+                    self.frozen_weights_dtype()
+                ),
             });
         }
         let mut w = freeze(&self.weights, false);

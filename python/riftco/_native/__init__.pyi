@@ -663,6 +663,16 @@ class DecoderOnlyTransformer:
         """Adds and activates LoRA adapters; freezes the base. ``LoraError`` on misuse;
         ``ConfigError`` naming ``lora_dropout`` for a ``dropout`` outside ``[0, 1)``."""
     def set_lora_active(self, active: bool) -> None: ...
+    def set_frozen_weights_dtype(self, dtype: str) -> None:
+        """Stores every frozen base weight in ``"bfloat16"`` / ``"float16"`` (or back in
+        ``"float32"``) while ops compute in float32 (each op reads a weight upcast in a
+        transient copy of that weight, counted as workspace); halves the frozen parameter
+        bytes; results bitwise those of float32 weights holding the rounded values.
+        ``ConfigError`` naming ``dtype`` for another name, with no frozen weight (enable LoRA
+        first) or off the CPU."""
+    @property
+    def frozen_weights_dtype(self) -> str:
+        """``"float32"``, ``"bfloat16"`` or ``"float16"``: how the frozen weights are stored."""
     def merge_lora(self) -> None: ...
     @property
     def has_lora(self) -> bool: ...

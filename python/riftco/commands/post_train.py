@@ -89,6 +89,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--lora-alpha", type=float, default=16.0, help="adapter scale: alpha / r"
     )
     p.add_argument("--lora-mlp", action="store_true", help="also adapt the MLP projections")
+    p.add_argument(
+        "--frozen-weights-dtype",
+        type=str.lower,
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="store the frozen base weights in this format (lora only): bfloat16/float16 halve "
+        "their bytes while every op computes in float32 (default: %(default)s)",
+    )
     add_dropout_arguments(p, lora=True, keep_model=True)
     p.add_argument("--steps", type=int_range(1), default=200, help="optimizer steps")
     p.add_argument("--batch-size", type=int_range(1), default=8, help="sequences per step")
@@ -189,6 +197,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         attention_dropout=args.attention_dropout,
         residual_dropout=args.residual_dropout,
         lora_dropout=args.lora_dropout,
+        frozen_weights_dtype=args.frozen_weights_dtype,
         steps=args.steps,
         batch_size=args.batch_size,
         seq_len=seq_len,

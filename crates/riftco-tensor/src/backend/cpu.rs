@@ -60,6 +60,11 @@ impl Backend for CpuBackend {
                 out.extend_from_slice(v);
                 Ok(out)
             }
+            Buffer::Half(dtype, bits) => {
+                let mut out = crate::alloc::try_vec_with_capacity(op, bits.len())?;
+                out.extend(bits.iter().map(|&b| dtype.to_f32(b)));
+                Ok(out)
+            }
             Buffer::Device(_) => Err(TensorError::InvalidArgument {
                 op,
                 message: "the CPU backend cannot read a device buffer".into(),

@@ -1,0 +1,159 @@
+//! Frozen weights in 16-bit storage: a model's frozen base weights (the base under LoRA) can be
+//! kept in bfloat16 or float16 while every op still computes in float32. Each op that reads such
+//! a weight gets it upcast to f32 (exactly) in a transient copy of that one weight, counted as
+//! workspace while it lives, so the model holds no f32 copy of itself and a block's upcasts live
+//! only for that block's op. Trainable weights (LoRA adapters; fully trained weights) and their
+//! Adam state stay float32.
+
+use crate::error::{Result, TransformerError};
+use crate::layout;
+use crate::model::DecoderOnlyTransformer;
+use riftco_autograd::Variable;
+use riftco_tensor::{Device, HalfDtype};
+use std::fmt;
+use std::str::FromStr;
+
+/// The storage format of a model's frozen weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightDtype {
+    /// 4 bytes per element (the default).
+    #[default]
+    Float32,
+    /// bfloat16: 2 bytes, float32's exponent range, 8 significant bits.
+    BFloat16,
+    /// IEEE float16: 2 bytes, 11 significant bits, finite up to 65504 (larger weights become
+    /// infinite).
+    Float16,
+}
+
+impl WeightDtype {
+    /// Every dtype, by its PyTorch name.
+    pub const NAMES: [&'static str; 3] = ["float32", "bfloat16", "float16"];
+
+    /// The PyTorch name: `"float32"`, `"bfloat16"` or `"float16"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightDtype::Float32 => "float32",
+            WeightDtype::BFloat16 => "bfloat16",
+            WeightDtype::Float16 => "float16",
+        }
+    }
+
+    fn half(self) -> Option<HalfDtype> {
+        match self {
+            WeightDtype::Float32 => None,
+            WeightDtype::BFloat16 => Some(HalfDtype::BFloat16),
+            WeightDtype::Float16 => Some(HalfDtype::Float16),
+        }
+    }
+}
+
+impl fmt::Display for WeightDtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for WeightDtype {
+    type Err = TransformerError;
+
+    /// `"float32"`, `"bfloat16"` or `"float16"` (case-insensitive).
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "float32" => Ok(WeightDtype::Float32),
+            "bfloat16" => Ok(WeightDtype::BFloat16),
+            "float16" => Ok(WeightDtype::Float16),
+            _ => Err(TransformerError::Config {
+                field: "dtype",
+                value: format!("{s:?}"),
+                reason: format!("expected one of {:?}", Self::NAMES),
+            }),
+        }
+    }
+}
+
+impl DecoderOnlyTransformer {
+    /// How the frozen base weights are stored: the format of the first frozen one (all are
+    /// converted together), float32 when none is frozen.
+    pub fn frozen_weights_dtype(&self) -> WeightDtype {
+        self.weights()
+            .base_parameters()
+            .find(|(_, v)| !v.requires_grad())
+            .and_then(|(_, v)| v.value().half_dtype())
+            .map_or(WeightDtype::Float32, |h| match h {
+                HalfDtype::BFloat16 => WeightDtype::BFloat16,
+                HalfDtype::Float16 => WeightDtype::Float16,
+            })
+    }
+
+    /// Stores every frozen base weight in `dtype` (rounded to nearest, ties to even), or back in
+    /// float32 (an exact upcast), while every op keeps computing in float32. `memory_stats()`
+    /// shows the parameter bytes of the frozen weights halved. A model's logits with bfloat16
+    /// frozen weights are bitwise those of an f32 model holding the same rounded values: reads
+    /// upcast exactly and the kernels are the same. Like [`DecoderOnlyTransformer::enable_lora`],
+    /// it replaces the weight set: decode sessions opened before refuse to decode. While both
+    /// sets are alive (during the call, or while an older graph holds the old one) the frozen
+    /// weights exist in both formats.
+    ///
+    /// # Errors
+    /// [`TransformerError::Config`] (field `dtype`) when no base weight is frozen and `dtype` is
+    /// not float32 (trainable weights stay float32: enable LoRA first, which freezes the base),
+    /// or when the model is on another device than the CPU (16-bit storage is CPU-only: move the
+    /// model back, or keep float32 there); out of memory. On error the model is unchanged.
+    pub fn set_frozen_weights_dtype(&mut self, dtype: WeightDtype) -> Result<()> {
+        let device = self.device();
+        if dtype != WeightDtype::Float32 && device != Device::Cpu {
+            return Err(TransformerError::Config {
+                field: "dtype",
+                value: format!("{:?}", dtype.name()),
+                reason: format!(
+                    "16-bit frozen weights are stored on the CPU only; this model is on device \
+                     {device} (keep float32 there, or move the model to the CPU first)"
+                ),
+            });
+        }
+        let mut w = (**self.weights()).clone();
+        let mut converted = 0usize;
+        for e in layout::entries_for(&w.config).collect::<Vec<_>>() {
+            let Some(v) = w.parameter_mut(e.place) else {
+                continue;
+            };
+            if v.requires_grad() {
+                continue;
+            }
+            let value = match dtype.half() {
+                Some(h) if v.value().half_dtype() == Some(h) => continue,
+                Some(h) => v.value().to_half(h)?,
+                None if v.value().half_dtype().is_none() => continue,
+                None => v.value().to_float32()?,
+            };
+            *v = Variable::named_leaf(value, false, e.hf_name());
+            converted += 1;
+        }
+        let frozen = w
+            .base_parameters()
+            .filter(|(_, v)| !v.requires_grad())
+            .count();
+        if frozen == 0 && dtype != WeightDtype::Float32 {
+            return Err(TransformerError::Config {
+                field: "dtype",
+                value: format!("{:?}", dtype.name()),
+                reason: "the model has no frozen weights to store in 16 bits: trainable weights \
+                         stay float32 (enable LoRA first, which freezes the base weights)"
+                    .into(),
+            });
+        }
+        if converted > 0 {
+            w.retie();
+            self.set_weights(w, "set_frozen_weights_dtype");
+        }
+        Ok(())
+    }
+
+    /// Whether any base weight is stored in 16 bits.
+    pub fn has_half_weights(&self) -> bool {
+        self.weights()
+            .base_parameters()
+            .any(|(_, v)| v.value().half_dtype().is_some())
+    }
+}

@@ -1,0 +1,198 @@
+//! Frozen weights in 16-bit storage (`set_frozen_weights_dtype`): a LoRA model whose frozen base
+//! is stored in bfloat16 / float16 gives bitwise the logits, loss, adapter gradients and Adam
+//! steps of an f32 model holding the same rounded weights; the parameter bytes of the frozen
+//! weights are halved (counted exactly); float32 round-trips; saving writes the rounded values;
+//! and what needs float32 weights (no frozen weights, merging, another device, writing) is a
+//! clear error that changes nothing.
+
+mod measure;
+use measure::{lock, tokens};
+use riftco_autograd::Variable;
+use riftco_tensor::{memory_stats, MemoryCategory};
+use riftco_transformer::{
+    load_model, save_model, ActivationCheckpointing as Policy, Adam, DecoderOnlyTransformer,
+    FullSequenceAttentionKind as Attn, LoraConfig, LoraTargets, TransformerConfig,
+    TransformerError, WeightDtype,
+};
+
+const VOCAB: usize = 80;
+
+fn config(tied: bool) -> TransformerConfig {
+    let mut c = TransformerConfig::new(VOCAB, 32, 4, 2, 48, 16).with_tie_word_embeddings(tied);
+    c.seed = 8;
+    c
+}
+
+fn lora() -> LoraConfig {
+    LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        targets: LoraTargets {
+            attention: true,
+            mlp: true,
+        },
+        seed: 2,
+        dropout: 0.0,
+    }
+}
+
+fn lora_model(tied: bool) -> DecoderOnlyTransformer {
+    let mut m = DecoderOnlyTransformer::new(config(tied), Attn::Flash, Policy::Block).unwrap();
+    m.enable_lora(&lora()).unwrap();
+    m
+}
+
+fn bits(v: &Variable) -> Vec<u32> {
+    v.value().to_vec().iter().map(|x| x.to_bits()).collect()
+}
+
+/// The logits' bits, the loss's, and each adapter gradient's after one backward.
+fn outputs(m: &DecoderOnlyTransformer) -> (Vec<u32>, u32, Vec<Vec<u32>>) {
+    let block = tokens(2, 9, VOCAB as u32);
+    let logits = riftco_autograd::no_grad(|| m.logits(&block[..8], 1, 8)).unwrap();
+    let loss = m.loss(&block, 2, 9).unwrap();
+    loss.backward().unwrap();
+    let grads = m
+        .weights()
+        .named_lora_parameters()
+        .iter()
+        .map(|(_, p)| {
+            p.grad()
+                .unwrap()
+                .to_vec()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        })
+        .collect();
+    (bits(&logits), loss.value().to_vec()[0].to_bits(), grads)
+}
+
+#[test]
+fn sixteen_bit_frozen_weights_compute_as_f32_weights_holding_the_rounded_values() {
+    let _guard = lock();
+    for (dtype, tied) in [
+        (WeightDtype::BFloat16, false),
+        (WeightDtype::BFloat16, true),
+        (WeightDtype::Float16, true),
+    ] {
+        let mut half = lora_model(tied);
+        half.set_frozen_weights_dtype(dtype).unwrap();
+        assert_eq!(half.frozen_weights_dtype(), dtype);
+        // An independent f32 model (same seeds) whose base holds the rounded values.
+        let reference = lora_model(tied);
+        for ((name, h), (_, r)) in half
+            .named_parameters()
+            .iter()
+            .zip(reference.named_parameters())
+        {
+            assert!(h.value().half_dtype().is_some(), "{name} not converted");
+            r.value().copy_from_slice(&h.value().to_vec()).unwrap();
+        }
+        let what = format!("{dtype} tied {tied}");
+        assert_eq!(outputs(&half), outputs(&reference), "{what}");
+        // An Adam step on the adapters, then the same outputs again.
+        for m in [&half, &reference] {
+            let mut adam = Adam::new(m.trainable_parameters(), 1e-2).unwrap();
+            adam.step().unwrap();
+        }
+        assert_eq!(
+            outputs(&half),
+            outputs(&reference),
+            "{what} after an Adam step"
+        );
+    }
+}
+
+#[test]
+fn the_frozen_parameter_bytes_are_halved_and_float32_round_trips() {
+    let _guard = lock();
+    let mut m = lora_model(false);
+    let frozen_bytes: usize = m
+        .named_parameters()
+        .iter()
+        .map(|(_, p)| 4 * p.value().numel())
+        .sum();
+    let params = || memory_stats().get(MemoryCategory::Parameter).current_bytes;
+    let before = params();
+    m.set_frozen_weights_dtype(WeightDtype::BFloat16).unwrap();
+    assert_eq!(
+        before - params(),
+        frozen_bytes / 2,
+        "half of the frozen bytes freed"
+    );
+    let rounded: Vec<Vec<u32>> = m.named_parameters().iter().map(|(_, p)| bits(p)).collect();
+    m.set_frozen_weights_dtype(WeightDtype::Float32).unwrap();
+    assert_eq!(params(), before, "float32 again");
+    assert_eq!(m.frozen_weights_dtype(), WeightDtype::Float32);
+    let back: Vec<Vec<u32>> = m.named_parameters().iter().map(|(_, p)| bits(p)).collect();
+    assert_eq!(back, rounded, "the upcast is exact");
+}
+
+#[test]
+fn saving_writes_the_rounded_values() {
+    let _guard = lock();
+    let mut m = lora_model(true);
+    m.set_frozen_weights_dtype(WeightDtype::BFloat16).unwrap();
+    let dir = std::env::temp_dir().join(format!("riftco-frozen-dtype-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.safetensors");
+    save_model(&m, &path).unwrap();
+    let loaded = load_model(&path, Attn::Flash, Policy::Disabled).unwrap();
+    for ((name, a), (_, b)) in m.named_parameters().iter().zip(loaded.named_parameters()) {
+        assert_eq!(bits(a), bits(&b), "{name}");
+        assert!(b.value().half_dtype().is_none(), "{name}: loads as float32");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn what_needs_float32_weights_is_a_clear_error() {
+    let _guard = lock();
+    // No frozen weights: nothing to convert, trainable weights stay float32.
+    let mut plain =
+        DecoderOnlyTransformer::new(config(false), Attn::Flash, Policy::Disabled).unwrap();
+    let err = plain
+        .set_frozen_weights_dtype(WeightDtype::BFloat16)
+        .unwrap_err();
+    assert!(
+        matches!(err, TransformerError::Config { field: "dtype", .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("enable LoRA first"), "{err}");
+    plain
+        .set_frozen_weights_dtype(WeightDtype::Float32)
+        .unwrap();
+
+    let mut m = lora_model(false);
+    m.set_frozen_weights_dtype(WeightDtype::BFloat16).unwrap();
+    // Merging writes the base and makes it trainable.
+    let err = m.merge_lora().unwrap_err();
+    assert!(
+        err.to_string().contains("bfloat16") && err.to_string().contains("float32"),
+        "{err}"
+    );
+    assert!(m.has_lora());
+    // Another device.
+    riftco_tensor::backend::mirror::install();
+    let err = m.to_device(riftco_tensor::Device::PrivateUse1).unwrap_err();
+    assert!(err.to_string().contains("privateuseone"), "{err}");
+    assert_eq!(m.device(), riftco_tensor::Device::Cpu);
+    // Writing a 16-bit tensor.
+    let (name, p) = &m.named_parameters()[0];
+    let err = p
+        .value()
+        .copy_from_slice(&vec![0.0; p.value().numel()])
+        .unwrap_err();
+    assert!(err.to_string().contains("bfloat16"), "{name}: {err}");
+    // Names.
+    let err = "float64".parse::<WeightDtype>().unwrap_err();
+    assert!(
+        err.to_string().contains("float64") && err.to_string().contains("bfloat16"),
+        "{err}"
+    );
+    assert_eq!(
+        "BFloat16".parse::<WeightDtype>().unwrap(),
+        WeightDtype::BFloat16
+    );
+}
