@@ -10,7 +10,8 @@ Architectures (random weights, seeded; nothing is downloaded):
 Each row trains LoRA r=8 (alpha 16) on all seven projections with Adam (lr 1e-4) under one
 activation-checkpointing policy and one loss head: ``chunked`` (riftco's default: the LM head and
 cross-entropy a chunk of tokens at a time, ``loss_chunk_bytes`` 64 MiB) or ``unfused`` (whole
-logits). riftco's peak is ``riftco.memory_stats()`` after ``reset_peak_memory_stats()``, by
+logits); ``chunked bf16`` also stores the frozen base in bfloat16
+(``set_frozen_weights_dtype``). riftco's peak is ``riftco.memory_stats()`` after ``reset_peak_memory_stats()``, by
 category (parameter, gradient, optimizer state, activation, workspace) and the total (the peak of
 the sum). Step time is the median of ``--steps`` steps after one warm-up; the rows are
 interleaved step by step (round robin), so a busy period of the host slows every row alike.
@@ -93,6 +94,8 @@ class RiftcoRow:
         )
         self.model.enable_lora(rank=LORA_RANK, alpha=LORA_ALPHA, mlp=True)
         self.model.loss_chunk_bytes = None if head == "unfused" else riftco.DEFAULT_LOSS_CHUNK_BYTES
+        if head.endswith("bf16"):
+            self.model.set_frozen_weights_dtype("bfloat16")
         self.opt = riftco.Adam(self.model.parameters(), lr=1e-4)
         after = _current()
         self.held = {c: after[c] - before[c] for c in after}
@@ -265,7 +268,8 @@ def main() -> None:
         args.batch, args.seq, args.steps = 2, 32, 1
     block = tokens(args.batch, args.seq, shape["vocab_size"])
     policies = args.policies.split(",")
-    rows: list[Any] = [RiftcoRow(shape, p, h) for p in policies for h in ("unfused", "chunked")]
+    heads = ("unfused", "chunked", "chunked bf16")
+    rows: list[Any] = [RiftcoRow(shape, p, h) for p in policies for h in heads]
     if not args.no_torch:
         try:
             import peft  # noqa: F401
@@ -299,6 +303,11 @@ def main() -> None:
         print(f"| {r['row']:<52} | {r['step_s']:.2f} | {p['total'] / MIB:.0f} | {cats} |")
     for policy in policies:
         chunked, unfused = ref[f"riftco {policy} chunked"], ref[f"riftco {policy} unfused"]
+        bf16 = ref[f"riftco {policy} chunked bf16"]
+        print(
+            f"{policy}: chunked bf16 / chunked peak {bf16['peak_bytes']['total'] / chunked['peak_bytes']['total']:.3f}, "
+            f"step {bf16['step_s'] / chunked['step_s']:.3f}"
+        )
         print(
             f"{policy}: chunked / unfused peak {chunked['peak_bytes']['total'] / unfused['peak_bytes']['total']:.3f}, "
             f"step {chunked['step_s'] / unfused['step_s']:.3f}; losses {chunked['loss']:.6f} / {unfused['loss']:.6f}"
@@ -306,10 +315,11 @@ def main() -> None:
         torch_label = f"PyTorch + PEFT, {'HF gradient checkpointing' if policy != 'disabled' else 'no checkpointing'}"
         if torch_label in ref:
             t = ref[torch_label]
-            print(
-                f"{policy}: riftco chunked / {torch_label}: peak "
-                f"{chunked['peak_bytes']['total'] / t['peak_bytes']['total']:.3f}, step {chunked['step_s'] / t['step_s']:.3f}"
-            )
+            for r in (chunked, bf16):
+                print(
+                    f"{policy}: {r['row']} / {torch_label}: peak "
+                    f"{r['peak_bytes']['total'] / t['peak_bytes']['total']:.3f}, step {r['step_s'] / t['step_s']:.3f}"
+                )
     if args.out is not None:
         args.out.write_text(json.dumps({
             "date": datetime.date.today().isoformat(), "host": platform.machine(),

@@ -581,6 +581,7 @@ def load_model(
     activation_memory_budget: int | str | None = None,
     *,
     determinism_check: str = "metadata",
+    dtype: str = "float32",
 ) -> DecoderOnlyTransformer:
     """Loads ``model.safetensors`` from a stage output folder, a plain Hugging Face Llama model
     folder (``config.json`` with ``model.safetensors`` or a sharded
@@ -588,7 +589,10 @@ def load_model(
 
     ``attention``, ``activation_checkpointing``, ``activation_memory_budget`` and
     ``determinism_check`` (``"off"``, ``"metadata"`` or ``"values"``) are those of
-    :class:`riftco.DecoderOnlyTransformer` (the file records none of them).
+    :class:`riftco.DecoderOnlyTransformer` (the file records none of them). ``dtype``
+    ``"bfloat16"`` / ``"float16"`` reads the base weights straight into frozen 16-bit storage
+    (for LoRA; see ``DecoderOnlyTransformer.set_frozen_weights_dtype``), never holding an f32
+    copy of the model.
 
     Raises:
         ModelStateError: no or invalid model state at the path.
@@ -600,6 +604,7 @@ def load_model(
         activation_checkpointing=activation_checkpointing,
         activation_memory_budget=activation_memory_budget,
         determinism_check=determinism_check,
+        dtype=dtype,
     )
 
 
@@ -721,6 +726,8 @@ def run_post_training(
             cfg.attention,
             cfg.activation_checkpointing,
             activation_memory_budget=cfg.activation_memory_budget,
+            # 16-bit frozen weights (LoRA only) load straight into 16-bit storage.
+            dtype=cfg.frozen_weights_dtype,
         )
         _check_fits(model.config, cfg, corpus.tokens.dtype == np.uint8)
         undo = None

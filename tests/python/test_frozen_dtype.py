@@ -103,3 +103,21 @@ def test_post_training_stores_the_base_as_asked(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / riftco.METADATA_FILE).read_text())
     assert saved["lora"]["frozen_weights_dtype"] == "bfloat16"
     assert saved["training_config"]["frozen_weights_dtype"] == "bfloat16"
+
+
+def test_load_model_reads_straight_into_16_bit_storage(tmp_path: Path) -> None:
+    model = lora_model()
+    model.merge_lora()  # a plain float32 model
+    model.save(tmp_path / "bf16.safetensors", dtype="bfloat16")
+    rounded = riftco.load_model(tmp_path / "bf16.safetensors")
+    loaded = riftco.load_model(tmp_path / "bf16.safetensors", dtype="bfloat16")
+    assert loaded.frozen_weights_dtype == "bfloat16"
+    assert not any(p.requires_grad for p in loaded.parameters())
+    for (name, a), (_, b) in zip(loaded.named_parameters(), rounded.named_parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+    loaded.enable_lora(rank=2, alpha=4.0)
+    loss = loaded.loss(TOKENS)
+    loss.backward()
+    assert np.isfinite(loss.item())
+    with pytest.raises(riftco.ConfigError, match="dtype"):
+        riftco.load_model(tmp_path / "bf16.safetensors", dtype="int4")

@@ -28,13 +28,18 @@ def test_quick_memory_bench_measures_every_row(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     rows = {row["row"]: row for row in json.loads(out.read_text())["rows"]}
     assert sorted(rows) == sorted(
-        f"riftco {p} {h}" for p in ("disabled", "block") for h in ("unfused", "chunked")
+        f"riftco {p} {h}"
+        for p in ("disabled", "block")
+        for h in ("unfused", "chunked", "chunked bf16")
     )
     for policy in ("disabled", "block"):
         chunked, unfused = rows[f"riftco {policy} chunked"], rows[f"riftco {policy} unfused"]
         assert chunked["loss"] == unfused["loss"]
         assert chunked["peak_bytes"]["total"] < unfused["peak_bytes"]["total"], policy
         assert chunked["peak_bytes"]["parameter"] == unfused["peak_bytes"]["parameter"]
+        bf16 = rows[f"riftco {policy} chunked bf16"]
+        assert bf16["peak_bytes"]["parameter"] < chunked["peak_bytes"]["parameter"]
+        assert abs(bf16["loss"] - chunked["loss"]) < 1e-2  # the rounded base
     if importlib.util.find_spec("matplotlib") is None:
         pytest.skip("matplotlib not installed: the picture is not drawn")
     r = subprocess.run(

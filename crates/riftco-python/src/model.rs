@@ -11,7 +11,7 @@ use riftco_transformer::state::{
     config_json_pairing, save_model_as, ConfigJsonPairing, StateDtype,
 };
 use riftco_transformer::{
-    load_lora_adapter, load_model, load_weights_into, save_lora_adapter, DecoderOnlyTransformer,
+    load_lora_adapter, load_model_as, load_weights_into, save_lora_adapter, DecoderOnlyTransformer,
     FullSequenceAttentionKind, LoraConfig, LoraTargets, LossChunking, OptionTable,
     TransformerError, WeightDtype, ATTENTION_KINDS,
 };
@@ -639,6 +639,11 @@ impl PyModel {
     ///         none).
     ///     activation_memory_budget: bytes (int) or a size string, as for the constructor.
     ///     determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"`` (not saved).
+    ///     dtype: ``"float32"`` (default), or ``"bfloat16"`` / ``"float16"``: every base weight
+    ///         is read straight into 16-bit storage, tensor by tensor (a file of that format
+    ///         keeps its bits, others are rounded to nearest even), and frozen (train LoRA
+    ///         adapters on it; see ``set_frozen_weights_dtype``); loading never holds an f32
+    ///         copy then.
     ///
     /// Returns:
     ///     DecoderOnlyTransformer: a new model with the saved config and weights.
@@ -650,8 +655,8 @@ impl PyModel {
     ///         an invalid declared config, or a path that is not a regular file (a FIFO, a
     ///         device such as ``/dev/zero``, a socket).
     ///     OSError: when the file cannot be read (``IsADirectoryError`` for a directory).
-    ///     ConfigError: for an unknown option string or a policy that does not fit the saved
-    ///         config (as the constructor).
+    ///     ConfigError: for an unknown option string (``dtype`` included) or a policy that does
+    ///         not fit the saved config (as the constructor).
     ///
     /// Warns:
     ///     RuntimeWarning: the ``config.json`` beside the file is not the one saved with it (a
@@ -660,9 +665,11 @@ impl PyModel {
     #[staticmethod]
     #[pyo3(
         signature = (path, attention = "flash", activation_checkpointing = None,
-                     activation_memory_budget = None, *, determinism_check = "metadata"),
+                     activation_memory_budget = None, *, determinism_check = "metadata",
+                     dtype = "float32"),
         text_signature = "(path, attention='flash', activation_checkpointing='disabled', \
-                          activation_memory_budget=None, *, determinism_check='metadata')"
+                          activation_memory_budget=None, *, determinism_check='metadata', \
+                          dtype='float32')"
     )]
     fn load(
         py: Python<'_>,
@@ -671,15 +678,17 @@ impl PyModel {
         activation_checkpointing: Option<Bound<'_, PyAny>>,
         activation_memory_budget: Option<Bound<'_, PyAny>>,
         determinism_check: &str,
+        dtype: &str,
     ) -> PyResult<Self> {
         let attention = attention_kind(attention)?;
         let check = parse_determinism_check(determinism_check)?;
+        let dtype: WeightDtype = dtype.parse().map_err(transformer_err)?;
         let checkpointing = policy_from(
             activation_checkpointing.as_ref(),
             activation_memory_budget.as_ref(),
         )?;
         let (model, pairing) = compute(py, move || {
-            let mut model = load_model(&path, attention, checkpointing)?;
+            let mut model = load_model_as(&path, attention, checkpointing, dtype)?;
             model.set_determinism_check(check);
             Ok::<_, riftco_transformer::TransformerError>((model, config_json_pairing(&path)?))
         })?;

@@ -568,6 +568,34 @@ impl Tensor {
         })
     }
 
+    /// A CPU tensor of `shape` over 16-bit `bits` in `dtype` (see [`Tensor::to_half`]).
+    ///
+    /// # Errors
+    /// [`TensorError::ShapeOverflow`] for an invalid shape, [`TensorError::LengthMismatch`] when
+    /// `bits.len()` is not the shape's element count.
+    pub fn from_half_bits(
+        dtype: crate::HalfDtype,
+        mut bits: Vec<u16>,
+        shape: impl Into<Shape>,
+        category: MemoryCategory,
+    ) -> Result<Self> {
+        let shape = shape.into();
+        if Some(bits.len()) != shape.checked_numel() {
+            return Err(TensorError::LengthMismatch {
+                op: "Tensor::from_half_bits",
+                shape: shape.dims().to_vec(),
+                expected: shape.checked_numel().unwrap_or(usize::MAX),
+                got: bits.len(),
+            });
+        }
+        bits.shrink_to_fit();
+        let storage = Storage::from_buffer(Buffer::Half(dtype, bits), Device::Cpu, category);
+        Ok(Self {
+            storage: Arc::new(storage),
+            shape,
+        })
+    }
+
     /// A new f32 CPU tensor of the same shape and category holding the elements (an upcast copy
     /// of a 16-bit tensor, a plain copy of an f32 one).
     ///

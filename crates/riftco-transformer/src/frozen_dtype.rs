@@ -39,7 +39,7 @@ impl WeightDtype {
         }
     }
 
-    fn half(self) -> Option<HalfDtype> {
+    pub(crate) fn half(self) -> Option<HalfDtype> {
         match self {
             WeightDtype::Float32 => None,
             WeightDtype::BFloat16 => Some(HalfDtype::BFloat16),

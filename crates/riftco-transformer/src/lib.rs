@@ -45,4 +45,6 @@ pub use policy::{
     ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS,
 };
 pub use rope_scaling::RopeScaling;
-pub use state::{load_lora_adapter, load_model, load_weights_into, save_lora_adapter, save_model};
+pub use state::{
+    load_lora_adapter, load_model, load_model_as, load_weights_into, save_lora_adapter, save_model,
+};

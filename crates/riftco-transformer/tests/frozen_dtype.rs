@@ -196,3 +196,54 @@ fn what_needs_float32_weights_is_a_clear_error() {
         WeightDtype::BFloat16
     );
 }
+
+#[test]
+fn a_16_bit_file_loads_straight_into_16_bit_storage() {
+    let _guard = lock();
+    use riftco_transformer::load_model_as;
+    use riftco_transformer::state::{save_model_as, StateDtype};
+    let m = DecoderOnlyTransformer::new(config(true), Attn::Flash, Policy::Disabled).unwrap();
+    let dir = std::env::temp_dir().join(format!("riftco-frozen-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (f32_path, bf16_path) = (dir.join("f32.safetensors"), dir.join("bf16.safetensors"));
+    save_model(&m, &f32_path).unwrap();
+    save_model_as(&m, &bf16_path, StateDtype::BF16).unwrap();
+    let frozen_bytes: usize = m
+        .named_parameters()
+        .iter()
+        .map(|(_, p)| 2 * p.value().numel())
+        .sum();
+    let want: Vec<Vec<u32>> = {
+        let r = load_model(&bf16_path, Attn::Flash, Policy::Disabled).unwrap();
+        r.named_parameters().iter().map(|(_, p)| bits(p)).collect()
+    };
+    for path in [&bf16_path, &f32_path] {
+        let params = || memory_stats().get(MemoryCategory::Parameter).current_bytes;
+        let before = params();
+        let mut loaded =
+            load_model_as(path, Attn::Flash, Policy::Disabled, WeightDtype::BFloat16).unwrap();
+        // The RoPE table is not a parameter: the 16-bit weights are all the parameter bytes.
+        assert_eq!(params() - before, frozen_bytes, "{path:?}");
+        assert_eq!(loaded.frozen_weights_dtype(), WeightDtype::BFloat16);
+        let got: Vec<Vec<u32>> = loaded
+            .named_parameters()
+            .iter()
+            .map(|(_, p)| bits(p))
+            .collect();
+        assert_eq!(
+            got, want,
+            "{path:?}: the file's bits, or the f32 values rounded as a save"
+        );
+        assert!(
+            loaded.trainable_parameters().is_empty(),
+            "16-bit weights are frozen"
+        );
+        loaded.enable_lora(&lora()).unwrap();
+        assert_eq!(loaded.frozen_weights_dtype(), WeightDtype::BFloat16);
+        let block = tokens(2, 9, VOCAB as u32);
+        let loss = loaded.loss(&block, 2, 9).unwrap();
+        loss.backward().unwrap();
+        assert!(loss.value().to_vec()[0].is_finite());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -693,9 +693,11 @@ class DecoderOnlyTransformer:
         activation_memory_budget: _Budget | None = None,
         *,
         determinism_check: str = "metadata",
+        dtype: str = "float32",
     ) -> DecoderOnlyTransformer:
         """A model from a file written by ``save()``; ``ModelStateError`` / ``OSError``;
-        ``determinism_check`` as for the constructor (not saved)."""
+        ``determinism_check`` as for the constructor (not saved); ``dtype="bfloat16"`` /
+        ``"float16"`` reads the base straight into frozen 16-bit storage."""
     def load_weights(self, path: str | os.PathLike[str]) -> None: ...
     def save_lora(self, dir: str | os.PathLike[str]) -> None: ...
     def load_lora(self, dir: str | os.PathLike[str]) -> None: ...

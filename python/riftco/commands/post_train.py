@@ -168,11 +168,18 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
     """Checks every flag, then samples, fine-tunes, saves, plots and samples again (see the
     module docstring). Bad input raises before any folder exists."""
     state = _resolve_model(args.model)
+    if args.frozen_weights_dtype != "float32" and args.fine_tuning_method != "lora":
+        fail(
+            f"--frozen-weights-dtype {args.frozen_weights_dtype} needs --fine-tuning-method lora "
+            "(trainable weights stay float32)"
+        )
     model = riftco.load_model(
         state,
         attention=args.attention,
         activation_checkpointing=args.activation_checkpointing,
         activation_memory_budget=args.activation_memory_budget,
+        # Read straight into 16-bit storage: no f32 copy of the base is ever held.
+        dtype=args.frozen_weights_dtype,
     ).to(args.device)
     max_seq_len = int(model.config.max_seq_len)
     seq_len = max_seq_len if args.seq_len is None else args.seq_len

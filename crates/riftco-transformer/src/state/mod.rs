@@ -39,8 +39,8 @@ pub use dtype::StateDtype;
 pub use hf_config::hf_config_json;
 pub use lora::{load_lora_adapter, save_lora_adapter};
 pub use model_file::{
-    config_json_pairing, expected_base_shapes, load_model, load_weights_into, save_model,
-    save_model_as, ConfigJsonPairing,
+    config_json_pairing, expected_base_shapes, load_model, load_model_as, load_weights_into,
+    save_model, save_model_as, ConfigJsonPairing,
 };
 pub use read::{MAX_HEADER_BYTES, MAX_JSON_BYTES};
 pub use shards::SHARD_INDEX_FILE;

@@ -4,7 +4,7 @@ use super::atomic::{remove_stale_temporaries, write_safetensors_as, AtomicGroup}
 use super::dtype::StateDtype;
 use super::hf_config::{attention_dropout, check_dtype, config_from_hf, hf_config_json_as};
 use super::read::{
-    check_tensors, copy_into, read_f32_values, read_header, read_json, read_json_bytes, unchanged,
+    check_tensors, copy_into, read_header, read_json, read_json_bytes, read_values, unchanged,
 };
 use super::shards::{is_shard_index, load_sharded};
 use super::{
@@ -14,8 +14,9 @@ use super::{
 use crate::checkpointing::ActivationCheckpointing;
 use crate::config::{display_f32, TransformerConfig};
 use crate::error::Result;
+use crate::frozen_dtype::WeightDtype;
 use crate::layout;
-use crate::model::DecoderOnlyTransformer;
+use crate::model::{DecoderOnlyTransformer, ParamValues};
 use crate::policy::FullSequenceAttentionKind;
 use riftco_tensor::Tensor;
 use std::collections::HashMap;
@@ -134,14 +135,33 @@ pub fn load_model(
     attention: FullSequenceAttentionKind,
     checkpointing: impl Into<ActivationCheckpointing>,
 ) -> Result<DecoderOnlyTransformer> {
+    load_model_as(path, attention, checkpointing, WeightDtype::Float32)
+}
+
+/// [`load_model`] with the base weights stored in `dtype`: float32 (trainable, as
+/// [`load_model`]), or bfloat16 / float16 — then every base weight is frozen
+/// (`requires_grad = false`; enable LoRA to train adapters on it) and read into 16-bit storage
+/// straight from the file, tensor by tensor (a file of that format keeps its own bits; others
+/// are rounded to nearest, ties to even), so loading never holds an f32 copy of the model. See
+/// [`DecoderOnlyTransformer::set_frozen_weights_dtype`].
+///
+/// # Errors
+/// As [`load_model`].
+pub fn load_model_as(
+    path: &Path,
+    attention: FullSequenceAttentionKind,
+    checkpointing: impl Into<ActivationCheckpointing>,
+    dtype: WeightDtype,
+) -> Result<DecoderOnlyTransformer> {
+    let half = dtype.half();
     if is_shard_index(path) {
-        return load_sharded(path, attention, checkpointing);
+        return load_sharded(path, attention, checkpointing, half);
     }
     let header = read_header(path)?;
     let config = resolve_config(path, &header.metadata)?;
     let expected = expected_file_shapes(&config, header.tensors.tensors().contains_key(LM_HEAD));
     check_tensors(path, &header, &expected, &config_summary(&config))?;
-    let values = untie_values(path, &config, read_f32_values(path, header, &expected)?)?;
+    let values = untie_values(path, &config, read_values(path, header, &expected, half)?)?;
     // The parameters take the values read (no initialised model to copy them into).
     DecoderOnlyTransformer::from_parameter_values(config, attention, checkpointing, values)
 }
@@ -219,7 +239,15 @@ pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<
     }
     let expected = expected_file_shapes(config, header.tensors.tensors().contains_key(LM_HEAD));
     check_tensors(path, &header, &expected, &config_summary(config))?;
-    let values = untie_values(path, config, read_f32_values(path, header, &expected)?)?;
+    let values = read_values(path, header, &expected, None)?;
+    let values = untie_values(path, config, values)?
+        .into_iter()
+        .map(|(n, v)| match v {
+            ParamValues::F32(v) => (n, v),
+            // read_values with `None` returns f32 values only.
+            ParamValues::Half(..) => (n, Vec::new()),
+        })
+        .collect();
     copy_into(path, &model.weights().named_base_parameters(), values)
 }
 
@@ -259,8 +287,8 @@ pub(super) fn expected_file_shapes(
 pub(super) fn untie_values(
     path: &Path,
     config: &TransformerConfig,
-    mut values: Vec<(String, Vec<f32>)>,
-) -> Result<Vec<(String, Vec<f32>)>> {
+    mut values: Vec<(String, ParamValues)>,
+) -> Result<Vec<(String, ParamValues)>> {
     if !config.tie_word_embeddings {
         return Ok(values);
     }
@@ -268,21 +296,16 @@ pub(super) fn untie_values(
         return Ok(values);
     };
     let (_, head) = values.remove(i);
-    let embed = values
-        .iter()
-        .find(|(n, _)| n == EMBEDDING)
-        .map(|(_, v)| v.as_slice())
-        .unwrap_or_default();
-    if let Some(e) =
-        (0..head.len()).find(|&e| head[e].to_bits() != embed.get(e).map_or(0, |x| x.to_bits()))
-    {
+    let embed = values.iter().find(|(n, _)| n == EMBEDDING).map(|(_, v)| v);
+    let differs = |e: usize| head.bits_at(e) != embed.and_then(|v| v.bits_at(e)).or(Some(0));
+    if let Some(e) = (0..head.len()).find(|&e| differs(e)) {
         return Err(state_err(
             path,
             format!(
                 "the config ties the LM head to the embedding (tie_word_embeddings = true) but \
                  {LM_HEAD} differs from {EMBEDDING} at element {e} ({} vs {}): not a tied model",
-                head[e],
-                embed.get(e).copied().unwrap_or(f32::NAN)
+                head.value_at(e),
+                embed.map_or(f32::NAN, |v| v.value_at(e))
             ),
         ));
     }

@@ -15,7 +15,10 @@
 use super::dtype::{decode, is_readable};
 use super::{io_err, state_err};
 use crate::error::Result;
+use crate::model::ParamValues;
+use riftco_tensor::HalfDtype;
 use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::Dtype;
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File};
 use std::io::Read;
@@ -356,18 +359,38 @@ pub(super) fn check_tensor_infos(
     Ok(())
 }
 
-/// Reads the values of the `expected` tensors converted to f32, in `expected` order. Call
-/// [`check_tensors`] first (the data section's length was checked against the file by
-/// [`read_header`]).
+/// Reads the values of the `expected` tensors converted to f32, in `expected` order (see
+/// [`read_values`]).
+pub(super) fn read_f32_values(
+    path: &Path,
+    header: Header,
+    expected: &[(String, Vec<usize>)],
+) -> Result<Vec<(String, Vec<f32>)>> {
+    Ok(read_values(path, header, expected, None)?
+        .into_iter()
+        .map(|(n, v)| match v {
+            ParamValues::F32(v) => (n, v),
+            // read_values with `None` returns f32 values only.
+            ParamValues::Half(..) => (n, Vec::new()),
+        })
+        .collect())
+}
+
+/// Reads the values of the `expected` tensors, in `expected` order: converted to f32, or with
+/// `half` stored in that 16-bit format (the file's own bits when it holds that format, else each
+/// value rounded to nearest, ties to even). Call [`check_tensors`] first (the data section's
+/// length was checked against the file by [`read_header`]).
 ///
 /// Streams: each tensor's bytes are read from its offset into one buffer reused from tensor to
 /// tensor and decoded from there, so the memory in use is the values read so far plus the file
-/// bytes of one tensor, never the whole data section and the values at once.
-pub(super) fn read_f32_values(
+/// bytes of one tensor (and its f32 decoding when rounding), never the whole data section and
+/// the values at once.
+pub(super) fn read_values(
     path: &Path,
     mut header: Header,
     expected: &[(String, Vec<usize>)],
-) -> Result<Vec<(String, Vec<f32>)>> {
+    half: Option<HalfDtype>,
+) -> Result<Vec<(String, ParamValues)>> {
     use std::io::{Seek, SeekFrom};
     let mut out = Vec::new();
     out.try_reserve_exact(expected.len())
@@ -399,9 +422,46 @@ pub(super) fn read_f32_values(
             .seek(SeekFrom::Start(header.data_start + start as u64))
             .map_err(|e| state_err(path, format!("cannot seek to tensor {name}: {e}")))?;
         read_exact(path, &mut header.file, &mut bytes, "tensor data")?;
-        out.push((name.clone(), decode(path, name, info.dtype, &bytes)?));
+        let values = match half {
+            None => ParamValues::F32(decode(path, name, info.dtype, &bytes)?),
+            Some(h) => {
+                let same = matches!(
+                    (h, info.dtype),
+                    (HalfDtype::BFloat16, Dtype::BF16) | (HalfDtype::Float16, Dtype::F16)
+                );
+                let mut bits: Vec<u16> = Vec::new();
+                let n = if same {
+                    len / 2
+                } else {
+                    len / dtype_size(info.dtype)
+                };
+                bits.try_reserve_exact(n)
+                    .map_err(|_| state_err(path, format!("cannot allocate tensor {name}")))?;
+                if same {
+                    bits.extend(
+                        bytes
+                            .chunks_exact(2)
+                            .map(|b| u16::from_le_bytes([b[0], b[1]])),
+                    );
+                } else {
+                    let f = decode(path, name, info.dtype, &bytes)?;
+                    bits.extend(f.iter().map(|&x| h.from_f32(x)));
+                }
+                ParamValues::Half(h, bits)
+            }
+        };
+        out.push((name.clone(), values));
     }
     Ok(out)
+}
+
+/// Bytes per element of a readable dtype (F32, BF16, F16; 4 for anything else, which
+/// [`check_tensors`] refused before).
+fn dtype_size(dtype: Dtype) -> usize {
+    match dtype {
+        Dtype::BF16 | Dtype::F16 => 2,
+        _ => 4,
+    }
 }
 
 /// Copies validated values into the parameters of the same names; checks that every parameter

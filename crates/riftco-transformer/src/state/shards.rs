@@ -5,7 +5,7 @@
 use super::model_file::{
     config_summary, expected_file_shapes, resolve_config, untie_values, LM_HEAD,
 };
-use super::read::{check_tensor_infos, read_f32_values, read_header, read_json_bytes};
+use super::read::{check_tensor_infos, read_header, read_json_bytes, read_values};
 use super::{parent_dir, state_err};
 use crate::checkpointing::ActivationCheckpointing;
 use crate::error::Result;
@@ -76,6 +76,7 @@ pub(super) fn load_sharded(
     index_path: &Path,
     attention: FullSequenceAttentionKind,
     checkpointing: impl Into<ActivationCheckpointing>,
+    half: Option<riftco_tensor::HalfDtype>,
 ) -> Result<DecoderOnlyTransformer> {
     let bytes = read_json_bytes(index_path)?;
     let index: Index = serde_json::from_slice(&bytes).map_err(|e| {
@@ -176,7 +177,7 @@ pub(super) fn load_sharded(
             .filter(|(n, _)| header.tensors.info(n).is_some())
             .cloned()
             .collect();
-        values.extend(read_f32_values(&path, header, &mine)?);
+        values.extend(read_values(&path, header, &mine, half)?);
     }
     let values = untie_values(index_path, &config, values)?;
     // The parameters take the values read (no initialised model to copy them into).
