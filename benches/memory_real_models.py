@@ -213,7 +213,7 @@ def plot(results_path: Path) -> Path:
 
     data = json.loads(results_path.read_text())
     rows = data["rows"]
-    fig, ax = plt.subplots(figsize=(9, 4.8))
+    fig, ax = plt.subplots(figsize=(11, 5))
     for i, row in enumerate(rows):
         peak = row["peak_bytes"]
         top = peak["total"] / MIB
@@ -232,8 +232,15 @@ def plot(results_path: Path) -> Path:
             ax.bar(i, top, color=COLORS["total"], label=None if "PyTorch total peak" in seen else "PyTorch total peak")
         ax.text(i, top, f"{peak['total'] / MIB:.0f} MiB\n{row['step_s']:.1f} s",
                 ha="center", va="bottom", fontsize=8)
+    def short(label: str) -> str:
+        if label.startswith("riftco "):
+            policy, head = label.removeprefix("riftco ").split(" ", 1)
+            return f"riftco\n{policy}\n{head}"
+        checkpointing = "no GC" if "no checkpointing" in label else "HF GC"
+        return f"PyTorch\n+ PEFT\n{checkpointing}"
+
     ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r["row"].replace("riftco ", "riftco\n").replace("PyTorch + PEFT, ", "PyTorch+PEFT\n") for r in rows], fontsize=8)
+    ax.set_xticklabels([short(r["row"]) for r in rows], fontsize=8)
     ax.set_ylabel("peak MiB (bars: each category's peak; line: total)")
     ax.set_ylim(0, max(sum(r["peak_bytes"].get(c, 0) for c in CATEGORIES) for r in rows) / MIB * 1.2)
     ax.set_title(
