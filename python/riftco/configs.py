@@ -132,7 +132,9 @@ def check_loss_chunk_bytes(value: object) -> int | None:
         try:
             size = parse_byte_size(value)
         except ConfigError as e:
-            raise ConfigError(f"loss_chunk_bytes = {value!r}: {e}") from None
+            # The parser names the budget setting; say which setting this is.
+            message = str(e).replace("activation_memory_budget", "loss_chunk_bytes")
+            raise ConfigError(message) from None
     elif isinstance(value, bool) or not hasattr(value, "__index__"):
         raise ConfigError(
             f"loss_chunk_bytes must be an int of bytes, a size string such as '64MiB', or None "
@@ -279,11 +281,12 @@ class PostTrainingConfig(_LoopConfig):
         residual_dropout: dropout probability on the attention and MLP outputs before the
             residual adds, in ``[0, 1)``, or ``None`` (default, the model's); as
             ``attention_dropout``.
-        frozen_weights_dtype: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"``: the
-            storage of the frozen base weights under LoRA (only with ``"lora"``); 16 bits halve
-            their bytes while every op computes in float32 (see
-            ``DecoderOnlyTransformer.set_frozen_weights_dtype``). A passed-in model keeps the
-            format afterwards, like its adapters.
+        frozen_weights_dtype: ``None`` (default: keep the model's format; float32 for a path),
+            ``"float32"``, ``"bfloat16"`` or ``"float16"``: the storage of the frozen base
+            weights under LoRA (16 bits only with ``"lora"`` on the CPU); 16 bits halve their
+            bytes while every op computes in float32 (see
+            ``DecoderOnlyTransformer.set_frozen_weights_dtype``); a path loads straight into
+            that storage. A passed-in model keeps the format afterwards, like its adapters.
         lora_dropout: dropout probability on the adapters' inputs (PEFT's ``lora_dropout``,
             written to ``adapter_config.json``), in ``[0, 1)``, default 0; only with ``"lora"``.
 
@@ -304,7 +307,7 @@ class PostTrainingConfig(_LoopConfig):
     attention_dropout: float | None = None
     residual_dropout: float | None = None
     lora_dropout: float = 0.0
-    frozen_weights_dtype: str = "float32"
+    frozen_weights_dtype: str | None = None
     steps: int = 100
     lr: float = 1e-3
     warmup_steps: int = 10
@@ -323,14 +326,22 @@ class PostTrainingConfig(_LoopConfig):
             if value is not None or name == "lora_dropout":
                 # Kept as a plain float (a NumPy scalar too), so that to_dict() stays JSON-native.
                 object.__setattr__(self, name, check_probability(name, value))
-        if isinstance(self.frozen_weights_dtype, str):
-            object.__setattr__(self, "frozen_weights_dtype", self.frozen_weights_dtype.lower())
-        _check_choice("frozen_weights_dtype", self.frozen_weights_dtype, FROZEN_WEIGHTS_DTYPES)
-        if self.frozen_weights_dtype != "float32" and self.fine_tuning_method != "lora":
-            raise ConfigError(
-                f"frozen_weights_dtype = {self.frozen_weights_dtype!r} needs fine_tuning_method "
-                f"'lora' (trainable weights stay float32); got {self.fine_tuning_method!r}"
-            )
+        if self.frozen_weights_dtype is not None:
+            if isinstance(self.frozen_weights_dtype, str):
+                object.__setattr__(self, "frozen_weights_dtype", self.frozen_weights_dtype.lower())
+            _check_choice("frozen_weights_dtype", self.frozen_weights_dtype, FROZEN_WEIGHTS_DTYPES)
+        if self.frozen_weights_dtype not in (None, "float32"):
+            if self.fine_tuning_method != "lora":
+                raise ConfigError(
+                    f"frozen_weights_dtype = {self.frozen_weights_dtype!r} needs "
+                    f"fine_tuning_method 'lora' (trainable weights stay float32); got "
+                    f"{self.fine_tuning_method!r}"
+                )
+            if self.device is not None and self.device.lower() != "cpu":
+                raise ConfigError(
+                    f"frozen_weights_dtype = {self.frozen_weights_dtype!r} stores the base on "
+                    f"the CPU only; got device {self.device!r} (use float32 there)"
+                )
         if self.lora_dropout != 0 and self.fine_tuning_method != "lora":
             raise ConfigError(
                 f"lora_dropout = {self.lora_dropout!r} needs fine_tuning_method 'lora'; "

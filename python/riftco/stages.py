@@ -71,6 +71,7 @@ from riftco._native import (
 )
 from riftco.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
 from riftco.data import VOCAB_SIZE, BatchSampler, Corpus, check_corpus_fits
+from riftco.grad_mode import no_grad
 from riftco.run_records import StepRecords
 
 MODEL_STATE_FILE = "model.safetensors"
@@ -201,7 +202,8 @@ def _validation_loss(
 ) -> float:
     """Mean loss over the blocks ``batches()`` yields (the same blocks on every call), holding one
     block at a time, so ``eval_batches`` bounds the time but not the memory. Computed in
-    evaluation mode (no dropout, no dropout step); the model's mode is restored afterwards."""
+    evaluation mode (no dropout, no dropout step) and without recording a graph (``no_grad``:
+    the chunked loss computes no gradients); the model's mode is restored afterwards."""
     count = 0
 
     def losses() -> Iterator[float]:
@@ -213,7 +215,8 @@ def _validation_loss(
     training = model.training
     model.eval()
     try:
-        total = math.fsum(losses())
+        with no_grad():
+            total = math.fsum(losses())
     finally:
         model.train(training)
     return total / count
@@ -655,13 +658,14 @@ def _post_training_setup(
             seed=cfg.lora_seed,
             dropout=cfg.lora_dropout,
         )
-        model.set_frozen_weights_dtype(cfg.frozen_weights_dtype)
+        if cfg.frozen_weights_dtype is not None:
+            model.set_frozen_weights_dtype(cfg.frozen_weights_dtype)
         metadata["lora"] = {
             "rank": cfg.lora_rank,
             "alpha": cfg.lora_alpha,
             "mlp": cfg.lora_mlp,
             "dropout": cfg.lora_dropout,
-            "frozen_weights_dtype": cfg.frozen_weights_dtype,
+            "frozen_weights_dtype": model.frozen_weights_dtype,
         }
         metadata["files"] = [ADAPTER_DIR, METADATA_FILE]
 
@@ -727,7 +731,7 @@ def run_post_training(
             cfg.activation_checkpointing,
             activation_memory_budget=cfg.activation_memory_budget,
             # 16-bit frozen weights (LoRA only) load straight into 16-bit storage.
-            dtype=cfg.frozen_weights_dtype,
+            dtype=cfg.frozen_weights_dtype or "float32",
         )
         _check_fits(model.config, cfg, corpus.tokens.dtype == np.uint8)
         undo = None

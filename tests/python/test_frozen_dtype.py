@@ -85,6 +85,9 @@ def test_errors_name_the_value() -> None:
         riftco.PostTrainingConfig(fine_tuning_method="full", frozen_weights_dtype="bfloat16")
     with pytest.raises(riftco.ConfigError, match="frozen_weights_dtype"):
         riftco.PostTrainingConfig(frozen_weights_dtype="int8")
+    with pytest.raises(riftco.ConfigError, match="CPU only"):
+        riftco.PostTrainingConfig(frozen_weights_dtype="bfloat16", device="gpu")
+    assert riftco.PostTrainingConfig().frozen_weights_dtype is None  # keep the model's
 
 
 def test_post_training_stores_the_base_as_asked(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ use riftco_transformer::LossChunking;
 /// tokens at a time, with at most `bytes` of logits workspace (`bytes / (4 · (vocab_size + 1))`
 /// tokens a chunk, at least one; the default, with 64 MiB), never the whole
 /// `[tokens, vocab_size]` logits nor their gradient. The loss equals the unfused one (bitwise on
-/// the CPU) and the gradients agree within f32 rounding. Since 2.6.
+/// the CPU in the tests) and the gradients agree within f32 rounding. Since 2.6.
 ///
 /// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ARGUMENT for `bytes` = 0 (the setting is
 /// unchanged then).

@@ -201,8 +201,9 @@ impl PyModel {
     /// fused linear cross-entropy, Hsu et al. 2024): the ``[tokens, vocab_size]`` logits and
     /// their gradient are never whole in memory. ``None`` computes whole logits, then the
     /// cross-entropy (the graph keeps the logits until ``backward()``). Both give the same loss
-    /// (bitwise on the CPU) and gradients within f32 rounding. ``logits()`` always returns whole
-    /// logits. Not model state.
+    /// (bitwise on the CPU in the tests, where the product kernel gives a row the same values
+    /// in a chunk as in the whole product) and gradients within f32 rounding. ``logits()``
+    /// always returns whole logits. Not model state.
     ///
     /// Setting it accepts an int of bytes, a size string (``"64MiB"``) or ``None``; ``0``, a
     /// negative or fractional size, a float or a bool raises ``ConfigError`` naming

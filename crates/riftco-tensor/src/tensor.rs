@@ -78,16 +78,13 @@ impl Tensor {
         let shape = shape.into();
         check_len("Tensor::from_buffer", &shape, buffer.len())?;
         let placeholder = matches!(buffer, Buffer::Placeholder(_));
-        if !placeholder && matches!(buffer, Buffer::Host(_)) != (device == Device::Cpu) {
+        let host = matches!(buffer, Buffer::Host(_) | Buffer::Half(..));
+        if !placeholder && host != (device == Device::Cpu) {
             return Err(TensorError::InvalidArgument {
                 op: "Tensor::from_buffer",
                 message: format!(
                     "a {} buffer cannot live on device {device}",
-                    if matches!(buffer, Buffer::Host(_)) {
-                        "host"
-                    } else {
-                        "device"
-                    }
+                    if host { "host" } else { "device" }
                 ),
             });
         }
@@ -380,7 +377,9 @@ impl Tensor {
     /// read this value become stale).
     ///
     /// # Errors
-    /// [`TensorError::NotOnHost`] for a tensor on another device.
+    /// [`TensorError::NotOnHost`] for a tensor on another device;
+    /// [`TensorError::InvalidArgument`] for a tensor stored in 16 bits (read-only, see
+    /// [`Tensor::to_half`]).
     pub fn write(&self) -> Result<HostWrite<'_>> {
         self.storage.write()
     }
@@ -554,12 +553,25 @@ impl Tensor {
     /// elements to f32 exactly; writes are errors).
     ///
     /// # Errors
-    /// [`TensorError::NotOnHost`] for a tensor on another device; out of memory.
+    /// [`TensorError::NotOnHost`] for a tensor on another device;
+    /// [`TensorError::InvalidArgument`] naming the first finite element that the format cannot
+    /// hold (float16 beyond 65504: it would become infinite); out of memory.
     pub fn to_half(&self, dtype: crate::HalfDtype) -> Result<Tensor> {
         let values = self.read()?;
         let mut bits: Vec<u16> =
             crate::alloc::try_vec_with_capacity("Tensor::to_half", values.len())?;
         bits.extend(values.iter().map(|&x| dtype.from_f32(x)));
+        if let Some(i) = first_overflow(&values, &bits, dtype) {
+            return Err(TensorError::InvalidArgument {
+                op: "Tensor::to_half",
+                message: format!(
+                    "element {i} = {} is finite but beyond the range of {} (it would become \
+                     infinite); keep this tensor in float32, or use bfloat16 (float32's range)",
+                    values[i],
+                    dtype.name()
+                ),
+            });
+        }
         drop(values);
         let storage = Storage::from_buffer(Buffer::Half(dtype, bits), Device::Cpu, self.category());
         Ok(Self {
@@ -626,4 +638,13 @@ impl Tensor {
         }
         Ok(())
     }
+}
+
+/// The index of the first finite value of `values` whose 16-bit rounding in `bits` is not finite
+/// (float16 past 65504), if any.
+pub fn first_overflow(values: &[f32], bits: &[u16], dtype: crate::HalfDtype) -> Option<usize> {
+    values
+        .iter()
+        .zip(bits)
+        .position(|(x, &b)| x.is_finite() && !dtype.to_f32(b).is_finite())
 }

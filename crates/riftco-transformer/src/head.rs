@@ -6,16 +6,17 @@ use crate::error::{Result, TransformerError};
 use riftco_autograd::{ops, Variable};
 
 /// The default byte budget of the chunked loss's logits workspace (64 MiB: 341 tokens per chunk
-/// at a vocabulary of 49152, 130 at 128256; a 256-token vocabulary computes 65536 tokens at
-/// once).
+/// at a vocabulary of 49152, 130 at 128256, 65281 at 256).
 pub const DEFAULT_LOSS_CHUNK_BYTES: u64 = 64 << 20;
 
 /// How the training loss computes the LM head and cross-entropy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LossChunking {
-    /// Fused and chunked: each chunk's logits (and then, in place, their gradient) plus one
-    /// logsumexp per token take at most this many bytes of workspace (at least one token per
-    /// chunk, whatever the budget).
+    /// Fused and chunked: on the CPU each chunk's logits (and then, in place, their gradient)
+    /// plus one logsumexp per token take at most this many bytes of workspace (at least one
+    /// token per chunk, whatever the budget). A GPU composes the chunk from its existing
+    /// kernels: there a chunk's logits and their gradient exist at once (twice the budget),
+    /// plus a `[vocab, d_model]` partial head gradient per chunk when the head is trainable.
     Chunked {
         /// The workspace budget in bytes (`>= 1`).
         bytes: u64,

@@ -185,6 +185,29 @@ fn what_needs_float32_weights_is_a_clear_error() {
         .copy_from_slice(&vec![0.0; p.value().numel()])
         .unwrap_err();
     assert!(err.to_string().contains("bfloat16"), "{name}: {err}");
+    // float16 cannot hold a weight past 65504: an error naming it, nothing converted.
+    let mut big = lora_model(false);
+    let (_, p) = &big.named_parameters()[1];
+    let mut values = p.value().to_vec();
+    values[3] = 1e5;
+    p.value().copy_from_slice(&values).unwrap();
+    let err = big
+        .set_frozen_weights_dtype(WeightDtype::Float16)
+        .unwrap_err();
+    assert!(err.to_string().contains("element 3 = 100000"), "{err}");
+    assert_eq!(big.frozen_weights_dtype(), WeightDtype::Float32);
+    big.set_frozen_weights_dtype(WeightDtype::BFloat16).unwrap();
+    // Loading weights in place needs float32 ones.
+    let dir = std::env::temp_dir().join(format!("riftco-frozen-inplace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    save_model(&big, &dir.join("m.safetensors")).unwrap();
+    let err = riftco_transformer::load_weights_into(&big, &dir.join("m.safetensors")).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("set_frozen_weights_dtype(float32)"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
     // Names.
     let err = "float64".parse::<WeightDtype>().unwrap_err();
     assert!(

@@ -605,7 +605,7 @@ class DecoderOnlyTransformer:
         loss's logits workspace (default 64 MiB: ``budget // (4 * (vocab_size + 1))`` tokens a
         chunk, at least one; gradients computed in the same pass, so the ``[tokens, vocab]``
         logits and their gradient are never whole), or ``None`` for whole logits. Same loss
-        (bitwise on the CPU), gradients within f32 rounding; ``logits()`` is always whole. Set
+        (bitwise on the CPU in the tests), gradients within f32 rounding; ``logits()`` is always whole. Set
         an int, a size string (``"64MiB"``) or ``None``; ``0``, negative, fractional, float or
         bool sizes raise ``ConfigError`` naming ``loss_chunk_bytes``. Not model state."""
     @loss_chunk_bytes.setter

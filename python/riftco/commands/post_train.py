@@ -173,6 +173,11 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
             f"--frozen-weights-dtype {args.frozen_weights_dtype} needs --fine-tuning-method lora "
             "(trainable weights stay float32)"
         )
+    if args.frozen_weights_dtype != "float32" and args.device != "cpu":
+        fail(
+            f"--frozen-weights-dtype {args.frozen_weights_dtype} stores the base on the CPU "
+            f"only; got --device {args.device} (use float32 there)"
+        )
     model = riftco.load_model(
         state,
         attention=args.attention,

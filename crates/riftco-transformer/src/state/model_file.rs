@@ -217,6 +217,17 @@ pub fn config_json_pairing(path: &Path) -> Result<ConfigJsonPairing> {
 /// describes a different architecture than the model's config (the seed is ignored), or `path`
 /// is a shard index (`*.index.json`). Nothing is copied unless every tensor validates.
 pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
+    if model.has_half_weights() {
+        return Err(state_err(
+            path,
+            format!(
+                "the model's frozen weights are stored in {} (read-only): loading weights in \
+                 place needs float32 ones (set_frozen_weights_dtype(float32) first, or load \
+                 the file as a new model)",
+                model.frozen_weights_dtype()
+            ),
+        ));
+    }
     if is_shard_index(path) {
         return Err(state_err(
             path,

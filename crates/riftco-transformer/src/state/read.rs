@@ -446,6 +446,17 @@ pub(super) fn read_values(
                 } else {
                     let f = decode(path, name, info.dtype, &bytes)?;
                     bits.extend(f.iter().map(|&x| h.from_f32(x)));
+                    if let Some(i) = riftco_tensor::tensor::first_overflow(&f, &bits, h) {
+                        return Err(state_err(
+                            path,
+                            format!(
+                                "tensor {name} element {i} = {} is beyond the range of {} (it \
+                                 would become infinite): load it as float32 or bfloat16",
+                                f[i],
+                                h.name()
+                            ),
+                        ));
+                    }
                 }
                 ParamValues::Half(h, bits)
             }
