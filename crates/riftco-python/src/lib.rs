@@ -33,6 +33,7 @@ mod grad_mode;
 mod kernels;
 mod memory;
 mod model;
+mod model_state;
 mod optim;
 mod policy;
 mod rng;

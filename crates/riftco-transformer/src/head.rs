@@ -3,6 +3,7 @@
 //! that the `[tokens, vocab]` logits and their gradient never exist whole.
 
 use crate::error::{Result, TransformerError};
+use crate::model::DecoderOnlyTransformer;
 use riftco_autograd::{ops, Variable};
 
 /// The default byte budget of the chunked loss's logits workspace (64 MiB: 341 tokens per chunk
@@ -90,4 +91,29 @@ pub fn head_loss(
         }
         LossChunking::Unfused => ops::cross_entropy(&ops::linear(h, lm_head)?, targets)?,
     })
+}
+
+impl DecoderOnlyTransformer {
+    /// How the training loss computes the LM head and cross-entropy (default: chunked with a
+    /// [`DEFAULT_LOSS_CHUNK_BYTES`](crate::head::DEFAULT_LOSS_CHUNK_BYTES) workspace). Not part
+    /// of model state.
+    pub fn loss_chunking(&self) -> LossChunking {
+        self.loss_chunking
+    }
+
+    /// Sets how later [`DecoderOnlyTransformer::loss`] calls compute the LM head and
+    /// cross-entropy: [`LossChunking::Chunked`] never materialises the `[tokens, vocab]` logits
+    /// nor their gradient; [`LossChunking::Unfused`] does (the loss and gradients agree within
+    /// f32 rounding). [`DecoderOnlyTransformer::logits`] always returns full logits.
+    ///
+    /// # Errors
+    /// [`TransformerError::Config`] for a chunked budget of 0 bytes; the setting is unchanged
+    /// then.
+    pub fn set_loss_chunking(&mut self, chunking: LossChunking) -> Result<()> {
+        if let LossChunking::Chunked { bytes } = chunking {
+            LossChunking::chunked(bytes)?;
+        }
+        self.loss_chunking = chunking;
+        Ok(())
+    }
 }

@@ -27,20 +27,7 @@ pub fn linear_cross_entropy<B: Backend + ?Sized>(
     c: MemoryCategory,
 ) -> Result<LossAndGradients> {
     const WS: MemoryCategory = MemoryCategory::Workspace;
-    let rows = targets.len();
-    let d = x.dims().last().copied().unwrap_or(0);
-    if chunk_rows == 0 || rows == 0 || d == 0 || w.numel() % d != 0 || x.numel() != rows * d {
-        return Err(TensorError::InvalidArgument {
-            op,
-            message: format!(
-                "linear_cross_entropy needs x [rows, d] with rows = {rows} targets, W [vocab, d] \
-                 and chunk_rows >= 1; got x {:?}, W {:?}, chunk_rows {chunk_rows}",
-                x.dims(),
-                w.dims()
-            ),
-        });
-    }
-    let vocab = w.numel() / d;
+    let (rows, d, vocab) = linear_cross_entropy_sizes(op, x, w, targets, chunk_rows)?;
     let device = be.device();
     let total = Tensor::try_full_on(Shape::scalar(), 0.0, c, device)?;
     let grad = MemoryCategory::Gradient;
@@ -91,4 +78,32 @@ pub fn linear_cross_entropy<B: Backend + ?Sized>(
         d_first: dx,
         d_second: dw,
     })
+}
+
+/// `(rows, d, vocab)` of a [`Backend::linear_cross_entropy`] call: `x [rows, d]` with one row
+/// per target, `w [vocab, d]`, `chunk_rows >= 1`.
+///
+/// # Errors
+/// [`TensorError::InvalidArgument`] naming the sizes otherwise.
+pub(super) fn linear_cross_entropy_sizes(
+    op: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    targets: &[u32],
+    chunk_rows: usize,
+) -> Result<(usize, usize, usize)> {
+    let rows = targets.len();
+    let d = x.dims().last().copied().unwrap_or(0);
+    if chunk_rows == 0 || rows == 0 || d == 0 || w.numel() % d != 0 || x.numel() != rows * d {
+        return Err(TensorError::InvalidArgument {
+            op,
+            message: format!(
+                "linear_cross_entropy needs x [rows, d] with rows = {rows} targets, W [vocab, d] \
+                 and chunk_rows >= 1; got x {:?}, W {:?}, chunk_rows {chunk_rows}",
+                x.dims(),
+                w.dims()
+            ),
+        });
+    }
+    Ok((rows, d, w.numel() / d))
 }

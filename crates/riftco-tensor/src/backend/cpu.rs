@@ -557,22 +557,8 @@ impl Backend for CpuBackend {
         [want_dx, want_dw]: [bool; 2],
         c: MemoryCategory,
     ) -> Result<LossAndGradients> {
-        let rows = targets.len();
-        let d = x.dims().last().copied().unwrap_or(0);
-        if chunk_rows == 0 || rows == 0 || d == 0 || w.numel() % d != 0 || x.numel() != rows * d {
-            // The composed form names the sizes.
-            return super::composed::linear_cross_entropy(
-                self,
-                op,
-                x,
-                w,
-                targets,
-                chunk_rows,
-                [want_dx, want_dw],
-                c,
-            );
-        }
-        let vocab = w.numel() / d;
+        let (rows, d, vocab) =
+            super::composed::linear_cross_entropy_sizes(op, x, w, targets, chunk_rows)?;
         let chunk = chunk_rows.min(rows);
         // The chunk's logits (then their gradient, in place) and logsumexp, counted as workspace
         // while they exist.

@@ -1,9 +1,7 @@
 //! LoRA adapters in PEFT layout.
 
 use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
-use super::read::{
-    check_tensors, copy_into, read_f32_values, read_header, read_json_bytes, unchanged,
-};
+use super::read::{check_tensors, copy_into, read_header, read_json_bytes, read_values, unchanged};
 use super::{
     io_err, state_err, ADAPTER_CONFIG_FILE, ADAPTER_CONFIG_METADATA_KEY, ADAPTER_MODEL_FILE,
 };
@@ -155,7 +153,7 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
     }
     let context = format!("r {}, target_modules {:?}", lora.rank, peft.target_modules);
     check_tensors(&model_path, &header, &expected, &context)?;
-    let values = read_f32_values(&model_path, header, &expected)?;
+    let values = read_values(&model_path, header, &expected, None)?;
 
     let before = (**model.weights()).clone();
     let result = model.enable_lora(&lora).and_then(|()| {

@@ -30,6 +30,7 @@ mod lora;
 mod model_file;
 mod read;
 mod shards;
+mod values;
 
 use crate::error::TransformerError;
 use std::path::{Path, PathBuf};

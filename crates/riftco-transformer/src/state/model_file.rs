@@ -7,6 +7,7 @@ use super::read::{
     check_tensors, copy_into, read_header, read_json, read_json_bytes, read_values, unchanged,
 };
 use super::shards::{is_shard_index, load_sharded};
+use super::values::ParamValues;
 use super::{
     fnv1a64_hex, io_err, parent_dir, state_err, CONFIG_METADATA_KEY, HF_CONFIG_FILE,
     HF_CONFIG_HASH_KEY,
@@ -16,7 +17,7 @@ use crate::config::{display_f32, TransformerConfig};
 use crate::error::Result;
 use crate::frozen_dtype::WeightDtype;
 use crate::layout;
-use crate::model::{DecoderOnlyTransformer, ParamValues};
+use crate::model::DecoderOnlyTransformer;
 use crate::policy::FullSequenceAttentionKind;
 use riftco_tensor::Tensor;
 use std::collections::HashMap;
@@ -250,15 +251,7 @@ pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<
     }
     let expected = expected_file_shapes(config, header.tensors.tensors().contains_key(LM_HEAD));
     check_tensors(path, &header, &expected, &config_summary(config))?;
-    let values = read_values(path, header, &expected, None)?;
-    let values = untie_values(path, config, values)?
-        .into_iter()
-        .map(|(n, v)| match v {
-            ParamValues::F32(v) => (n, v),
-            // read_values with `None` returns f32 values only.
-            ParamValues::Half(..) => (n, Vec::new()),
-        })
-        .collect();
+    let values = untie_values(path, config, read_values(path, header, &expected, None)?)?;
     copy_into(path, &model.weights().named_base_parameters(), values)
 }
 

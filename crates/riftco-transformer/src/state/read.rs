@@ -13,9 +13,9 @@
 //! costs at most its own size.
 
 use super::dtype::{decode, is_readable};
+use super::values::ParamValues;
 use super::{io_err, state_err};
 use crate::error::Result;
-use crate::model::ParamValues;
 use riftco_tensor::HalfDtype;
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::Dtype;
@@ -359,23 +359,6 @@ pub(super) fn check_tensor_infos(
     Ok(())
 }
 
-/// Reads the values of the `expected` tensors converted to f32, in `expected` order (see
-/// [`read_values`]).
-pub(super) fn read_f32_values(
-    path: &Path,
-    header: Header,
-    expected: &[(String, Vec<usize>)],
-) -> Result<Vec<(String, Vec<f32>)>> {
-    Ok(read_values(path, header, expected, None)?
-        .into_iter()
-        .map(|(n, v)| match v {
-            ParamValues::F32(v) => (n, v),
-            // read_values with `None` returns f32 values only.
-            ParamValues::Half(..) => (n, Vec::new()),
-        })
-        .collect())
-}
-
 /// Reads the values of the `expected` tensors, in `expected` order: converted to f32, or with
 /// `half` stored in that 16-bit format (the file's own bits when it holds that format, else each
 /// value rounded to nearest, ties to even). Call [`check_tensors`] first (the data section's
@@ -480,9 +463,9 @@ fn dtype_size(dtype: Dtype) -> usize {
 pub(super) fn copy_into(
     path: &Path,
     params: &[(String, riftco_autograd::Variable)],
-    values: Vec<(String, Vec<f32>)>,
+    values: Vec<(String, ParamValues)>,
 ) -> Result<()> {
-    let mut by_name: HashMap<String, Vec<f32>> = values.into_iter().collect();
+    let mut by_name: HashMap<String, ParamValues> = values.into_iter().collect();
     let mut plan = Vec::with_capacity(params.len());
     for (name, p) in params {
         match by_name.remove(name) {
@@ -496,7 +479,13 @@ pub(super) fn copy_into(
         }
     }
     for (p, v) in plan {
-        p.value().copy_from_slice(&v)?;
+        match v {
+            ParamValues::F32(v) => p.value().copy_from_slice(&v)?,
+            ParamValues::Half(dtype, bits) => {
+                let v: Vec<f32> = bits.iter().map(|&b| dtype.to_f32(b)).collect();
+                p.value().copy_from_slice(&v)?
+            }
+        }
     }
     Ok(())
 }

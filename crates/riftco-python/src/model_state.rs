@@ -1,0 +1,159 @@
+//! Saving and loading `DecoderOnlyTransformer` state from Python: model files (safetensors +
+//! `config.json`, sharded Hugging Face folders) and PEFT LoRA adapters.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use riftco_transformer::state::{
+    config_json_pairing, save_model_as, ConfigJsonPairing, StateDtype,
+};
+use riftco_transformer::{
+    load_lora_adapter, load_model_as, load_weights_into, save_lora_adapter, WeightDtype,
+};
+
+use crate::errors::{compute, transformer_err, Exc};
+use crate::model::{attention_kind, parse_determinism_check, PyModel};
+use crate::policy::policy_from;
+#[pymethods]
+impl PyModel {
+    /// Saves the base weights as a safetensors file (Hugging Face Llama names, ``[out, in]``
+    /// linear weights, the config in the metadata) and a Hugging Face ``config.json`` beside it.
+    /// The pair is saved atomically: a process killed at any moment leaves a folder that loads
+    /// as the old or the new model, and the next save removes the temporaries it left. The
+    /// checkpointing policy is not saved.
+    ///
+    /// Args:
+    ///     path: the ``.safetensors`` file to write (not named ``config.json``).
+    ///     dtype: ``"float32"`` (default, exact) or ``"bfloat16"`` (each value rounded to the
+    ///         nearest bfloat16, ties to even; half the bytes, for exchange; ``config.json``
+    ///         then says ``"torch_dtype": "bfloat16"``).
+    ///
+    /// Raises:
+    ///     ConfigError: for another ``dtype`` (named).
+    ///     ModelStateError: for an unusable path name.
+    ///     OSError: when the file cannot be written (the path is in the message).
+    #[pyo3(signature = (path, dtype = "float32"))]
+    fn save(&self, py: Python<'_>, path: PathBuf, dtype: &str) -> PyResult<()> {
+        let dtype = match dtype {
+            "float32" => StateDtype::F32,
+            "bfloat16" => StateDtype::BF16,
+            other => {
+                return Err(Exc::Config.err(format!(
+                    "dtype = {other:?}: expected \"float32\" or \"bfloat16\""
+                )))
+            }
+        };
+        compute(py, || save_model_as(&self.read(), &path, dtype))
+    }
+
+    /// Loads a model saved by ``save()``, or a Hugging Face Llama checkpoint (``config.json``
+    /// beside the weights).
+    ///
+    /// Args:
+    ///     path: the ``.safetensors`` file, or the ``model.safetensors.index.json`` of a sharded
+    ///         folder (every shard it names is read). F32, BF16 and F16 tensors are read,
+    ///         converted to f32 exactly.
+    ///     attention: ``"flash"`` or ``"materialized"``.
+    ///     activation_checkpointing: any policy form the constructor accepts (the file records
+    ///         none).
+    ///     activation_memory_budget: bytes (int) or a size string, as for the constructor.
+    ///     determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"`` (not saved).
+    ///     dtype: ``"float32"`` (default), or ``"bfloat16"`` / ``"float16"``: every base weight
+    ///         is read straight into 16-bit storage, tensor by tensor (a file of that format
+    ///         keeps its bits, others are rounded to nearest even), and frozen (train LoRA
+    ///         adapters on it; see ``set_frozen_weights_dtype``); loading never holds an f32
+    ///         copy then.
+    ///
+    /// Returns:
+    ///     DecoderOnlyTransformer: a new model with the saved config and weights.
+    ///
+    /// Raises:
+    ///     ModelStateError: for a truncated, corrupt or mismatching file (names, shapes, a dtype
+    ///         other than F32/BF16/F16), a bad shard index (a missing shard, a tensor mapped
+    ///         twice or not where the index says, a shard path leaving the folder),
+    ///         an invalid declared config, or a path that is not a regular file (a FIFO, a
+    ///         device such as ``/dev/zero``, a socket).
+    ///     OSError: when the file cannot be read (``IsADirectoryError`` for a directory).
+    ///     ConfigError: for an unknown option string (``dtype`` included) or a policy that does
+    ///         not fit the saved config (as the constructor).
+    ///
+    /// Warns:
+    ///     RuntimeWarning: the ``config.json`` beside the file is not the one saved with it (a
+    ///         killed save or an edit): the state's architecture and weights load, edited dropout
+    ///         probabilities apply; a Hugging Face loader reads the other file until a save.
+    #[staticmethod]
+    #[pyo3(
+        signature = (path, attention = "flash", activation_checkpointing = None,
+                     activation_memory_budget = None, *, determinism_check = "metadata",
+                     dtype = "float32"),
+        text_signature = "(path, attention='flash', activation_checkpointing='disabled', \
+                          activation_memory_budget=None, *, determinism_check='metadata', \
+                          dtype='float32')"
+    )]
+    fn load(
+        py: Python<'_>,
+        path: PathBuf,
+        attention: &str,
+        activation_checkpointing: Option<Bound<'_, PyAny>>,
+        activation_memory_budget: Option<Bound<'_, PyAny>>,
+        determinism_check: &str,
+        dtype: &str,
+    ) -> PyResult<Self> {
+        let attention = attention_kind(attention)?;
+        let check = parse_determinism_check(determinism_check)?;
+        let dtype: WeightDtype = dtype.parse().map_err(transformer_err)?;
+        let checkpointing = policy_from(
+            activation_checkpointing.as_ref(),
+            activation_memory_budget.as_ref(),
+        )?;
+        let (model, pairing) = compute(py, move || {
+            let mut model = load_model_as(&path, attention, checkpointing, dtype)?;
+            model.set_determinism_check(check);
+            Ok::<_, riftco_transformer::TransformerError>((model, config_json_pairing(&path)?))
+        })?;
+        if pairing == ConfigJsonPairing::Mismatched {
+            let message = c"config.json beside this model state is not the one saved with it (a \
+                            save interrupted between its two renames, or an edit?): the state's \
+                            own architecture and weights were loaded, with any dropout \
+                            probabilities edited in config.json; save again to rewrite it";
+            PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(),
+                message,
+                1,
+            )?;
+        }
+        Ok(Self::wrap(model))
+    }
+
+    /// Overwrites the base weights in place from a file saved by ``save()`` with the same
+    /// architecture. Graphs recorded before become stale.
+    ///
+    /// Raises:
+    ///     ModelStateError: for a bad file or another architecture.
+    ///     OSError: when the file cannot be read.
+    fn load_weights(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        compute(py, || load_weights_into(&self.read(), &path))
+    }
+
+    /// Saves the LoRA adapters in PEFT layout (``adapter_model.safetensors`` and
+    /// ``adapter_config.json``) into a directory, atomically as a pair (as ``save()``).
+    ///
+    /// Raises:
+    ///     LoraError: when the model has no adapters.
+    ///     OSError: when the directory cannot be written.
+    fn save_lora(&self, py: Python<'_>, dir: PathBuf) -> PyResult<()> {
+        compute(py, || save_lora_adapter(&self.read(), &dir))
+    }
+
+    /// Loads PEFT LoRA adapters saved by ``save_lora()`` (replacing any present) and activates
+    /// them; the base weights are frozen.
+    ///
+    /// Raises:
+    ///     ModelStateError: for a malformed or mismatching adapter, or a file that is not a
+    ///         regular file.
+    ///     OSError: when the files cannot be read.
+    fn load_lora(&self, py: Python<'_>, dir: PathBuf) -> PyResult<()> {
+        compute(py, || load_lora_adapter(&mut self.write(), &dir))
+    }
+}
