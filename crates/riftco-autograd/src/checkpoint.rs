@@ -473,7 +473,8 @@ where
         return Ok(vec![None; parents.len()]);
     }
     // 3. local VJP in a nested, isolated context
-    let mut local = GradientContext::compute(&out, grad_out.clone())?;
+    // The replay graph is this pass's alone: each node's record goes as soon as its VJP ran.
+    let mut local = GradientContext::compute_with(&out, grad_out.clone(), false)?;
     // 4.–5. input VJPs and dependency VJPs go to the outer pass (which accumulates them)
     let mut grads = Vec::with_capacity(parents.len());
     for x in &x0 {

@@ -6,10 +6,11 @@
 //! a nested pass with its own context and hands its input and dependency VJPs to the outer one.
 
 use crate::error::{AutogradError, Result};
-use crate::variable::Variable;
+use crate::variable::{Node, OpRecord, Variable};
 use riftco_tensor::{MemoryCategory, Tensor, TensorError};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Weak};
 
 struct Slot {
     var: Variable,
@@ -41,6 +42,20 @@ impl GradientContext {
     /// [`crate::CheckpointError::ReentrantReplay`] when this pass, started inside a replay,
     /// reaches the checkpoint being replayed).
     pub fn compute(root: &Variable, seed: Tensor) -> Result<Self> {
+        Self::compute_with(root, seed, true)
+    }
+
+    /// [`GradientContext::compute`] choosing whether the graph is kept: with `retain_graph`
+    /// false, each op node's record (its parents, its VJP and the values the VJP holds) is
+    /// released as soon as its VJP has run, so the memory of the part already differentiated
+    /// is freed during the pass (PyTorch's `retain_graph=False`); differentiating the graph
+    /// again is then [`AutogradError::GraphFreed`]. The values read by VJPs that ran are
+    /// version-checked after the pass all the same.
+    ///
+    /// # Errors
+    /// As [`GradientContext::compute`]; [`AutogradError::GraphFreed`] when the graph reaches a
+    /// node an earlier freeing pass differentiated (checked before any VJP runs).
+    pub fn compute_with(root: &Variable, seed: Tensor, retain_graph: bool) -> Result<Self> {
         if !root.requires_grad() {
             return Err(AutogradError::NoGradient {
                 what: root.describe(),
@@ -55,10 +70,12 @@ impl GradientContext {
             .into());
         }
         let pending = validate_and_count(root)?;
-        let ctx = run(root, seed, pending)?;
+        let mut watches = Vec::new();
+        let ctx = run(root, seed, pending, (!retain_graph).then_some(&mut watches))?;
         // Checkpoint replays run user code during the pass: a value read by a VJP that already
         // ran may have changed since.
         check_versions(root)?;
+        watches.iter().try_for_each(Watch::check)?;
         Ok(ctx)
     }
 
@@ -115,8 +132,7 @@ impl GradientContext {
 }
 
 /// The stale-graph error of the first parent of `v` whose value changed since `v` was recorded.
-fn stale_parent(v: &Variable) -> Option<AutogradError> {
-    let op = v.0.op.as_ref()?;
+fn stale_parent(op: &OpRecord) -> Option<AutogradError> {
     op.parents
         .iter()
         .zip(&op.parent_versions)
@@ -141,9 +157,15 @@ fn validate_and_count(root: &Variable) -> Result<HashMap<u64, usize>> {
         if error.is_some() {
             return;
         }
-        error = stale_parent(v);
+        let Some(op) = v.op_record() else {
+            if v.is_graph_freed() && v.requires_grad() {
+                error = Some(AutogradError::GraphFreed { what: v.describe() });
+            }
+            return;
+        };
+        error = stale_parent(&op);
         if error.is_none() && v.requires_grad() {
-            for p in v.parents().iter().filter(|p| p.requires_grad()) {
+            for p in op.parents.iter().filter(|p| p.requires_grad()) {
                 *pending.entry(p.id()).or_insert(0) += 1;
             }
         }
@@ -159,13 +181,48 @@ fn check_versions(root: &Variable) -> Result<()> {
     let mut error: Option<AutogradError> = None;
     root.walk(&|_| false, &mut |v| {
         if error.is_none() {
-            error = stale_parent(v);
+            error = v.op_record().and_then(|op| stale_parent(&op));
         }
     });
     error.map_or(Ok(()), Err)
 }
 
-fn run(root: &Variable, seed: Tensor, mut pending: HashMap<u64, usize>) -> Result<GradientContext> {
+/// A value a VJP read, watched after a freeing pass released the record that read it: the
+/// node (weakly: a node nobody keeps can no longer change) and the version recorded at forward.
+struct Watch {
+    node: Weak<Node>,
+    recorded: u64,
+    op: &'static str,
+}
+
+impl Watch {
+    fn check(&self) -> Result<()> {
+        let Some(node) = self.node.upgrade() else {
+            return Ok(());
+        };
+        let var = Variable(node);
+        let current = var.value().version();
+        if current == self.recorded {
+            return Ok(());
+        }
+        Err(AutogradError::StaleGraph {
+            tensor: var.describe(),
+            op: self.op,
+            recorded: self.recorded,
+            current,
+        })
+    }
+}
+
+/// Runs the VJPs in dependency order. With `watches` (a freeing pass) each node's record is
+/// taken out of the graph before its VJP runs and dropped right after, its parents' recorded
+/// versions going to `watches`.
+fn run(
+    root: &Variable,
+    seed: Tensor,
+    mut pending: HashMap<u64, usize>,
+    mut watches: Option<&mut Vec<Watch>>,
+) -> Result<GradientContext> {
     // Gradients of op nodes waiting for their VJP; removed (and freed) as soon as it runs.
     let mut inner: HashMap<u64, Slot> = HashMap::new();
     let mut ctx = GradientContext::default();
@@ -182,11 +239,26 @@ fn run(root: &Variable, seed: Tensor, mut pending: HashMap<u64, usize>) -> Resul
     inner.insert(root.id(), root_slot);
     ready.push(root.clone());
     while let Some(node) = ready.pop() {
-        let op = node
-            .0
-            .op
-            .as_ref()
-            .expect("only op nodes are scheduled for a VJP");
+        let record =
+            match watches.as_deref_mut() {
+                Some(watches) => {
+                    let record = node.take_op_record();
+                    if let Some(r) = &record {
+                        watches.extend(r.parents.iter().zip(&r.parent_versions).map(|(p, &v)| {
+                            Watch {
+                                node: Arc::downgrade(&p.0),
+                                recorded: v,
+                                op: r.name,
+                            }
+                        }));
+                    }
+                    record
+                }
+                None => node.op_record(),
+            };
+        let op = record.ok_or_else(|| AutogradError::GraphFreed {
+            what: node.describe(),
+        })?;
         // A node every consumer sent `None` has no gradient: its parents get none from it,
         // but their pending counts must still fall.
         let grads = match inner.remove(&node.id()) {
@@ -284,6 +356,42 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// How [`Variable::backward_with`] runs: PyTorch's `Tensor.backward(gradient, retain_graph)`,
+/// plus gradient accumulation.
+#[derive(Clone, Debug)]
+pub struct BackwardOptions {
+    /// The seed gradient, of the output's shape; `None` seeds a one-element output with 1.
+    pub gradient: Option<Tensor>,
+    /// Keep the graph (the default, `true`): a second backward pass on an unchanged graph
+    /// gives the same gradients. `false` frees each node's record (parents, VJP, saved values)
+    /// as soon as its VJP has run, so memory falls during the pass (a graph whose tail runs
+    /// plainly peaks at the larger of the tail and one checkpoint replay, not their sum); a
+    /// second pass is then [`AutogradError::GraphFreed`].
+    pub retain_graph: bool,
+    /// Add the gradients to the committed ones instead of replacing them.
+    pub accumulate: bool,
+}
+
+impl Default for BackwardOptions {
+    fn default() -> Self {
+        Self {
+            gradient: None,
+            retain_graph: true,
+            accumulate: false,
+        }
+    }
+}
+
+impl BackwardOptions {
+    /// The default options with `retain_graph = false` (the form training loops use).
+    pub fn freeing() -> Self {
+        Self {
+            retain_graph: false,
+            ..Self::default()
+        }
+    }
+}
+
 impl Variable {
     /// Backpropagates from this single-element output (seed gradient 1) in a fresh, isolated
     /// pass, then replaces the public gradient of every trainable leaf reached. Calling it again
@@ -292,19 +400,23 @@ impl Variable {
     /// Not allowed inside a checkpoint replay: a checkpoint callable that calls it (during the
     /// outer backward pass) gets [`crate::CheckpointError::BackwardInsideReplay`] and nothing is
     /// committed, so a failed outer pass still leaves every public gradient as it was. The same
-    /// holds for [`Variable::backward_with_grad`] and [`Variable::backward_accumulate`].
+    /// holds for [`Variable::backward_with_grad`], [`Variable::backward_accumulate`] and
+    /// [`Variable::backward_with`].
     ///
     /// # Errors
     /// [`AutogradError::NotScalar`] for multi-element outputs,
     /// [`crate::CheckpointError::BackwardInsideReplay`] inside a checkpoint replay, plus
     /// everything [`GradientContext::compute`] returns. On error no public gradient changes.
     pub fn backward(&self) -> Result<()> {
-        self.backward_impl(None, false)
+        self.backward_with(BackwardOptions::default())
     }
 
     /// Like [`Variable::backward`] with an explicit seed gradient of the output's shape.
     pub fn backward_with_grad(&self, seed: Tensor) -> Result<()> {
-        self.backward_impl(Some(seed), false)
+        self.backward_with(BackwardOptions {
+            gradient: Some(seed),
+            ..BackwardOptions::default()
+        })
     }
 
     /// Gradient accumulation across micro-batches: runs a fresh isolated pass like
@@ -312,14 +424,24 @@ impl Variable {
     /// them. Call [`Variable::zero_grad`] on the parameters (or use the first micro-batch's plain
     /// `backward()`) to start a new accumulation.
     pub fn backward_accumulate(&self) -> Result<()> {
-        self.backward_impl(None, true)
+        self.backward_with(BackwardOptions {
+            accumulate: true,
+            ..BackwardOptions::default()
+        })
     }
 
-    fn backward_impl(&self, seed: Option<Tensor>, accumulate: bool) -> Result<()> {
+    /// A backward pass with [`BackwardOptions`] (seed gradient, `retain_graph`, accumulation).
+    /// With `retain_graph = false` a failed pass still commits nothing, but the part of the
+    /// graph it differentiated is freed (as in PyTorch): run the forward again.
+    ///
+    /// # Errors
+    /// As [`Variable::backward`]; [`AutogradError::GraphFreed`] when an earlier freeing pass
+    /// differentiated this graph.
+    pub fn backward_with(&self, options: BackwardOptions) -> Result<()> {
         if let Some(name) = crate::checkpoint::replay_in_progress() {
             return Err(crate::CheckpointError::BackwardInsideReplay { name }.into());
         }
-        let seed = match seed {
+        let seed = match options.gradient {
             Some(s) => s,
             None => {
                 if self.value().numel() != 1 {
@@ -335,7 +457,7 @@ impl Variable {
                 )?
             }
         };
-        let ctx = GradientContext::compute(self, seed)?;
-        ctx.commit(accumulate)
+        let ctx = GradientContext::compute_with(self, seed, options.retain_graph)?;
+        ctx.commit(options.accumulate)
     }
 }

@@ -178,6 +178,11 @@ pub enum AutogradError {
     /// The output does not require gradients (no trainable leaf reaches it).
     #[error("backward: {what} does not require grad (no trainable leaf reaches it)")]
     NoGradient { what: String },
+    /// A backward pass reached an op node whose graph an earlier backward pass with
+    /// `retain_graph = false` freed (PyTorch: "Trying to backward through the graph a second
+    /// time").
+    #[error("backward: {what} was already differentiated by a backward pass with retain_graph=False, which freed its graph (its parents and saved values); run the forward again, or pass retain_graph=True to the first backward to differentiate twice")]
+    GraphFreed { what: String },
     /// A checkpoint contract violation.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
@@ -254,7 +259,9 @@ impl AutogradError {
             AutogradError::Tensor(e) => e.kind(),
             AutogradError::StaleGraph { .. } => ErrorKind::StaleGraph,
             AutogradError::NotScalar { .. } => ErrorKind::Shape,
-            AutogradError::NoGradient { .. } => ErrorKind::Backward,
+            AutogradError::NoGradient { .. } | AutogradError::GraphFreed { .. } => {
+                ErrorKind::Backward
+            }
             AutogradError::Checkpoint(e) => e.kind(),
             AutogradError::Panic { .. } => ErrorKind::Panic,
             AutogradError::RngOffsetOverflow { .. } | AutogradError::CounterOverflow { .. } => {

@@ -33,11 +33,11 @@ pub use checkpoint::{
     checkpoint, checkpoint_multi, checkpoint_multi_with_options, checkpoint_with_name,
     checkpoint_with_options, checkpoint_with_pass, CheckpointPass,
 };
-pub use context::{panic_message, GradientContext};
+pub use context::{panic_message, BackwardOptions, GradientContext};
 pub use determinism::{value_hash, DeterminismCheck};
 pub use error::{AutogradError, CheckpointError, Result};
 pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled, NoGradGuard};
 pub use named::{named, CheckpointOptions};
 pub use rng::{draw_counter, fork_rng, manual_seed, reserve, rng_state, set_rng_state, RngState};
 pub use stats::GraphStatistics;
-pub use variable::Variable;
+pub use variable::{Saves, Variable};

@@ -31,7 +31,7 @@ use crate::determinism::DeterminismCheck;
 use crate::error::{CheckpointError, Result};
 use crate::grad_mode::is_grad_enabled;
 use crate::rng::{reserve, rng_state, set_rng_state, RngState};
-use crate::variable::{peek_next_id, Variable, VjpFn};
+use crate::variable::{peek_next_id, Saves, Variable, VjpFn};
 use riftco_tensor::Tensor;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -115,6 +115,7 @@ enum ParentRef {
 struct SavedNode {
     op: &'static str,
     value: Tensor,
+    saves: Saves,
     vjp: Arc<VjpFn>,
     parents: Vec<ParentRef>,
 }
@@ -389,6 +390,7 @@ fn capture(
         saved.push(SavedNode {
             op: record.name,
             value: v.value().clone(),
+            saves: record.saves,
             vjp: record.vjp.clone(),
             parents,
         });
@@ -452,6 +454,7 @@ fn rebuild(name: &str, inputs: &[&Variable]) -> Result<Variable> {
             node.op,
             node.value.clone(),
             parents,
+            node.saves,
             node.vjp.clone(),
         ));
     }

@@ -4,8 +4,8 @@ use crate::error::Result;
 use riftco_tensor::Tensor;
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -26,10 +26,71 @@ pub(crate) fn peek_next_id() -> u64 {
 pub type VjpFn =
     dyn Fn(&[Variable], &Tensor, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static;
 
+/// Which forward values an op's VJP reads (the data, not the shape or device): its own output
+/// and which of its parents. PyTorch's "saved tensors": a value that no VJP reads is released
+/// as soon as nothing but the graph refers to its node (see [`Variable`]), so the graph keeps
+/// only what backward needs. Declaring too little is never a silent wrong result: a VJP that
+/// reads a released value fails with `TensorError::NoData`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Saves {
+    output: bool,
+    /// Bit `i`: the VJP reads parent `i` (parents from index 64 on always count as read).
+    parents: u64,
+}
+
+impl Saves {
+    /// The VJP reads its output and every parent (the conservative default of
+    /// [`Variable::from_op`]).
+    pub const ALL: Saves = Saves {
+        output: true,
+        parents: u64::MAX,
+    };
+    /// The VJP reads no forward value (for example addition, or a rotation).
+    pub const NOTHING: Saves = Saves {
+        output: false,
+        parents: 0,
+    };
+
+    /// The VJP reads the parents at `indices` (and not its output).
+    pub const fn parents(indices: &[usize]) -> Saves {
+        let mut parents = 0u64;
+        let mut i = 0;
+        while i < indices.len() {
+            if indices[i] < 64 {
+                parents |= 1u64 << indices[i];
+            }
+            i += 1;
+        }
+        Saves {
+            output: false,
+            parents,
+        }
+    }
+
+    /// These reads, and also the op's own output.
+    pub const fn and_output(self) -> Saves {
+        Saves {
+            output: true,
+            parents: self.parents,
+        }
+    }
+
+    /// Whether the VJP reads its own output.
+    pub fn reads_output(self) -> bool {
+        self.output
+    }
+
+    /// Whether the VJP reads parent `index`.
+    pub fn reads_parent(self, index: usize) -> bool {
+        index >= 64 || self.parents & (1u64 << index) != 0
+    }
+}
+
 pub(crate) struct OpRecord {
     pub(crate) name: &'static str,
     pub(crate) parents: Vec<Variable>,
     pub(crate) parent_versions: Vec<u64>,
+    pub(crate) saves: Saves,
     pub(crate) vjp: Arc<VjpFn>,
 }
 
@@ -37,21 +98,51 @@ pub(crate) struct Node {
     pub(crate) id: u64,
     pub(crate) value: Tensor,
     pub(crate) requires_grad: bool,
-    pub(crate) op: Option<OpRecord>,
+    /// The op name; `None` for leaves. Stays after a freeing backward released the record.
+    pub(crate) op_name: Option<&'static str>,
+    /// The op record: `None` for leaves, and for op nodes whose record a backward pass with
+    /// `retain_graph = false` released.
+    pub(crate) op: Mutex<Option<Arc<OpRecord>>>,
     pub(crate) grad: Mutex<Option<Tensor>>,
     pub(crate) name: Mutex<Option<String>>,
+    /// How many VJPs read this node's value (its own, and its consumers').
+    pub(crate) readers: AtomicUsize,
+    /// How many op records hold this node as a parent (one per occurrence).
+    pub(crate) graph_refs: AtomicUsize,
+}
+
+impl Node {
+    fn op_lock(&self) -> MutexGuard<'_, Option<Arc<OpRecord>>> {
+        self.op.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Unlinks a released record's parents: one graph reference less each.
+fn unlink(record: &OpRecord) {
+    for p in &record.parents {
+        p.0.graph_refs.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Drop for Node {
     // Dropping a long chain of Arc<Node> recursively would overflow the stack on deep graphs;
     // unlink parents iteratively instead.
     fn drop(&mut self) {
-        let Some(op) = self.op.take() else { return };
-        let mut stack: Vec<Variable> = op.parents;
-        while let Some(var) = stack.pop() {
-            if let Ok(mut node) = Arc::try_unwrap(var.0) {
-                if let Some(op) = node.op.take() {
-                    stack.extend(op.parents);
+        let Some(op) = self.op.get_mut().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let mut stack: Vec<Variable> = Vec::new();
+        let release = |op: Arc<OpRecord>, stack: &mut Vec<Variable>| {
+            if let Ok(mut record) = Arc::try_unwrap(op) {
+                unlink(&record);
+                stack.append(&mut record.parents);
+            }
+        };
+        release(op, &mut stack);
+        while let Some(mut var) = stack.pop() {
+            if let Some(node) = Arc::get_mut(&mut var.0) {
+                if let Some(op) = node.op.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+                    release(op, &mut stack);
                 }
             }
         }
@@ -63,8 +154,57 @@ impl Drop for Node {
 ///
 /// Cloning is cheap (`Arc`). The graph keeps alive everything backward needs, so dropping the
 /// model or the inputs after a forward pass does not break the backward pass.
+///
+/// # What the graph keeps
+/// An op node's value is released (its memory freed; its shape, device and version stay, and
+/// reading it is `TensorError::NoData`) once no `Variable` handle outside the graph refers to
+/// the node, when no VJP reads it ([`Saves`]) and no other tensor shares its storage. Values a
+/// VJP reads stay until the graph is dropped, or until a backward pass with
+/// `retain_graph = false` ran that VJP ([`BackwardOptions`](crate::BackwardOptions)).
 #[derive(Clone)]
 pub struct Variable(pub(crate) Arc<Node>);
+
+/// Whether `node`'s value is needed by nothing but the graph, which never reads it: an op node
+/// that no VJP reads, referred to only by op records (`extra` more handles are being dropped
+/// by the caller).
+fn only_the_graph_keeps(node: &Arc<Node>, extra: usize) -> bool {
+    node.op_name.is_some()
+        && node.readers.load(Ordering::Acquire) == 0
+        && Arc::strong_count(node) - extra == node.graph_refs.load(Ordering::Acquire)
+}
+
+impl Drop for Variable {
+    fn drop(&mut self) {
+        if !only_the_graph_keeps(&self.0, 1) || Arc::strong_count(&self.0) == 1 {
+            return;
+        }
+        if self.0.value.release_if_exclusive() {
+            return;
+        }
+        // A view (a reshape shares its input's storage): release the storage when every node
+        // of the chain of views down to the one that allocated it is kept by the graph alone
+        // and nothing else shares it.
+        let mut chain = 1;
+        let mut record = self.0.op_lock().clone();
+        while let Some(r) = record {
+            let Some(parent) = r.parents.first() else {
+                return;
+            };
+            if r.name != "reshape" || !parent.value().same_storage(&self.0.value) {
+                return;
+            }
+            if !only_the_graph_keeps(&parent.0, 0) {
+                return;
+            }
+            chain += 1;
+            if self.0.value.storage_handles() == chain {
+                self.0.value.release_shared();
+                return;
+            }
+            record = parent.0.op_lock().clone();
+        }
+    }
+}
 
 impl Variable {
     /// A leaf: a trainable parameter (`requires_grad = true`), a frozen parameter or an input.
@@ -73,9 +213,12 @@ impl Variable {
             id: next_id(),
             value,
             requires_grad,
-            op: None,
+            op_name: None,
+            op: Mutex::new(None),
             grad: Mutex::new(None),
             name: Mutex::new(None),
+            readers: AtomicUsize::new(0),
+            graph_refs: AtomicUsize::new(0),
         }))
     }
 
@@ -91,9 +234,10 @@ impl Variable {
         Self::leaf(value, false)
     }
 
-    /// Records an op node. When recording is disabled ([`crate::no_grad`]) the result is a
-    /// constant leaf. Parents that do not require grad are still recorded: their values are
-    /// version-checked before backward, and checkpoint uses them to verify its boundary.
+    /// Records an op node whose VJP may read its output and every parent ([`Saves::ALL`]).
+    /// When recording is disabled ([`crate::no_grad`]) the result is a constant leaf. Parents
+    /// that do not require grad are still recorded: their values are version-checked before
+    /// backward, and checkpoint uses them to verify its boundary.
     pub fn from_op(
         name: &'static str,
         value: Tensor,
@@ -103,15 +247,31 @@ impl Variable {
             + Sync
             + 'static,
     ) -> Self {
-        Self::from_op_shared(name, value, parents, Arc::new(vjp))
+        Self::from_op_saving(name, value, parents, Saves::ALL, vjp)
     }
 
-    /// [`Variable::from_op`] with a VJP rule shared with other nodes (a selective checkpoint
-    /// replay rebuilds a saved node around the VJP the forward recorded).
+    /// [`Variable::from_op`] declaring which forward values the VJP reads: the others are
+    /// released as soon as nothing outside the graph refers to them (see [`Variable`]).
+    pub fn from_op_saving(
+        name: &'static str,
+        value: Tensor,
+        parents: Vec<Variable>,
+        saves: Saves,
+        vjp: impl Fn(&[Variable], &Tensor, &Tensor) -> Result<Vec<Option<Tensor>>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        Self::from_op_shared(name, value, parents, saves, Arc::new(vjp))
+    }
+
+    /// [`Variable::from_op_saving`] with a VJP rule shared with other nodes (a selective
+    /// checkpoint replay rebuilds a saved node around the VJP the forward recorded).
     pub(crate) fn from_op_shared(
         name: &'static str,
         value: Tensor,
         parents: Vec<Variable>,
+        saves: Saves,
         vjp: Arc<VjpFn>,
     ) -> Self {
         if !crate::grad_mode::is_grad_enabled() || parents.is_empty() {
@@ -119,22 +279,34 @@ impl Variable {
         }
         let requires_grad = parents.iter().any(|p| p.requires_grad());
         let parent_versions = parents.iter().map(|p| p.value().version()).collect();
+        for (i, p) in parents.iter().enumerate() {
+            p.0.graph_refs.fetch_add(1, Ordering::AcqRel);
+            if saves.reads_parent(i) {
+                p.0.readers.fetch_add(1, Ordering::AcqRel);
+            }
+        }
         Self(Arc::new(Node {
             id: next_id(),
             value,
             requires_grad,
-            op: Some(OpRecord {
+            op_name: Some(name),
+            op: Mutex::new(Some(Arc::new(OpRecord {
                 name,
                 parents,
                 parent_versions,
+                saves,
                 vjp,
-            }),
+            }))),
             grad: Mutex::new(None),
             name: Mutex::new(None),
+            readers: AtomicUsize::new(usize::from(saves.reads_output())),
+            graph_refs: AtomicUsize::new(0),
         }))
     }
 
-    /// The forward value.
+    /// The forward value. An op node's value that no VJP reads is released once nothing
+    /// outside the graph refers to the node (see [`Variable`]); reading a released value is
+    /// `TensorError::NoData`.
     pub fn value(&self) -> &Tensor {
         &self.0.value
     }
@@ -151,12 +323,12 @@ impl Variable {
 
     /// Whether this is a leaf (no op recorded).
     pub fn is_leaf(&self) -> bool {
-        self.0.op.is_none()
+        self.0.op_name.is_none()
     }
 
     /// The op name, `"leaf"` for leaves.
     pub fn op_name(&self) -> &'static str {
-        self.0.op.as_ref().map(|o| o.name).unwrap_or("leaf")
+        self.0.op_name.unwrap_or("leaf")
     }
 
     /// A process-unique id.
@@ -164,13 +336,19 @@ impl Variable {
         self.0.id
     }
 
-    /// The parents of an op node (empty for leaves).
-    pub fn parents(&self) -> &[Variable] {
-        self.0
-            .op
-            .as_ref()
-            .map(|o| o.parents.as_slice())
-            .unwrap_or(&[])
+    /// The parents of an op node (empty for leaves, and for op nodes whose graph a backward
+    /// pass with `retain_graph = false` freed).
+    pub fn parents(&self) -> Vec<Variable> {
+        self.op_record()
+            .map(|o| o.parents.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether a backward pass with `retain_graph = false` freed this op node's record (its
+    /// parents and saved values): differentiating through it again is
+    /// [`crate::AutogradError::GraphFreed`].
+    pub fn is_graph_freed(&self) -> bool {
+        self.0.op_name.is_some() && self.0.op_lock().is_none()
     }
 
     /// Sets the name used in messages.
@@ -205,7 +383,8 @@ impl Variable {
             .clone()
     }
 
-    /// Clears the committed gradient.
+    /// Clears the committed gradient, releasing its buffer (PyTorch's
+    /// `zero_grad(set_to_none=True)`): the next backward pass writes a fresh one.
     pub fn zero_grad(&self) {
         *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
@@ -214,9 +393,20 @@ impl Variable {
         *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(g);
     }
 
-    /// The op record of an op node (`None` for leaves).
-    pub(crate) fn op_record(&self) -> Option<&OpRecord> {
-        self.0.op.as_ref()
+    /// The op record of an op node (`None` for leaves and freed op nodes).
+    pub(crate) fn op_record(&self) -> Option<Arc<OpRecord>> {
+        self.0.op_lock().clone()
+    }
+
+    /// Removes the op record (a freeing backward pass, after the node's VJP ran): the parents
+    /// lose one graph reference each, and the record's saved values go when the returned
+    /// record drops.
+    pub(crate) fn take_op_record(&self) -> Option<Arc<OpRecord>> {
+        let record = self.0.op_lock().take();
+        if let Some(r) = &record {
+            unlink(r);
+        }
+        record
     }
 
     pub(crate) fn ptr_eq(&self, other: &Variable) -> bool {
@@ -240,9 +430,11 @@ impl Variable {
             if stop(&v) {
                 continue;
             }
-            for p in v.parents() {
-                if seen.insert(p.id()) {
-                    stack.push(p.clone());
+            if let Some(record) = v.op_record() {
+                for p in &record.parents {
+                    if seen.insert(p.id()) {
+                        stack.push(p.clone());
+                    }
                 }
             }
         }

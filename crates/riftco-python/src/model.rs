@@ -322,11 +322,13 @@ impl PyModel {
     ///     budgets what the planner measured: ``batch``, ``seq``, ``n_layers``,
     ///     ``boundary_bytes`` (``M_ckpt``, bytes a checkpointed block retains),
     ///     ``layer_bytes`` (``M_layer``, bytes a block retains without checkpointing),
-    ///     ``head_retained_bytes``, ``head_transient_bytes``, ``head_seconds``,
-    ///     ``optimal_segment_length`` (float ``k* = sqrt(n_layers * M_ckpt / M_layer)``) and
-    ///     ``costs`` (one ``{"policy", "retained_bytes", "transient_bytes", "seconds"}`` per
-    ///     candidate per-block policy; transient bytes are the backward's peak above what was
-    ///     alive before it).
+    ///     ``head_retained_bytes``, ``head_transient_bytes``, ``head_forward_peak_bytes``,
+    ///     ``embedding_bytes`` (the part of ``head_retained_bytes`` alive before the first
+    ///     block), ``head_seconds``, ``optimal_segment_length`` (float
+    ///     ``k* = sqrt(n_layers * M_ckpt / M_layer)``) and ``costs`` (one ``{"policy",
+    ///     "retained_bytes", "transient_bytes", "forward_peak_bytes", "seconds"}`` per candidate
+    ///     per-block policy; transient bytes are the backward's peak and forward peak bytes the
+    ///     forward's, each above what was alive before it).
     ///
     /// Raises:
     ///     ConfigError: for ``batch`` or ``seq`` out of range or not an int (a bool is not

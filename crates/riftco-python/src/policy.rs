@@ -277,6 +277,8 @@ pub(crate) fn plan_dict<'py>(
             md.set_item("layer_bytes", m.layer_bytes)?;
             md.set_item("head_retained_bytes", m.head_retained_bytes)?;
             md.set_item("head_transient_bytes", m.head_transient_bytes)?;
+            md.set_item("head_forward_peak_bytes", m.head_forward_peak_bytes)?;
+            md.set_item("embedding_bytes", m.embedding_bytes)?;
             md.set_item("head_seconds", m.head_seconds)?;
             md.set_item("optimal_segment_length", m.optimal_segment_length())?;
             let costs = PyList::empty(py);
@@ -285,6 +287,7 @@ pub(crate) fn plan_dict<'py>(
                 cd.set_item("policy", c.policy.to_string())?;
                 cd.set_item("retained_bytes", c.retained_bytes)?;
                 cd.set_item("transient_bytes", c.transient_bytes)?;
+                cd.set_item("forward_peak_bytes", c.forward_peak_bytes)?;
                 cd.set_item("seconds", c.seconds)?;
                 costs.append(cd)?;
             }

@@ -286,6 +286,22 @@ impl Storage {
         give_back(old);
     }
 
+    /// Frees the elements, keeping the element count, device and version (the value did not
+    /// change: it is no longer kept). Later reads and writes are [`TensorError::NoData`]. For
+    /// values no computation will read again (the graph's released values).
+    pub fn release(&self) {
+        let mut guard = self.data.write().unwrap_or_else(|e| e.into_inner());
+        if matches!(*guard, Buffer::Placeholder(_)) {
+            return;
+        }
+        let n = guard.len();
+        let old = std::mem::replace(&mut *guard, Buffer::Placeholder(n));
+        let old_bytes = self.bytes.swap(0, Ordering::AcqRel) as usize;
+        record_free(self.device(), self.category, old_bytes);
+        drop(guard);
+        give_back(old);
+    }
+
     /// The current version.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)

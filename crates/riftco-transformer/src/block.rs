@@ -370,9 +370,13 @@ fn block_forward_impl(
     // Projections reshaped to [batch, seq, heads, d_head] (free; k and v have n_kv_heads
     // heads), RoPE on q and k.
     let heads = |lin: &Linear, name: &str, site, rope: Option<&str>| -> Result<Variable> {
-        let y = lin.forward_with_lora_dropout(Some(name), &n1, lora_mask(site))?;
         let n = if name == "q" { h } else { kvh };
-        let y = ops::reshape(&y, [b, t, n, dh])?;
+        // The projection's own handle goes at once: when RoPE follows, nothing reads the
+        // unrotated value at backward and the graph releases it.
+        let y = ops::reshape(
+            &lin.forward_with_lora_dropout(Some(name), &n1, lora_mask(site))?,
+            [b, t, n, dh],
+        )?;
         Ok(match rope {
             Some(rope_name) => named(rope_name, &[&y], || ops::rope(&y, &ctx.rope, start_pos))?,
             None => y,

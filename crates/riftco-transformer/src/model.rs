@@ -555,8 +555,12 @@ impl DecoderOnlyTransformer {
             &self.block_calls,
             self.determinism_check,
         )?;
-        let x = ops::rms_norm(&x, &w.final_norm, cfg.rms_norm_eps)?;
-        Ok(ops::reshape(&x, [batch * seq, cfg.d_model])?)
+        // The norm's own handle goes first: when the loss reads no value of it (the chunked
+        // loss), the graph releases it once the caller drops the reshaped handle.
+        Ok(ops::reshape(
+            &ops::rms_norm(&x, &w.final_norm, cfg.rms_norm_eps)?,
+            [batch * seq, cfg.d_model],
+        )?)
     }
 
     /// Mean next-token cross-entropy of a token block `[batch, seq + 1]`: inputs are

@@ -142,6 +142,8 @@ fn noisy_measurement() -> Arc<BlockMeasurement> {
         policy,
         retained_bytes: retained,
         transient_bytes: transient,
+        // A forward holds no more than the backward's replay.
+        forward_peak_bytes: transient.max(retained),
         seconds,
     };
     let selective = |name: &str| BlockPolicy::Selective(SaveSet::parse(name).unwrap());
@@ -153,6 +155,8 @@ fn noisy_measurement() -> Arc<BlockMeasurement> {
         layer_bytes: 100,
         head_retained_bytes: 20,
         head_transient_bytes: 5,
+        embedding_bytes: 10,
+        head_forward_peak_bytes: 5,
         head_seconds: 0.5,
         costs: vec![
             cost(BlockPolicy::Disabled, 100, 100, 1.0),
@@ -233,6 +237,8 @@ fn a_budget_only_multi_block_segments_meet_is_planned_with_them() {
         policy,
         retained_bytes: retained,
         transient_bytes: transient,
+        // A forward holds no more than the backward's replay.
+        forward_peak_bytes: transient.max(retained),
         seconds,
     };
     let l = 64;
@@ -244,6 +250,8 @@ fn a_budget_only_multi_block_segments_meet_is_planned_with_them() {
         layer_bytes: 8192,
         head_retained_bytes: 500,
         head_transient_bytes: 0,
+        embedding_bytes: 0,
+        head_forward_peak_bytes: 0,
         head_seconds: 0.1,
         costs: vec![
             cost(BlockPolicy::Disabled, 8192, 0, 1.0),

@@ -17,7 +17,7 @@
 use super::dropout::DropoutMask;
 use super::{backend, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 pub use riftco_tensor::backend::AttentionLayout;
 use riftco_tensor::backend::{check_dropout, AttentionDims};
 use riftco_tensor::TensorError;
@@ -197,10 +197,11 @@ pub fn flash_attention_with_dropout(
         dropout.as_ref(),
         ACT,
     )?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "flash_attention",
         value,
         vec![q.clone(), k.clone(), v.clone()],
+        Saves::parents(&[0, 1, 2]).and_output(),
         move |p, out, g| {
             let (dq, dk, dv) = be.flash_attention_backward(
                 "flash_attention (vjp)",

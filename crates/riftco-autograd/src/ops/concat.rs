@@ -6,7 +6,7 @@
 use super::shape::{contiguous_strides, normalize_axis, reshape};
 use super::{output_shape, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::{backend_of_devices, StridedView};
 use riftco_tensor::{Tensor, TensorError};
 
@@ -82,12 +82,18 @@ fn join(op: &'static str, xs: &[Variable], axis: isize) -> Result<Variable> {
     for (x, view) in xs.iter().zip(&views) {
         be.scatter_strided(op, &value, x.value(), view, false)?;
     }
-    Ok(Variable::from_op(op, value, xs.to_vec(), move |_, _, g| {
-        views
-            .iter()
-            .map(|v| Ok(Some(be.gather_strided("concat (vjp)", g, v, GRAD)?)))
-            .collect()
-    }))
+    Ok(Variable::from_op_saving(
+        op,
+        value,
+        xs.to_vec(),
+        Saves::NOTHING,
+        move |_, _, g| {
+            views
+                .iter()
+                .map(|v| Ok(Some(be.gather_strided("concat (vjp)", g, v, GRAD)?)))
+                .collect()
+        },
+    ))
 }
 
 /// The inputs stacked along a new axis `axis` of the output (negative counts from the end of

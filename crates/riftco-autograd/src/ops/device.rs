@@ -1,7 +1,7 @@
 //! Copies of values between devices (PyTorch's `tensor.to(device)`).
 
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::{Device, MemoryCategory, Shape, Tensor};
 
 /// A copy of `t` on `device` in `category`: read to the host (a GPU value waits for its pending
@@ -41,10 +41,11 @@ pub fn to_device(x: &Variable, device: Device) -> Result<Option<Variable>> {
         }));
     }
     let copy = copy_to(x.value(), device, MemoryCategory::Activation)?;
-    Ok(Some(Variable::from_op(
+    Ok(Some(Variable::from_op_saving(
         "to_device",
         copy,
         vec![x.clone()],
+        Saves::NOTHING,
         move |_, _, grad| Ok(vec![Some(copy_to(grad, from, MemoryCategory::Gradient)?)]),
     )))
 }

@@ -6,7 +6,7 @@
 
 use super::{backend, evaluate_value, placeholder, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::check_dropout;
 pub use riftco_tensor::backend::DropoutMask;
 
@@ -44,10 +44,11 @@ fn dropout_impl(x: &Variable, mask: DropoutMask, evaluate: bool) -> Result<Varia
         // Never read (graph-only): a placeholder without memory.
         placeholder(be, x.value().shape().clone())?
     };
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "dropout",
         value,
         vec![x.clone()],
+        Saves::NOTHING,
         move |_, _, g| Ok(vec![Some(be.dropout("dropout (vjp)", g, &mask, GRAD)?)]),
     ))
 }

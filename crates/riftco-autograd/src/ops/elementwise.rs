@@ -2,7 +2,7 @@
 
 use super::{backend, evaluate_value, placeholder, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::{Tensor, TensorError};
 
 fn same_shape(op: &'static str, a: &Variable, b: &Variable) -> Result<()> {
@@ -43,10 +43,11 @@ fn add_impl(a: &Variable, b: &Variable, evaluate: bool) -> Result<Variable> {
         // Never read (graph-only): a placeholder without memory.
         placeholder(be, a.value().shape().clone())?
     };
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "add",
         value,
         vec![a.clone(), b.clone()],
+        Saves::NOTHING,
         |p, _, g| {
             Ok(vec![
                 p[0].requires_grad().then(|| g.clone()),
@@ -64,10 +65,11 @@ pub fn mul(a: &Variable, b: &Variable) -> Result<Variable> {
     same_shape("mul", a, b)?;
     let be = backend("mul", &[a, b])?;
     let value = be.mul("mul", a.value(), b.value(), ACT)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "mul",
         value,
         vec![a.clone(), b.clone()],
+        Saves::parents(&[0, 1]),
         move |p, _, g| {
             let grad_for = |other: &Variable| -> Result<_> {
                 Ok(be.mul("mul (vjp)", g, other.value(), GRAD)?)
@@ -105,10 +107,11 @@ fn scale_impl(x: &Variable, alpha: f32, evaluate: bool) -> Result<Variable> {
         // Never read (graph-only): a placeholder without memory.
         placeholder(be, x.value().shape().clone())?
     };
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "scale",
         value,
         vec![x.clone()],
+        Saves::NOTHING,
         move |_, _, g| Ok(vec![Some(be.scale("scale (vjp)", g, alpha, GRAD)?)]),
     ))
 }
@@ -120,10 +123,11 @@ fn scale_impl(x: &Variable, alpha: f32, evaluate: bool) -> Result<Variable> {
 pub fn silu(x: &Variable) -> Result<Variable> {
     let be = backend("silu", &[x])?;
     let value = be.silu("silu", x.value(), ACT)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "silu",
         value,
         vec![x.clone()],
+        Saves::parents(&[0]),
         move |p, _, g| {
             Ok(vec![Some(be.silu_backward(
                 "silu (vjp)",
@@ -143,10 +147,11 @@ pub fn swiglu(gate: &Variable, up: &Variable) -> Result<Variable> {
     same_shape("swiglu", gate, up)?;
     let be = backend("swiglu", &[gate, up])?;
     let value = be.swiglu("swiglu", gate.value(), up.value(), ACT)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "swiglu",
         value,
         vec![gate.clone(), up.clone()],
+        Saves::parents(&[0, 1]),
         move |p, _, g| {
             let (dg, du) =
                 be.swiglu_backward("swiglu (vjp)", p[0].value(), p[1].value(), g, GRAD)?;
@@ -165,10 +170,11 @@ pub fn swiglu(gate: &Variable, up: &Variable) -> Result<Variable> {
 pub fn sum(x: &Variable) -> Result<Variable> {
     let be = backend("sum", &[x])?;
     let value = be.sum("sum", x.value(), ACT)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "sum",
         value,
         vec![x.clone()],
+        Saves::NOTHING,
         |p, _, g| {
             let gv = g.to_host()?[0];
             Ok(vec![Some(Tensor::try_full_on(

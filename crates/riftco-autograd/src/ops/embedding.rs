@@ -2,7 +2,7 @@
 
 use super::{backend, output_shape, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::TensorError;
 use std::sync::Arc;
 
@@ -36,10 +36,11 @@ pub fn embedding(table: &Variable, ids: &[u32]) -> Result<Variable> {
     let be = backend("embedding", &[table])?;
     let value = be.embedding("embedding", table.value(), ids, ACT)?;
     let ids: Arc<[u32]> = ids.into();
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "embedding",
         value,
         vec![table.clone()],
+        Saves::NOTHING,
         move |_, _, g| {
             // The table's own element count (a valid shape).
             let dt = be.embedding_backward("embedding (vjp)", &ids, g, vocab, GRAD)?;

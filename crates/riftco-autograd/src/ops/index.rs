@@ -6,7 +6,7 @@
 use super::shape::contiguous_strides;
 use super::{backend, output_shape, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::StridedView;
 use riftco_tensor::{Tensor, TensorError};
 
@@ -175,10 +175,11 @@ pub fn index(x: &Variable, items: &[IndexItem]) -> Result<Variable> {
     let be = backend(op, &[x])?;
     let value = be.gather_strided(op, x.value(), &view, ACT)?;
     let shape = x.value().shape().clone();
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         op,
         value,
         vec![x.clone()],
+        Saves::NOTHING,
         move |_, _, g| {
             let buffer = be.alloc("index (vjp)", shape.numel(), Some(0.0))?;
             let dx = Tensor::from_buffer(buffer, shape.clone(), be.device(), GRAD)?;

@@ -2,7 +2,7 @@
 
 use super::{backend, evaluate_value, output_shape, placeholder, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::MatmulSpec;
 use riftco_tensor::TensorError;
 
@@ -61,10 +61,11 @@ fn linear_impl(x: &Variable, w: &Variable, evaluate: bool) -> Result<Variable> {
         // Never read (graph-only): a placeholder without memory.
         placeholder(be, shape)?
     };
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "linear",
         value,
         vec![x.clone(), w.clone()],
+        Saves::parents(&[0, 1]),
         move |p, _, g| {
             let (dx, dw) = linear_vjp(be, (m, in_f, out_f), p, g)?;
             Ok(vec![dx, dw])
@@ -133,10 +134,11 @@ pub fn linear_bias(x: &Variable, w: &Variable, b: &Variable) -> Result<Variable>
     drop(product);
     let in_f = w.dims()[1];
     let m: usize = x.dims()[..x.dims().len() - 1].iter().product();
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "linear",
         value,
         vec![x.clone(), w.clone(), b.clone()],
+        Saves::parents(&[0, 1]),
         move |p, _, g| {
             let (dx, dw) = linear_vjp(be, (m, in_f, out_f), p, g)?;
             let db = p[2]
@@ -185,10 +187,11 @@ pub fn matmul(a: &Variable, b: &Variable) -> Result<Variable> {
         shape,
         ACT,
     )?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "matmul",
         value,
         vec![a.clone(), b.clone()],
+        Saves::parents(&[0, 1]),
         move |p, _, g| {
             let da = p[0]
                 .requires_grad()
@@ -249,10 +252,11 @@ pub fn bmm(a: &Variable, b: &Variable, trans_b: bool) -> Result<Variable> {
     let be = backend("bmm", &[a, b])?;
     let spec = MatmulSpec::new(m, k, n).trans_b(trans_b);
     let value = be.batched_matmul("bmm", batch, spec, a.value(), b.value(), shape, ACT)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "bmm",
         value,
         vec![a.clone(), b.clone()],
+        Saves::parents(&[0, 1]),
         move |p, _, g| {
             let (a, b) = (p[0].value(), p[1].value());
             let da = p[0]

@@ -2,7 +2,7 @@
 
 use super::{backend, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::TensorError;
 use std::sync::Arc;
 
@@ -34,10 +34,11 @@ pub fn cross_entropy(logits: &Variable, targets: &[u32]) -> Result<Variable> {
     let be = backend("cross_entropy", &[logits])?;
     let (value, lse) = be.cross_entropy("cross_entropy", logits.value(), targets, ACT)?;
     let targets: Arc<[u32]> = targets.into();
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "cross_entropy",
         value,
         vec![logits.clone()],
+        Saves::parents(&[0]),
         move |p, _, g| {
             let d = be.cross_entropy_backward(
                 "cross_entropy (vjp)",
@@ -118,10 +119,11 @@ pub fn linear_cross_entropy(
     ];
     let out = be.linear_cross_entropy(OP, x.value(), w.value(), targets, chunk_rows, want, ACT)?;
     let saved = [out.d_first, out.d_second];
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         OP,
         out.loss,
         vec![x.clone(), w.clone()],
+        Saves::NOTHING,
         move |_, _, g| {
             let gv = g.to_host()?.first().copied().unwrap_or(0.0);
             saved

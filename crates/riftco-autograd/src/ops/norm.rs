@@ -2,7 +2,7 @@
 
 use super::{backend, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::TensorError;
 
 /// `y = x / sqrt(mean(x²) + eps) ⊙ weight` over the last axis; `x [..., d]`, `weight [d]`.
@@ -31,10 +31,11 @@ pub fn rms_norm(x: &Variable, weight: &Variable, eps: f32) -> Result<Variable> {
     }
     let be = backend("rms_norm", &[x, weight])?;
     let (value, rstd) = be.rms_norm("rms_norm", x.value(), weight.value(), eps, ACT)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "rms_norm",
         value,
         vec![x.clone(), weight.clone()],
+        Saves::parents(&[0, 1]),
         move |p, _, g| {
             let (dx, dw) = be.rms_norm_backward(
                 "rms_norm (vjp)",

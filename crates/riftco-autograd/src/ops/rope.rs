@@ -2,7 +2,7 @@
 
 use super::{backend, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::RopeTable;
 use riftco_tensor::{Tensor, TensorError};
 use std::sync::Arc;
@@ -40,19 +40,21 @@ pub fn rope(x: &Variable, table: &Arc<RopeTable>, start_pos: usize) -> Result<Va
         // Nothing to rotate (batch, seq or n_heads is 0): an empty output, an empty VJP.
         let buffer = be.alloc("rope", 0, None)?;
         let value = Tensor::from_buffer(buffer, x.value().shape().clone(), be.device(), ACT)?;
-        return Ok(Variable::from_op(
+        return Ok(Variable::from_op_saving(
             "rope",
             value,
             vec![x.clone()],
+            Saves::NOTHING,
             |_, _, g| Ok(vec![Some(g.clone())]),
         ));
     }
     let value = be.rope("rope", x.value(), table, seq, heads, start_pos, false, ACT)?;
     let table = table.clone();
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "rope",
         value,
         vec![x.clone()],
+        Saves::NOTHING,
         move |_, _, g| {
             let d = be.rope("rope (vjp)", g, &table, seq, heads, start_pos, true, GRAD)?;
             Ok(vec![Some(d)])

@@ -3,7 +3,7 @@
 
 use super::{backend, output_shape, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::StridedView;
 use riftco_tensor::{Shape, TensorError};
 
@@ -15,10 +15,11 @@ use riftco_tensor::{Shape, TensorError};
 pub fn reshape(x: &Variable, shape: impl Into<Shape>) -> Result<Variable> {
     let value = x.value().reshape(shape)?;
     let original = x.value().shape().clone();
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "reshape",
         value,
         vec![x.clone()],
+        Saves::NOTHING,
         move |_, _, g| Ok(vec![Some(g.reshape(original.clone())?)]),
     ))
 }
@@ -41,10 +42,11 @@ pub fn swap_axes_1_2(x: &Variable) -> Result<Variable> {
     let dims = [d[0], d[1], d[2], d[3]];
     let be = backend("swap_axes_1_2", &[x])?;
     let value = be.transpose_0213("swap_axes_1_2", x.value(), dims, ACT)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "swap_axes_1_2",
         value,
         vec![x.clone()],
+        Saves::NOTHING,
         move |_, _, g| {
             let swapped = [dims[0], dims[2], dims[1], dims[3]];
             Ok(vec![Some(be.transpose_0213(
@@ -160,10 +162,11 @@ pub fn permute(x: &Variable, axes: &[isize]) -> Result<Variable> {
         inverse[p] = i;
     }
     let out_dims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         op,
         value,
         vec![x.clone()],
+        Saves::NOTHING,
         move |_, _, g| {
             let view = permuted_view(&out_dims, &inverse);
             Ok(vec![Some(be.gather_strided(

@@ -2,7 +2,7 @@
 
 use super::{backend, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::AttentionDims;
 use riftco_tensor::TensorError;
 
@@ -21,10 +21,11 @@ pub fn softmax(x: &Variable) -> Result<Variable> {
     }
     let be = backend("softmax", &[x])?;
     let value = be.softmax("softmax", x.value(), cols, ACT)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "softmax",
         value,
         vec![x.clone()],
+        Saves::NOTHING.and_output(),
         move |_, y, g| {
             let d = be.softmax_backward("softmax (vjp)", y, g, cols, 1.0, GRAD)?;
             Ok(vec![Some(d)])
@@ -67,10 +68,11 @@ pub fn causal_softmax(scores: &Variable, scale: f32, causal: bool) -> Result<Var
     };
     let be = backend("causal_softmax", &[scores])?;
     let value = be.causal_softmax("causal_softmax", scores.value(), dims, scale, causal, ACT)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         "causal_softmax",
         value,
         vec![scores.clone()],
+        Saves::NOTHING.and_output(),
         move |_, y, g| {
             let dx = be.softmax_backward("causal_softmax (vjp)", y, g, sk, scale, GRAD)?;
             Ok(vec![Some(dx)])

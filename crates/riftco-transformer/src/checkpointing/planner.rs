@@ -10,6 +10,9 @@
 //!   (the boundary tensor);
 //! - **transient bytes** `T(p)`: the activation peak of the block's backward above what was
 //!   alive before it (the replay's recomputed activations);
+//! - **forward peak bytes** `F(p)`: the activation peak of the block's forward above its input
+//!   (a checkpoint's forward run holds the whole block graph for a moment, and computes the
+//!   values its replay leaves out);
 //! - **seconds**: forward + backward wall time until the device has finished the work
 //!   ([`riftco_tensor::backend::synchronize`]; the fastest run), kept between `disabled`'s and
 //!   `block`'s for a selective policy (its replay does part of `block`'s work).
@@ -21,10 +24,13 @@
 //! and the head at a time, below what a training step of the whole model allocates).
 //!
 //! # The model
-//! Graph values stay alive until the graph is dropped, so a plan's activation peak is
+//! What the graph retains stays alive until backward reaches it, so a plan's activation peak
+//! is the larger of its forward peak, `max_s (E + Σ_{segments before s} R + F_s)` and
+//! `E + Σ R + F_head` (`E` the embedding output), and its backward peak,
 //! `R_head + Σ_segments R + max(T_head, max_segments T)`, where a K-block checkpoint segment
-//! retains `M_ckpt` and its replay holds `T(block) + (K − 1)·M_layer`. For `segments:K` this is
-//! Chen et al. 2016's `L/K · M_ckpt + K · M_layer` plus the head.
+//! retains `M_ckpt` and its replay (and forward run) holds `T(block) + (K − 1)·M_layer`. For
+//! `segments:K` the backward term is Chen et al. 2016's `L/K · M_ckpt + K · M_layer` plus the
+//! head.
 //!
 //! - **auto**: K from the optimum of that formula, `k* = sqrt(L · M_ckpt / M_layer)`, the better
 //!   of `floor(k*)` and `ceil(k*)` by the formula (clamped to `1..=L`).
@@ -65,6 +71,8 @@ pub struct PolicyCost {
     pub retained_bytes: u64,
     /// Activation peak of the backward above what was alive before it.
     pub transient_bytes: u64,
+    /// Activation peak of the forward above what was alive before it.
+    pub forward_peak_bytes: u64,
     /// Forward + backward wall seconds (the fastest of [`PROBE_ROUNDS`] runs).
     pub seconds: f64,
 }
@@ -82,8 +90,14 @@ pub struct BlockMeasurement {
     pub boundary_bytes: u64,
     /// `M_layer`: the retained bytes of a block without checkpointing.
     pub layer_bytes: u64,
-    /// Activation bytes the head retains (embedding output, final norm, logits, loss).
+    /// Activation bytes the head retains (embedding output, what the final norm and the loss
+    /// keep).
     pub head_retained_bytes: u64,
+    /// The part of `head_retained_bytes` alive before the first block: the embedding output.
+    pub embedding_bytes: u64,
+    /// Activation peak of the head's forward (final norm and loss) above what was alive
+    /// before it.
+    pub head_forward_peak_bytes: u64,
     /// Activation peak of the head's backward above what was alive before it.
     pub head_transient_bytes: u64,
     /// Head forward + backward seconds.
@@ -100,21 +114,32 @@ impl BlockMeasurement {
             .unwrap_or(&self.costs[self.costs.len() - 1])
     }
 
-    /// Predicted `(retained, transient, seconds)` of one plan segment.
-    fn segment(&self, s: &PlanSegment) -> (u64, u64, f64) {
+    /// Predicted `(retained, transient, forward peak, seconds)` of one plan segment.
+    fn segment(&self, s: &PlanSegment) -> (u64, u64, u64, f64) {
         let k = s.layers.len() as u64;
         let c = self.cost(&s.policy);
         let seconds = self.block_seconds(c);
         if k <= 1 {
-            return (c.retained_bytes, c.transient_bytes, seconds);
+            return (
+                c.retained_bytes,
+                c.transient_bytes,
+                c.forward_peak_bytes,
+                seconds,
+            );
         }
         match s.policy {
             BlockPolicy::Checkpoint => (
                 self.boundary_bytes,
                 c.transient_bytes + (k - 1) * self.layer_bytes,
+                c.forward_peak_bytes + (k - 1) * self.layer_bytes,
                 seconds * k as f64,
             ),
-            _ => (c.retained_bytes * k, c.transient_bytes, seconds * k as f64),
+            _ => (
+                c.retained_bytes * k,
+                c.transient_bytes,
+                c.forward_peak_bytes + (k - 1) * c.retained_bytes,
+                seconds * k as f64,
+            ),
         }
     }
 
@@ -134,16 +159,23 @@ impl BlockMeasurement {
 
     /// Predicted peak activation bytes and seconds of a plan's segments.
     pub fn predict(&self, segments: &[PlanSegment]) -> (u64, f64) {
-        let mut retained = self.head_retained_bytes;
+        let mut alive = self.embedding_bytes;
+        let mut forward_peak = 0;
         let mut transient = self.head_transient_bytes;
         let mut seconds = self.head_seconds;
         for s in segments {
-            let (r, t, sec) = self.segment(s);
-            retained += r;
+            let (r, t, f, sec) = self.segment(s);
+            forward_peak = forward_peak.max(alive + f);
+            alive += r;
             transient = transient.max(t);
             seconds += sec;
         }
-        (retained + transient, seconds)
+        forward_peak = forward_peak.max(alive + self.head_forward_peak_bytes);
+        let retained = alive
+            + self
+                .head_retained_bytes
+                .saturating_sub(self.embedding_bytes);
+        (forward_peak.max(retained + transient), seconds)
     }
 
     /// Chen et al. 2016's memory of `segments:k` over `n_layers` blocks,
@@ -170,14 +202,23 @@ fn candidates() -> Vec<BlockPolicy> {
     v
 }
 
-/// Runs `forward`, then a backward from its output, returning retained and transient bytes
-/// and the wall seconds. Counts only this thread's activation allocations
+/// What one probe measured (bytes above what was alive before it).
+struct Probe {
+    retained: u64,
+    transient: u64,
+    forward_peak: u64,
+    seconds: f64,
+}
+
+/// Runs `forward`, then a backward from its output, returning retained, transient and
+/// forward-peak bytes and the wall seconds. Counts only this thread's activation allocations
 /// ([`ThreadMemoryScope`]), so other threads allocating meanwhile do not disturb it.
-fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<(u64, u64, f64)> {
+fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<Probe> {
     let scope = ThreadMemoryScope::new(device, MemoryCategory::Activation);
     let t0 = Instant::now();
     let y = forward()?;
     let after = scope.current_bytes();
+    let forward_peak = scope.peak_bytes().max(0) as u64;
     scope.reset_peak();
     let transient = if y.requires_grad() {
         let seed = Tensor::try_full_on(y.dims().to_vec(), 1.0, MemoryCategory::Gradient, device)?;
@@ -193,7 +234,12 @@ fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<(
     riftco_tensor::backend::synchronize(device)?;
     let seconds = t0.elapsed().as_secs_f64();
     drop(y);
-    Ok((after.max(0) as u64, transient, seconds))
+    Ok(Probe {
+        retained: after.max(0) as u64,
+        transient,
+        forward_peak,
+        seconds,
+    })
 }
 
 /// Checks a training input shape `[batch, seq]` for planning: both positive, `seq` at most
@@ -275,14 +321,17 @@ fn measure_impl(
                 policy: p.clone(),
             };
             let layers = std::slice::from_ref(layer);
-            let (r, t, s) = probe(device, || {
+            let m = probe(device, || {
                 run_segment(&x, layers, &seg, &ctx, &calls, Default::default())
             })?;
-            let seconds = costs[i].as_ref().map_or(s, |c| c.seconds.min(s));
+            let seconds = costs[i]
+                .as_ref()
+                .map_or(m.seconds, |c| c.seconds.min(m.seconds));
             costs[i] = Some(PolicyCost {
                 policy: p.clone(),
-                retained_bytes: r,
-                transient_bytes: t,
+                retained_bytes: m.retained,
+                transient_bytes: m.transient,
+                forward_peak_bytes: m.forward_peak,
                 seconds,
             });
         }
@@ -291,21 +340,31 @@ fn measure_impl(
     // The head: the embedding output, then final norm → LM head → cross-entropy from a leaf
     // standing for the last block's output (counted with the blocks).
     let tokens = vec![0u32; batch * seq];
-    let mut head = (0, 0, f64::INFINITY);
+    let mut head = (0, 0, 0, 0, f64::INFINITY);
     for _ in 0..2 {
         let scope = ThreadMemoryScope::new(device, MemoryCategory::Activation);
         let t0 = Instant::now();
         let embedded = ops::embedding(&weights.embed, &tokens)?;
         let embedded_bytes = scope.current_bytes().max(0) as u64;
         let h = input()?;
-        let (r, t, _) = probe(device, || {
-            let x = ops::rms_norm(&h, &weights.final_norm, cfg.rms_norm_eps)?;
-            let x = ops::reshape(&x, [batch * seq, cfg.d_model])?;
+        let m = probe(device, || {
+            // As the model's forward: the norm's own handle goes first, so the graph releases
+            // its value when the loss reads none (the chunked loss).
+            let x = ops::reshape(
+                &ops::rms_norm(&h, &weights.final_norm, cfg.rms_norm_eps)?,
+                [batch * seq, cfg.d_model],
+            )?;
             head_loss(&x, &weights.lm_head, &tokens, loss_chunking)
         })?;
         let seconds = t0.elapsed().as_secs_f64();
         drop(embedded);
-        head = (r + embedded_bytes, t, head.2.min(seconds));
+        head = (
+            m.retained + embedded_bytes,
+            m.transient,
+            m.forward_peak,
+            embedded_bytes,
+            head.4.min(seconds),
+        );
     }
     let retained = |p: &BlockPolicy| {
         costs
@@ -321,7 +380,9 @@ fn measure_impl(
         layer_bytes: retained(&BlockPolicy::Disabled),
         head_retained_bytes: head.0,
         head_transient_bytes: head.1,
-        head_seconds: head.2,
+        head_forward_peak_bytes: head.2,
+        embedding_bytes: head.3,
+        head_seconds: head.4,
         costs,
     })
 }

@@ -37,6 +37,8 @@ pub struct StepBytes {
     pub retained: u64,
     /// Activation peak of forward + backward.
     pub peak: u64,
+    /// Activation peak of the backward alone.
+    pub backward_peak: u64,
 }
 
 /// Retained activation bytes after the forward of `loss` on `[batch, seq + 1]` tokens and the
@@ -50,9 +52,11 @@ pub fn measure_step(m: &DecoderOnlyTransformer, batch: usize, seq: usize) -> Ste
     let (before, _) = activation_bytes();
     reset_peak_memory_stats();
     let loss = m.loss(&t, batch, seq + 1).unwrap();
-    let (after_forward, _) = activation_bytes();
+    let (after_forward, forward_peak) = activation_bytes();
+    reset_peak_memory_stats();
     loss.backward().unwrap();
-    let (_, peak) = activation_bytes();
+    let (_, backward_peak) = activation_bytes();
+    let peak = forward_peak.max(backward_peak);
     drop(loss);
     let (after, _) = activation_bytes();
     assert_eq!(
@@ -64,6 +68,7 @@ pub fn measure_step(m: &DecoderOnlyTransformer, batch: usize, seq: usize) -> Ste
     StepBytes {
         retained: after_forward - before,
         peak: peak - before,
+        backward_peak: backward_peak - before,
     }
 }
 
