@@ -59,7 +59,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         max_seq_len=2048, rope_theta=5e5, tie_word_embeddings=True,
     ),
     "quick": dict(
-        vocab_size=512, d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=128,
+        vocab_size=4096, d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=128,
         max_seq_len=64, rope_theta=1e4, tie_word_embeddings=True,
     ),
 }
@@ -108,7 +108,7 @@ class RiftcoRow:
         riftco.reset_peak_memory_stats()
         t0 = time.perf_counter()
         loss = self.model.loss(block)
-        loss.backward()
+        loss.backward(retain_graph=False)
         self.opt.step()
         self.opt.zero_grad()  # releases the gradients, as PyTorch's zero_grad(set_to_none=True)
         value = loss.item()

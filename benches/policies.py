@@ -74,7 +74,7 @@ def step(
     t0 = time.perf_counter()
     loss = model.loss(block)
     retained = riftco.memory_stats()["activation"]["current_bytes"] - before
-    loss.backward()
+    loss.backward(retain_graph=False)
     if opt is not None:
         opt.step()
         opt.zero_grad()

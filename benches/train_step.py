@@ -57,7 +57,7 @@ def bench_riftco(
         riftco.reset_peak_memory_stats()
         t0 = time.perf_counter()
         loss = model.loss(tokens)
-        loss.backward()
+        loss.backward(retain_graph=False)
         opt.step()
         opt.zero_grad()
         dt = time.perf_counter() - t0

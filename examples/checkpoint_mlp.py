@@ -80,7 +80,8 @@ def measure(
     inp = riftco.Variable(x, requires_grad=True)
     out = forward(inp)
     shape = out.shape
-    F.sum(out).backward()
+    # As PyTorch's default: each node's saved values go as soon as its VJP ran.
+    F.sum(out).backward(retain_graph=False)
     del out
     peak = riftco.memory_stats()["activation"]["peak_bytes"] - before
     grads = []

@@ -458,6 +458,32 @@ static void test_loss_chunking(void) {
     rt_model_free(model);
 }
 
+/* A freeing backward (2.7): PyTorch's retain_graph=False; the graph can then not be
+ * differentiated again, and saying so is an error, not a crash. */
+static void test_backward_free_graph(void) {
+    rt_transformer_config c = small_config();
+    rt_model *model = NULL;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK, &model));
+    if (model == NULL) {
+        return;
+    }
+    uint32_t tokens[BATCH * SEQ_PLUS_ONE];
+    fill_tokens(tokens, BATCH * SEQ_PLUS_ONE);
+    rt_graph *graph = NULL;
+    EXPECT_OK(rt_model_loss(model, tokens, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_graph_backward_ex(graph, true));
+    EXPECT_OK(rt_graph_backward_ex(graph, false));
+    EXPECT(rt_graph_backward_ex(graph, false), RT_ERROR_INVALID_STATE);
+    EXPECT_MESSAGE_HAS("retain_graph");
+    EXPECT(rt_graph_backward(graph), RT_ERROR_INVALID_STATE);
+    float loss = 0.0f;
+    EXPECT_OK(rt_graph_loss(graph, &loss));
+    EXPECT_TRUE(loss > 0.0f);
+    rt_graph_free(graph);
+    EXPECT(rt_graph_backward_ex(NULL, false), RT_ERROR_NULL_POINTER);
+    rt_model_free(model);
+}
+
 static void test_dropout(const char *scratch) {
     rt_transformer_config c = small_config();
     rt_model *model = NULL;
@@ -547,6 +573,7 @@ int main(int argc, char **argv) {
     test_out_of_memory();
     test_memory();
     test_loss_chunking();
+    test_backward_free_graph();
     test_dropout(scratch);
     if (failures != 0) {
         fprintf(stderr, "test_errors: %d of %d checks failed\n", failures, checks);

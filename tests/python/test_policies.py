@@ -479,6 +479,8 @@ MEASUREMENT_KEYS = {
     "layer_bytes",
     "head_retained_bytes",
     "head_transient_bytes",
+    "head_forward_peak_bytes",
+    "embedding_bytes",
     "head_seconds",
     "optimal_segment_length",
     "costs",
@@ -519,13 +521,24 @@ def check_measurement(plan: dict[str, Any], n_layers: int) -> dict[str, Any]:
         "block",
     ]
     for c in m["costs"]:
-        assert set(c) == {"policy", "retained_bytes", "transient_bytes", "seconds"}
+        assert set(c) == {
+            "policy",
+            "retained_bytes",
+            "transient_bytes",
+            "forward_peak_bytes",
+            "seconds",
+        }
         assert c["retained_bytes"] > 0 and c["transient_bytes"] >= 0 and c["seconds"] > 0
+        # The forward holds at least what it leaves.
+        assert c["forward_peak_bytes"] >= c["retained_bytes"]
     assert m["boundary_bytes"] == costs["block"]["retained_bytes"]
     assert m["layer_bytes"] == costs["disabled"]["retained_bytes"]
     # The boundary of a [batch, seq, d_model] float32 block input.
     assert m["boundary_bytes"] == BATCH * SEQ * SMALL["d_model"] * 4
     assert m["layer_bytes"] > m["boundary_bytes"]
+    # The embedding output [batch, seq, d_model] float32 is part of what the head keeps.
+    assert m["embedding_bytes"] == BATCH * SEQ * SMALL["d_model"] * 4
+    assert m["head_retained_bytes"] >= m["embedding_bytes"]
     assert m["optimal_segment_length"] == pytest.approx(
         math.sqrt(n_layers * m["boundary_bytes"] / m["layer_bytes"])
     )

@@ -38,7 +38,7 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 6
+#define RT_ABI_VERSION_MINOR 7
 
 /**
  * Status of every fallible function. Values are stable: a code is never renumbered or reused.
@@ -968,6 +968,18 @@ rt_status rt_graph_loss(const struct rt_graph *graph, float *out);
  * e.g. by rt_adam_step; gradients are left unchanged).
  */
 rt_status rt_graph_backward(const struct rt_graph *graph);
+
+/**
+ * Backpropagates from the graph's loss like rt_graph_backward; with `retain_graph` false each
+ * node's saved values are freed as soon as its VJP ran (PyTorch's `retain_graph=False`: the
+ * pass peaks lower), and a later backward of this graph fails with RT_ERROR_INVALID_STATE
+ * (the message names the node; compute the loss again). `retain_graph` true is
+ * rt_graph_backward. Since 2.7.
+ *
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_STALE_GRAPH (gradients are left unchanged),
+ * RT_ERROR_INVALID_STATE (an earlier freeing backward already differentiated this graph).
+ */
+rt_status rt_graph_backward_ex(const struct rt_graph *graph, bool retain_graph);
 
 /**
  * Writes the graph's structural statistics (they include gradients once backward has run).

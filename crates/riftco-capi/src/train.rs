@@ -2,7 +2,7 @@
 
 use crate::error::{err, guard, guard_void, in_ptr, in_slice, out_ptr, rt_status, Result};
 use crate::model::rt_model;
-use riftco_autograd::{GraphStatistics, Variable};
+use riftco_autograd::{BackwardOptions, GraphStatistics, Variable};
 use riftco_transformer::{Adam, DecoderOnlyTransformer};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -110,7 +110,8 @@ pub unsafe extern "C" fn rt_model_train_step(
         let l = loss(&state.model, tokens, batch, seq_plus_one)?;
         state.last_graph = Some(l.graph_statistics());
         drop(state);
-        l.backward()?;
+        // The graph goes with this call: free each node's values as soon as its VJP ran.
+        l.backward_with(BackwardOptions::freeing())?;
         *loss_out = item(&l)?;
         Ok(())
     })
@@ -186,6 +187,30 @@ pub unsafe extern "C" fn rt_graph_loss(graph: *const rt_graph, out: *mut f32) ->
 pub unsafe extern "C" fn rt_graph_backward(graph: *const rt_graph) -> rt_status {
     guard("rt_graph_backward", || {
         in_ptr(graph, "graph")?.inner.backward()?;
+        Ok(())
+    })
+}
+
+/// Backpropagates from the graph's loss like rt_graph_backward; with `retain_graph` false each
+/// node's saved values are freed as soon as its VJP ran (PyTorch's `retain_graph=False`: the
+/// pass peaks lower), and a later backward of this graph fails with RT_ERROR_INVALID_STATE
+/// (the message names the node; compute the loss again). `retain_graph` true is
+/// rt_graph_backward. Since 2.7.
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_STALE_GRAPH (gradients are left unchanged),
+/// RT_ERROR_INVALID_STATE (an earlier freeing backward already differentiated this graph).
+#[no_mangle]
+pub unsafe extern "C" fn rt_graph_backward_ex(
+    graph: *const rt_graph,
+    retain_graph: bool,
+) -> rt_status {
+    guard("rt_graph_backward_ex", || {
+        in_ptr(graph, "graph")?
+            .inner
+            .backward_with(BackwardOptions {
+                retain_graph,
+                ..BackwardOptions::default()
+            })?;
         Ok(())
     })
 }

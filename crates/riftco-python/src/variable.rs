@@ -5,7 +5,7 @@ use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyTuple};
-use riftco_autograd::Variable;
+use riftco_autograd::{BackwardOptions, Variable};
 use riftco_tensor::{MemoryCategory, Shape, Tensor};
 
 use crate::errors::{compute, tensor_err, Error, Exc};
@@ -376,23 +376,45 @@ impl PyVariable {
     ///         was called by a checkpoint callable during its replay; nothing is committed.
     ///     Exception: an exception raised by a Python checkpoint callable during replay,
     ///         unchanged; nothing is committed.
-    fn backward(&self, py: Python<'_>) -> PyResult<()> {
+    ///
+    /// ``retain_graph=False`` (keyword; PyTorch's name) frees each node's saved values as soon
+    /// as its VJP has run, so memory falls during the pass: a graph whose tail runs plainly
+    /// peaks at the larger of the tail and one checkpoint replay, not their sum. The graph can
+    /// then not be differentiated again (``RiftcoError`` naming the node: run the forward
+    /// again). The default ``True`` keeps it: a second ``backward()`` on an unchanged graph
+    /// gives the same gradients (PyTorch's default is ``False``; training loops should pass
+    /// it, as ``riftco``'s stages do).
+    #[pyo3(signature = (*, retain_graph = true))]
+    fn backward(&self, py: Python<'_>, retain_graph: bool) -> PyResult<()> {
         let v = self.0.clone();
-        compute(py, move || v.backward())
+        compute(py, move || {
+            v.backward_with(BackwardOptions {
+                retain_graph,
+                ..BackwardOptions::default()
+            })
+        })
     }
 
     /// Like ``backward()`` but *adds* the gradients to the committed ones (gradient
     /// accumulation across micro-batches). Start an accumulation with ``zero_grad()`` or a plain
-    /// ``backward()``.
+    /// ``backward()``. ``retain_graph`` as for ``backward()``.
     ///
     /// Raises:
     ///     As ``backward()``.
-    fn backward_accumulate(&self, py: Python<'_>) -> PyResult<()> {
+    #[pyo3(signature = (*, retain_graph = true))]
+    fn backward_accumulate(&self, py: Python<'_>, retain_graph: bool) -> PyResult<()> {
         let v = self.0.clone();
-        compute(py, move || v.backward_accumulate())
+        compute(py, move || {
+            v.backward_with(BackwardOptions {
+                retain_graph,
+                accumulate: true,
+                ..BackwardOptions::default()
+            })
+        })
     }
 
-    /// Clears this node's committed gradient.
+    /// Clears this node's committed gradient, releasing its buffer (PyTorch's
+    /// ``set_to_none=True``).
     fn zero_grad(&self) {
         self.0.zero_grad();
     }

@@ -310,16 +310,18 @@ class Variable:
     @property
     def op(self) -> str:
         """The op that produced this node (``"leaf"`` for leaves)."""
-    def backward(self) -> None:
+    def backward(self, *, retain_graph: bool = True) -> None:
         """Backpropagates from this one-element output, replacing the gradients of the trainable
-        leaves reached (GIL released). Raises ``ShapeError`` (not one element),
-        ``StaleGraphError``, ``CheckpointError`` (also when called by a checkpoint callable
-        during its replay), or the exception of a Python checkpoint callable, unchanged; on
-        error no gradient changes."""
-    def backward_accumulate(self) -> None:
+        leaves reached (GIL released). ``retain_graph=False`` frees each node's saved values as
+        soon as its VJP ran (lower peak; differentiating the graph again is then a
+        ``RiftcoError``). Raises ``ShapeError`` (not one element), ``StaleGraphError``,
+        ``CheckpointError`` (also when called by a checkpoint callable during its replay), or
+        the exception of a Python checkpoint callable, unchanged; on error no gradient
+        changes."""
+    def backward_accumulate(self, *, retain_graph: bool = True) -> None:
         """Like ``backward()`` but adds to the committed gradients (micro-batch accumulation)."""
     def zero_grad(self) -> None:
-        """Clears this node's committed gradient."""
+        """Clears this node's committed gradient, releasing its buffer."""
     def detach(self) -> Variable:
         """A new leaf sharing this value, detached from the graph."""
     def graph_statistics(self) -> dict[str, int]:

@@ -4,7 +4,7 @@
 
 use super::{backend, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::UnaryOp;
 use riftco_tensor::TensorError;
 
@@ -26,21 +26,62 @@ pub fn unary(x: &Variable, kind: UnaryOp) -> Result<Variable> {
     let name = name_of(kind);
     let be = backend(name, &[x])?;
     let value = be.unary(name, kind, x.value(), ACT)?;
-    Ok(Variable::from_op(
+    let reads = reads_of(kind);
+    let saves = match reads {
+        Reads::Nothing => Saves::NOTHING,
+        Reads::Input => Saves::parents(&[0]),
+        Reads::Output => Saves::NOTHING.and_output(),
+        Reads::Both => Saves::parents(&[0]).and_output(),
+    };
+    Ok(Variable::from_op_saving(
         name,
         value,
         vec![x.clone()],
+        saves,
         move |p, y, g| {
+            // The kernel takes x and y; a value the formula does not read may have been
+            // released, so another operand of the same length stands in for it.
+            let (x, y) = match reads {
+                Reads::Nothing => (g, g),
+                Reads::Input => (p[0].value(), p[0].value()),
+                Reads::Output => (y, y),
+                Reads::Both => (p[0].value(), y),
+            };
             Ok(vec![Some(be.unary_backward(
                 "unary (vjp)",
                 kind,
-                p[0].value(),
+                x,
                 y,
                 g,
                 GRAD,
             )?)])
         },
     ))
+}
+
+/// Which forward values the derivative of a map reads.
+#[derive(Clone, Copy)]
+enum Reads {
+    Nothing,
+    Input,
+    Output,
+    Both,
+}
+
+/// What `f'` reads: the output for `exp`, `tanh`, `sigmoid` and ReLU (`y > 0` exactly where
+/// `x > 0`), the input for `log`, GELU and powers, both for `c / x`, nothing for the affine
+/// maps.
+fn reads_of(kind: UnaryOp) -> Reads {
+    match kind {
+        UnaryOp::Neg
+        | UnaryOp::AddScalar(_)
+        | UnaryOp::MulScalar(_)
+        | UnaryOp::DivScalar(_)
+        | UnaryOp::RSubScalar(_) => Reads::Nothing,
+        UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Relu => Reads::Output,
+        UnaryOp::Log | UnaryOp::Gelu | UnaryOp::GeluTanh | UnaryOp::PowScalar(_) => Reads::Input,
+        UnaryOp::RDivScalar(_) => Reads::Both,
+    }
 }
 
 fn name_of(kind: UnaryOp) -> &'static str {
