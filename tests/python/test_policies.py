@@ -481,6 +481,7 @@ MEASUREMENT_KEYS = {
     "head_transient_bytes",
     "head_forward_peak_bytes",
     "embedding_bytes",
+    "head_kept_bytes",
     "head_seconds",
     "optimal_segment_length",
     "costs",

@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.6.
+//! The riftco C ABI 2.7.
 //!
 //! 2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH. 2.2 added the
 //! activation-checkpointing policies beyond `disabled` and `block`: the constants
@@ -18,6 +18,8 @@
 //! `"privateuseone"`) and the string getter `rt_model_device`.
 //! 2.6 added the chunked loss's setting: `rt_model_set_loss_chunk_bytes`,
 //! `rt_model_set_loss_unfused` and `rt_model_loss_chunk_bytes` (the loss is chunked by default).
+//! 2.7 added `rt_graph_backward_ex` (PyTorch's `retain_graph`: `false` frees each node's saved
+//! values as its VJP runs); `rt_model_train_step` now frees its graph that way.
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -262,7 +264,7 @@ mod tests {
             unsafe { rt_abi_version(&mut major, &mut minor) },
             rt_status::RT_OK
         );
-        assert_eq!((major, minor), (2, 6));
+        assert_eq!((major, minor), (2, 7));
         assert_eq!(
             unsafe { rt_abi_version(std::ptr::null_mut(), &mut minor) },
             rt_status::RT_ERROR_NULL_POINTER

@@ -324,7 +324,7 @@ impl PyModel {
     ///     ``layer_bytes`` (``M_layer``, bytes a block retains without checkpointing),
     ///     ``head_retained_bytes``, ``head_transient_bytes``, ``head_forward_peak_bytes``,
     ///     ``embedding_bytes`` (the part of ``head_retained_bytes`` alive before the first
-    ///     block), ``head_seconds``, ``optimal_segment_length`` (float
+    ///     block), ``head_kept_bytes`` (what the head's backward leaves), ``head_seconds``, ``optimal_segment_length`` (float
     ///     ``k* = sqrt(n_layers * M_ckpt / M_layer)``) and ``costs`` (one ``{"policy",
     ///     "retained_bytes", "transient_bytes", "forward_peak_bytes", "seconds"}`` per candidate
     ///     per-block policy; transient bytes are the backward's peak and forward peak bytes the

@@ -279,6 +279,7 @@ pub(crate) fn plan_dict<'py>(
             md.set_item("head_transient_bytes", m.head_transient_bytes)?;
             md.set_item("head_forward_peak_bytes", m.head_forward_peak_bytes)?;
             md.set_item("embedding_bytes", m.embedding_bytes)?;
+            md.set_item("head_kept_bytes", m.head_kept_bytes)?;
             md.set_item("head_seconds", m.head_seconds)?;
             md.set_item("optimal_segment_length", m.optimal_segment_length())?;
             let costs = PyList::empty(py);

@@ -24,13 +24,21 @@
 //! and the head at a time, below what a training step of the whole model allocates).
 //!
 //! # The model
-//! What the graph retains stays alive until backward reaches it, so a plan's activation peak
-//! is the larger of its forward peak, `max_s (E + Σ_{segments before s} R + F_s)` and
-//! `E + Σ R + F_head` (`E` the embedding output), and its backward peak,
-//! `R_head + Σ_segments R + max(T_head, max_segments T)`, where a K-block checkpoint segment
-//! retains `M_ckpt` and its replay (and forward run) holds `T(block) + (K − 1)·M_layer`. For
-//! `segments:K` the backward term is Chen et al. 2016's `L/K · M_ckpt + K · M_layer` plus the
-//! head.
+//! A training step's backward frees each node's values as soon as its VJP ran
+//! (`retain_graph = false`, as the stages and PyTorch do), so what a segment retains stays
+//! alive until backward has passed it, and the segments after it are gone by the time its
+//! backward runs. A plan's activation peak is the largest of
+//! - its forward peak: `max_s (E + Σ_{segments before s} R + F_s)` and `E + Σ R + F_head`
+//!   (`E` the embedding output);
+//! - the head's backward: `R_head + Σ_segments R + T_head`;
+//! - each segment's backward: `E + Σ_{segments up to s} R + T_s + K_head` (`K_head` what the
+//!   head's backward leaves, the loss),
+//!
+//! where a K-block checkpoint segment retains `M_ckpt` and its replay (and forward run) holds
+//! `T(block) + (K − 1)·M_layer`. For `segments:K` the last segment's term is Chen et al.
+//! 2016's `L/K · M_ckpt + K · M_layer` plus the head. A backward that keeps the graph
+//! (`retain_graph = true`, the default of `backward()`) peaks higher, at up to
+//! `R_head + Σ R + max(T_head, max_s T_s)`.
 //!
 //! - **auto**: K from the optimum of that formula, `k* = sqrt(L · M_ckpt / M_layer)`, the better
 //!   of `floor(k*)` and `ceil(k*)` by the formula (clamped to `1..=L`).
@@ -100,6 +108,8 @@ pub struct BlockMeasurement {
     pub head_forward_peak_bytes: u64,
     /// Activation peak of the head's backward above what was alive before it.
     pub head_transient_bytes: u64,
+    /// Activation bytes of the head left after its backward (the loss).
+    pub head_kept_bytes: u64,
     /// Head forward + backward seconds.
     pub head_seconds: f64,
     /// One entry per candidate per-block policy, `disabled` first and `block` last.
@@ -161,21 +171,25 @@ impl BlockMeasurement {
     pub fn predict(&self, segments: &[PlanSegment]) -> (u64, f64) {
         let mut alive = self.embedding_bytes;
         let mut forward_peak = 0;
-        let mut transient = self.head_transient_bytes;
         let mut seconds = self.head_seconds;
         for s in segments {
-            let (r, t, f, sec) = self.segment(s);
+            let (r, _, f, sec) = self.segment(s);
             forward_peak = forward_peak.max(alive + f);
             alive += r;
-            transient = transient.max(t);
             seconds += sec;
         }
         forward_peak = forward_peak.max(alive + self.head_forward_peak_bytes);
-        let retained = alive
-            + self
-                .head_retained_bytes
-                .saturating_sub(self.embedding_bytes);
-        (forward_peak.max(retained + transient), seconds)
+        let head = self
+            .head_retained_bytes
+            .saturating_sub(self.embedding_bytes);
+        let mut backward_peak = alive + head + self.head_transient_bytes;
+        let mut prefix = self.embedding_bytes;
+        for s in segments {
+            let (r, t, _, _) = self.segment(s);
+            prefix += r;
+            backward_peak = backward_peak.max(prefix + t + self.head_kept_bytes);
+        }
+        (forward_peak.max(backward_peak), seconds)
     }
 
     /// Chen et al. 2016's memory of `segments:k` over `n_layers` blocks,
@@ -206,6 +220,8 @@ fn candidates() -> Vec<BlockPolicy> {
 struct Probe {
     retained: u64,
     transient: u64,
+    /// Left after the backward (the output included).
+    kept: u64,
     forward_peak: u64,
     seconds: f64,
 }
@@ -222,13 +238,15 @@ fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<P
     scope.reset_peak();
     let transient = if y.requires_grad() {
         let seed = Tensor::try_full_on(y.dims().to_vec(), 1.0, MemoryCategory::Gradient, device)?;
-        let grads = GradientContext::compute(&y, seed)?;
+        // As a training step: each node's values go as soon as its VJP ran.
+        let grads = GradientContext::compute_with(&y, seed, false)?;
         let peak = scope.peak_bytes();
         drop(grads);
         (peak - after).max(0) as u64
     } else {
         0
     };
+    let kept = scope.current_bytes().max(0) as u64;
     // A GPU backend batches its commands: without waiting for them the clock would measure
     // their recording, not their execution.
     riftco_tensor::backend::synchronize(device)?;
@@ -237,6 +255,7 @@ fn probe(device: Device, forward: impl FnOnce() -> Result<Variable>) -> Result<P
     Ok(Probe {
         retained: after.max(0) as u64,
         transient,
+        kept,
         forward_peak,
         seconds,
     })
@@ -340,7 +359,7 @@ fn measure_impl(
     // The head: the embedding output, then final norm → LM head → cross-entropy from a leaf
     // standing for the last block's output (counted with the blocks).
     let tokens = vec![0u32; batch * seq];
-    let mut head = (0, 0, 0, 0, f64::INFINITY);
+    let mut head = (0, 0, 0, 0, 0, f64::INFINITY);
     for _ in 0..2 {
         let scope = ThreadMemoryScope::new(device, MemoryCategory::Activation);
         let t0 = Instant::now();
@@ -363,7 +382,8 @@ fn measure_impl(
             m.transient,
             m.forward_peak,
             embedded_bytes,
-            head.4.min(seconds),
+            m.kept,
+            head.5.min(seconds),
         );
     }
     let retained = |p: &BlockPolicy| {
@@ -382,7 +402,8 @@ fn measure_impl(
         head_transient_bytes: head.1,
         head_forward_peak_bytes: head.2,
         embedding_bytes: head.3,
-        head_seconds: head.4,
+        head_kept_bytes: head.4,
+        head_seconds: head.5,
         costs,
     })
 }

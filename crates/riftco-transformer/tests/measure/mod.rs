@@ -5,6 +5,7 @@
 //! the same binary allocates meanwhile. (nextest runs each test in its own process.)
 #![allow(dead_code)]
 
+use riftco_autograd::BackwardOptions;
 use riftco_tensor::{memory_stats, reset_peak_memory_stats, MemoryCategory};
 use riftco_transformer::DecoderOnlyTransformer;
 use std::sync::{Mutex, MutexGuard};
@@ -54,7 +55,8 @@ pub fn measure_step(m: &DecoderOnlyTransformer, batch: usize, seq: usize) -> Ste
     let loss = m.loss(&t, batch, seq + 1).unwrap();
     let (after_forward, forward_peak) = activation_bytes();
     reset_peak_memory_stats();
-    loss.backward().unwrap();
+    // As a training step (the stages): each node's values go as soon as its VJP ran.
+    loss.backward_with(BackwardOptions::freeing()).unwrap();
     let (_, backward_peak) = activation_bytes();
     let peak = forward_peak.max(backward_peak);
     drop(loss);
