@@ -11,8 +11,8 @@ use riftco_autograd::Variable;
 use riftco_tensor::{memory_stats, MemoryCategory};
 use riftco_transformer::{
     load_model, save_model, ActivationCheckpointing as Policy, Adam, DecoderOnlyTransformer,
-    FullSequenceAttentionKind as Attn, LoraConfig, LoraTargets, TransformerConfig,
-    TransformerError, WeightDtype,
+    FullSequenceAttentionKind as Attn, LoraConfig, LoraTargets, LossChunking, TransformerConfig,
+    TransformerError, WeightDtype, DEFAULT_LOSS_CHUNK_BYTES,
 };
 
 const VOCAB: usize = 80;
@@ -269,4 +269,73 @@ fn a_16_bit_file_loads_straight_into_16_bit_storage() {
         assert!(loss.value().to_vec()[0].is_finite());
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A tied 16-bit head over several vocabulary blocks (`vocab_block_rows(64)` = 32768 rows of
+/// 100 000): the
+/// loss and adapter gradients are bitwise those of the f32 model holding the rounded weights
+/// (the same blocks), and neither the embedding lookup nor the chunked loss upcasts the whole
+/// `[vocab, d_model]` matrix: the workspace peak of a step stays below its f32 bytes.
+#[test]
+fn a_16_bit_head_is_upcast_a_block_of_rows_at_a_time() {
+    let _guard = lock();
+    let vocab = 100_000;
+    let d = 64;
+    assert!(riftco_kernels::linear_loss::vocab_block_rows(d) < vocab);
+    let make = || {
+        let mut c = TransformerConfig::new(vocab, d, 4, 1, 32, 16).with_tie_word_embeddings(true);
+        c.seed = 3;
+        let mut m = DecoderOnlyTransformer::new(c, Attn::Flash, Policy::Block).unwrap();
+        m.enable_lora(&lora()).unwrap();
+        m
+    };
+    let mut half = make();
+    half.set_frozen_weights_dtype(WeightDtype::BFloat16)
+        .unwrap();
+    let reference = make();
+    for ((_, h), (_, r)) in half
+        .named_parameters()
+        .iter()
+        .zip(reference.named_parameters())
+    {
+        r.value().copy_from_slice(&h.value().to_vec()).unwrap();
+    }
+    let block = tokens(2, 9, vocab as u32);
+    let step = |m: &DecoderOnlyTransformer| {
+        riftco_tensor::reset_peak_memory_stats();
+        let before = memory_stats().get(MemoryCategory::Workspace).current_bytes;
+        let loss = m.loss(&block, 2, 9).unwrap();
+        loss.backward().unwrap();
+        let peak = memory_stats().get(MemoryCategory::Workspace).peak_bytes - before;
+        let grads: Vec<Vec<u32>> = m
+            .weights()
+            .named_lora_parameters()
+            .iter()
+            .map(|(_, p)| {
+                p.grad()
+                    .unwrap()
+                    .to_vec()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect()
+            })
+            .collect();
+        (loss.value().to_vec()[0].to_bits(), grads, peak)
+    };
+    let (loss_h, grads_h, peak_h) = step(&half);
+    let (loss_r, grads_r, _) = step(&reference);
+    assert_eq!(loss_h, loss_r);
+    assert_eq!(grads_h, grads_r);
+    // The workspace peak is the chunked loss's, exactly: one chunk's logits, one block of them
+    // and one block of upcast rows — well below the whole head in f32.
+    let chunk = LossChunking::chunk_tokens(DEFAULT_LOSS_CHUNK_BYTES, vocab);
+    let block_rows = riftco_kernels::linear_loss::vocab_block_rows(d);
+    let expected =
+        4 * riftco_kernels::linear_loss::workspace_len(16, vocab, d, chunk, block_rows, true);
+    assert_eq!(peak_h, expected);
+    let whole = vocab * d * 4;
+    assert!(
+        peak_h < whole * 3 / 4,
+        "workspace peak {peak_h} vs the f32 head's {whole} bytes"
+    );
 }

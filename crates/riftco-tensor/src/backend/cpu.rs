@@ -497,7 +497,31 @@ impl Backend for CpuBackend {
         let d = table.dims().get(1).copied().unwrap_or(0);
         let shape = Shape::try_new(op, [ids.len(), d])?;
         let mut o = buf(op, shape.numel())?;
-        k::embedding::embedding(&table.read()?, d, ids, &mut o);
+        match table.half_dtype() {
+            // A 16-bit table: only the rows looked up are upcast, never the whole table.
+            Some(dtype) if d > 0 => {
+                let guard = table.buffer();
+                let Buffer::Half(_, bits) = &*guard else {
+                    return Err(TensorError::NoData { op });
+                };
+                let vocab = bits.len() / d;
+                for (row, &id) in o.chunks_exact_mut(d).zip(ids) {
+                    let id = id as usize;
+                    if id >= vocab {
+                        return Err(TensorError::IndexOutOfRange {
+                            op,
+                            what: "token id",
+                            index: id,
+                            bound: vocab,
+                        });
+                    }
+                    for (v, &b) in row.iter_mut().zip(&bits[id * d..(id + 1) * d]) {
+                        *v = dtype.to_f32(b);
+                    }
+                }
+            }
+            _ => k::embedding::embedding(&table.read()?, d, ids, &mut o),
+        }
         Ok(out(o, shape, c))
     }
 
@@ -559,10 +583,15 @@ impl Backend for CpuBackend {
     ) -> Result<LossAndGradients> {
         let (rows, d, vocab) =
             super::composed::linear_cross_entropy_sizes(op, x, w, targets, chunk_rows)?;
-        let chunk = chunk_rows.min(rows);
-        // The chunk's logits (then their gradient, in place) and logsumexp, counted as workspace
-        // while they exist.
-        let ws_len = chunk.saturating_mul(vocab).saturating_add(chunk);
+        // The chunk's logits (then their gradient, in place) and logsumexp, with a block of
+        // them and of a 16-bit W upcast, counted as workspace while they exist.
+        let vocab_block = k::linear_loss::vocab_block_rows(d);
+        let half = w.half_dtype();
+        if let (Some(dtype), true) = (half, want_dw) {
+            return Err(crate::storage::half_is_read_only(op, dtype));
+        }
+        let ws_len =
+            k::linear_loss::workspace_len(rows, vocab, d, chunk_rows, vocab_block, half.is_some());
         let workspace = out(buf(op, ws_len)?, [ws_len].into(), MemoryCategory::Workspace);
         let mut dx = match want_dx {
             true => Some(buf(op, rows * d)?),
@@ -572,18 +601,41 @@ impl Backend for CpuBackend {
             true => Some(buf(op, vocab * d)?),
             false => None,
         };
-        let loss = k::linear_loss::linear_cross_entropy(
-            k::linear_loss::LinearCrossEntropy {
-                x: &x.read()?,
-                w: &w.read()?,
-                targets,
-                d_model: d,
-                chunk_rows,
-            },
-            &mut workspace.write()?,
-            dx.as_deref_mut(),
-            dw.as_deref_mut(),
-        );
+        let x = x.read()?;
+        let mut ws = workspace.write()?;
+        let mut run = |head: k::linear_loss::HeadWeight<'_>, ws: &mut [f32]| {
+            k::linear_loss::linear_cross_entropy(
+                k::linear_loss::LinearCrossEntropy {
+                    x: &x,
+                    w: head,
+                    targets,
+                    d_model: d,
+                    chunk_rows,
+                    vocab_block,
+                },
+                ws,
+                dx.as_deref_mut(),
+                dw.as_deref_mut(),
+            )
+        };
+        let loss = match half {
+            // A 16-bit W is upcast a block of rows at a time, never whole.
+            Some(dtype) => {
+                let guard = w.buffer();
+                let Buffer::Half(_, bits) = &*guard else {
+                    return Err(TensorError::NoData { op });
+                };
+                let fill = |v0: usize, out: &mut [f32]| {
+                    for (o, &b) in out.iter_mut().zip(&bits[v0 * d..]) {
+                        *o = dtype.to_f32(b);
+                    }
+                };
+                let head = k::linear_loss::HeadWeight::Converted { vocab, fill: &fill };
+                run(head, &mut ws)
+            }
+            None => run(k::linear_loss::HeadWeight::F32(&w.read()?), &mut ws),
+        };
+        drop(ws);
         drop(workspace);
         let grad = MemoryCategory::Gradient;
         Ok(LossAndGradients {
