@@ -26,7 +26,8 @@ alive before it — plus the parameters and the Adam state alive before it (its 
 without the profiler). Same process, same thread count.
 
     python benches/memory_real_models.py                       # smollm2-135m, 4 x 256 tokens
-    python benches/memory_real_models.py --model llama-3.2-1b --batch 1 --seq 1024 --steps 2
+    python benches/memory_real_models.py --model llama-3.2-1b --batch 1 --seq 1024 --steps 2 \
+        --policies block --heads "chunked bf16" --sequential   # rows one at a time (24 GiB host)
     python benches/memory_real_models.py --quick               # a tiny shape (CI smoke)
     python benches/memory_real_models.py --plot benches/results/memory_real_models_smollm2.json
                                  # stacked bars by category from a --out file (needs matplotlib)
@@ -262,6 +263,15 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--policies", default="disabled,block")
+    parser.add_argument(
+        "--heads", default="unfused,chunked,chunked bf16",
+        help="riftco loss heads to run (comma-separated; default all three)",
+    )
+    parser.add_argument(
+        "--sequential", action="store_true",
+        help="build and run one row at a time (for shapes whose rows do not fit in memory "
+        "together; the rows are then not interleaved)",
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny shape, 1 step (smoke test)")
     parser.add_argument("--no-torch", action="store_true", help="riftco rows only")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
@@ -275,8 +285,10 @@ def main() -> None:
         args.batch, args.seq, args.steps = 2, 32, 1
     block = tokens(args.batch, args.seq, shape["vocab_size"])
     policies = args.policies.split(",")
-    heads = ("unfused", "chunked", "chunked bf16")
-    rows: list[Any] = [RiftcoRow(shape, p, h) for p in policies for h in heads]
+    heads = [h.strip() for h in args.heads.split(",") if h.strip()]
+    makers: list[Any] = [
+        (lambda p=p, h=h: RiftcoRow(shape, p, h)) for p in policies for h in heads
+    ]
     if not args.no_torch:
         try:
             import peft  # noqa: F401
@@ -284,22 +296,29 @@ def main() -> None:
             import transformers  # noqa: F401
 
             torch.set_num_threads(riftco.num_threads())
-            rows += [TorchRow(shape, p != "disabled") for p in policies]
+            makers += [(lambda p=p: TorchRow(shape, p != "disabled")) for p in policies]
         except ImportError as e:
             print(f"PyTorch + PEFT rows skipped: {e} (pip install torch transformers peft)")
     print(
         f"{name}: {args.batch} x {args.seq} tokens, LoRA r={LORA_RANK} on all projections, "
         f"{riftco.num_threads()} threads, SIMD {riftco.simd_level()}, {args.steps} timed steps"
+        + (", one row at a time" if args.sequential else ", rows interleaved")
     )
-    for i in range(args.steps + 1):  # round robin; step 0 is the warm-up
-        for row in rows:
-            row.step(block)
-            if i == 0:
-                row.times.clear()
+    groups = [[make] for make in makers] if args.sequential else [makers]
     results = []
-    for row in rows:
-        median = statistics.median(row.times)
-        results.append({"row": row.label, "step_s": median, "loss": row.losses[-1], "peak_bytes": row.peak})
+    for group in groups:
+        rows = [make() for make in group]
+        for i in range(args.steps + 1):  # round robin; step 0 is the warm-up
+            for row in rows:
+                row.step(block)
+                if i == 0:
+                    row.times.clear()
+        for row in rows:
+            median = statistics.median(row.times)
+            results.append(
+                {"row": row.label, "step_s": median, "loss": row.losses[-1], "peak_bytes": row.peak}
+            )
+        del rows
     ref = {r["row"]: r for r in results}
     header = f"| {'row':<52} | step s | peak MiB | " + " | ".join(CATEGORIES) + " |"
     print(header)
@@ -309,20 +328,24 @@ def main() -> None:
         cats = " | ".join(f"{p[c] / MIB:.0f}" if c in p else "" for c in CATEGORIES)
         print(f"| {r['row']:<52} | {r['step_s']:.2f} | {p['total'] / MIB:.0f} | {cats} |")
     for policy in policies:
-        chunked, unfused = ref[f"riftco {policy} chunked"], ref[f"riftco {policy} unfused"]
-        bf16 = ref[f"riftco {policy} chunked bf16"]
-        print(
-            f"{policy}: chunked bf16 / chunked peak {bf16['peak_bytes']['total'] / chunked['peak_bytes']['total']:.3f}, "
-            f"step {bf16['step_s'] / chunked['step_s']:.3f}"
-        )
-        print(
-            f"{policy}: chunked / unfused peak {chunked['peak_bytes']['total'] / unfused['peak_bytes']['total']:.3f}, "
-            f"step {chunked['step_s'] / unfused['step_s']:.3f}; losses {chunked['loss']:.6f} / {unfused['loss']:.6f}"
-        )
+        row = {h: ref.get(f"riftco {policy} {h}") for h in ("unfused", "chunked", "chunked bf16")}
+        chunked, unfused, bf16 = row["chunked"], row["unfused"], row["chunked bf16"]
+        if chunked is not None and bf16 is not None:
+            print(
+                f"{policy}: chunked bf16 / chunked peak {bf16['peak_bytes']['total'] / chunked['peak_bytes']['total']:.3f}, "
+                f"step {bf16['step_s'] / chunked['step_s']:.3f}"
+            )
+        if chunked is not None and unfused is not None:
+            print(
+                f"{policy}: chunked / unfused peak {chunked['peak_bytes']['total'] / unfused['peak_bytes']['total']:.3f}, "
+                f"step {chunked['step_s'] / unfused['step_s']:.3f}; losses {chunked['loss']:.6f} / {unfused['loss']:.6f}"
+            )
         torch_label = f"PyTorch + PEFT, {'HF gradient checkpointing' if policy != 'disabled' else 'no checkpointing'}"
         if torch_label in ref:
             t = ref[torch_label]
             for r in (chunked, bf16):
+                if r is None:
+                    continue
                 print(
                     f"{policy}: {r['row']} / {torch_label}: peak "
                     f"{r['peak_bytes']['total'] / t['peak_bytes']['total']:.3f}, step {r['step_s'] / t['step_s']:.3f}"
@@ -331,7 +354,7 @@ def main() -> None:
         args.out.write_text(json.dumps({
             "date": datetime.date.today().isoformat(), "host": platform.machine(),
             "simd": riftco.simd_level(), "threads": riftco.num_threads(), "model": name,
-            "batch": args.batch, "seq": args.seq, "rows": results,
+            "batch": args.batch, "seq": args.seq, "sequential": args.sequential, "rows": results,
         }, indent=1) + "\n")
 
 

@@ -54,6 +54,26 @@ impl HalfDtype {
         }
     }
 
+    /// `bits` as f32 into `out` (the first `min(bits.len(), out.len())` elements; exact). One
+    /// pass per format: bfloat16 is a shift, float16 the `half` crate's slice conversion (F16C
+    /// where the CPU has it).
+    pub fn upcast(self, bits: &[u16], out: &mut [f32]) {
+        let n = bits.len().min(out.len());
+        let (bits, out) = (&bits[..n], &mut out[..n]);
+        match self {
+            HalfDtype::BFloat16 => {
+                for (o, &b) in out.iter_mut().zip(bits) {
+                    *o = f32::from_bits(u32::from(b) << 16);
+                }
+            }
+            HalfDtype::Float16 => {
+                use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+                bits.reinterpret_cast::<half::f16>()
+                    .convert_to_f32_slice(out);
+            }
+        }
+    }
+
     /// `x` rounded to the nearest value of this format, ties to even (NaN stays NaN, values past
     /// the largest finite one become infinite).
     pub fn from_f32(self, x: f32) -> u16 {
@@ -225,9 +245,7 @@ impl Storage {
             Buffer::Host(_) => Ok(HostRead(HostReadInner::Guard(guard))),
             Buffer::Half(dtype, bits) => {
                 let mut v = crate::pool::try_take("Tensor::read (upcast)", bits.len())?;
-                for (o, &b) in v.iter_mut().zip(bits) {
-                    *o = dtype.to_f32(b);
-                }
+                dtype.upcast(bits, &mut v);
                 record_alloc(
                     Device::Cpu,
                     MemoryCategory::Workspace,

@@ -515,9 +515,7 @@ impl Backend for CpuBackend {
                             bound: vocab,
                         });
                     }
-                    for (v, &b) in row.iter_mut().zip(&bits[id * d..(id + 1) * d]) {
-                        *v = dtype.to_f32(b);
-                    }
+                    dtype.upcast(&bits[id * d..(id + 1) * d], row);
                 }
             }
             _ => k::embedding::embedding(&table.read()?, d, ids, &mut o),
@@ -625,11 +623,7 @@ impl Backend for CpuBackend {
                 let Buffer::Half(_, bits) = &*guard else {
                     return Err(TensorError::NoData { op });
                 };
-                let fill = |v0: usize, out: &mut [f32]| {
-                    for (o, &b) in out.iter_mut().zip(&bits[v0 * d..]) {
-                        *o = dtype.to_f32(b);
-                    }
-                };
+                let fill = |v0: usize, out: &mut [f32]| dtype.upcast(&bits[v0 * d..], out);
                 let head = k::linear_loss::HeadWeight::Converted { vocab, fill: &fill };
                 run(head, &mut ws)
             }
