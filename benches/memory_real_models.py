@@ -7,7 +7,8 @@ Architectures (random weights, seeded; nothing is downloaded):
   KV heads, tied, RoPE theta 5e5 (riftco's llama3 scaling is not applied here: it changes no
   memory or time).
 
-Each row trains LoRA r=8 (alpha 16) on all seven projections with Adam (lr 1e-4) under one
+Each row trains LoRA r=8 (alpha 16) on all seven projections (with ``--full``: every weight, and
+PyTorch without PEFT) with Adam (lr 1e-4) under one
 activation-checkpointing policy and one loss head: ``chunked`` (riftco's default: the LM head and
 cross-entropy a chunk of tokens at a time, ``loss_chunk_bytes`` 64 MiB) or ``unfused`` (whole
 logits); ``chunked bf16`` also stores the frozen base in bfloat16
@@ -28,6 +29,8 @@ without the profiler). Same process, same thread count.
     python benches/memory_real_models.py                       # smollm2-135m, 4 x 256 tokens
     python benches/memory_real_models.py --model llama-3.2-1b --batch 1 --seq 1024 --steps 2 \
         --policies block --heads "chunked bf16" --sequential   # rows one at a time (24 GiB host)
+    python benches/memory_real_models.py --model reference --full --batch 8 --seq 256 \
+        --heads chunked                        # benches/policies.py's model, every weight trained
     python benches/memory_real_models.py --quick               # a tiny shape (CI smoke)
     python benches/memory_real_models.py --plot benches/results/memory_real_models_smollm2.json
                                  # stacked bars by category from a --out file (needs matplotlib)
@@ -59,6 +62,10 @@ SHAPES: dict[str, dict[str, Any]] = {
         vocab_size=128256, d_model=2048, n_heads=32, n_kv_heads=8, n_layers=16, d_ff=8192,
         max_seq_len=2048, rope_theta=5e5, tie_word_embeddings=True,
     ),
+    "reference": dict(  # benches/policies.py's reference model
+        vocab_size=256, d_model=256, n_heads=8, n_kv_heads=8, n_layers=8, d_ff=688,
+        max_seq_len=256, rope_theta=1e4, tie_word_embeddings=False,
+    ),
     "quick": dict(
         vocab_size=4096, d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=128,
         max_seq_len=64, rope_theta=1e4, tie_word_embeddings=True,
@@ -87,13 +94,14 @@ class RiftcoRow:
     value before that step.
     """
 
-    def __init__(self, shape: dict[str, Any], policy: str, head: str) -> None:
+    def __init__(self, shape: dict[str, Any], policy: str, head: str, lora: bool = True) -> None:
         self.label = f"riftco {policy} {head}"
         before = _current()
         self.model = riftco.DecoderOnlyTransformer(
             riftco.TransformerConfig(**shape, seed=0), activation_checkpointing=policy
         )
-        self.model.enable_lora(rank=LORA_RANK, alpha=LORA_ALPHA, mlp=True)
+        if lora:
+            self.model.enable_lora(rank=LORA_RANK, alpha=LORA_ALPHA, mlp=True)
         self.model.loss_chunk_bytes = None if head == "unfused" else riftco.DEFAULT_LOSS_CHUNK_BYTES
         if head.endswith("bf16"):
             self.model.set_frozen_weights_dtype("bfloat16")
@@ -128,13 +136,16 @@ class RiftcoRow:
 class TorchRow:
     """The same LoRA step in PyTorch + PEFT (``LlamaForCausalLM``, float32)."""
 
-    def __init__(self, shape: dict[str, Any], checkpointing: bool) -> None:
+    def __init__(self, shape: dict[str, Any], checkpointing: bool, lora: bool = True) -> None:
         import torch
         from peft import LoraConfig, get_peft_model
         from transformers import LlamaConfig, LlamaForCausalLM
 
         self.torch = torch
-        self.label = f"PyTorch + PEFT, {'HF gradient checkpointing' if checkpointing else 'no checkpointing'}"
+        self.label = (
+            f"PyTorch{' + PEFT' if lora else ''}, "
+            f"{'HF gradient checkpointing' if checkpointing else 'no checkpointing'}"
+        )
         torch.manual_seed(0)
         config = LlamaConfig(
             vocab_size=shape["vocab_size"], hidden_size=shape["d_model"],
@@ -146,12 +157,13 @@ class TorchRow:
         model = LlamaForCausalLM(config).float()
         if checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            model.enable_input_require_grads()
-        lora = LoraConfig(
+            if lora:
+                model.enable_input_require_grads()
+        lora_config = LoraConfig(
             r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         )
-        self.model = get_peft_model(model, lora)
+        self.model = get_peft_model(model, lora_config) if lora else model
         self.model.train()
         self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=1e-4)
         self.times: list[float] = []
@@ -238,14 +250,15 @@ def plot(results_path: Path) -> Path:
             policy, head = label.removeprefix("riftco ").split(" ", 1)
             return f"riftco\n{policy}\n{head}"
         checkpointing = "no GC" if "no checkpointing" in label else "HF GC"
-        return f"PyTorch\n+ PEFT\n{checkpointing}"
+        return f"PyTorch\n+ PEFT\n{checkpointing}" if "PEFT" in label else f"PyTorch\n{checkpointing}"
 
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([short(r["row"]) for r in rows], fontsize=8)
     ax.set_ylabel("peak MiB (bars: each category's peak; line: total)")
     ax.set_ylim(0, max(sum(r["peak_bytes"].get(c, 0) for c in CATEGORIES) for r in rows) / MIB * 1.2)
     ax.set_title(
-        f"{data['model']}, LoRA r=8, {data['batch']} x {data['seq']} tokens "
+        f"{data['model']}, {'every weight trained' if data.get('full') else 'LoRA r=8'}, "
+        f"{data['batch']} x {data['seq']} tokens "
         f"({data['date']}, {data['host']} {data['simd']}, {data['threads']} threads)", fontsize=10
     )
     ax.legend(fontsize=8, loc="upper right")
@@ -268,6 +281,10 @@ def main() -> None:
         help="riftco loss heads to run (comma-separated; default all three)",
     )
     parser.add_argument(
+        "--full", action="store_true",
+        help="train every weight instead of LoRA adapters (no bf16 rows: a 16-bit base is frozen)",
+    )
+    parser.add_argument(
         "--sequential", action="store_true",
         help="build and run one row at a time (for shapes whose rows do not fit in memory "
         "together; the rows are then not interleaved)",
@@ -286,8 +303,11 @@ def main() -> None:
     block = tokens(args.batch, args.seq, shape["vocab_size"])
     policies = args.policies.split(",")
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]
+    if args.full:
+        heads = [h for h in heads if not h.endswith("bf16")]
+    lora = not args.full
     makers: list[Any] = [
-        (lambda p=p, h=h: RiftcoRow(shape, p, h)) for p in policies for h in heads
+        (lambda p=p, h=h: RiftcoRow(shape, p, h, lora)) for p in policies for h in heads
     ]
     if not args.no_torch:
         try:
@@ -296,12 +316,13 @@ def main() -> None:
             import transformers  # noqa: F401
 
             torch.set_num_threads(riftco.num_threads())
-            makers += [(lambda p=p: TorchRow(shape, p != "disabled")) for p in policies]
+            makers += [(lambda p=p: TorchRow(shape, p != "disabled", lora)) for p in policies]
         except ImportError as e:
             print(f"PyTorch + PEFT rows skipped: {e} (pip install torch transformers peft)")
     print(
-        f"{name}: {args.batch} x {args.seq} tokens, LoRA r={LORA_RANK} on all projections, "
-        f"{riftco.num_threads()} threads, SIMD {riftco.simd_level()}, {args.steps} timed steps"
+        f"{name}: {args.batch} x {args.seq} tokens, "
+        + ("every weight trained, " if args.full else f"LoRA r={LORA_RANK} on all projections, ")
+        + f"{riftco.num_threads()} threads, SIMD {riftco.simd_level()}, {args.steps} timed steps"
         + (", one row at a time" if args.sequential else ", rows interleaved")
     )
     groups = [[make] for make in makers] if args.sequential else [makers]
@@ -340,7 +361,10 @@ def main() -> None:
                 f"{policy}: chunked / unfused peak {chunked['peak_bytes']['total'] / unfused['peak_bytes']['total']:.3f}, "
                 f"step {chunked['step_s'] / unfused['step_s']:.3f}; losses {chunked['loss']:.6f} / {unfused['loss']:.6f}"
             )
-        torch_label = f"PyTorch + PEFT, {'HF gradient checkpointing' if policy != 'disabled' else 'no checkpointing'}"
+        torch_label = (
+            f"PyTorch{'' if args.full else ' + PEFT'}, "
+            f"{'HF gradient checkpointing' if policy != 'disabled' else 'no checkpointing'}"
+        )
         if torch_label in ref:
             t = ref[torch_label]
             for r in (chunked, bf16):
@@ -354,7 +378,8 @@ def main() -> None:
         args.out.write_text(json.dumps({
             "date": datetime.date.today().isoformat(), "host": platform.machine(),
             "simd": riftco.simd_level(), "threads": riftco.num_threads(), "model": name,
-            "batch": args.batch, "seq": args.seq, "sequential": args.sequential, "rows": results,
+            "batch": args.batch, "seq": args.seq, "sequential": args.sequential, "full": args.full,
+            "rows": results,
         }, indent=1) + "\n")
 
 

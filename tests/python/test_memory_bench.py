@@ -51,3 +51,23 @@ def test_quick_memory_bench_measures_every_row(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_quick_full_training_rows_run_one_at_a_time(tmp_path: Path) -> None:
+    out = tmp_path / "full.json"
+    r = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--no-torch", "--full", "--sequential",
+         "--heads", "chunked,chunked bf16", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert data["full"] is True and data["sequential"] is True
+    # A 16-bit base is frozen: full training has no bf16 rows.
+    assert sorted(row["row"] for row in data["rows"]) == ["riftco block chunked", "riftco disabled chunked"]
+    for row in data["rows"]:
+        # Every weight trains: gradients and Adam moments of the whole model.
+        assert row["peak_bytes"]["optimizer_state"] >= row["peak_bytes"]["parameter"]
