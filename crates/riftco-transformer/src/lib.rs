@@ -39,7 +39,7 @@ pub use frozen_dtype::WeightDtype;
 pub use head::{LossChunking, DEFAULT_LOSS_CHUNK_BYTES};
 pub use linear::{LoraConfig, LoraTargets};
 pub use model::{DecoderOnlyTransformer, Weights};
-pub use optim::Adam;
+pub use optim::{Adam, AdamParamState, AdamState};
 pub use policy::{
     ActivationCheckpointingKind, FullSequenceAttentionKind, OptionRow, OptionTable,
     ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS,

@@ -6,6 +6,9 @@ use riftco_tensor::backend::AdamHyper;
 use riftco_tensor::{MemoryCategory, Tensor};
 use std::collections::HashMap;
 
+mod state;
+pub use state::{AdamParamState, AdamState};
+
 /// Adam/AdamW over a fixed list of distinct parameter leaves. First and second moments are
 /// allocated in the `optimizer_state` memory category for every trainable parameter. Each step
 /// writes the parameters in place, which bumps their versions: a graph recorded before the step
@@ -76,31 +79,7 @@ impl Adam {
     /// or holds only frozen parameters (no step would ever change anything).
     pub fn with_hyper(params: Vec<Variable>, hyper: AdamHyper) -> Result<Self> {
         validate_params(&params)?;
-        let bad = |field: &'static str, value: f32, reason: &str| {
-            Err(TransformerError::Config {
-                field,
-                value: value.to_string(),
-                reason: reason.into(),
-            })
-        };
-        if !(hyper.lr.is_finite() && hyper.lr > 0.0) {
-            return bad("lr", hyper.lr, "must be a positive finite number");
-        }
-        for (f, b) in [("beta1", hyper.beta1), ("beta2", hyper.beta2)] {
-            if !(0.0..1.0).contains(&b) {
-                return bad(f, b, "must be in [0, 1)");
-            }
-        }
-        if !(hyper.eps.is_finite() && hyper.eps >= 0.0) {
-            return bad("eps", hyper.eps, "must be a non-negative finite number");
-        }
-        if !(hyper.weight_decay.is_finite() && hyper.weight_decay >= 0.0) {
-            return bad(
-                "weight_decay",
-                hyper.weight_decay,
-                "must be a non-negative finite number",
-            );
-        }
+        validate_hyper(&hyper)?;
         let zeros = |p: &Variable| {
             Tensor::try_full_on(
                 p.value().shape().clone(),
@@ -209,6 +188,36 @@ impl Adam {
             p.zero_grad();
         }
     }
+}
+
+/// The hyper-parameter rules of [`Adam::with_hyper`].
+fn validate_hyper(hyper: &AdamHyper) -> Result<()> {
+    let bad = |field: &'static str, value: f32, reason: &str| {
+        Err(TransformerError::Config {
+            field,
+            value: value.to_string(),
+            reason: reason.into(),
+        })
+    };
+    if !(hyper.lr.is_finite() && hyper.lr > 0.0) {
+        return bad("lr", hyper.lr, "must be a positive finite number");
+    }
+    for (f, b) in [("beta1", hyper.beta1), ("beta2", hyper.beta2)] {
+        if !(0.0..1.0).contains(&b) {
+            return bad(f, b, "must be in [0, 1)");
+        }
+    }
+    if !(hyper.eps.is_finite() && hyper.eps >= 0.0) {
+        return bad("eps", hyper.eps, "must be a non-negative finite number");
+    }
+    if !(hyper.weight_decay.is_finite() && hyper.weight_decay >= 0.0) {
+        return bad(
+            "weight_decay",
+            hyper.weight_decay,
+            "must be a non-negative finite number",
+        );
+    }
+    Ok(())
 }
 
 /// The parameter-list rules of [`Adam::with_hyper`].
