@@ -102,4 +102,4 @@ def test_retain_graph_must_be_a_bool(value: Any) -> None:
 def test_retain_graph_is_keyword_only() -> None:
     loss = model("disabled", lora=False, attention="flash").loss(TOKENS)
     with pytest.raises(TypeError):
-        loss.backward(False)  # type: ignore[misc]
+        loss.backward(False)  # type: ignore[call-arg]

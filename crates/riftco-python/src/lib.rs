@@ -35,6 +35,7 @@ mod memory;
 mod model;
 mod model_state;
 mod optim;
+mod optim_state;
 mod policy;
 mod rng;
 mod tokens;

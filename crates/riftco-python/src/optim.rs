@@ -4,7 +4,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyDict, PyString};
 use riftco_autograd::Variable;
 use riftco_kernels::AdamHyper;
 use riftco_transformer::{Adam, TransformerError};
@@ -210,6 +210,26 @@ macro_rules! optimizer_methods {
             /// The parameters this optimizer updates.
             fn parameters(&self) -> Vec<PyVariable> {
                 self.0.params()
+            }
+
+            /// The optimizer's state in PyTorch's shape (copies): ``{"state": {index:
+            /// {"step": int, "exp_avg": ndarray, "exp_avg_sq": ndarray}}, "param_groups":
+            /// [{"lr", "betas", "eps", "weight_decay", "decoupled_weight_decay", "params",
+            /// "param_names", "steps"}]}``; indices into ``parameters()``, frozen parameters
+            /// have no entry; arrays float32 of the parameter's shape.
+            fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+                crate::optim_state::state_dict(py, &self.0.lock())
+            }
+
+            /// Loads a ``state_dict()``: the hyper-parameters, the step counts and every moment.
+            /// The whole dict is checked before anything changes.
+            ///
+            /// Raises:
+            ///     ConfigError: naming the first mismatch: another number of (trainable)
+            ///         parameters, a parameter of another name or shape, a missing key, a
+            ///         non-finite or negative moment, invalid hyper-parameters.
+            fn load_state_dict(&self, state_dict: &Bound<'_, PyAny>) -> PyResult<()> {
+                crate::optim_state::load_state_dict(&mut self.0.lock(), state_dict)
             }
 
             fn __repr__(&self) -> String {

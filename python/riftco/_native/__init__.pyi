@@ -764,6 +764,13 @@ class Adam:
     @property
     def steps(self) -> int: ...
     def parameters(self) -> list[Variable]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """PyTorch's shape: ``{"state": {index: {"step", "exp_avg", "exp_avg_sq"}},
+        "param_groups": [{"lr", "betas", "eps", "weight_decay", "decoupled_weight_decay",
+        "params", "param_names", "steps"}]}`` (copies; frozen parameters have no entry)."""
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Loads a ``state_dict()``, checked whole first; ``ConfigError`` names the first
+        mismatch and nothing changes."""
 
 @final
 class AdamW:
@@ -787,6 +794,13 @@ class AdamW:
     @property
     def steps(self) -> int: ...
     def parameters(self) -> list[Variable]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """PyTorch's shape: ``{"state": {index: {"step", "exp_avg", "exp_avg_sq"}},
+        "param_groups": [{"lr", "betas", "eps", "weight_decay", "decoupled_weight_decay",
+        "params", "param_names", "steps"}]}`` (copies; frozen parameters have no entry)."""
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Loads a ``state_dict()``, checked whole first; ``ConfigError`` names the first
+        mismatch and nothing changes."""
 
 def write_file_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Writes ``data`` to ``path`` atomically, as the model files are written: a fresh temporary
