@@ -484,6 +484,54 @@ static void test_backward_free_graph(void) {
     rt_model_free(model);
 }
 
+/* The optimizer's state in a file (2.8): saved, loaded into a fresh optimizer (the same step
+ * count), refused for another model's parameters and for a file that is not such a state. */
+static void test_adam_state(const char *scratch) {
+    rt_transformer_config c = small_config();
+    rt_model *model = NULL, *other = NULL;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model));
+    c.n_layers += 1;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &other));
+    if (model == NULL || other == NULL) {
+        rt_model_free(model);
+        rt_model_free(other);
+        return;
+    }
+    rt_adam *adam = NULL, *fresh = NULL, *wrong = NULL;
+    EXPECT_OK(rt_adam_create(model, 1e-2f, &adam));
+    EXPECT_OK(rt_adam_create(model, 0.5f, &fresh));
+    EXPECT_OK(rt_adam_create(other, 1e-2f, &wrong));
+    uint32_t tokens[BATCH * SEQ_PLUS_ONE];
+    fill_tokens(tokens, BATCH * SEQ_PLUS_ONE);
+    float loss = 0.0f;
+    EXPECT_OK(rt_model_train_step(model, tokens, BATCH * SEQ_PLUS_ONE, BATCH, SEQ_PLUS_ONE, &loss));
+    EXPECT_OK(rt_adam_step(adam));
+    char path[1024], weights[1024];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", scratch);
+    EXPECT_OK(rt_adam_save(adam, path));
+    EXPECT_OK(rt_adam_load(fresh, path));
+    uint64_t steps = 0;
+    EXPECT_OK(rt_adam_steps(fresh, &steps));
+    EXPECT_TRUE(steps == 1);
+    EXPECT(rt_adam_load(wrong, path), RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("optimizer state");
+    EXPECT_OK(rt_adam_steps(wrong, &steps));
+    EXPECT_TRUE(steps == 0);
+    snprintf(weights, sizeof weights, "%s/adam-model.safetensors", scratch);
+    EXPECT_OK(rt_model_save(model, weights));
+    EXPECT(rt_adam_load(fresh, weights), RT_ERROR_FORMAT);
+    EXPECT_MESSAGE_HAS("riftco_optimizer");
+    snprintf(path, sizeof path, "%s/missing-folder/optimizer.safetensors", scratch);
+    EXPECT(rt_adam_save(adam, path), RT_ERROR_IO);
+    EXPECT(rt_adam_save(NULL, path), RT_ERROR_NULL_POINTER);
+    EXPECT(rt_adam_load(fresh, NULL), RT_ERROR_NULL_POINTER);
+    rt_adam_free(adam);
+    rt_adam_free(fresh);
+    rt_adam_free(wrong);
+    rt_model_free(model);
+    rt_model_free(other);
+}
+
 static void test_dropout(const char *scratch) {
     rt_transformer_config c = small_config();
     rt_model *model = NULL;
@@ -575,6 +623,7 @@ int main(int argc, char **argv) {
     test_loss_chunking();
     test_backward_free_graph();
     test_dropout(scratch);
+    test_adam_state(scratch);
     if (failures != 0) {
         fprintf(stderr, "test_errors: %d of %d checks failed\n", failures, checks);
         return EXIT_FAILURE;

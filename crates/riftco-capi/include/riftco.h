@@ -38,7 +38,7 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 7
+#define RT_ABI_VERSION_MINOR 8
 
 /**
  * Status of every fallible function. Values are stable: a code is never renumbered or reused.
@@ -793,6 +793,27 @@ rt_status rt_model_attention(const struct rt_model *model, uint32_t *out);
  * already exist).
  */
 rt_status rt_model_enable_lora(struct rt_model *model, const struct rt_lora_config *config);
+
+/**
+ * Writes the optimizer's state (hyper-parameters, step counts, both moments of every trainable
+ * parameter, named by parameter) to the safetensors file `path`, atomically: a kill leaves the
+ * old file or the new one. Since 2.8.
+ *
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING (an empty `path`), RT_ERROR_IO
+ * (the folder is missing or not writable).
+ */
+rt_status rt_adam_save(const struct rt_adam *adam, const char *path);
+
+/**
+ * Loads a state written by rt_adam_save into `adam`, whose parameters must be those the state
+ * was saved for (same names, order and shapes). The file is read and checked whole first: on
+ * error `adam` is unchanged. Since 2.8.
+ *
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING, RT_ERROR_IO (unreadable file),
+ * RT_ERROR_FORMAT (not an optimizer state, or a corrupt one), RT_ERROR_INVALID_ARGUMENT (a
+ * state for other parameters, the message naming the first mismatch).
+ */
+rt_status rt_adam_load(struct rt_adam *adam, const char *path);
 
 /**
  * Sets `segments:K`: K consecutive blocks form one checkpoint (the last one shorter when K does

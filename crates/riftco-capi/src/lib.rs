@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.7.
+//! The riftco C ABI 2.8.
 //!
 //! 2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH. 2.2 added the
 //! activation-checkpointing policies beyond `disabled` and `block`: the constants
@@ -20,6 +20,7 @@
 //! `rt_model_set_loss_unfused` and `rt_model_loss_chunk_bytes` (the loss is chunked by default).
 //! 2.7 added `rt_graph_backward_ex` (PyTorch's `retain_graph`: `false` frees each node's saved
 //! values as its VJP runs); `rt_model_train_step` now frees its graph that way.
+//! 2.8 added the optimizer's state in a file: `rt_adam_save` and `rt_adam_load`.
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -48,6 +49,7 @@ mod error;
 mod loss;
 mod memory;
 mod model;
+mod optimizer_state;
 mod policy;
 mod state;
 mod strings;
@@ -61,6 +63,7 @@ pub use error::*;
 pub use loss::*;
 pub use memory::*;
 pub use model::*;
+pub use optimizer_state::*;
 pub use policy::*;
 pub use state::*;
 pub use train::*;
@@ -68,7 +71,7 @@ pub use train::*;
 /// Major version of the C ABI. A change means existing callers may need source changes.
 pub const RT_ABI_VERSION_MAJOR: u32 = 2;
 /// Minor version of the C ABI. A change only adds functions, constants or status codes.
-pub const RT_ABI_VERSION_MINOR: u32 = 7;
+pub const RT_ABI_VERSION_MINOR: u32 = 8;
 
 /// Writes the run-time ABI version of the loaded library (compare with the compile-time
 /// `RT_ABI_VERSION_MAJOR` / `RT_ABI_VERSION_MINOR` of the header).
@@ -264,7 +267,7 @@ mod tests {
             unsafe { rt_abi_version(&mut major, &mut minor) },
             rt_status::RT_OK
         );
-        assert_eq!((major, minor), (2, 7));
+        assert_eq!((major, minor), (2, 8));
         assert_eq!(
             unsafe { rt_abi_version(std::ptr::null_mut(), &mut minor) },
             rt_status::RT_ERROR_NULL_POINTER

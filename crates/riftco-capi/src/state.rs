@@ -8,7 +8,7 @@ use std::ffi::{c_char, CStr};
 use std::path::PathBuf;
 
 /// A path from a NUL-terminated string (bytes as-is on Unix, UTF-8 elsewhere).
-unsafe fn path_arg(p: *const c_char, what: &str) -> Result<PathBuf> {
+pub(crate) unsafe fn path_arg(p: *const c_char, what: &str) -> Result<PathBuf> {
     let p = in_ptr(p, what)?;
     // SAFETY: non-NULL and NUL-terminated (caller contract).
     let s = unsafe { CStr::from_ptr(p) };

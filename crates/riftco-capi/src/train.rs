@@ -37,7 +37,7 @@ pub struct rt_graph {
 /// An opaque, reference-counted Adam optimizer over the parameters that were trainable when it
 /// was created. Created by rt_adam_create, released with rt_adam_free.
 pub struct rt_adam {
-    inner: Arc<Mutex<Adam>>,
+    pub(crate) inner: Arc<Mutex<Adam>>,
 }
 
 /// Validates a `[batch, seq + 1]` token block and records its loss graph.

@@ -6,9 +6,9 @@
 mod measure;
 use measure::tokens;
 use riftco_transformer::{
-    ActivationCheckpointing as Policy, Adam, AdamState, DecoderOnlyTransformer,
-    FullSequenceAttentionKind as Attn, LoraConfig, LoraTargets, TransformerConfig,
-    TransformerError,
+    load_optimizer_state, save_model, save_optimizer_state, ActivationCheckpointing as Policy,
+    Adam, AdamState, DecoderOnlyTransformer, FullSequenceAttentionKind as Attn, LoraConfig,
+    LoraTargets, TransformerConfig, TransformerError,
 };
 
 fn model(lora: bool) -> DecoderOnlyTransformer {
@@ -141,4 +141,36 @@ fn a_state_for_other_parameters_is_refused_naming_the_first_mismatch() {
 
     // The good state still loads.
     opt.restore(&good).unwrap();
+}
+
+#[test]
+fn the_state_round_trips_through_a_safetensors_file_and_bad_files_change_nothing() {
+    let dir = std::env::temp_dir().join(format!("riftco-optimizer-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("optimizer.safetensors");
+    let m = model(true);
+    let mut opt = Adam::adamw(m.trainable_parameters(), 1e-2, 0.01).unwrap();
+    train(&m, &mut opt, 2, 0);
+    save_optimizer_state(&opt, &path).unwrap();
+    let mut fresh = Adam::new(m.trainable_parameters(), 0.5).unwrap();
+    load_optimizer_state(&mut fresh, &path).unwrap();
+    assert_eq!(fresh.state().unwrap(), opt.state().unwrap());
+
+    // Another model's optimizer (full training): refused, unchanged.
+    let full = model(false);
+    let mut other = Adam::new(full.trainable_parameters(), 1e-2).unwrap();
+    let before = other.state().unwrap();
+    let e = load_optimizer_state(&mut other, &path).unwrap_err();
+    assert!(e.to_string().contains("optimizer state"), "{e}");
+    assert_eq!(other.state().unwrap(), before);
+
+    // A model file is not an optimizer state.
+    let weights = dir.join("model.safetensors");
+    save_model(&m, &weights).unwrap();
+    let e = load_optimizer_state(&mut fresh, &weights).unwrap_err();
+    assert!(e.to_string().contains("riftco_optimizer"), "{e}");
+    // A missing folder is an I/O error naming it.
+    let e = save_optimizer_state(&opt, &dir.join("missing").join("o.safetensors")).unwrap_err();
+    assert!(e.to_string().contains("missing"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

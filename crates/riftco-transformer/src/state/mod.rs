@@ -28,6 +28,7 @@ mod hf_config;
 mod hf_rope;
 mod lora;
 mod model_file;
+mod optimizer;
 mod read;
 mod shards;
 mod values;
@@ -43,6 +44,7 @@ pub use model_file::{
     config_json_pairing, expected_base_shapes, load_model, load_model_as, load_weights_into,
     save_model, save_model_as, ConfigJsonPairing,
 };
+pub use optimizer::{load_optimizer_state, save_optimizer_state, OPTIMIZER_METADATA_KEY};
 pub use read::{MAX_HEADER_BYTES, MAX_JSON_BYTES};
 pub use shards::SHARD_INDEX_FILE;
 
