@@ -117,7 +117,42 @@ def test_a_state_for_other_parameters_is_refused_and_nothing_changes() -> None:
     s["param_groups"][0]["lr"] = -1.0
     refused(s, "lr")
     refused({"state": {}}, "param_groups")
+    # Wrong types are named as written (strings quoted), never converted.
+    s = copy.deepcopy(good)
+    s["state"][0]["step"] = "5"
+    refused(s, r"state\[0\] .* step = '5': expected a non-negative int")
+    s = copy.deepcopy(good)
+    s["state"][0]["step"] = True
+    refused(s, "not a bool")
+    s = copy.deepcopy(good)
+    s["state"][0]["step"] = 2**64
+    refused(s, "non-negative int")
+    for bad_moment in (None, "1.5", True):
+        s = copy.deepcopy(good)
+        s["state"][0]["exp_avg"] = bad_moment
+        refused(s, "expected an array")
+    s = copy.deepcopy(good)
+    s["param_groups"][0]["lr"] = "0.1"
+    refused(s, "lr = '0.1'")
     opt.load_state_dict(good)
+
+
+def test_a_step_count_at_the_maximum_is_refused_before_any_update() -> None:
+    a = riftco.Variable(np.ones(3, np.float32), requires_grad=True, name="a")
+    b = riftco.Variable(np.ones(3, np.float32), requires_grad=True, name="b")
+    opt = riftco.Adam([a, b], lr=0.1)
+    riftco.functional.sum(a * a + b * b).backward()
+    opt.step()
+    s = opt.state_dict()
+    s["state"][1]["step"] = 2**64 - 1
+    s["param_groups"][0]["steps"] = 2**64 - 1
+    opt.load_state_dict(s)
+    riftco.functional.sum(a * a + b * b).backward()
+    before = (a.numpy().copy(), b.numpy().copy())
+    with pytest.raises(riftco.ConfigError, match="u64::MAX"):
+        opt.step()
+    assert np.array_equal(a.numpy(), before[0]) and np.array_equal(b.numpy(), before[1])
+    assert opt.steps == 2**64 - 1
 
 
 def test_the_state_dict_loads_into_torch_adamw_where_installed() -> None:

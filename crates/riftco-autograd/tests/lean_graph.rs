@@ -222,3 +222,30 @@ fn a_value_changed_during_a_freeing_pass_is_still_a_stale_graph() {
         "nothing committed"
     );
 }
+
+#[test]
+fn broadcasting_sums_and_reductions_keep_nothing_products_keep_their_operands() {
+    use riftco_autograd::ops::{broadcast_add, broadcast_mul, sum_axes};
+    let (x, w) = (leaf(ROWS, D, 11, true), leaf(ROWS, D, 12, true));
+    let scope = activations();
+    // A sum's VJP reads no value: its output goes with its handle.
+    let h = broadcast_add(&x, &w).unwrap();
+    let s = scale(&h, 2.0).unwrap();
+    drop(h);
+    assert_eq!(scope.current_bytes(), VALUE);
+    // A reduction reads only its input's shape.
+    let r = sum_axes(&s, Some(&[0]), false).unwrap();
+    drop(s);
+    assert_eq!(scope.current_bytes(), (D * 4) as i64);
+    // A product's VJP reads both operands: they stay.
+    let p = scale(&x, 1.0).unwrap();
+    let q = broadcast_mul(&p, &w).unwrap();
+    drop(p);
+    assert_eq!(scope.current_bytes(), (D * 4) as i64 + 2 * VALUE);
+    let out = sum(&ops_add(&sum_axes(&q, Some(&[0]), false).unwrap(), &r)).unwrap();
+    drop(q);
+    out.backward().unwrap();
+    let g = host(&w.grad().unwrap());
+    out.backward().unwrap();
+    assert_eq!(host(&w.grad().unwrap()), g);
+}

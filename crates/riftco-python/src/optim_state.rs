@@ -5,7 +5,7 @@
 
 use numpy::{IntoPyArray, PyArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBool, PyDict, PyList, PyString};
 use riftco_kernels::AdamHyper;
 use riftco_transformer::{Adam, AdamParamState, AdamState, TransformerError};
 
@@ -91,8 +91,19 @@ fn extract<'py, T: FromPyObjectOwned<'py>>(
     what: &str,
     expected: &str,
 ) -> Result<T, TransformerError> {
-    v.extract::<T>()
-        .map_err(|_| bad(format!("{what} = {v}"), format!("expected {expected}")))
+    let repr = || v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
+    if v.is_instance_of::<PyBool>() && expected != "a bool" {
+        return Err(bad(
+            format!("{what} = {}", repr()),
+            format!("expected {expected}, not a bool"),
+        ));
+    }
+    v.extract::<T>().map_err(|_| {
+        bad(
+            format!("{what} = {}", repr()),
+            format!("expected {expected}"),
+        )
+    })
 }
 
 fn parse(adam: &Adam, d: &Bound<'_, PyAny>) -> Result<AdamState, TransformerError> {
@@ -157,9 +168,20 @@ fn parse(adam: &Adam, d: &Bound<'_, PyAny>) -> Result<AdamState, TransformerErro
             .ok()
             .flatten()
             .ok_or_else(|| bad(what.clone(), "is missing (the parameter is trainable here)"))?;
-        let step: u64 = extract(&item(&entry, "step", &what)?, "step", "a non-negative int")?;
+        let step: u64 = extract(
+            &item(&entry, "step", &what)?,
+            &format!("{what} step"),
+            "a non-negative int",
+        )?;
         let moment = |key: &str| -> Result<(Vec<f32>, Vec<usize>), TransformerError> {
             let v = item(&entry, key, &what)?;
+            if v.is_none() || v.is_instance_of::<PyString>() || v.is_instance_of::<PyBool>() {
+                let repr = v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
+                return Err(bad(
+                    format!("{what} {key} = {repr}"),
+                    "expected an array of the parameter's shape",
+                ));
+            }
             float32_data(&v).map_err(|e| bad(format!("{what} {key}"), e.to_string()))
         };
         let (exp_avg, shape) = moment("exp_avg")?;

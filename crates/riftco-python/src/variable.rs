@@ -381,11 +381,12 @@ impl PyVariable {
     /// as its VJP has run, so memory falls during the pass: a graph whose tail runs plainly
     /// peaks at the larger of the tail and one checkpoint replay, not their sum. The graph can
     /// then not be differentiated again (``RiftcoError`` naming the node: run the forward
-    /// again). The default ``True`` keeps it: a second ``backward()`` on an unchanged graph
-    /// gives the same gradients (PyTorch's default is ``False``; training loops should pass
-    /// it, as ``riftco``'s stages do).
-    #[pyo3(signature = (*, retain_graph = true))]
-    fn backward(&self, py: Python<'_>, retain_graph: bool) -> PyResult<()> {
+    /// again). The default (``None`` or ``True``) keeps it: a second ``backward()`` on an
+    /// unchanged graph gives the same gradients (PyTorch's default frees it; training loops
+    /// should pass ``False``, as ``riftco``'s stages do).
+    #[pyo3(signature = (*, retain_graph = None))]
+    fn backward(&self, py: Python<'_>, retain_graph: Option<bool>) -> PyResult<()> {
+        let retain_graph = retain_graph.unwrap_or(true);
         let v = self.0.clone();
         compute(py, move || {
             v.backward_with(BackwardOptions {
@@ -401,8 +402,9 @@ impl PyVariable {
     ///
     /// Raises:
     ///     As ``backward()``.
-    #[pyo3(signature = (*, retain_graph = true))]
-    fn backward_accumulate(&self, py: Python<'_>, retain_graph: bool) -> PyResult<()> {
+    #[pyo3(signature = (*, retain_graph = None))]
+    fn backward_accumulate(&self, py: Python<'_>, retain_graph: Option<bool>) -> PyResult<()> {
+        let retain_graph = retain_graph.unwrap_or(true);
         let v = self.0.clone();
         compute(py, move || {
             v.backward_with(BackwardOptions {

@@ -123,7 +123,14 @@ impl DecoderOnlyTransformer {
             }
             let value = match dtype.half() {
                 Some(h) if v.value().half_dtype() == Some(h) => continue,
-                Some(h) => v.value().to_half(h)?,
+                Some(h) => v
+                    .value()
+                    .to_half(h)
+                    .map_err(|err| TransformerError::Config {
+                        field: "dtype",
+                        value: format!("{:?}", dtype.name()),
+                        reason: format!("cannot store {} in {}: {err}", e.hf_name(), dtype.name()),
+                    })?,
                 None if v.value().half_dtype().is_none() => continue,
                 None => v.value().to_float32()?,
             };

@@ -162,6 +162,25 @@ impl Adam {
         if updates.is_empty() {
             return Ok(());
         }
+        // Counts at u64::MAX (a loaded state can hold them) cannot advance: refused before any
+        // parameter is updated.
+        let at_max = |what: String, steps: u64| {
+            (steps == u64::MAX).then(|| TransformerError::Config {
+                field: "optimizer state",
+                value: format!("{what} steps = {steps}"),
+                reason: "the step count cannot advance past u64::MAX".into(),
+            })
+        };
+        if let Some(e) = at_max("the optimizer's".into(), self.steps) {
+            return Err(e);
+        }
+        for (i, _) in &updates {
+            if let Some(state) = &self.state[*i] {
+                if let Some(e) = at_max(self.params[*i].describe(), state.steps) {
+                    return Err(e);
+                }
+            }
+        }
         self.steps += 1;
         for (i, g) in updates {
             let Some(state) = self.state[i].as_mut() else {

@@ -339,3 +339,24 @@ fn a_16_bit_head_is_upcast_a_block_of_rows_at_a_time() {
         "workspace peak {peak_h} vs the f32 head's {whole} bytes"
     );
 }
+
+/// A weight beyond float16's range is refused naming the weight, and nothing is converted.
+#[test]
+fn a_weight_beyond_float16_is_refused_naming_it() {
+    let _guard = lock();
+    let mut m = lora_model(false);
+    let (name, w) = m
+        .named_parameters()
+        .into_iter()
+        .find(|(n, _)| n.ends_with("mlp.up_proj.weight"))
+        .unwrap();
+    let mut values = w.value().to_vec();
+    values[3] = 1e6;
+    w.value().copy_from_slice(&values).unwrap();
+    let e = m
+        .set_frozen_weights_dtype(WeightDtype::Float16)
+        .unwrap_err();
+    assert!(e.to_string().contains(&name), "{e}");
+    assert!(e.to_string().contains("float16"), "{e}");
+    assert_eq!(m.frozen_weights_dtype(), WeightDtype::Float32);
+}

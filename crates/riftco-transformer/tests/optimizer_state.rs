@@ -174,3 +174,21 @@ fn the_state_round_trips_through_a_safetensors_file_and_bad_files_change_nothing
     assert!(e.to_string().contains("missing"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_loaded_step_count_at_the_maximum_is_refused_by_the_next_step_before_any_update() {
+    let m = model(false);
+    let mut opt = Adam::new(m.trainable_parameters(), 1e-2).unwrap();
+    train(&m, &mut opt, 1, 0);
+    let mut s = opt.state().unwrap();
+    s.steps = u64::MAX;
+    s.params[1].steps = u64::MAX;
+    opt.restore(&s).unwrap();
+    let loss = m.loss(&tokens(2, 9, 64), 2, 9).unwrap();
+    loss.backward().unwrap();
+    let before = weight_bits(&m);
+    let e = opt.step().unwrap_err();
+    assert!(e.to_string().contains("u64::MAX"), "{e}");
+    assert_eq!(weight_bits(&m), before, "no parameter was updated");
+    assert_eq!(opt.state().unwrap(), s);
+}

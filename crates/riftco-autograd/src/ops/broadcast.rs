@@ -9,7 +9,7 @@
 
 use super::{backend, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::{BinaryOp, ReduceOp, UnaryOp};
 use riftco_tensor::{Backend, MemoryCategory, Shape, Tensor, TensorError};
 
@@ -67,10 +67,19 @@ fn binary_op(kind: BinaryOp, name: &'static str, a: &Variable, b: &Variable) -> 
     if kind.is_comparison() {
         return Ok(Variable::constant(value));
     }
-    Ok(Variable::from_op(
+    // What the VJP reads besides the operands' shapes: nothing for sums and differences, both
+    // operands for a product, the divisor and the quotient for a division.
+    let saves = match kind {
+        BinaryOp::Add | BinaryOp::Sub => Saves::NOTHING,
+        BinaryOp::Mul => Saves::parents(&[0, 1]),
+        BinaryOp::Div => Saves::parents(&[1]).and_output(),
+        _ => Saves::ALL,
+    };
+    Ok(Variable::from_op_saving(
         name,
         value,
         vec![a.clone(), b.clone()],
+        saves,
         move |p, y, g| {
             let (a, b) = (p[0].value(), p[1].value());
             let vjp = "broadcast (vjp)";

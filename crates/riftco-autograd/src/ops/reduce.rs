@@ -8,7 +8,7 @@ use super::broadcast::broadcast_sub;
 use super::unary::{exp, log};
 use super::{backend, output_shape, ACT, GRAD};
 use crate::error::Result;
-use crate::variable::Variable;
+use crate::variable::{Saves, Variable};
 use riftco_tensor::backend::{BinaryOp, ReduceOp, UnaryOp};
 use riftco_tensor::{MemoryCategory, Shape, Tensor, TensorError};
 
@@ -87,10 +87,12 @@ fn reduce_axes(
         value = be.unary(name, UnaryOp::DivScalar(count as f32), &value, ACT)?;
     }
     let value = value.reshape(out)?;
-    Ok(Variable::from_op(
+    Ok(Variable::from_op_saving(
         name,
         value,
         vec![x.clone()],
+        // Only the input's shape and device are read.
+        Saves::NOTHING,
         move |p, _, g| {
             // Broadcast g back over the reduced axes: g · 1 (exact) or g / count.
             let x = p[0].value();
