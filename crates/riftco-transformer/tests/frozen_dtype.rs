@@ -46,14 +46,9 @@ fn bits(v: &Variable) -> Vec<u32> {
     v.value().to_vec().iter().map(|x| x.to_bits()).collect()
 }
 
-/// The logits' bits, the loss's, and each adapter gradient's after one backward.
-fn outputs(m: &DecoderOnlyTransformer) -> (Vec<u32>, u32, Vec<Vec<u32>>) {
-    let block = tokens(2, 9, VOCAB as u32);
-    let logits = riftco_autograd::no_grad(|| m.logits(&block[..8], 1, 8)).unwrap();
-    let loss = m.loss(&block, 2, 9).unwrap();
-    loss.backward().unwrap();
-    let grads = m
-        .weights()
+/// The bits of each adapter gradient.
+fn adapter_grad_bits(m: &DecoderOnlyTransformer) -> Vec<Vec<u32>> {
+    m.weights()
         .named_lora_parameters()
         .iter()
         .map(|(_, p)| {
@@ -64,7 +59,16 @@ fn outputs(m: &DecoderOnlyTransformer) -> (Vec<u32>, u32, Vec<Vec<u32>>) {
                 .map(|x| x.to_bits())
                 .collect()
         })
-        .collect();
+        .collect()
+}
+
+/// The logits' bits, the loss's, and each adapter gradient's after one backward.
+fn outputs(m: &DecoderOnlyTransformer) -> (Vec<u32>, u32, Vec<Vec<u32>>) {
+    let block = tokens(2, 9, VOCAB as u32);
+    let logits = riftco_autograd::no_grad(|| m.logits(&block[..8], 1, 8)).unwrap();
+    let loss = m.loss(&block, 2, 9).unwrap();
+    loss.backward().unwrap();
+    let grads = adapter_grad_bits(m);
     (bits(&logits), loss.value().to_vec()[0].to_bits(), grads)
 }
 
@@ -307,20 +311,11 @@ fn a_16_bit_head_is_upcast_a_block_of_rows_at_a_time() {
         let loss = m.loss(&block, 2, 9).unwrap();
         loss.backward().unwrap();
         let peak = memory_stats().get(MemoryCategory::Workspace).peak_bytes - before;
-        let grads: Vec<Vec<u32>> = m
-            .weights()
-            .named_lora_parameters()
-            .iter()
-            .map(|(_, p)| {
-                p.grad()
-                    .unwrap()
-                    .to_vec()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect()
-            })
-            .collect();
-        (loss.value().to_vec()[0].to_bits(), grads, peak)
+        (
+            loss.value().to_vec()[0].to_bits(),
+            adapter_grad_bits(m),
+            peak,
+        )
     };
     let (loss_h, grads_h, peak_h) = step(&half);
     let (loss_r, grads_r, _) = step(&reference);

@@ -37,6 +37,48 @@ struct Hyper {
     decoupled: bool,
 }
 
+impl From<AdamHyper> for Hyper {
+    fn from(h: AdamHyper) -> Self {
+        let AdamHyper {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } = h;
+        Self {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        }
+    }
+}
+
+impl From<Hyper> for AdamHyper {
+    fn from(h: Hyper) -> Self {
+        let Hyper {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } = h;
+        Self {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct ParamSteps {
     name: String,
@@ -55,14 +97,7 @@ pub fn save_optimizer_state(adam: &Adam, path: &Path) -> Result<()> {
     let h = state.hyper;
     let description = Description {
         steps: state.steps,
-        hyper: Hyper {
-            lr: h.lr,
-            beta1: h.beta1,
-            beta2: h.beta2,
-            eps: h.eps,
-            weight_decay: h.weight_decay,
-            decoupled: h.decoupled,
-        },
+        hyper: Hyper::from(h),
         params: state
             .params
             .iter()
@@ -179,16 +214,8 @@ pub fn load_optimizer_state(adam: &mut Adam, path: &Path) -> Result<()> {
             exp_avg_sq,
         });
     }
-    let h = d.hyper;
     adam.restore(&AdamState {
-        hyper: AdamHyper {
-            lr: h.lr,
-            beta1: h.beta1,
-            beta2: h.beta2,
-            eps: h.eps,
-            weight_decay: h.weight_decay,
-            decoupled: h.decoupled,
-        },
+        hyper: d.hyper.into(),
         steps: d.steps,
         params,
     })
