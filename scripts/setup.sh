@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepares a fresh or existing checkout: a virtual environment in .venv with the build and test
-# dependencies, and the riftco package built in release mode and installed into it.
+# dependencies (the extras test, plot, examples and docs of pyproject.toml), and the riftco package
+# built in release mode and installed into it.
 # Idempotent: each step is skipped when what it would install is already there and unchanged.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -8,17 +9,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV=.venv
 PY="$VENV/bin/python"
 
-# Build and test dependencies. Lower bounds only: any later release that keeps its API works.
+# Build tools. Lower bounds only: any later release that keeps its API works. What the tests,
+# the pictures, the examples and the docs need are the package's extras (pyproject.toml), which
+# the build below installs with it.
 PY_DEPS=(
     "maturin>=1.9,<2"
     "pip>=23"
-    "pytest>=7"
-    "hypothesis>=6.80"
-    "numpy>=1.24"
-    "mypy>=1.8"
-    "tqdm>=4.60"
-    "matplotlib>=3.7"
 )
+EXTRAS=test,plot,examples,docs
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 # Runs a command and logs how long it took (whole seconds).
@@ -37,7 +35,7 @@ fi
 deps_stamp="$VENV/.riftco-deps"
 deps_key="$(printf '%s\n' "${PY_DEPS[@]}")"
 if [[ ! -f "$deps_stamp" ]] || [[ "$(cat "$deps_stamp")" != "$deps_key" ]]; then
-    log "installing Python build and test dependencies"
+    log "installing the build tools (maturin, pip)"
     timed "$PY" -m pip install --quiet --disable-pip-version-check "${PY_DEPS[@]}"
     printf '%s' "$deps_key" >"$deps_stamp"
 fi
@@ -62,7 +60,11 @@ build_key="$(
 if [[ ! -f "$build_stamp" ]] || [[ "$(cat "$build_stamp")" != "$build_key" ]] \
     || ! "$PY" -c 'import riftco._native' >/dev/null 2>&1; then
     log "building riftco (maturin develop --release)"
-    VIRTUAL_ENV="$PWD/$VENV" timed "$VENV/bin/maturin" develop --release --quiet
+    # PIP_QUIET: pip, which maturin runs to install the extras, would otherwise list every
+    # requirement already satisfied and every dependency of an extra not asked for
+    # ("Ignoring tokenizers: markers ... don't match your environment").
+    VIRTUAL_ENV="$PWD/$VENV" PIP_QUIET=1 timed "$VENV/bin/maturin" develop --release --quiet \
+        --extras "$EXTRAS"
     printf '%s' "$build_key" >"$build_stamp"
 else
     log "riftco is up to date in $VENV"

@@ -1,6 +1,6 @@
 """Dropout in the Python stages: training mode in the steps, one probability rule for the stage
 configs and the flags, a failed setup that leaves the caller's model as it was, ``None`` keeping
-a loaded model's probabilities, the flag paragraphs of README.md, the ``dropout_step`` setter and
+a loaded model's probabilities, the flag paragraphs of docs/runs.md, the ``dropout_step`` setter and
 the loaders' ``determinism_check=``."""
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def test_post_train_keeps_the_model_s_dropout_by_default(tmp_path: Path, saved_m
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. README lists the flags
+# 5. The docs list the flags
 # ---------------------------------------------------------------------------------------------
 
 
@@ -290,8 +290,8 @@ def paragraph(text: str, start: str) -> str:
     return text[at : text.index("\n\n", at)]
 
 
-def test_readme_flag_paragraphs_list_the_dropout_flags() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_docs_flag_paragraphs_list_the_dropout_flags() -> None:
+    readme = (ROOT / "docs" / "runs.md").read_text()
     pre = paragraph(readme, "Flags of `pretrain.py`")
     post = paragraph(readme, "`post_train.py` loads")
     for flag in ("--attention-dropout", "--residual-dropout"):

@@ -1,14 +1,14 @@
-//! The policy snippets of README.md ("Rust usage"), compiled and run as written there.
+//! The Rust snippets of docs/checkpointing.md ("The primitive in Rust"), compiled and run as written there.
 
 use riftco_transformer::{
     ActivationCheckpointing, DecoderOnlyTransformer, FullSequenceAttentionKind, TransformerConfig,
 };
 
 #[test]
-fn readme_policy_snippet() -> Result<(), Box<dyn std::error::Error>> {
+fn docs_policy_snippet() -> Result<(), Box<dyn std::error::Error>> {
     let config = TransformerConfig::new(256, 64, 4, 4, 172, 64);
     let block: Vec<u32> = (0..18).map(|i| (i * 37 % 256) as u32).collect();
-    // --- README snippet: policies ---
+    // --- docs snippet: policies ---
     let mut model = DecoderOnlyTransformer::new(
         config,
         FullSequenceAttentionKind::Flash,
@@ -27,8 +27,8 @@ fn readme_policy_snippet() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 #[test]
-fn readme_selective_primitive_snippet() -> Result<(), Box<dyn std::error::Error>> {
-    // --- README snippet: selective primitive ---
+fn docs_selective_primitive_snippet() -> Result<(), Box<dyn std::error::Error>> {
+    // --- docs snippet: selective primitive ---
     use riftco_autograd::{checkpoint_with_options, named, ops, CheckpointOptions, Variable};
     use riftco_tensor::{MemoryCategory, Tensor};
 
