@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every check the project has: Rust formatting, lints, tests, doc tests and bench builds, the
-# hand-written Python stubs against the built module, mypy, the Python tests and the C tests
-# (tests/c/run.sh). Run it from any folder: it works in the repository it belongs to.
+# hand-written Python stubs against the built module, mypy, the Python tests (among them
+# tests/python/test_docs.py: every python block of README.md and docs/ runs, and the site builds
+# with `mkdocs build --strict`) and the C tests (tests/c/run.sh). Run it from any folder: it
+# works in the repository it belongs to.
 #
 # The workspace is compiled in as few configurations as the checks allow, and each cargo
 # command is chosen so that it reuses what an earlier one built: cargo resolves features per
