@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -113,6 +114,21 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+    def format_help(self) -> str:
+        # Descriptions and epilogs are the commands' docstrings, written in reStructuredText for
+        # the API docs; a terminal shows them plain: ``x`` and :role:`x` become x.
+        return plain_text(super().format_help())
+
+
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_text(text: str) -> str:
+    """``text`` with reStructuredText's inline literals (````x````) and roles (``:func:`x```)
+    replaced by their content, for a terminal."""
+    return _RST_LITERAL.sub(r"\1", _RST_ROLE.sub(r"\1", text))
 
 
 def int_range(low: int, high: int = U64_MAX) -> Callable[[str], int]:

@@ -165,6 +165,11 @@ def _loss_plot(meta: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
+def _headroom(top: float, factor: float) -> float:
+    """An axis' upper limit ``factor`` above the data's largest value (1 when all are zero)."""
+    return top * factor if top > 0 else 1.0
+
+
 def _memory_plot(meta: dict[str, Any], path: Path) -> Path:
     mem = meta.get("memory_per_step")
     if not isinstance(mem, dict) or not mem.get("total"):
@@ -189,15 +194,18 @@ def _memory_plot(meta: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("peak bytes in the step (MiB)")
     ax.set_title(_title(meta), fontsize=10)
     ax.set_xlim(1, max(n, 2))
-    ax.set_ylim(bottom=0)
+    # Headroom above the stack for the legend, which would otherwise cover its top layers.
+    stack_top = max(sum(mem[k][i] for k, _ in present) for i in range(n)) / mib if present else 0
+    ax.set_ylim(0, _headroom(max(stack_top, max(mem["total"]) / mib), 1.3))
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize=9)
+    ax.legend(loc="upper center", ncol=3, fontsize=9)
     if cached:
         # Its own panel: the pool's free buffers can dwarf a small model's live bytes.
         ax_c = axes[1]
         ax_c.plot(steps, [b / mib for b in cached], color="gray", lw=1.2)
         ax_c.set_ylabel("pool cache (MiB)")
-        ax_c.set_ylim(bottom=0)
+        # A steady cache is a flat line: without headroom it sits on the panel's top border.
+        ax_c.set_ylim(0, _headroom(max(cached) / mib, 1.2))
         ax_c.grid(alpha=0.3)
         ax_c.set_title("free buffers the pool keeps for reuse, after the step", fontsize=9)
     axes[-1].set_xlabel("step")

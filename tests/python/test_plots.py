@@ -87,6 +87,28 @@ def test_write_plots_from_a_dict(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib is not installed (riftco[plot])")
+def test_memory_plot_leaves_headroom_above_flat_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A steady pool cache is a flat line; with the axis ending at its value it sat on the
+    # panel's top border, nearly invisible. The stack leaves room for the legend above it.
+    figures: list[Any] = []
+    save = plotting._save
+
+    def keep(fig: Any, path: Path) -> Path:
+        figures.append(fig)
+        return save(fig, path)
+
+    monkeypatch.setattr(plotting, "_save", keep)
+    meta = synthetic_metadata(20)
+    plotting.write_plots(meta, tmp_path)
+    stack, cache = figures[-1].axes[:2]
+    mib = 2.0**20
+    assert cache.get_ylim()[1] >= 1.15 * max(meta["memory_per_step"]["cached"]) / mib
+    assert stack.get_ylim()[1] >= 1.25 * max(meta["memory_per_step"]["total"]) / mib
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib is not installed (riftco[plot])")
 def test_old_metadata_without_per_step_memory_gets_the_loss_plot_only(tmp_path: Path) -> None:
     meta = synthetic_metadata(5)
     del meta["memory_per_step"], meta["validation_losses"]
