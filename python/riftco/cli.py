@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import sys
+import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -85,12 +86,35 @@ def fail(message: str) -> NoReturn:
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the description's line breaks and appends ``(default: X)`` to every flag's help
-    that does not show its default already (none for flags whose default is ``None`` or
-    ``False``: their help says what happens without them)."""
+    """Shows descriptions and epilogs (the commands' docstrings, reStructuredText for the API
+    docs) as plain text: markup removed (:func:`plain_text`), each prose paragraph re-wrapped to
+    the terminal's width, and paragraphs with indented lines (examples) kept line for line.
+    Appends ``(default: X)`` to every flag's help that does not show its default already (none
+    for flags whose default is ``None`` or ``False``: their help says what happens without
+    them)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = re.split(r"\n[ \t]*\n", plain_text(text).strip("\n"))
+        filled = []
+        for paragraph in paragraphs:
+            lines = paragraph.splitlines()
+            if any(line[:1].isspace() for line in lines):
+                filled.append("\n".join(indent + line for line in lines))
+            else:
+                filled.append(
+                    textwrap.fill(
+                        " ".join(paragraph.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                        break_on_hyphens=False,
+                        break_long_words=False,
+                    )
+                )
+        return "\n\n".join(filled) + "\n"
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
+        text = plain_text(action.help or "")
         default = action.default
         if (
             "%(default)" in text
@@ -116,8 +140,8 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
 
     def format_help(self) -> str:
-        # Descriptions and epilogs are the commands' docstrings, written in reStructuredText for
-        # the API docs; a terminal shows them plain: ``x`` and :role:`x` become x.
+        # HelpFormatter removes the markup before wrapping; this catches what another
+        # formatter_class would show: ``x`` and :role:`x` become x.
         return plain_text(super().format_help())
 
 
@@ -313,7 +337,7 @@ def add_device_argument(group: argparse._ActionsContainer) -> None:
         choices=DEVICES,
         default="cpu",
         help="where the model runs: cpu, vulkan (wgpu's Vulkan backend), metal (wgpu's Metal "
-        "backend, macOS) or gpu (the best adapter of either); `riftco info` lists what this "
+        "backend, macOS) or gpu (the best adapter of either); 'riftco info' lists what this "
         "machine has (default: %(default)s)",
     )
 

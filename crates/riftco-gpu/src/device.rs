@@ -107,35 +107,46 @@ pub(crate) fn new_instance(backends: wgpu::Backends) -> wgpu::Instance {
 /// Mesa's Vulkan drivers (llvmpipe among them) print `error: XDG_RUNTIME_DIR is invalid or not
 /// set in the environment.` on stderr for every instance created without a desktop session's
 /// runtime folder (headless servers, containers, CI): an `error:` a user cannot act on and that
-/// is not riftco's. When the variable is unset, or names no directory, the process gets a
-/// private one once, before its first instance: `$TMPDIR/riftco-xdg-runtime-<uid>`, created with
-/// mode 0700 and used only when it is a real directory (not a symlink) owned by this user with
-/// exactly that mode, as the XDG Base Directory specification requires of the runtime folder.
-/// Otherwise the environment is left as it was. The variable is set under a `Once` before any
-/// wgpu call of this process, so no driver thread reads the environment while it changes.
+/// is not riftco's. When the variable is unset, or does not name a directory by an absolute path
+/// (libwayland, which Mesa's window-system code loads, rejects a relative one as it rejects none),
+/// the process gets a private one once, before its first instance:
+/// `$TMPDIR/riftco-xdg-runtime-<uid>` (or under `/tmp` when `$TMPDIR` is relative or unwritable),
+/// created with mode 0700 and used only when it is a real directory (not a symlink) owned by this
+/// user with exactly that mode, as the XDG Base Directory specification requires of the runtime
+/// folder. Otherwise the environment is left as it was. The variable is set under a `Once`
+/// before any wgpu call of this process, so no driver thread reads the environment while it
+/// changes.
 fn ensure_xdg_runtime_dir() {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        use std::path::{Path, PathBuf};
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
             let current = std::env::var_os("XDG_RUNTIME_DIR");
-            if current
-                .as_ref()
-                .is_some_and(|d| std::path::Path::new(d).is_dir())
-            {
+            if current.as_ref().is_some_and(|d| {
+                let d = Path::new(d);
+                d.is_absolute() && d.is_dir()
+            }) {
                 return;
             }
             // The owner of /proc/self is this process's user: no libc call needed for the uid.
             let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
                 return;
             };
-            let dir = std::env::temp_dir().join(format!("riftco-xdg-runtime-{uid}"));
-            let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-            let usable = std::fs::symlink_metadata(&dir).is_ok_and(|m| {
-                m.is_dir() && m.uid() == uid && m.permissions().mode() & 0o777 == 0o700
-            });
-            if usable {
+            let name = format!("riftco-xdg-runtime-{uid}");
+            let usable = |dir: &PathBuf| {
+                let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+                std::fs::symlink_metadata(dir).is_ok_and(|m| {
+                    m.is_dir() && m.uid() == uid && m.permissions().mode() & 0o777 == 0o700
+                })
+            };
+            let found = [std::env::temp_dir(), PathBuf::from("/tmp")]
+                .into_iter()
+                .filter(|base| base.is_absolute())
+                .map(|base| base.join(&name))
+                .find(usable);
+            if let Some(dir) = found {
                 std::env::set_var("XDG_RUNTIME_DIR", &dir);
             }
         });
