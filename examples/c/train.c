@@ -7,7 +7,10 @@
  *
  * TEXT_FILE defaults to this source file (TRAIN_DEFAULT_TEXT: the path the compiler was given,
  * relative to the folder it ran in, unless the build defines it, as the README's command does
- * with an absolute path), MODEL_PATH to riftco_train_c.safetensors, POLICY to
+ * with an absolute path), MODEL_PATH to riftco_train_c.safetensors in a fresh folder
+ * $TMPDIR/riftco-train-c-XXXXXX (/tmp when TMPDIR is unset or relative; the program prints the
+ * path), so that a run with the defaults never writes the model and its config.json into the
+ * folder it runs in, such as the repository root; POLICY to
  * "block" (any spelling of rt_model_set_activation_checkpointing_policy: "segments:2", "auto",
  * "selective:dots", "disabled,block", "budget:1MiB", ...), DEVICE to "cpu" ("vulkan", "metal"
  * or "gpu" train, evaluate and decode on a GPU: rt_model_to_device, ABI 2.5; the optimizer is
@@ -19,12 +22,21 @@
  * Data: step s, row b uses bytes [start, start + SEQ_PLUS_ONE) with
  * start = ((s * BATCH + b) * STRIDE) % (n - SEQ_PLUS_ONE + 1).
  */
+/* mkdtemp under -std=c11: POSIX.1-2008 declares it in <stdlib.h>; macOS, in the BSD part of
+ * <unistd.h>, which _DARWIN_C_SOURCE keeps visible. */
+#define _POSIX_C_SOURCE 200809L
+#if defined(__APPLE__)
+#define _DARWIN_C_SOURCE
+#endif
+
 #include "riftco.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { BATCH = 2, SEQ_PLUS_ONE = 17, STEPS = 6, STRIDE = 37, PROMPT = 8, GENERATE = 8 };
 static const float LR = 1e-2f;
@@ -102,6 +114,37 @@ static unsigned char *read_file(const char *path, size_t *len) {
     return data;
 }
 
+/* MODEL_PATH's default: riftco_train_c.safetensors in a new folder made by mkdtemp (mode 0700,
+ * a fresh name each run) under $TMPDIR, or /tmp. Returns a string to free, NULL on failure (said
+ * on stderr). */
+static char *default_model_path(void) {
+    static const char folder[] = "/riftco-train-c-XXXXXX";
+    static const char file[] = "/riftco_train_c.safetensors";
+    const char *tmp = getenv("TMPDIR");
+    if (tmp == NULL || tmp[0] != '/') {
+        tmp = "/tmp";
+    }
+    size_t len = strlen(tmp);
+    while (len > 1 && tmp[len - 1] == '/') {
+        len--;
+    }
+    char *path = malloc(len + (sizeof folder - 1) + sizeof file);
+    if (path == NULL) {
+        fprintf(stderr, "out of memory\n");
+        return NULL;
+    }
+    memcpy(path, tmp, len);
+    memcpy(path + len, folder, sizeof folder);
+    if (mkdtemp(path) == NULL) {
+        fprintf(stderr, "cannot create a new folder in %.*s for the model: %s (pass MODEL_PATH)\n",
+                (int)len, tmp, strerror(errno));
+        free(path);
+        return NULL;
+    }
+    memcpy(path + strlen(path), file, sizeof file);
+    return path;
+}
+
 static void fill_block(const unsigned char *data, size_t n, size_t index, uint32_t *block) {
     for (size_t b = 0; b < BATCH; b++) {
         size_t start = ((index * BATCH + b) * STRIDE) % (n - SEQ_PLUS_ONE + 1);
@@ -123,7 +166,8 @@ static size_t argmax(const float *x, size_t n) {
 
 int main(int argc, char **argv) {
     const char *text_path = argc > 1 ? argv[1] : TRAIN_DEFAULT_TEXT;
-    const char *model_path = argc > 2 ? argv[2] : "riftco_train_c.safetensors";
+    const char *model_path = argc > 2 ? argv[2] : NULL; /* NULL: default_model_path() */
+    char *default_path = NULL;
     const char *checkpointed = argc > 3 ? argv[3] : "block";
     const char *device = argc > 4 ? argv[4] : "cpu";
     int ok = 0;
@@ -221,6 +265,14 @@ int main(int argc, char **argv) {
            memory.total.current_bytes, memory.total.peak_bytes);
 
     /* Save, reload, and check that the reloaded model computes the same loss. */
+    if (model_path == NULL) {
+        default_path = default_model_path();
+        if (default_path == NULL) {
+            goto done;
+        }
+        model_path = default_path;
+        printf("no MODEL_PATH given: saving to %s (a new folder)\n", model_path);
+    }
     CHECK(rt_model_save(model, model_path));
     CHECK(rt_model_load(model_path, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED,
                         &reloaded));
@@ -284,5 +336,6 @@ done:
     rt_model_free(model);
     rt_model_free(reloaded);
     free(data);
+    free(default_path);
     return ok ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -14,7 +14,10 @@
 #   6. on the GPU of test_device (when it did not skip) train.c's step and eval losses are
 #      those of the CPU run within 1e-4;
 #   7. train.c prints the decoded bytes as text, and without TEXT_FILE outside the repository
-#      root it says to pass one (built with -DTRAIN_DEFAULT_TEXT=ABS_PATH it runs there).
+#      root it says to pass one (built with -DTRAIN_DEFAULT_TEXT=ABS_PATH it runs there);
+#   8. without MODEL_PATH train.c saves its model and config.json into a new folder under
+#      $TMPDIR, never into the folder it runs in (the valgrind run and the run from another
+#      folder use that default).
 # The Rust side is built as `cargo build --release --workspace` and `cargo test --workspace`
 # resolve it, so after scripts/test.sh's bench and test builds this compiles almost nothing.
 # Honours CARGO_TARGET_DIR. Exits non-zero on any failure.
@@ -112,11 +115,26 @@ step "tests/c/test_device (CPU and GPU: RIFTCO_TEST_GPU=${RIFTCO_TEST_GPU:-gpu},
 mkdir -p "$SCRATCH/device"
 "$SCRATCH/test_device" "$SCRATCH/device" | tee "$SCRATCH/test_device.txt"
 
-step "valgrind examples/c/train.c (shared library)"
+# `saved_in_tmp OUTPUT TMP`: the run whose stdout is OUTPUT saved its model (no MODEL_PATH given)
+# as TMP/riftco-train-c-*/riftco_train_c.safetensors, with config.json beside it.
+saved_in_tmp() {
+    local saved
+    saved="$(sed -n 's/^saved \(.*\) and reloaded it$/\1/p' "$1")"
+    case "$saved" in
+        "$2"/riftco-train-c-*/riftco_train_c.safetensors) ;;
+        *) echo "FAIL: without MODEL_PATH the model was saved as '$saved', not in a new folder under $2" >&2
+           return 1 ;;
+    esac
+    test -f "$saved" && test -f "$(dirname "$saved")/config.json" \
+        || { echo "FAIL: $saved or the config.json beside it is missing" >&2; return 1; }
+}
+
+step "valgrind examples/c/train.c (shared library; the default MODEL_PATH)"
 mkdir -p "$SCRATCH/vg"
-"${VALGRIND[@]}" "$SCRATCH/train" examples/c/train.c "$SCRATCH/vg/model.safetensors" \
+TMPDIR="$SCRATCH/vg" "${VALGRIND[@]}" "$SCRATCH/train" examples/c/train.c \
     > "$SCRATCH/train_valgrind.txt"
 tail -n 4 "$SCRATCH/train_valgrind.txt"
+saved_in_tmp "$SCRATCH/train_valgrind.txt" "$SCRATCH/vg"
 
 step "train.c (static library) vs the Rust reference: losses, eval loss, greedy decode"
 mkdir -p "$SCRATCH/native"
@@ -159,7 +177,7 @@ for (what, c), (_, g) in zip(cpu, gpu):
 EOF
 fi
 
-step "train.c: the decoded tokens as text; the default text file from another folder"
+step "train.c: the decoded tokens as text; the default text file and model path from another folder"
 # The sample line is the decode line's tokens as bytes (printable ASCII here: the data is C).
 grep -E '^sample \(greedy, prompt = the first 8 bytes of the data\): "' "$SCRATCH/train_c.txt"
 mkdir -p "$SCRATCH/elsewhere"
@@ -176,8 +194,18 @@ grep -q "pass a text file" "$SCRATCH/elsewhere/err.txt" || {
 }
 "$CC" "${CFLAGS[@]}" -DTRAIN_DEFAULT_TEXT="\"$PWD/examples/c/train.c\"" examples/c/train.c \
     -o "$SCRATCH/train_abs" -L"$LIB" -lriftco -Wl,-rpath,"$LIB"
-(cd "$SCRATCH/elsewhere" && "$SCRATCH/train_abs" > /dev/null) \
+mkdir -p "$SCRATCH/tmp"
+rm -f "$SCRATCH/elsewhere/out.txt" "$SCRATCH/elsewhere/err.txt"
+(cd "$SCRATCH/elsewhere" && TMPDIR="$SCRATCH/tmp" "$SCRATCH/train_abs" > "$SCRATCH/train_abs.txt") \
     || { echo "FAIL: train built with TRAIN_DEFAULT_TEXT did not run from another folder" >&2; exit 1; }
+saved_in_tmp "$SCRATCH/train_abs.txt" "$SCRATCH/tmp"
+# A run with the defaults writes nothing where it runs (from the repository root: no
+# config.json or model there).
+if [[ -n "$(ls -A "$SCRATCH/elsewhere")" ]]; then
+    ls -la "$SCRATCH/elsewhere" >&2
+    echo "FAIL: train with the defaults wrote into the folder it ran in" >&2
+    exit 1
+fi
 
 steps_summary
 trap 'rm -rf "$SCRATCH"' EXIT
