@@ -94,6 +94,13 @@ def test_pretrain_on_given_data_prints_sample(tmp_path: Path, text_file: Path) -
     )
     assert r.returncode == 0, r.stderr
     assert "final loss" in r.stdout and "--- sample" in r.stdout
+    # The summary is printed once (stdout), not also as the stage's log line on stderr, and the
+    # saved line names every file of the Hugging Face folder.
+    assert "final loss" not in r.stderr, r.stderr
+    saved = [line for line in r.stdout.splitlines() if line.startswith("saved ")]
+    assert len(saved) == 1 and all(
+        name in saved[0] for name in ("model.safetensors", "config.json", "training_metadata.json")
+    ), saved
     meta = json.loads((tmp_path / "training_metadata.json").read_text())
     assert meta["attention"] == "materialized" and str(text_file) in meta["corpus"]["description"]
 

@@ -12,7 +12,7 @@ from riftco.cli import fail
 from riftco.data import Corpus, CorpusError, check_corpus_fits
 from riftco.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
 
-__all__ = ["check_corpus", "check_run_folder", "corpus_line", "log"]
+__all__ = ["check_corpus", "check_run_folder", "corpus_line", "log", "stage_log"]
 
 # Settings that change how often a run reports or saves, not what it computes.
 _REPORTING_KEYS = frozenset({"log_every", "save_every", "eval_every"})
@@ -21,6 +21,13 @@ _REPORTING_KEYS = frozenset({"log_every", "save_every", "eval_every"})
 def log(line: str) -> None:
     """A progress line on stderr."""
     print(line, file=sys.stderr, flush=True)
+
+
+def stage_log(line: str) -> None:
+    """``log`` for a stage run by a command: the stage's closing summary (``... done: final
+    loss ...``) is left out, since the command prints its own, fuller one on stdout."""
+    if " done: final loss " not in line:
+        log(line)
 
 
 def corpus_line(corpus: Corpus, validation_fraction: float, unit: str = "bytes") -> str:

@@ -27,7 +27,7 @@ from riftco.cli import (
     non_negative_float,
     output_folder,
 )
-from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log
+from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log, stage_log
 from riftco.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
 from riftco.stages import MODEL_STATE_FILE
 
@@ -287,7 +287,7 @@ def _train(
         corpus,
         out,
         progress=not args.no_progress,
-        log=log,
+        log=stage_log,
         base_model=state,
         plots=not args.no_plots,
     )
@@ -297,6 +297,9 @@ def _train(
         f"{metadata['validation_loss_after']:.4f}; {metadata['tokens_per_s']:,.0f} tokens/s; "
         f"{metadata['wall_time_s']:.1f} s"
     )
-    saved = out / (riftco.ADAPTER_DIR if args.fine_tuning_method == "lora" else MODEL_STATE_FILE)
+    if args.fine_tuning_method == "lora":
+        saved = f"{out / riftco.ADAPTER_DIR} (PEFT adapter)"
+    else:
+        saved = f"{out / MODEL_STATE_FILE}, {out / 'config.json'}"
     print(f"saved {saved} and {out / riftco.METADATA_FILE}")
     sample("after")

@@ -25,7 +25,7 @@ from riftco.cli import (
     non_negative_float,
     output_folder,
 )
-from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log
+from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log, stage_log
 
 __all__ = ["DEFAULT_OUT", "add_arguments", "parse_args", "run"]
 
@@ -250,7 +250,7 @@ def _train(
         corpus,
         out,
         progress=not args.no_progress,
-        log=log,
+        log=stage_log,
         plots=not args.no_plots,
     )
     peak_mib = metadata["peak_memory_bytes"].get("activation", 0) / 2**20
@@ -261,7 +261,10 @@ def _train(
         f"{metadata['tokens_per_s']:,.0f} tokens/s; peak activation {peak_mib:.1f} MiB; "
         f"{metadata['wall_time_s']:.1f} s"
     )
-    print(f"saved {out / riftco.MODEL_STATE_FILE} and {out / riftco.METADATA_FILE}")
+    print(
+        f"saved {out / riftco.MODEL_STATE_FILE}, {out / 'config.json'} and "
+        f"{out / riftco.METADATA_FILE}"
+    )
     model = riftco.load_model(out, attention=args.attention).to(args.device)
     text = riftco.generate(
         model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
