@@ -72,7 +72,16 @@ from riftco._native import (
     tensor,
     uniform,
 )
-from riftco import configs, data, functional, generation, plotting, run_records, stages
+from riftco import (
+    configs,
+    data,
+    functional,
+    generation,
+    plotting,
+    run_records,
+    stages,
+    training_state,
+)
 from riftco.checkpointing import checkpoint, checkpoint_sequential
 from riftco.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from riftco import nn, optim  # noqa: E402 (they import the names above)

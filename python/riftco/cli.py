@@ -439,7 +439,10 @@ def _run_main(main: Callable[[], None], prog: str, guard: _SigintGuard) -> int:
         if e.saved_step is None:
             where = "nothing was saved yet"
         else:
-            where = f"the state saved at step {e.saved_step} in {e.out_dir} is intact"
+            where = (
+                f"the checkpoint of step {e.saved_step} in {e.out_dir} is intact; the same "
+                "command with --resume continues from it"
+            )
         print(f"{prog}: interrupted; {where}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:

@@ -169,6 +169,7 @@ class _LoopConfig:
     seed: int = 0
     log_every: int = 10
     save_every: int = 100
+    keep_checkpoints: int = 3
     eval_batches: int = 4
     eval_every: int | None = None
     validation_fraction: float = 0.05
@@ -188,7 +189,15 @@ class _LoopConfig:
         object.__setattr__(self, "loss_chunk_bytes", check_loss_chunk_bytes(self.loss_chunk_bytes))
         _check_choice("attention", self.attention, ATTENTION_KINDS)
         _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        for name in ("steps", "batch_size", "seq_len", "log_every", "save_every", "eval_batches"):
+        for name in (
+            "steps",
+            "batch_size",
+            "seq_len",
+            "log_every",
+            "save_every",
+            "keep_checkpoints",
+            "eval_batches",
+        ):
             _check_int(name, getattr(self, name), 1)
         _check_int("warmup_steps", self.warmup_steps, 0)
         if self.eval_every is not None:
@@ -250,7 +259,12 @@ class PretrainingConfig(_LoopConfig):
         weight_decay: 0 selects Adam, a positive value AdamW with that decay.
         seed: seeds batch sampling (the model's initial weights use the model config's seed).
         log_every: steps between log lines / progress-bar updates of the loss.
-        save_every: steps between saves of the model state (and always at the end).
+        save_every: steps between saves (and always at the end and on Ctrl-C): each writes a
+            training-state checkpoint ``checkpoints/step-NNNNNNNN/`` (model or adapters,
+            optimizer state, trainer state; see :mod:`riftco.training_state`) and updates the
+            model files and metadata at the folder's top level.
+        keep_checkpoints: how many of the newest checkpoints a run keeps (default 3, at least
+            1); older ones are removed once a new one is complete.
         eval_batches: held-out batches for each validation loss.
         eval_every: steps between validation losses during training (recorded in the metadata's
             ``validation_losses``), or ``None`` (default): only before and after training.

@@ -350,6 +350,30 @@ class BatchSampler:
         self._rng = np.random.default_rng(int(seed))
         self._offsets = np.arange(self._seq_len + 1, dtype=np.int64)
 
+    def get_state(self) -> dict[str, object]:
+        """The generator's state (NumPy's ``bit_generator.state``, a JSON-ready dict of ints and
+        strings): :meth:`set_state` with it continues with exactly the batches that would
+        have followed."""
+        return dict(self._rng.bit_generator.state)
+
+    def set_state(self, state: dict[str, object]) -> None:
+        """Restores a :meth:`get_state` result.
+
+        Raises:
+            CorpusError: ``state`` is not a state of this sampler's generator (PCG64).
+        """
+        expected = self._rng.bit_generator.state["bit_generator"]
+        if not isinstance(state, dict) or state.get("bit_generator") != expected:
+            raise CorpusError(
+                f"a sampler state must be a dict of a {expected} generator's state; got "
+                f"{type(state).__name__}"
+                + (f" of {state.get('bit_generator')!r}" if isinstance(state, dict) else "")
+            )
+        try:
+            self._rng.bit_generator.state = state
+        except (TypeError, ValueError, KeyError) as e:
+            raise CorpusError(f"invalid sampler state: {e}") from None
+
     def next_batch(self) -> npt.NDArray[np.int64]:
         """The next ``int64 [batch_size, seq_len + 1]`` block."""
         high = self._tokens.shape[0] - self._seq_len  # exclusive bound of a start

@@ -38,10 +38,12 @@ after the save in progress); any further one while that interruption is handled 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -65,14 +67,32 @@ from riftco._native import (
     RiftcoError,
     TransformerConfig,
     __version__,
+    get_rng_state,
     num_threads,
     reset_peak_memory_stats,
+    set_rng_state,
+    simd_level,
     write_file_atomic,
 )
 from riftco.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
 from riftco.data import VOCAB_SIZE, BatchSampler, Corpus, check_corpus_fits
 from riftco.grad_mode import no_grad
-from riftco.run_records import StepRecords
+from riftco.run_records import CACHED_KEY, MEMORY_CATEGORIES, StepRecords
+from riftco.training_state import (
+    CHECKPOINTS_DIR,
+    HARMLESS_TRAINING_KEYS,
+    CheckpointWriteError,
+    OPTIMIZER_STATE_FILE,
+    TRAINER_STATE_FILE,
+    TRAINER_STATE_FORMAT,
+    Checkpoint,
+    check_same_math,
+    find_checkpoints,
+    math_hash,
+    read_checkpoint,
+    remove_stale_temporaries,
+    write_checkpoint,
+)
 
 MODEL_STATE_FILE = "model.safetensors"
 SHARD_INDEX_FILE = "model.safetensors.index.json"
@@ -86,6 +106,7 @@ UNIFORM_BASELINE_LOSS = math.log(VOCAB_SIZE)
 
 __all__ = [
     "ADAPTER_DIR",
+    "CheckpointWriteError",
     "METADATA_FILE",
     "MODEL_STATE_FILE",
     "OutputDirError",
@@ -236,7 +257,9 @@ def _dropout_metadata(model: DecoderOnlyTransformer) -> dict[str, Any]:
 class _Progress:
     """A tqdm bar (when ``enabled`` and tqdm is installed) or log lines every ``log_every``."""
 
-    def __init__(self, total: int, desc: str, enabled: bool, log: Log | None, log_every: int):
+    def __init__(
+        self, total: int, desc: str, enabled: bool, log: Log | None, log_every: int, initial: int
+    ):
         self._bar: Any = None
         self._log = log
         self._log_every = log_every
@@ -247,7 +270,12 @@ class _Progress:
                 tqdm = None
             if tqdm is not None:
                 self._bar = tqdm(
-                    total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=0.5
+                    total=total,
+                    initial=initial,
+                    desc=desc,
+                    unit="step",
+                    dynamic_ncols=True,
+                    mininterval=0.5,
                 )
 
     def note(self, line: str) -> None:
@@ -277,6 +305,29 @@ class _Progress:
             self._bar.close()
 
 
+class _RunState:
+    """How a stage saves and restores what it trains: ``save_model(folder)`` writes the model
+    (or adapters) of a checkpoint, ``load_model(folder)`` reads them back, ``publish()`` writes
+    the model files at the run folder's top level; ``math`` holds every setting that changes
+    what the run computes (compared on resume); ``resume_from`` is the checkpoint to continue
+    from, if any."""
+
+    def __init__(
+        self,
+        *,
+        save_model: Callable[[Path], None],
+        load_model: Callable[[Path], None],
+        publish: Callable[[], None],
+        math: dict[str, Any],
+        resume_from: Checkpoint | None,
+    ) -> None:
+        self.save_model = save_model
+        self.load_model = load_model
+        self.publish = publish
+        self.math = math
+        self.resume_from = resume_from
+
+
 def _train(
     *,
     stage: str,
@@ -285,7 +336,7 @@ def _train(
     cfg: _LoopConfig,
     corpus: Corpus,
     out_dir: Path,
-    save_state: Callable[[], None],
+    run: _RunState,
     metadata: dict[str, Any],
     progress: bool,
     log: Log | None,
@@ -293,7 +344,9 @@ def _train(
 ) -> dict[str, Any]:
     """Runs the stage with SIGINT handled by a :class:`_SigintGuard` from start to end (whatever
     SIGINT disposition the process inherited): Ctrl-C anywhere in the run raises
-    :class:`TrainingInterrupted`, a second one while that is handled is ignored.
+    :class:`TrainingInterrupted` once the step in progress (its validation and save included)
+    is complete and a checkpoint of it is written; a second one while that is handled is
+    ignored.
 
     The steps run in training mode (dropout active) whatever mode the caller left the model in;
     the validation passes switch to evaluation and back. The caller's mode is restored when the
@@ -310,7 +363,7 @@ def _train(
                     cfg=cfg,
                     corpus=corpus,
                     out_dir=out_dir,
-                    save_state=save_state,
+                    run=run,
                     metadata=metadata,
                     progress=progress,
                     log=log,
@@ -325,6 +378,73 @@ def _train(
         model.train(caller_training)
 
 
+# Metadata entries a resumed run takes from its checkpoint (the records so far); the configs
+# and the descriptions are those of the resumed run.
+_RESUMED_ENTRIES = (
+    "validation_loss_before",
+    "validation_loss_after",
+    "final_loss",
+    "tokens_per_s",
+    "train_time_s",
+    "wall_time_s",
+    "steps_completed",
+    "saved_step",
+    "complete",
+)
+
+
+def _restore(
+    ck: Checkpoint,
+    model: DecoderOnlyTransformer,
+    optimizer: Adam | AdamW,
+    sampler: BatchSampler,
+    run: _RunState,
+    metadata: dict[str, Any],
+    records: StepRecords,
+) -> float:
+    """Puts the checkpoint's model, optimizer, sampler, dropout step, thread generator and
+    records back; returns the wall time the run had taken so far (seconds).
+
+    Raises:
+        ModelStateError: a missing, truncated or mismatched file of the checkpoint, named.
+    """
+    saved = ck.state["metadata"]
+    state_path = ck.path / TRAINER_STATE_FILE
+    try:
+        run.load_model(ck.path)
+    except ConfigError as e:
+        raise ModelStateError(f"the model state of {str(ck.path)!r} does not fit: {e}") from None
+    optimizer_path = ck.path / OPTIMIZER_STATE_FILE
+    try:
+        optimizer.load(optimizer_path)
+    except (ConfigError, ModelStateError, OSError) as e:
+        raise ModelStateError(f"{str(optimizer_path)!r}: {e}") from None
+    try:
+        sampler.set_state(ck.state["sampler"])
+        model.dropout_step = ck.state["dropout_step"]
+        set_rng_state(tuple(ck.state["rng_state"]))
+        losses, lrs, times = (list(saved[k]) for k in ("losses", "lrs", "step_times_s"))
+        memory = saved["memory_per_step"]
+        validation = list(saved["validation_losses"])
+        if not len(losses) == len(lrs) == len(times) == ck.step:
+            raise ValueError(f"{len(losses)} recorded losses for step {ck.step}")
+        for key in _RESUMED_ENTRIES:
+            metadata[key] = saved[key]
+        metadata["losses"].extend(losses)
+        metadata["lrs"].extend(lrs)
+        metadata["step_times_s"].extend(times)
+        metadata["peak_memory_bytes"].update(saved["peak_memory_bytes"])
+        for key in (*MEMORY_CATEGORIES, CACHED_KEY):
+            records.memory[key].extend(memory[key])
+        records.validation.extend(validation)
+        metadata["resumes"] = [*saved.get("resumes", []), {"step": ck.step, "from": str(ck.path)}]
+        return float(saved["wall_time_s"])
+    except (KeyError, TypeError, ValueError, RiftcoError) as e:
+        raise ModelStateError(
+            f"{str(state_path)!r} is not a usable trainer state: {type(e).__name__}: {e}"
+        ) from None
+
+
 def _train_guarded(
     *,
     stage: str,
@@ -333,7 +453,7 @@ def _train_guarded(
     cfg: _LoopConfig,
     corpus: Corpus,
     out_dir: Path,
-    save_state: Callable[[], None],
+    run: _RunState,
     metadata: dict[str, Any],
     progress: bool,
     log: Log | None,
@@ -371,7 +491,7 @@ def _train_guarded(
         ),
         num_threads=num_threads(),
         uniform_baseline_loss=UNIFORM_BASELINE_LOSS,
-        validation_loss_before=_validation_loss(model, val_batches),
+        validation_loss_before=None,
         validation_loss_after=None,
         dropout=_dropout_metadata(model),
         losses=losses,
@@ -381,10 +501,20 @@ def _train_guarded(
         steps_completed=0,
         saved_step=None,
         complete=False,
+        checkpoints=CHECKPOINTS_DIR,
     )
-    records.record_validation(0, metadata["validation_loss_before"])
-    if log is not None:
-        log(f"validation loss before {stage}: {metadata['validation_loss_before']:.4f}")
+    first_step = 0
+    ck = run.resume_from
+    if ck is not None:
+        started -= _restore(ck, model, optimizer, sampler, run, metadata, records)
+        first_step = ck.step
+        if log is not None:
+            log(f"resuming {stage} at step {first_step}/{cfg.steps} from {ck.path}")
+    else:
+        metadata["validation_loss_before"] = _validation_loss(model, val_batches)
+        records.record_validation(0, metadata["validation_loss_before"])
+        if log is not None:
+            log(f"validation loss before {stage}: {metadata['validation_loss_before']:.4f}")
     # Planned after the validation passes (another shape would replace the model's cached plan):
     # the training steps of this shape run exactly the recorded plan. A budget below the smallest
     # achievable peak raises ConfigError here, before any step.
@@ -392,6 +522,11 @@ def _train_guarded(
     metadata["activation_checkpointing_plan"] = plan
     if log is not None:
         log(f"activation checkpointing plan: {plan['summary']}")
+
+    def publish() -> None:
+        """The model files and the metadata at the run folder's top level."""
+        run.publish()
+        _write_json_atomic(out_dir / METADATA_FILE, metadata)
 
     def save(step: int) -> None:
         train_time_s = sum(step_times_s)
@@ -406,48 +541,61 @@ def _train_guarded(
             wall_time_s=time.perf_counter() - started,
             dropout=_dropout_metadata(model),
         )
-        with guard.deferred():
-            save_state()
-            _write_json_atomic(out_dir / METADATA_FILE, metadata)
+        trainer_state = {
+            "format": TRAINER_STATE_FORMAT,
+            "step": step,
+            "math": run.math,
+            "math_hash": math_hash(run.math),
+            "sampler": sampler.get_state(),
+            "dropout_step": model.dropout_step,
+            "rng_state": list(get_rng_state()),
+            "metadata": metadata,
+        }
 
-    bar = _Progress(cfg.steps, stage, progress, log, cfg.log_every)
+        def write_files(folder: Path) -> None:
+            run.save_model(folder)
+            optimizer.save(folder / OPTIMIZER_STATE_FILE)
+
+        # The weights (or adapters) and Adam's two moments of the trained parameters.
+        expected = 12 * sum(math.prod(p.shape) for p in params if p.requires_grad)
+        with guard.deferred():
+            write_checkpoint(
+                out_dir, step, write_files, trainer_state, cfg.keep_checkpoints, expected
+            )
+            publish()
+
+    bar = _Progress(cfg.steps, stage, progress, log, cfg.log_every, first_step)
     tokens_per_step = cfg.batch_size * cfg.seq_len
     try:
-        for step in range(cfg.steps):
-            batch = sampler.next_batch()
-            lr = cfg.lr_at(step)
-            optimizer.lr = lr
-            reset_peak_memory_stats()
-            t0 = time.perf_counter()
-            loss = model.loss(batch)
-            # Each node's saved values go as soon as its VJP ran: the step peaks lower.
-            loss.backward(retain_graph=False)
-            optimizer.step()
-            optimizer.zero_grad()
-            # Read before the clock: on a GPU the step's kernels are only recorded until a value
-            # is read back (item() waits for them and for the optimizer step queued before it).
-            value = float(loss.item())
-            dt = time.perf_counter() - t0
-            del loss
-            for k, v in records.record_step().items():
-                peaks[k] = max(peaks.get(k, 0), v)
-            losses.append(value)
-            lrs.append(lr)
-            step_times_s.append(dt)
-            bar.update(step + 1, cfg.steps, value, tokens_per_step / dt, peaks.get("activation", 0))
-            if not math.isfinite(value):
-                raise RiftcoError(f"the loss became {value} at step {step + 1}; try a smaller lr")
-            last = step + 1 == cfg.steps
-            if last or (cfg.eval_every is not None and (step + 1) % cfg.eval_every == 0):
-                val_loss = _validation_loss(model, val_batches)
-                records.record_validation(step + 1, val_loss)
-                if not last:
-                    bar.note(f"step {step + 1}/{cfg.steps} validation loss {val_loss:.4f}")
-            if last:
-                metadata["validation_loss_after"] = val_loss
-                metadata["complete"] = True
-            if last or (step + 1) % cfg.save_every == 0:
-                save(step + 1)
+        if first_step == cfg.steps:
+            # The run had finished; its top-level files may predate the last checkpoint.
+            with guard.deferred():
+                publish()
+        for step in range(first_step, cfg.steps):
+            try:
+                # A step, its validation and its save run whole: Ctrl-C takes effect after it,
+                # so the checkpoint written then is exactly the state after this step.
+                with guard.deferred():
+                    _one_step(
+                        step, model, optimizer, sampler, cfg, records, peaks, losses, lrs,
+                        step_times_s, bar, tokens_per_step,
+                    )
+                    last = step + 1 == cfg.steps
+                    if last or (cfg.eval_every is not None and (step + 1) % cfg.eval_every == 0):
+                        val_loss = _validation_loss(model, val_batches)
+                        records.record_validation(step + 1, val_loss)
+                        if not last:
+                            bar.note(f"step {step + 1}/{cfg.steps} validation loss {val_loss:.4f}")
+                    if last:
+                        metadata["validation_loss_after"] = val_loss
+                        metadata["complete"] = True
+                    if last or (step + 1) % cfg.save_every == 0:
+                        save(step + 1)
+            except KeyboardInterrupt:
+                done = len(losses)
+                if done > (metadata.get("saved_step") or 0):
+                    save(done)
+                raise
     finally:
         bar.close()
     if log is not None:
@@ -457,6 +605,46 @@ def _train_guarded(
             f"{metadata['tokens_per_s']:,.0f} tokens/s, {metadata['wall_time_s']:.1f} s"
         )
     return metadata
+
+
+def _one_step(
+    step: int,
+    model: DecoderOnlyTransformer,
+    optimizer: Adam | AdamW,
+    sampler: BatchSampler,
+    cfg: _LoopConfig,
+    records: StepRecords,
+    peaks: dict[str, int],
+    losses: list[float],
+    lrs: list[float],
+    step_times_s: list[float],
+    bar: _Progress,
+    tokens_per_step: int,
+) -> None:
+    """One optimizer step (0-based ``step``), recorded."""
+    batch = sampler.next_batch()
+    lr = cfg.lr_at(step)
+    optimizer.lr = lr
+    reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    loss = model.loss(batch)
+    # Each node's saved values go as soon as its VJP ran: the step peaks lower.
+    loss.backward(retain_graph=False)
+    optimizer.step()
+    optimizer.zero_grad()
+    # Read before the clock: on a GPU the step's kernels are only recorded until a value is read
+    # back (item() waits for them and for the optimizer step queued before it).
+    value = float(loss.item())
+    dt = time.perf_counter() - t0
+    del loss
+    for k, v in records.record_step().items():
+        peaks[k] = max(peaks.get(k, 0), v)
+    losses.append(value)
+    lrs.append(lr)
+    step_times_s.append(dt)
+    bar.update(step + 1, cfg.steps, value, tokens_per_step / dt, peaks.get("activation", 0))
+    if not math.isfinite(value):
+        raise RiftcoError(f"the loss became {value} at step {step + 1}; try a smaller lr")
 
 
 def _write_plots(out_dir: Path, metadata: dict[str, Any], log: Log | None) -> None:
@@ -490,6 +678,120 @@ def _check_fits(
         )
 
 
+def _run_files(out: Path) -> list[str]:
+    """The entries of ``out`` that belong to a stage's run (empty for a fresh folder)."""
+    names = (METADATA_FILE, MODEL_STATE_FILE, ADAPTER_DIR, CHECKPOINTS_DIR)
+    return [n for n in names if (out / n).exists()]
+
+
+def _resume_checkpoint(
+    out: Path, resume: bool | str | os.PathLike[str], overwrite: bool, log: Log | None
+) -> Checkpoint | None:
+    """The checkpoint a run into ``out`` continues from (``None``: it starts at step 0).
+
+    Only reads ``out`` (which may not exist yet). ``resume`` ``False``: a folder holding
+    another run is refused unless ``overwrite`` (:func:`_clear_checkpoints` then removes its
+    checkpoints); ``True``: the newest complete
+    checkpoint of ``out``, or none when ``out`` holds no run yet; a path: that checkpoint
+    folder, or the newest checkpoint of that run folder.
+
+    Raises:
+        OutputDirError: ``out`` holds a run and neither ``resume`` nor ``overwrite`` is set, or
+            both are set.
+        ModelStateError: no complete checkpoint where one is needed, or an invalid trainer
+            state (named).
+    """
+    if resume is not False and resume is not None and overwrite:
+        raise OutputDirError("resume and overwrite exclude each other: pass one of them")
+    if resume is False or resume is None:
+        existing = _run_files(out)
+        if existing and not overwrite:
+            raise OutputDirError(
+                f"{str(out)!r} holds a run ({', '.join(existing)}); pass resume=True to continue "
+                "it from its newest checkpoint, or overwrite=True to replace it"
+            )
+        return None
+    if resume is True:
+        found = find_checkpoints(out)
+        if not found:
+            # A checkpoints/ folder without a complete checkpoint is a run killed before its
+            # first save finished: it starts again. Files at the top level without any
+            # checkpoint come from elsewhere (an older riftco, a user).
+            existing = [n for n in _run_files(out) if n != CHECKPOINTS_DIR]
+            if existing:
+                raise ModelStateError(
+                    f"cannot resume: {str(out)!r} holds a run ({', '.join(existing)}) but no "
+                    f"complete checkpoint in {CHECKPOINTS_DIR}/ (killed before its first save, "
+                    "or written by a riftco without training checkpoints); pass "
+                    "overwrite=True to start it again"
+                )
+            if log is not None:
+                log(f"no checkpoint in {out}: starting at step 0")
+            return None
+        return read_checkpoint(found[-1])
+    path = Path(resume)
+    if (path / TRAINER_STATE_FILE).exists():
+        return read_checkpoint(path)
+    found = find_checkpoints(path)
+    if not found:
+        raise ModelStateError(
+            f"cannot resume from {str(path)!r}: neither a training checkpoint (no "
+            f"{TRAINER_STATE_FILE}) nor a run folder with checkpoints in {CHECKPOINTS_DIR}/"
+        )
+    return read_checkpoint(found[-1])
+
+
+def _clear_checkpoints(out: Path, overwrite: bool) -> None:
+    """With ``overwrite``, removes the replaced run's checkpoints: they must never be resumed
+    into the new run. Otherwise removes the checkpoint temporaries of killed processes."""
+    if overwrite and (out / CHECKPOINTS_DIR).exists():
+        shutil.rmtree(out / CHECKPOINTS_DIR)
+    else:
+        remove_stale_temporaries(out / CHECKPOINTS_DIR)
+
+
+def _corpus_identity(corpus: Corpus) -> dict[str, Any]:
+    return {
+        "bytes": int(corpus.tokens.nbytes),
+        "dtype": str(corpus.tokens.dtype),
+        "sha256": hashlib.sha256(np.ascontiguousarray(corpus.tokens).tobytes()).hexdigest(),
+    }
+
+
+def _file_identity(path: str | None) -> dict[str, Any] | None:
+    """A model file's path, size and modification time (a changed base model is detected
+    without reading it)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {"path": path}
+    return {"path": path, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _math_settings(
+    stage: str,
+    model: DecoderOnlyTransformer,
+    cfg: _LoopConfig,
+    corpus: Corpus,
+    base_model: str | None = None,
+) -> dict[str, Any]:
+    """Every setting that changes what a run computes: a resume must match all of them."""
+    training = {k: v for k, v in cfg.to_dict().items() if k not in HARMLESS_TRAINING_KEYS}
+    training["device"] = model.device
+    return {
+        "stage": stage,
+        "riftco_version": __version__,
+        "model_config": model.config.to_dict(),
+        "training_config": training,
+        "corpus": _corpus_identity(corpus),
+        "base_model": _file_identity(base_model),
+        "num_threads": num_threads(),
+        "simd_level": simd_level(),
+    }
+
+
 def run_pretraining(
     model_config: TransformerConfig,
     pretraining_config: PretrainingConfig,
@@ -498,6 +800,9 @@ def run_pretraining(
     progress: bool = True,
     log: Log | None = None,
     plots: bool = True,
+    *,
+    resume: bool | str | os.PathLike[str] = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Trains a fresh ``DecoderOnlyTransformer(model_config, ...)`` on ``corpus``.
 
@@ -505,6 +810,14 @@ def run_pretraining(
     ``out_dir`` (see the module docstring) and returns the metadata dict. ``progress`` shows a
     tqdm bar; otherwise ``log`` (when given) receives a line every ``log_every`` steps. ``plots``
     writes ``loss.png`` and ``memory.png`` at the end when matplotlib is installed.
+
+    Every ``save_every`` steps, at the end and on Ctrl-C the run writes a training-state
+    checkpoint into ``out_dir/checkpoints/`` (see :mod:`riftco.training_state`). ``resume=True``
+    continues from the newest complete one (or starts at step 0 when ``out_dir`` holds no run
+    yet); a path resumes from that checkpoint folder or run folder. A resumed run computes
+    exactly what the uninterrupted run would have (bitwise, on the same machine with the same
+    thread count): settings that would change that are refused. A folder that already holds a
+    run is refused unless ``resume`` or ``overwrite`` (which replaces it) is given.
 
     Raises:
         ConfigError: ``seq_len`` above ``max_seq_len``, ``vocab_size < 256``, a checkpointing
@@ -515,7 +828,14 @@ def run_pretraining(
         CorpusError: the corpus is too small for ``seq_len`` (the message names the sizes and
             what fits), raised before ``out_dir`` is created.
         DeviceUnavailableError: the config's GPU has no adapter (before ``out_dir`` exists).
-        TrainingInterrupted: on Ctrl-C, after the last completed save (left intact).
+        OutputDirError: also when ``out_dir`` holds a run and neither ``resume`` nor
+            ``overwrite`` is given.
+        ConfigError: on resume, a setting that changes the math differs from the checkpoint's
+            (every difference named with both values).
+        ModelStateError: on resume, a missing, truncated or mismatched checkpoint file (named).
+        CheckpointWriteError: a checkpoint cannot be written (disk full, read-only folder): the
+            previous checkpoint stays loadable.
+        TrainingInterrupted: on Ctrl-C, after the step in progress and its checkpoint.
     """
     cfg = pretraining_config
     _check_fits(model_config, cfg)
@@ -532,10 +852,15 @@ def run_pretraining(
         model.to(cfg.device)
     model.loss_chunk_bytes = cfg.loss_chunk_bytes
     model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
+    checkpoint = _resume_checkpoint(Path(out_dir), resume, overwrite, log)
+    math_settings = _math_settings("pretraining", model, cfg, corpus)
+    if checkpoint is not None:
+        check_same_math(checkpoint.state["math"], math_settings, checkpoint.path)
     out = prepare_out_dir(out_dir)
+    _clear_checkpoints(out, overwrite)
     metadata: dict[str, Any] = {
         "model_config": model_config.to_dict(),
-        "files": [MODEL_STATE_FILE, "config.json", METADATA_FILE],
+        "files": [MODEL_STATE_FILE, "config.json", METADATA_FILE, CHECKPOINTS_DIR],
     }
     return _train(
         stage="pretraining",
@@ -544,7 +869,13 @@ def run_pretraining(
         cfg=cfg,
         corpus=corpus,
         out_dir=out,
-        save_state=lambda: model.save(str(out / MODEL_STATE_FILE)),
+        run=_RunState(
+            save_model=lambda folder: model.save(str(folder / MODEL_STATE_FILE)),
+            load_model=lambda folder: model.load_weights(str(folder / MODEL_STATE_FILE)),
+            publish=lambda: model.save(str(out / MODEL_STATE_FILE)),
+            math=math_settings,
+            resume_from=checkpoint,
+        ),
         metadata=metadata,
         progress=progress,
         log=log,
@@ -641,24 +972,34 @@ def _post_training_setup(
     model: DecoderOnlyTransformer,
     cfg: PostTrainingConfig,
     base_path: str | None,
-    out: Callable[[], Path],
-) -> tuple[dict[str, Any], Callable[[], None]]:
-    """Enables the adapters for ``"lora"``; returns the initial metadata and the save function
-    (writing into the folder ``out()`` returns)."""
+    resume_from: Path | None,
+) -> tuple[dict[str, Any], Callable[[Path], None], Callable[[Path], None]]:
+    """Enables the adapters for ``"lora"`` (fresh, or those of the checkpoint ``resume_from``);
+    returns the initial metadata and the functions that save the trained state into a folder
+    and load it back from one."""
     metadata: dict[str, Any] = {
         "model_config": model.config.to_dict(),
         "base_model": base_path,
         "fine_tuning_method": cfg.fine_tuning_method,
     }
-    save_state: Callable[[], None]
+    save_state: Callable[[Path], None]
+    load_state: Callable[[Path], None]
     if cfg.fine_tuning_method == "lora":
-        model.enable_lora(
-            rank=cfg.lora_rank,
-            alpha=cfg.lora_alpha,
-            mlp=cfg.lora_mlp,
-            seed=cfg.lora_seed,
-            dropout=cfg.lora_dropout,
-        )
+        if resume_from is None:
+            model.enable_lora(
+                rank=cfg.lora_rank,
+                alpha=cfg.lora_alpha,
+                mlp=cfg.lora_mlp,
+                seed=cfg.lora_seed,
+                dropout=cfg.lora_dropout,
+            )
+        else:
+            # The checkpoint's adapters (its settings are the config's: checked before).
+            adapter = resume_from / ADAPTER_DIR
+            try:
+                model.load_lora(str(adapter))
+            except (ConfigError, OSError) as e:
+                raise ModelStateError(f"{str(adapter)!r}: {e}") from None
         if cfg.frozen_weights_dtype is not None:
             model.set_frozen_weights_dtype(cfg.frozen_weights_dtype)
         metadata["lora"] = {
@@ -668,18 +1009,24 @@ def _post_training_setup(
             "dropout": cfg.lora_dropout,
             "frozen_weights_dtype": model.frozen_weights_dtype,
         }
-        metadata["files"] = [ADAPTER_DIR, METADATA_FILE]
+        metadata["files"] = [ADAPTER_DIR, METADATA_FILE, CHECKPOINTS_DIR]
 
-        def save_state() -> None:
-            model.save_lora(str(out() / ADAPTER_DIR))
+        def save_state(folder: Path) -> None:
+            model.save_lora(str(folder / ADAPTER_DIR))
+
+        def load_state(folder: Path) -> None:
+            pass  # the checkpoint's adapters were loaded in place of fresh ones above
 
     else:
-        metadata["files"] = [MODEL_STATE_FILE, "config.json", METADATA_FILE]
+        metadata["files"] = [MODEL_STATE_FILE, "config.json", METADATA_FILE, CHECKPOINTS_DIR]
 
-        def save_state() -> None:
-            model.save(str(out() / MODEL_STATE_FILE))
+        def save_state(folder: Path) -> None:
+            model.save(str(folder / MODEL_STATE_FILE))
 
-    return metadata, save_state
+        def load_state(folder: Path) -> None:
+            model.load_weights(str(folder / MODEL_STATE_FILE))
+
+    return metadata, save_state, load_state
 
 
 def run_post_training(
@@ -691,6 +1038,9 @@ def run_post_training(
     log: Log | None = None,
     base_model: str | os.PathLike[str] | None = None,
     plots: bool = True,
+    *,
+    resume: bool | str | os.PathLike[str] = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Fine-tunes a pretrained model on ``corpus``.
 
@@ -711,10 +1061,15 @@ def run_post_training(
     ``training_metadata.json`` (and ``loss.png``, ``memory.png`` as :func:`run_pretraining`
     with ``plots``); returns the metadata dict.
 
+    Checkpoints, ``resume`` and ``overwrite`` as :func:`run_pretraining`; a resumed LoRA run
+    loads the base model as the interrupted one did (the base file's path, size and
+    modification time must match) and the adapters from the checkpoint.
+
     Raises:
-        ModelStateError: no or invalid model state at the path.
-        ConfigError, OutputDirError, CorpusError, DeviceUnavailableError, TrainingInterrupted:
-            as :func:`run_pretraining`.
+        ModelStateError: no or invalid model state at the path; on resume, a missing, truncated
+            or mismatched checkpoint file (named).
+        ConfigError, OutputDirError, CorpusError, DeviceUnavailableError,
+            CheckpointWriteError, TrainingInterrupted: as :func:`run_pretraining`.
     """
     cfg = post_training_config
     base_path = None if base_model is None else str(base_model)
@@ -749,29 +1104,45 @@ def run_post_training(
         model.set_dropout(
             attention_dropout=cfg.attention_dropout, residual_dropout=cfg.residual_dropout
         )
+        # Read-only checks of the run folder and of a resume's settings first: nothing below
+        # (the adapters, which cannot be removed again) happens when they fail.
+        checkpoint = _resume_checkpoint(Path(out_dir), resume, overwrite, log)
+        stage = f"post_training_{cfg.fine_tuning_method}"
+        math_settings = _math_settings(stage, model, cfg, corpus, base_path)
+        if checkpoint is not None:
+            check_same_math(checkpoint.state["math"], math_settings, checkpoint.path)
         if cfg.fine_tuning_method == "lora" and model.activation_checkpointing.startswith(
             "budget:"
         ):
             # A budget the base model alone exceeds fails here, before the adapters (which
             # cannot be removed again) exist.
             model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
-        metadata, save_state = _post_training_setup(model, cfg, base_path, lambda: out)
+        metadata, save_state, load_state = _post_training_setup(
+            model, cfg, base_path, None if checkpoint is None else checkpoint.path
+        )
         # Planned (with the adapters, which change the plan) before the output folder exists,
         # as in run_pretraining.
         model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
         out = prepare_out_dir(out_dir)
+        _clear_checkpoints(out, overwrite)
     except BaseException:
         if undo is not None:
             undo()
         raise
     return _train(
-        stage=f"post_training_{cfg.fine_tuning_method}",
+        stage=stage,
         model=model,
         params=list(model.parameters()),
         cfg=cfg,
         corpus=corpus,
         out_dir=out,
-        save_state=save_state,
+        run=_RunState(
+            save_model=save_state,
+            load_model=load_state,
+            publish=lambda: save_state(out),
+            math=math_settings,
+            resume_from=checkpoint,
+        ),
         metadata=metadata,
         progress=progress,
         log=log,

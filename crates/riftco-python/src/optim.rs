@@ -232,6 +232,35 @@ macro_rules! optimizer_methods {
                 crate::optim_state::load_state_dict(&mut self.0.lock(), state_dict)
             }
 
+            /// Writes the state to the safetensors file ``path`` atomically (a kill leaves the
+            /// old file or the new one): for each trainable parameter, named as in the model,
+            /// the float32 tensors ``{name}.exp_avg`` and ``{name}.exp_avg_sq``, and in the
+            /// header's metadata ``riftco_optimizer`` the hyper-parameters and step counts.
+            ///
+            /// Raises:
+            ///     OSError: the folder is missing or not writable (naming the path).
+            ///     ModelStateError: ``path`` has no file name.
+            fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+                compute(py, || {
+                    riftco_transformer::save_optimizer_state(&self.0.lock(), &path)
+                })
+            }
+
+            /// Loads a state written by ``save()``: the file is read and checked whole first, so
+            /// on error the optimizer is unchanged.
+            ///
+            /// Raises:
+            ///     OSError: the file cannot be read.
+            ///     ModelStateError: not such a state (missing or invalid metadata, missing,
+            ///         extra or mis-shaped tensors), naming the file.
+            ///     ConfigError: a state of other parameters (names, shapes, count), naming the
+            ///         first mismatch.
+            fn load(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+                compute(py, || {
+                    riftco_transformer::load_optimizer_state(&mut self.0.lock(), &path)
+                })
+            }
+
             fn __repr__(&self) -> String {
                 let a = self.0.lock();
                 let h = a.hyper;

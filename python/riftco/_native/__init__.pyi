@@ -771,6 +771,15 @@ class Adam:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Loads a ``state_dict()``, checked whole first; ``ConfigError`` names the first
         mismatch and nothing changes."""
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes the state to the safetensors file ``path`` atomically: ``{name}.exp_avg`` and
+        ``{name}.exp_avg_sq`` (float32) per trainable parameter, named as in the model, and the
+        hyper-parameters and step counts in the header's ``riftco_optimizer`` metadata.
+        ``OSError`` when the folder is missing or not writable."""
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Loads a ``save()`` file, checked whole first (nothing changes on error):
+        ``ModelStateError`` for a file that is not such a state, ``ConfigError`` naming the
+        first mismatch for a state of other parameters, ``OSError`` when unreadable."""
 
 @final
 class AdamW:
@@ -801,6 +810,15 @@ class AdamW:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Loads a ``state_dict()``, checked whole first; ``ConfigError`` names the first
         mismatch and nothing changes."""
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes the state to the safetensors file ``path`` atomically: ``{name}.exp_avg`` and
+        ``{name}.exp_avg_sq`` (float32) per trainable parameter, named as in the model, and the
+        hyper-parameters and step counts in the header's ``riftco_optimizer`` metadata.
+        ``OSError`` when the folder is missing or not writable."""
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Loads a ``save()`` file, checked whole first (nothing changes on error):
+        ``ModelStateError`` for a file that is not such a state, ``ConfigError`` naming the
+        first mismatch for a state of other parameters, ``OSError`` when unreadable."""
 
 def write_file_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Writes ``data`` to ``path`` atomically, as the model files are written: a fresh temporary

@@ -72,6 +72,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a run of another configuration in --out (without it that is refused)",
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its newest checkpoint (checkpoints/step-N/), "
+        "exactly as if it had not stopped; settings that change what it computes must be the "
+        "checkpoint's (a difference is refused, naming both values); starts at step 0 when "
+        "--out holds no run",
+    )
     p.add_argument("--no-plots", action="store_true", help="do not write loss.png and memory.png")
     p.add_argument(
         "--fine-tuning-method",
@@ -113,6 +121,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int_range(0), default=0, help="seeds batches and adapters")
     p.add_argument(
         "--save-every", type=int_range(1), default=50, metavar="STEPS", help="steps between saves"
+    )
+    p.add_argument(
+        "--keep-checkpoints",
+        type=int_range(1),
+        default=3,
+        metavar="N",
+        help="how many of the newest training checkpoints to keep in --out/checkpoints",
     )
     p.add_argument(
         "--eval-every",
@@ -217,6 +232,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         warmup_steps=args.warmup_steps,
         seed=args.seed,
         save_every=args.save_every,
+        keep_checkpoints=args.keep_checkpoints,
         eval_every=args.eval_every,
         log_every=args.log_every,
         device=args.device,
@@ -232,6 +248,8 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
     # A budget below the smallest achievable peak fails here, before the sample and before any
     # folder exists (run_post_training plans again with the adapters).
     model.activation_checkpointing_plan(config.batch_size, config.seq_len)
+    if args.resume and args.overwrite:
+        fail("--resume and --overwrite exclude each other: pass one of them")
     check_run_folder(
         args.out,
         {
@@ -240,7 +258,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
             "training_config": config.to_dict(),
             "corpus": corpus.description,
         },
-        args.overwrite,
+        args.overwrite or args.resume,
     )
     with output_folder(args.out) as out:
         _train(args, model, config, corpus, out, prompt, n_new, state, tokenizer)
@@ -288,6 +306,8 @@ def _train(
         out,
         progress=not args.no_progress,
         log=stage_log,
+        resume=args.resume,
+        overwrite=not args.resume,
         base_model=state,
         plots=not args.no_plots,
     )

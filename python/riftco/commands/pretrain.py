@@ -59,6 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="replace a run of another configuration in --out (without it that is refused)",
     )
     data.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its newest checkpoint (checkpoints/step-N/), "
+        "exactly as if it had not stopped; settings that change what it computes must be the "
+        "checkpoint's (a difference is refused, naming both values); starts at step 0 when "
+        "--out holds no run",
+    )
+    data.add_argument(
         "--no-plots", action="store_true", help="do not write loss.png and memory.png"
     )
     train = p.add_argument_group("training")
@@ -93,6 +101,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     train.add_argument(
         "--save-every", type=int_range(1), default=100, metavar="STEPS", help="steps between saves"
+    )
+    train.add_argument(
+        "--keep-checkpoints",
+        type=int_range(1),
+        default=3,
+        metavar="N",
+        help="how many of the newest training checkpoints to keep in --out/checkpoints",
     )
     train.add_argument(
         "--eval-every",
@@ -184,6 +199,7 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         weight_decay=args.weight_decay,
         seed=args.seed,
         save_every=args.save_every,
+        keep_checkpoints=args.keep_checkpoints,
         eval_every=args.eval_every,
         log_every=args.log_every,
         device=args.device,
@@ -205,6 +221,8 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
     device = str(riftco.Variable(0.0).to(args.device).device)
     corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
     check_corpus(corpus, args.seq_len, config.validation_fraction)
+    if args.resume and args.overwrite:
+        fail("--resume and --overwrite exclude each other: pass one of them")
     check_run_folder(
         args.out,
         {
@@ -213,7 +231,7 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
             "training_config": config.to_dict(),
             "corpus": corpus.description,
         },
-        args.overwrite,
+        args.overwrite or args.resume,
     )
     with output_folder(args.out) as out:
         # The device opened, for the log ("gpu" is vulkan or metal).
@@ -251,6 +269,8 @@ def _train(
         out,
         progress=not args.no_progress,
         log=stage_log,
+        resume=args.resume,
+        overwrite=not args.resume,
         plots=not args.no_plots,
     )
     peak_mib = metadata["peak_memory_bytes"].get("activation", 0) / 2**20
