@@ -23,10 +23,14 @@ a corpus, and writes into ``out_dir``:
   run when ``plots`` is true and matplotlib is installed (``pip install 'riftco[plot]'``);
   without matplotlib the ``log`` callback gets one line saying so and the run still succeeds.
 
-Saves happen every ``save_every`` steps and at the end, each file written atomically (temporary
-file, fsync, rename) with Ctrl-C deferred until the save is complete, so interrupting training
-leaves the last completed save intact: the stage then raises :class:`TrainingInterrupted`
-(a ``KeyboardInterrupt``) carrying the step of that save.
+Saves happen every ``save_every`` steps, at the end and on Ctrl-C: each writes a training-state
+checkpoint ``checkpoints/step-NNNNNNNN/`` (see :mod:`riftco.training_state`; the newest
+``keep_checkpoints`` are kept), then the model files and the metadata at the folder's top level,
+each file written atomically (temporary file, fsync, rename). ``resume=True`` continues a run from
+its newest checkpoint exactly (bitwise, on the same machine and thread count). Ctrl-C takes
+effect once the step in progress (its validation pass and save included) is done: the stage
+writes a checkpoint of that step and raises :class:`TrainingInterrupted` (a
+``KeyboardInterrupt``) carrying its step.
 
 SIGINT: for the whole run (main thread) the stage installs its own handler, whatever the
 process inherited — also when SIGINT was ignored, as in a job a shell started in the background
@@ -128,7 +132,8 @@ class OutputDirError(RiftcoError, OSError):
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Training was interrupted (Ctrl-C). ``saved_step`` is the step of the last completed save
-    in ``out_dir`` (``None`` when nothing was saved yet); those files are intact."""
+    in ``out_dir`` (its checkpoint, from which ``resume=True`` continues; ``None`` when nothing
+    was saved yet); those files are intact."""
 
     def __init__(self, out_dir: Path, saved_step: int | None) -> None:
         super().__init__(f"interrupted; last save in {out_dir} at step {saved_step}")
