@@ -17,6 +17,7 @@ the same install: the Python language reference as plain English text (the ``top
 from __future__ import annotations
 
 import ast
+import math
 import os
 import sysconfig
 from collections.abc import Iterable, Sequence
@@ -274,20 +275,28 @@ def check_corpus_fits(
     n_train, n_val = int(train.shape[0]), int(val.shape[0])
     if n_train >= seq_len + 1 and n_val >= 2:
         return
-    need = seq_len + 2
-    while True:  # the smallest corpus whose split fits (at most a few dozen iterations past)
+    # The smallest corpus whose split fits. The validation part rounds n * fraction, so 2 held-
+    # out bytes need n * fraction >= 1.5: start there (a tiny fraction needs a huge corpus) and
+    # step past the rounding (a few dozen iterations at most).
+    need = max(seq_len + 2, math.ceil(1.5 / validation_fraction) - 1)
+    while True:
         n_val_need = max(1, int(round(need * validation_fraction)))
         if need - n_val_need >= seq_len + 1 and n_val_need >= 2:
             break
         need += 1
-    fits = (
-        f" or a {seq_len_name} of at most {n_train - 1}"
-        if n_val >= 2 and n_train >= 2
-        else f" (this corpus is too small for any {seq_len_name})"
+    if n_val >= 2 and n_train >= 2:
+        fits = f" or a {seq_len_name} of at most {n_train - 1}"
+    elif n_val < 2 and n - 2 >= seq_len + 1:
+        # The text is enough; the held-out part rounds to fewer than 2 bytes.
+        fits = f" or hold out more of it: a validation fraction of at least {1.5 / n:.3g}"
+    else:
+        fits = f" (this corpus is too small for any {seq_len_name})"
+    shown = (
+        f"{validation_fraction:.0%}" if validation_fraction >= 0.01 else f"{validation_fraction:g}"
     )
     raise CorpusError(
         f"the corpus has {n:,} bytes: {n_train:,} for training and {n_val:,} held out for "
-        f"validation (the last {validation_fraction:.0%}); {seq_len_name} {seq_len} needs at "
+        f"validation (the last {shown}); {seq_len_name} {seq_len} needs at "
         f"least {seq_len + 1:,} training bytes and 2 validation bytes, a corpus of at least "
         f"{need:,} bytes: pass more text{'' if data_name is None else ' with ' + data_name}"
         f"{fits}"

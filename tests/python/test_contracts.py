@@ -279,3 +279,107 @@ def test_decode_session_follows_training_and_no_op_lora_calls() -> None:
     model.loss(np.arange(18).reshape(2, 9) % 64).backward()
     opt.step()
     assert session.decode_token(2).shape == (64,)
+
+
+@pytest.mark.parametrize("how", ["variable", "optimizer"])
+def test_zero_grad_inside_a_replay_is_a_checkpoint_error_and_changes_nothing(how: str) -> None:
+    # Before: zero_grad() in the callable cleared the public gradient although the outer pass
+    # then failed (a backward pass commits all or nothing).
+    w = riftco.Variable(rand((4, 4), 0), requires_grad=True, name="w")
+    x = riftco.Variable(rand((2, 4), 1))
+    opt = riftco.Adam([w], lr=0.1)
+    F.sum(F.linear(x, w)).backward()
+    before = grad_of(w).copy()
+    replay = [False]
+    seen: list[BaseException] = []
+
+    def fn(h: riftco.Variable) -> riftco.Variable:
+        out = F.silu(F.linear(h, w))
+        if replay[0]:
+            try:
+                if how == "variable":
+                    w.zero_grad()
+                else:
+                    opt.zero_grad()
+            except riftco.CheckpointError as e:
+                seen.append(e)
+            raise KeyError("replay failed")
+        return out
+
+    y = riftco.checkpoint(fn, x, [w])
+    replay[0] = True
+    with pytest.raises(KeyError, match="replay failed"):
+        F.sum(y).backward()
+    assert len(seen) == 1 and "zero_grad() was called inside its replay" in str(seen[0])
+    np.testing.assert_array_equal(grad_of(w), before)
+    # Outside a replay zero_grad works as before.
+    w.zero_grad()
+    assert w.grad is None
+
+
+def test_backward_from_a_thread_started_by_a_replay_is_a_checkpoint_error() -> None:
+    # Before: the thread's backward was not recognised as inside the replay and committed
+    # gradients of the checkpoint's parameters in the middle of the outer pass.
+    import threading
+
+    w = riftco.Variable(rand((4, 4), 0), requires_grad=True, name="w")
+    x = riftco.Variable(rand((2, 4), 1))
+    other = riftco.Variable(rand((4, 4), 2), requires_grad=True, name="other")
+    replay = [False]
+    results: dict[str, BaseException | None] = {}
+
+    def in_thread(name: str, param: riftco.Variable) -> None:
+        try:
+            F.sum(F.linear(x, param)).backward()
+            results[name] = None
+        except riftco.CheckpointError as e:
+            results[name] = e
+
+    def fn(h: riftco.Variable) -> riftco.Variable:
+        if replay[0]:
+            for name, param in (("w", w), ("other", other)):
+                t = threading.Thread(target=in_thread, args=(name, param))
+                t.start()
+                t.join()
+        return F.silu(F.linear(h, w))
+
+    y = riftco.checkpoint(fn, x, [w])
+    replay[0] = True
+    F.sum(y).backward()
+    assert "inside its replay" in str(results["w"])
+    # A parameter the checkpoint does not read is independent work: allowed.
+    assert results["other"] is None and other.grad is not None
+    # The outer pass's gradient is that of the checkpointed function alone.
+    got = grad_of(w).copy()
+    w.zero_grad()
+    F.sum(F.silu(F.linear(x, w))).backward()
+    np.testing.assert_array_equal(grad_of(w), got)
+
+
+def test_an_exception_in_a_replay_is_the_same_object_with_a_note_naming_the_checkpoint() -> None:
+    w = riftco.Variable(rand((4, 4), 0), requires_grad=True, name="w")
+    x = riftco.Variable(rand((2, 4), 1))
+    replay = [False]
+    raised: list[BaseException] = []
+
+    def block_fn(h: riftco.Variable) -> riftco.Variable:
+        if replay[0]:
+            e = ValueError("bad value in the replay")
+            raised.append(e)
+            raise e
+        return F.silu(F.linear(h, w))
+
+    named = riftco.checkpoint(block_fn, x, [w], name="block 3 (model.layers.3)")
+    unnamed = riftco.checkpoint(block_fn, x, [w])
+    replay[0] = True
+    for y, label in ((named, '"block 3 (model.layers.3)"'), (unnamed, "block_fn")):
+        with pytest.raises(ValueError, match="bad value in the replay") as info:
+            F.sum(y).backward()
+        assert info.value is raised[-1]  # the very same exception object
+        notes = getattr(info.value, "__notes__", [])
+        assert len(notes) == 1 and "replay of checkpoint" in notes[0] and label in notes[0], notes
+    # The forward run's exceptions carry no note (they are raised where fn is called).
+    replay[0] = True
+    with pytest.raises(ValueError) as info:
+        riftco.checkpoint(block_fn, x, [w])
+    assert not getattr(info.value, "__notes__", [])

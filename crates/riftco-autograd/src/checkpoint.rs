@@ -50,18 +50,46 @@ thread_local! {
 
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 
+/// The replays running in the process (on any thread), with the leaves their checkpoint
+/// declared as dependencies: a thread that a replay callable spawned runs outside the
+/// thread-local marker, but it must not change those leaves' public gradients either.
+static ACTIVE_REPLAYS: std::sync::Mutex<Vec<ActiveReplay>> = std::sync::Mutex::new(Vec::new());
+
+struct ActiveReplay {
+    token: u64,
+    name: String,
+    leaves: HashSet<u64>,
+}
+
 /// The name of the innermost checkpoint whose replay is running on this thread, if any.
 pub(crate) fn replay_in_progress() -> Option<String> {
     REPLAYING.with(|r| r.borrow().last().map(|(_, name)| name.clone()))
 }
 
-/// Marks a checkpoint's replay as running on this thread until dropped (also on errors and
-/// panics).
-struct ReplayMarker;
+/// The name of a checkpoint whose replay is running (on any thread) and that declared one of
+/// `leaves` as a dependency, if any.
+pub(crate) fn replay_owning(leaves: impl IntoIterator<Item = u64>) -> Option<String> {
+    let active = ACTIVE_REPLAYS.lock().unwrap_or_else(|e| e.into_inner());
+    if active.is_empty() {
+        return None;
+    }
+    leaves.into_iter().find_map(|id| {
+        active
+            .iter()
+            .find(|r| r.leaves.contains(&id))
+            .map(|r| r.name.clone())
+    })
+}
+
+/// Marks a checkpoint's replay as running on this thread (and, with its dependencies, in the
+/// process) until dropped (also on errors and panics).
+struct ReplayMarker {
+    token: u64,
+}
 
 impl ReplayMarker {
-    fn enter(token: u64, name: &str) -> Result<Self> {
-        REPLAYING.with(|r| {
+    fn enter(token: u64, name: &str, dependencies: &[Variable]) -> Result<Self> {
+        REPLAYING.with(|r| -> Result<()> {
             let mut r = r.borrow_mut();
             if r.iter().any(|(t, _)| *t == token) {
                 return Err(CheckpointError::ReentrantReplay {
@@ -70,8 +98,17 @@ impl ReplayMarker {
                 .into());
             }
             r.push((token, name.to_string()));
-            Ok(ReplayMarker)
-        })
+            Ok(())
+        })?;
+        ACTIVE_REPLAYS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ActiveReplay {
+                token,
+                name: name.to_string(),
+                leaves: dependencies.iter().map(Variable::id).collect(),
+            });
+        Ok(ReplayMarker { token })
     }
 }
 
@@ -80,6 +117,10 @@ impl Drop for ReplayMarker {
         REPLAYING.with(|r| {
             r.borrow_mut().pop();
         });
+        let mut active = ACTIVE_REPLAYS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = active.iter().rposition(|r| r.token == self.token) {
+            active.remove(i);
+        }
     }
 }
 
@@ -319,7 +360,8 @@ where
     let recompute = Arc::new(recompute);
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
     let vjp = move |parents: &[Variable], out: &Tensor, grad_out: &Tensor| {
-        let _marker = ReplayMarker::enter(token, &spec.name)?;
+        let dependencies = parents.get(spec.n_inputs..).unwrap_or(&[]);
+        let _marker = ReplayMarker::enter(token, &spec.name, dependencies)?;
         replay_vjp(&spec, &*recompute, parents, out, grad_out)
     };
     Ok(Variable::from_op("checkpoint", value, parents, vjp))

@@ -72,8 +72,13 @@ pub enum CheckpointError {
     /// `backward()` (or a variant) was called while a checkpoint replay was running on this
     /// thread: a replay must not commit gradients of its own (and a backward of the graph that
     /// contains the checkpoint would replay it again without end).
-    #[error("checkpoint {name:?}: backward() was called inside its replay (during an outer backward pass); a checkpoint callable must not run backward(), backward_with_grad() or backward_accumulate(): compute gradients outside the checkpointed function")]
+    #[error("checkpoint {name:?}: backward() was called inside its replay (during an outer backward pass, on the replay's thread or on a thread that reaches the checkpoint's parameters); a checkpoint callable must not run backward(), backward_with_grad() or backward_accumulate(): compute gradients outside the checkpointed function")]
     BackwardInsideReplay { name: String },
+    /// `zero_grad()` was called inside a replay (on the replay's thread, or on a parameter of
+    /// the checkpoint from another thread): the outer backward pass owns the gradients until it
+    /// commits them.
+    #[error("checkpoint {name:?}: zero_grad() was called inside its replay (during an outer backward pass); a checkpoint callable, or a thread it started, must not change public gradients: clear gradients outside the checkpointed function")]
+    ZeroGradInsideReplay { name: String },
     /// A backward pass started inside a replay reached the checkpoint being replayed, which
     /// would replay it again without end.
     #[error("checkpoint {name:?}: replayed again while its own replay was running (the callable started a backward pass over the graph that contains this checkpoint); a checkpoint callable must not differentiate the graph it belongs to")]
@@ -232,6 +237,7 @@ impl CheckpointError {
             | CheckpointError::DependencyUnused { .. }
             | CheckpointError::ReplayShapeChanged { .. }
             | CheckpointError::BackwardInsideReplay { .. }
+            | CheckpointError::ZeroGradInsideReplay { .. }
             | CheckpointError::ReentrantReplay { .. }
             | CheckpointError::ReplayDeviceChanged { .. }
             | CheckpointError::ReplayGraphChanged { .. }

@@ -385,8 +385,28 @@ impl Variable {
 
     /// Clears the committed gradient, releasing its buffer (PyTorch's
     /// `zero_grad(set_to_none=True)`): the next backward pass writes a fresh one.
-    pub fn zero_grad(&self) {
+    ///
+    /// # Errors
+    /// [`crate::CheckpointError::ZeroGradInsideReplay`] inside a checkpoint's replay (on its
+    /// thread, or for a parameter of that checkpoint from any thread): the outer backward pass
+    /// owns the gradients until it commits; nothing changes.
+    pub fn zero_grad(&self) -> crate::Result<()> {
+        self.check_zero_grad()?;
         *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        Ok(())
+    }
+
+    /// Whether [`Variable::zero_grad`] may clear this gradient now.
+    ///
+    /// # Errors
+    /// As [`Variable::zero_grad`].
+    pub fn check_zero_grad(&self) -> crate::Result<()> {
+        let owner = crate::checkpoint::replay_in_progress()
+            .or_else(|| crate::checkpoint::replay_owning(std::iter::once(self.id())));
+        match owner {
+            Some(name) => Err(crate::CheckpointError::ZeroGradInsideReplay { name }.into()),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn set_grad(&self, g: Tensor) {

@@ -36,7 +36,7 @@ fn backward_accumulate_adds_micro_batches() {
     let g1 = w.grad().unwrap().to_vec();
     loss_of(&x2, &w).backward().unwrap();
     let g2 = w.grad().unwrap().to_vec();
-    w.zero_grad();
+    w.zero_grad().unwrap();
     loss_of(&x1, &w).backward_accumulate().unwrap();
     loss_of(&x2, &w).backward_accumulate().unwrap();
     let acc = w.grad().unwrap().to_vec();

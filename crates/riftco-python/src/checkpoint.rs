@@ -5,7 +5,9 @@
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use riftco_autograd::{AutogradError, CheckpointOptions, DeterminismCheck, Variable};
+use riftco_autograd::{
+    AutogradError, CheckpointOptions, CheckpointPass, DeterminismCheck, Variable,
+};
 
 use crate::errors::{autograd_err, guarded, PythonError};
 use crate::variable::{variables, PyVariable};
@@ -23,8 +25,15 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// Calls the Python callable on `args` with the GIL held; a Python exception travels as
 /// `AutogradError::External(PythonError)` and is re-raised unchanged at the boundary. `what`
-/// names the caller in the type error for a result that is not a Variable.
-fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable, AutogradError> {
+/// names the caller in the type error for a result that is not a Variable; `note`, when given,
+/// is added to the exception (PEP 678 ``add_note``, or ``__notes__`` before Python 3.11) so the
+/// traceback says which checkpoint's replay raised it.
+fn call_python(
+    f: &Py<PyAny>,
+    args: &[Variable],
+    what: &str,
+    note: Option<&str>,
+) -> Result<Variable, AutogradError> {
     Python::attach(|py| {
         let out = PyTuple::new(py, args.iter().map(|v| PyVariable(v.clone())))
             .and_then(|args| f.bind(py).call1(args))
@@ -42,8 +51,33 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
                         ))
                     })
             });
-        out.map_err(|e| AutogradError::external(PythonError::new(py, e)))
+        out.map_err(|e| {
+            if let Some(note) = note {
+                add_note(e.value(py), note);
+            }
+            AutogradError::external(PythonError::new(py, e))
+        })
     })
+}
+
+/// PEP 678: appends `note` to the exception's notes (best effort: an exception object that
+/// refuses attributes keeps its message alone).
+fn add_note(exc: &Bound<'_, pyo3::exceptions::PyBaseException>, note: &str) {
+    if exc.hasattr("add_note").unwrap_or(false) {
+        let _ = exc.call_method1("add_note", (note,));
+        return;
+    }
+    let notes = match exc.getattr("__notes__") {
+        Ok(n) => n,
+        Err(_) => {
+            let n = pyo3::types::PyList::empty(exc.py()).into_any();
+            if exc.setattr("__notes__", &n).is_err() {
+                return;
+            }
+            n
+        }
+    };
+    let _ = notes.call_method1("append", (note,));
 }
 
 /// Activation checkpointing (Chen et al. 2016): computes ``fn(x)`` now, keeps only its output
@@ -62,7 +96,10 @@ fn call_python(f: &Py<PyAny>, args: &[Variable], what: &str) -> Result<Variable,
 /// ``dependencies``; they receive their gradients through the checkpoint.
 ///
 /// An exception raised by ``fn`` — now or during replay — propagates unchanged (the same
-/// exception object) and, during replay, leaves every public gradient untouched.
+/// exception object) and, during replay, leaves every public gradient untouched; a replay's
+/// exception also carries a note (PEP 678, shown under its traceback) naming the checkpoint:
+/// ``raised in the replay of checkpoint "NAME" ...``, NAME being ``name`` or the callable's
+/// ``__qualname__``.
 ///
 /// During its replay ``fn`` must not call ``backward()`` or ``backward_accumulate()`` of any
 /// graph: such a call raises ``CheckpointError`` and commits nothing (so the outer pass either
@@ -173,6 +210,9 @@ fn checkpoint(
     };
     let deps = variables(&dependencies);
     let inputs = checkpoint_inputs(&x)?;
+    let replay_note = format!(
+        "raised in the replay of checkpoint {name:?} (its recomputation during backward())"
+    );
     guarded(move || {
         let f = r#fn;
         riftco_autograd::checkpoint_multi_with_options(
@@ -180,7 +220,10 @@ fn checkpoint(
             &inputs,
             &deps,
             &options,
-            move |xs, _| call_python(&f, xs, "checkpoint"),
+            move |xs, pass| match pass {
+                CheckpointPass::Forward => call_python(&f, xs, "checkpoint", None),
+                CheckpointPass::Replay => call_python(&f, xs, "checkpoint", Some(&replay_note)),
+            },
         )
         .map(PyVariable)
         .map_err(autograd_err)
@@ -316,7 +359,7 @@ fn named(name: &str, r#fn: Py<PyAny>, inputs: &Bound<'_, PyTuple>) -> PyResult<P
     guarded(move || {
         let refs: Vec<&Variable> = vars.iter().collect();
         let what = format!("named({name:?})");
-        riftco_autograd::named(name, &refs, || call_python(&r#fn, &vars, &what))
+        riftco_autograd::named(name, &refs, || call_python(&r#fn, &vars, &what, None))
             .map(PyVariable)
             .map_err(autograd_err)
     })

@@ -21,7 +21,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// Number of worker threads the CPU kernels run on.
 ///
 /// Set by the environment variable `RIFTCO_NUM_THREADS` (a positive integer) before the first
-/// kernel call; otherwise the number of physical cores.
+/// kernel call, honoured also above the core count up to 4 threads per logical CPU (at least
+/// 64; more is capped there with a warning line on stderr); otherwise, and for a value that is
+/// not a positive integer (a warning line too), the number of physical cores.
 ///
 /// Returns:
 ///     int: the thread count, at least 1.

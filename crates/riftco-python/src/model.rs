@@ -566,8 +566,10 @@ impl PyModel {
     /// and makes every base parameter trainable again.
     ///
     /// Raises:
-    ///     LoraError: when the model has no adapters, or when the frozen base is stored in 16
-    ///         bits (``set_frozen_weights_dtype("float32")`` first).
+    ///     LoraError: when the model has no adapters, when they are inactive
+    ///         (``set_lora_active(False)``: merging would drop them unmerged;
+    ///         ``set_lora_active(True)`` first), or when the frozen base is stored in 16 bits
+    ///         (``set_frozen_weights_dtype("float32")`` first); the model is unchanged.
     fn merge_lora(&self, py: Python<'_>) -> PyResult<()> {
         compute(py, || self.write().merge_lora())
     }

@@ -72,10 +72,7 @@ impl Optimizer {
         compute(py, || self.lock().step())
     }
     fn zero_grad(&self, py: Python<'_>) -> PyResult<()> {
-        compute(py, || {
-            self.lock().zero_grad();
-            Ok::<_, TransformerError>(())
-        })
+        compute(py, || self.lock().zero_grad())
     }
     fn set_lr(&self, lr: f32) -> PyResult<()> {
         if !(lr.is_finite() && lr > 0.0) {

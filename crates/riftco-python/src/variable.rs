@@ -417,8 +417,13 @@ impl PyVariable {
 
     /// Clears this node's committed gradient, releasing its buffer (PyTorch's
     /// ``set_to_none=True``).
-    fn zero_grad(&self) {
-        self.0.zero_grad();
+    ///
+    /// Raises:
+    ///     CheckpointError: inside a checkpoint's replay (in its callable, or from a thread the
+    ///         callable started, for a parameter of that checkpoint): the outer backward pass
+    ///         owns the gradients until it commits; nothing changes.
+    fn zero_grad(&self) -> PyResult<()> {
+        self.0.zero_grad().map_err(|e| Error::from(e).into())
     }
 
     /// A new leaf sharing this value, detached from the graph (never requires grad).

@@ -705,8 +705,10 @@ impl DecoderOnlyTransformer {
     /// decode afterwards ([`TransformerError::Decode`]).
     ///
     /// # Errors
-    /// [`TransformerError::Lora`] when there are no adapters, or when the frozen base is stored
-    /// in 16 bits ([`DecoderOnlyTransformer::set_frozen_weights_dtype`]).
+    /// [`TransformerError::Lora`] when there are no adapters, when they are inactive
+    /// ([`DecoderOnlyTransformer::set_lora_active`]`(false)`: merging would drop them unmerged),
+    /// or when the frozen base is stored in 16 bits
+    /// ([`DecoderOnlyTransformer::set_frozen_weights_dtype`]); the model is unchanged.
     pub fn merge_lora(&mut self) -> Result<()> {
         if !self.has_lora() {
             return Err(TransformerError::Lora {
@@ -721,6 +723,16 @@ impl DecoderOnlyTransformer {
                      first, then merge; save with dtype bfloat16 to round the merged weights)",
                     self.frozen_weights_dtype()
                 ),
+            });
+        }
+        if !self.lora_active() {
+            // Merging inactive adapters would either change the model's output (merge them)
+            // or drop the trained adapters unmerged (lost work): neither is what a call means.
+            return Err(TransformerError::Lora {
+                message: "the adapters are inactive (set_lora_active(false)): merging now would \
+                          drop them unmerged; call set_lora_active(true) first to merge them into \
+                          the base weights"
+                    .into(),
             });
         }
         let mut w = freeze(&self.weights, false);

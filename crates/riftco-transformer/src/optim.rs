@@ -202,10 +202,18 @@ impl Adam {
     }
 
     /// Clears every parameter's gradient.
-    pub fn zero_grad(&self) {
-        for p in &self.params {
-            p.zero_grad();
+    ///
+    /// # Errors
+    /// [`TransformerError::Autograd`] ([`riftco_autograd::CheckpointError::ZeroGradInsideReplay`])
+    /// inside a checkpoint's replay; checked for every parameter first, so nothing changes.
+    pub fn zero_grad(&self) -> Result<()> {
+        if let Some(err) = self.params.iter().find_map(|p| p.check_zero_grad().err()) {
+            return Err(err.into());
         }
+        for p in &self.params {
+            p.zero_grad()?;
+        }
+        Ok(())
     }
 }
 

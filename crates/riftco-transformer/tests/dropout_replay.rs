@@ -88,7 +88,7 @@ fn train(m: &DecoderOnlyTransformer, steps: usize) -> Run {
     };
     let (mut losses, mut first_grads, mut last_grads) = (Vec::new(), Vec::new(), Vec::new());
     for s in 0..steps {
-        opt.zero_grad();
+        opt.zero_grad().unwrap();
         let loss = m.loss(&tokens(s), BATCH, SEQ + 1).unwrap();
         losses.push(loss.value().item().unwrap().to_bits());
         loss.backward().unwrap();

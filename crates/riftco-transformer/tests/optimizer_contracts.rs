@@ -109,7 +109,7 @@ fn step_counts_are_per_parameter() {
     assert!(b.grad().is_none());
     give_grad(&b, &[0.2, -0.7]);
     give_grad(&b_ref, &[0.2, -0.7]);
-    a.zero_grad();
+    a.zero_grad().unwrap();
     opt.step().unwrap();
     Adam::new(vec![b_ref.clone()], 0.05)
         .unwrap()

@@ -46,7 +46,7 @@ fn train(m: &DecoderOnlyTransformer, opt: &mut Adam, n: usize, first: usize) -> 
                 .iter()
                 .map(|t| (t + (first + i) as u32) % 64)
                 .collect();
-            opt.zero_grad();
+            opt.zero_grad().unwrap();
             let loss = m.loss(&block, 2, 9).unwrap();
             loss.backward().unwrap();
             opt.step().unwrap();

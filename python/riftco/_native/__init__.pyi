@@ -176,8 +176,8 @@ def _error_kind_classes() -> dict[str, type[BaseException]]:
 # ---------------------------------------------------------------------------------------------
 
 def num_threads() -> int:
-    """Number of worker threads the CPU kernels run on (``RIFTCO_NUM_THREADS`` or the number of
-    physical cores; at least 1)."""
+    """Number of worker threads the CPU kernels run on (``RIFTCO_NUM_THREADS``, honoured up to 4
+    per logical CPU and at least 64, or the number of physical cores; at least 1)."""
 
 def simd_level() -> str:
     """The instruction-set level the CPU kernels run at: ``"avx512"``, ``"avx2"`` (AVX2 + FMA),
@@ -417,7 +417,8 @@ def checkpoint(
     bit). A name no ``named`` call used raises ``CheckpointError`` listing the names used.
 
     An exception raised by ``fn`` (now or at replay) propagates unchanged and leaves every
-    public gradient untouched. Contract violations raise ``CheckpointError``. During its replay
+    public gradient untouched; at replay it gains a note (PEP 678) naming the checkpoint
+    (``name`` or the callable's ``__qualname__``). Contract violations raise ``CheckpointError``. During its replay
     ``fn`` must not call ``backward()`` (``CheckpointError``, nothing committed) nor change a value
     the graph read, e.g. an optimizer ``step()`` (``StaleGraphError`` from the outer
     ``backward()``, nothing committed).

@@ -13,7 +13,15 @@ use std::sync::Arc;
 /// Logits not 2-D, `targets.len() != rows`, no rows, or a target `>= vocab`.
 pub fn cross_entropy(logits: &Variable, targets: &[u32]) -> Result<Variable> {
     let ld = logits.dims();
-    if ld.len() != 2 || ld[0] != targets.len() || ld[0] == 0 || ld[1] == 0 {
+    if ld.len() == 2 && ld[0] == targets.len() && (ld[0] == 0 || ld[1] == 0) {
+        // Shapes that agree but hold nothing: no rows to average, or no classes.
+        return Err(TensorError::ZeroSized {
+            op: "cross_entropy (logits [rows, vocab]: no rows or no classes)",
+            shape: ld.to_vec(),
+        }
+        .into());
+    }
+    if ld.len() != 2 || ld[0] != targets.len() {
         return Err(TensorError::ShapeMismatch {
             op: "cross_entropy (logits [rows, vocab] vs targets [rows])",
             expected: vec![targets.len(), ld.last().copied().unwrap_or(0)],
@@ -78,7 +86,14 @@ pub fn linear_cross_entropy(
 ) -> Result<Variable> {
     const OP: &str = "linear_cross_entropy";
     let (xd, wd) = (x.dims(), w.dims());
-    if xd.len() != 2 || xd[0] != targets.len() || xd[0] == 0 {
+    if xd.len() == 2 && xd[0] == targets.len() && xd[0] == 0 {
+        return Err(TensorError::ZeroSized {
+            op: "linear_cross_entropy (x [rows, d]: no rows)",
+            shape: xd.to_vec(),
+        }
+        .into());
+    }
+    if xd.len() != 2 || xd[0] != targets.len() {
         return Err(TensorError::ShapeMismatch {
             op: "linear_cross_entropy (x [rows, d] vs targets [rows])",
             expected: vec![targets.len(), xd.last().copied().unwrap_or(0)],

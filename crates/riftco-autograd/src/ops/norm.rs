@@ -10,8 +10,8 @@ use riftco_tensor::TensorError;
 ///
 /// # Errors
 /// [`TensorError::InvalidArgument`] when `eps` is not finite and `> 0` (a NaN `eps` would make
-/// every output NaN, a negative one can divide by zero); shape mismatch when `weight` is not
-/// `[d]`.
+/// every output NaN, a negative one can divide by zero); zero-sized when `x`'s last dimension
+/// `d` is 0 (or `x` is a scalar); shape mismatch when `weight` is not `[d]`.
 pub fn rms_norm(x: &Variable, weight: &Variable, eps: f32) -> Result<Variable> {
     if !(eps.is_finite() && eps > 0.0) {
         return Err(TensorError::InvalidArgument {
@@ -21,7 +21,16 @@ pub fn rms_norm(x: &Variable, weight: &Variable, eps: f32) -> Result<Variable> {
         .into());
     }
     let d = x.dims().last().copied().unwrap_or(0);
-    if weight.dims() != [d] || d == 0 {
+    if d == 0 {
+        // Normalising over no features: zero-sized, whatever the weight (a weight [0] would
+        // otherwise be reported as "expected [0], got [0]").
+        return Err(TensorError::ZeroSized {
+            op: "rms_norm (x: the normalised last dimension)",
+            shape: x.dims().to_vec(),
+        }
+        .into());
+    }
+    if weight.dims() != [d] {
         return Err(TensorError::ShapeMismatch {
             op: "rms_norm (weight)",
             expected: vec![d],
