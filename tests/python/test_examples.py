@@ -346,6 +346,9 @@ def _assert_interrupted_cleanly(out: Path, returncode: int, err: str) -> None:
     meta = json.loads((out / "training_metadata.json").read_text())
     assert meta["saved_step"] >= 2 and not meta["complete"]
     assert f"step {meta['saved_step']}" in err
+    # Its checkpoint is there, and the message says how to continue.
+    assert (out / "checkpoints" / f"step-{meta['saved_step']:08d}" / "trainer_state.json").is_file()
+    assert "--resume" in err
     model = riftco.DecoderOnlyTransformer.load(str(out / "model.safetensors"))
     assert model.config.d_model == 32
     assert not [p for p in os.listdir(out) if p.endswith(".tmp") or ".tmp." in p]

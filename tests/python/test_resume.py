@@ -279,3 +279,28 @@ def test_cli_resume_and_refusal(tmp_path: Path) -> None:
     r = subprocess.run([*base, "--resume", "--overwrite"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 2 and "exclude each other" in r.stderr
+
+
+def test_ctrl_c_checkpoints_the_step_it_ends_and_resume_continues_exactly(
+    tmp_path: Path,
+) -> None:
+    import os
+    import signal
+
+    full = _run(tmp_path / "full", config=_config(eval_every=3))
+
+    def log(line: str) -> None:
+        if line.startswith("step 5/"):
+            os.kill(os.getpid(), signal.SIGINT)  # lands after step 5 (and its save) is whole
+
+    cfg = _config(eval_every=3, log_every=1)
+    with pytest.raises(riftco.TrainingInterrupted) as e:
+        riftco.run_pretraining(MODEL, cfg, TEXT, tmp_path / "cut", progress=False, plots=False,
+                               log=log)
+    assert e.value.saved_step == 5
+    assert (tmp_path / "cut" / "checkpoints" / "step-00000005").is_dir()
+    meta = json.loads((tmp_path / "cut" / "training_metadata.json").read_text())
+    assert meta["saved_step"] == 5 and len(meta["losses"]) == 5 and not meta["complete"]
+    resumed = _run(tmp_path / "cut", resume=True, config=cfg)
+    assert resumed["losses"] == full["losses"]
+    assert resumed["validation_losses"] == full["validation_losses"]
