@@ -14,7 +14,8 @@ steps, validation passes and saves alike):
 
 The reference run uses the ``disabled`` policy; every resume of the killed run uses the next
 policy of :data:`POLICIES` (every policy computes the losses and gradients of ``disabled``
-bitwise, so a resumed run may change it). One SIGKILL lands per restart, at a random moment
+bitwise, so a resumed run may change it; ``budget:2MiB`` plans a per-block mix for these
+shapes). One SIGKILL lands per restart, at a random moment
 drawn from a seeded generator; the run is restarted with ``resume=True`` until it completes.
 Prints, per case, the kills, the resumes that found a checkpoint, and whether the final weights,
 the training losses and the validation losses are bitwise equal to the reference.
@@ -39,6 +40,7 @@ POLICIES = (
     "auto",
     "selective",
     "block,disabled,selective",
+    "budget:2MiB",
     "disabled",
 )
 CASES = ("pretrain", "lora", "full")

@@ -32,6 +32,7 @@ this package is its Python front:
 from riftco._native import (
     BLOCK_VALUE_NAMES,
     DEVICES,
+    IGNORE_INDEX,
     SELECTIVE_POLICIES,
     Adam,
     AdamW,
@@ -94,6 +95,7 @@ from riftco.stages import load_model
 __all__ = [
     "BLOCK_VALUE_NAMES",
     "DEVICES",
+    "IGNORE_INDEX",
     "SELECTIVE_POLICIES",
     "Adam",
     "AdamW",

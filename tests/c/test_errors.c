@@ -458,6 +458,61 @@ static void test_loss_chunking(void) {
     rt_model_free(model);
 }
 
+/* The loss over labelled targets (2.9): labels equal to the tokens give rt_model_loss's value;
+ * RT_IGNORE_INDEX positions are left out; bad labels are errors naming the value. */
+static void test_loss_with_labels(void) {
+    rt_transformer_config c = small_config();
+    rt_model *model = NULL;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_DISABLED, &model));
+    if (model == NULL) {
+        return;
+    }
+    enum { N = BATCH * SEQ_PLUS_ONE };
+    uint32_t tokens[N];
+    int64_t labels[N];
+    fill_tokens(tokens, N);
+    for (int i = 0; i < N; i++) {
+        labels[i] = tokens[i];
+    }
+    float plain = 0.0f, same = -1.0f, masked = -1.0f;
+    rt_graph *graph = NULL;
+    EXPECT_OK(rt_model_loss(model, tokens, N, BATCH, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &plain));
+    rt_graph_free(graph);
+    graph = NULL;
+    EXPECT_OK(rt_model_loss_with_labels(model, tokens, N, labels, N, BATCH, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &same));
+    EXPECT_OK(rt_graph_backward(graph));
+    rt_graph_free(graph);
+    EXPECT_TRUE(same == plain);
+    for (int i = 0; i < SEQ_PLUS_ONE / 2; i++) {
+        labels[i] = RT_IGNORE_INDEX; /* the first row's prompt */
+    }
+    graph = NULL;
+    EXPECT_OK(rt_model_loss_with_labels(model, tokens, N, labels, N, BATCH, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &masked));
+    rt_graph_free(graph);
+    EXPECT_TRUE(isfinite(masked) && masked != plain);
+    graph = NULL;
+    EXPECT(rt_model_loss_with_labels(model, tokens, N, labels, N - 1, BATCH, SEQ_PLUS_ONE, &graph),
+           RT_ERROR_SHAPE);
+    EXPECT_MESSAGE_HAS("labels_len");
+    EXPECT(rt_model_loss_with_labels(model, tokens, N, NULL, N, BATCH, SEQ_PLUS_ONE, &graph),
+           RT_ERROR_NULL_POINTER);
+    labels[N - 1] = -7;
+    EXPECT(rt_model_loss_with_labels(model, tokens, N, labels, N, BATCH, SEQ_PLUS_ONE, &graph),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("label -7 at index");
+    for (int i = 0; i < N; i++) {
+        labels[i] = RT_IGNORE_INDEX;
+    }
+    EXPECT(rt_model_loss_with_labels(model, tokens, N, labels, N, BATCH, SEQ_PLUS_ONE, &graph),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("every target position");
+    EXPECT_TRUE(graph == NULL);
+    rt_model_free(model);
+}
+
 /* A freeing backward (2.7): PyTorch's retain_graph=False; the graph can then not be
  * differentiated again, and saying so is an error, not a crash. */
 static void test_backward_free_graph(void) {
@@ -621,6 +676,7 @@ int main(int argc, char **argv) {
     test_out_of_memory();
     test_memory();
     test_loss_chunking();
+    test_loss_with_labels();
     test_backward_free_graph();
     test_dropout(scratch);
     test_adam_state(scratch);

@@ -314,3 +314,23 @@ def test_a_missing_gpu_is_one_error_line_before_any_folder_exists(tmp_path: Path
 def test_a_stage_config_names_a_bad_device() -> None:
     with pytest.raises(riftco.ConfigError, match="device.*'tpu'"):
         riftco.PretrainingConfig(device="tpu")
+
+
+def test_the_masked_loss_on_the_gpu_matches_the_cpu(gpu: str) -> None:
+    # labels with -100 (instruction tuning's prompt positions) go through the embedding gather
+    # and the chunked head on the device as on the CPU.
+    block = tokens(2, 9)
+    labels = block.copy()
+    labels[0, :5] = -100
+    labels[1, 3] = -100
+    cpu, dev = model("flash", "block", True), model("flash", "block", True).to(GPU)
+    losses = []
+    for m in (cpu, dev):
+        loss = m.loss(block, labels=labels)
+        loss.backward()
+        losses.append(loss.item())
+    assert abs(losses[0] - losses[1]) <= TOL * abs(losses[0])
+    for (name, p), (_, q) in zip(cpu.named_lora_parameters(), dev.named_lora_parameters(),
+                                 strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        assert_close(name, np.asarray(q.grad), np.asarray(p.grad))

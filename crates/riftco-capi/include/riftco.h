@@ -38,7 +38,13 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 8
+#define RT_ABI_VERSION_MINOR 9
+
+/**
+ * The label of a position that is not a target in rt_model_loss_with_labels (-100, PyTorch's
+ * `ignore_index`). Since 2.9.
+ */
+#define RT_IGNORE_INDEX -100
 
 /**
  * Status of every fallible function. Values are stable: a code is never renumbered or reused.
@@ -973,6 +979,27 @@ rt_status rt_model_loss(struct rt_model *model,
                         size_t batch,
                         size_t seq_plus_one,
                         struct rt_graph **out);
+
+/**
+ * rt_model_loss with targets from `labels` (`labels_len` = `tokens_len` int64 values, row-major
+ * `[batch, seq + 1]` like the tokens; Hugging Face's convention, shifted inside the loss: the
+ * prediction after `tokens[b][t]` is scored against `labels[b][t + 1]`), where
+ * RT_IGNORE_INDEX (-100) marks a position that is not a target (a prompt token in instruction
+ * tuning, padding). The mean is over the targeted positions only; ignored ones contribute
+ * nothing to the loss or the gradients. Since 2.9.
+ *
+ * Errors: as rt_model_loss; RT_ERROR_SHAPE when `labels_len` differs from `tokens_len`;
+ * RT_ERROR_INVALID_ARGUMENT for a label that is neither -100 nor an id below vocab_size (named
+ * with its index), or labels that ignore every target position.
+ */
+rt_status rt_model_loss_with_labels(struct rt_model *model,
+                                    const uint32_t *tokens,
+                                    size_t tokens_len,
+                                    const int64_t *labels,
+                                    size_t labels_len,
+                                    size_t batch,
+                                    size_t seq_plus_one,
+                                    struct rt_graph **out);
 
 /**
  * Writes the graph's loss value.

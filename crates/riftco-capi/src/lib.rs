@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.8.
+//! The riftco C ABI 2.9.
 //!
 //! 2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH. 2.2 added the
 //! activation-checkpointing policies beyond `disabled` and `block`: the constants
@@ -21,6 +21,7 @@
 //! 2.7 added `rt_graph_backward_ex` (PyTorch's `retain_graph`: `false` frees each node's saved
 //! values as its VJP runs); `rt_model_train_step` now frees its graph that way.
 //! 2.8 added the optimizer's state in a file: `rt_adam_save` and `rt_adam_load`.
+//! 2.9 added the loss over labelled targets: `rt_model_loss_with_labels` and RT_IGNORE_INDEX.
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -71,7 +72,12 @@ pub use train::*;
 /// Major version of the C ABI. A change means existing callers may need source changes.
 pub const RT_ABI_VERSION_MAJOR: u32 = 2;
 /// Minor version of the C ABI. A change only adds functions, constants or status codes.
-pub const RT_ABI_VERSION_MINOR: u32 = 8;
+pub const RT_ABI_VERSION_MINOR: u32 = 9;
+
+/// The label of a position that is not a target in rt_model_loss_with_labels (-100, PyTorch's
+/// `ignore_index`). Since 2.9.
+pub const RT_IGNORE_INDEX: i64 = -100;
+const _: () = assert!(RT_IGNORE_INDEX == riftco_transformer::IGNORE_INDEX);
 
 /// Writes the run-time ABI version of the loaded library (compare with the compile-time
 /// `RT_ABI_VERSION_MAJOR` / `RT_ABI_VERSION_MINOR` of the header).

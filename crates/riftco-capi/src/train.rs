@@ -47,6 +47,17 @@ fn loss(
     batch: usize,
     seq_plus_one: usize,
 ) -> Result<Variable> {
+    check_block(model, tokens, batch, seq_plus_one)?;
+    Ok(model.loss(tokens, batch, seq_plus_one)?)
+}
+
+/// The layout checks of a token block `[batch, seq + 1]`, with the C ABI's statuses.
+fn check_block(
+    model: &DecoderOnlyTransformer,
+    tokens: &[u32],
+    batch: usize,
+    seq_plus_one: usize,
+) -> Result<()> {
     if batch == 0 || seq_plus_one < 2 {
         return Err(err(
             rt_status::RT_ERROR_SHAPE,
@@ -76,7 +87,7 @@ fn loss(
             format!("seq = {} exceeds max_seq_len {max}", seq_plus_one - 1),
         ));
     }
-    Ok(model.loss(tokens, batch, seq_plus_one)?)
+    Ok(())
 }
 
 fn item(loss: &Variable) -> Result<f32> {
@@ -160,6 +171,55 @@ pub unsafe extern "C" fn rt_model_loss(
         let tokens = in_slice(tokens, tokens_len, "tokens")?;
         let mut state = model.lock();
         let l = loss(&state.model, tokens, batch, seq_plus_one)?;
+        state.last_graph = Some(l.graph_statistics());
+        *out = Box::into_raw(Box::new(rt_graph { inner: Arc::new(l) }));
+        Ok(())
+    })
+}
+
+/// rt_model_loss with targets from `labels` (`labels_len` = `tokens_len` int64 values, row-major
+/// `[batch, seq + 1]` like the tokens; Hugging Face's convention, shifted inside the loss: the
+/// prediction after `tokens[b][t]` is scored against `labels[b][t + 1]`), where
+/// RT_IGNORE_INDEX (-100) marks a position that is not a target (a prompt token in instruction
+/// tuning, padding). The mean is over the targeted positions only; ignored ones contribute
+/// nothing to the loss or the gradients. Since 2.9.
+///
+/// Errors: as rt_model_loss; RT_ERROR_SHAPE when `labels_len` differs from `tokens_len`;
+/// RT_ERROR_INVALID_ARGUMENT for a label that is neither -100 nor an id below vocab_size (named
+/// with its index), or labels that ignore every target position.
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_loss_with_labels(
+    model: *mut rt_model,
+    tokens: *const u32,
+    tokens_len: usize,
+    labels: *const i64,
+    labels_len: usize,
+    batch: usize,
+    seq_plus_one: usize,
+    out: *mut *mut rt_graph,
+) -> rt_status {
+    guard("rt_model_loss_with_labels", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let model = in_ptr(model, "model")?;
+        let tokens = in_slice(tokens, tokens_len, "tokens")?;
+        let labels = in_slice(labels, labels_len, "labels")?;
+        if labels.len() != tokens.len() {
+            return Err(err(
+                rt_status::RT_ERROR_SHAPE,
+                format!(
+                    "labels_len {} differs from tokens_len {}: labels are aligned with the tokens",
+                    labels.len(),
+                    tokens.len()
+                ),
+            ));
+        }
+        let mut state = model.lock();
+        // The block's own checks (layout, max_seq_len), then the labels'.
+        check_block(&state.model, tokens, batch, seq_plus_one)?;
+        let l = state
+            .model
+            .loss_with_labels(tokens, labels, batch, seq_plus_one)?;
         state.last_graph = Some(l.graph_statistics());
         *out = Box::into_raw(Box::new(rt_graph { inner: Arc::new(l) }));
         Ok(())

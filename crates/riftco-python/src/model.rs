@@ -16,7 +16,7 @@ use crate::config::{f32_as_python_float, probability, set_model_dropout, PyTrans
 use crate::decode_session::PyDecodeSession;
 use crate::errors::{autograd_err, compute, transformer_err, Exc};
 use crate::policy::{byte_size_of, count_arg, plan_dict, policy_from};
-use crate::tokens::token_ids;
+use crate::tokens::{label_ids, token_ids};
 use crate::variable::PyVariable;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -27,6 +27,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The valid attention kinds, from the Rust option table (default first); the policy
     // tables are registered by `policy`.
     m.add("ATTENTION_KINDS", names(m.py(), &ATTENTION_KINDS)?)?;
+    m.add("IGNORE_INDEX", riftco_transformer::IGNORE_INDEX)?;
     Ok(())
 }
 
@@ -436,11 +437,19 @@ impl PyModel {
     /// Mean next-token cross-entropy of a token block, recording a training graph under the
     /// current attention kind and checkpointing policy. The GIL is released meanwhile.
     ///
-    /// Inputs are ``tokens[:, :-1]``, targets ``tokens[:, 1:]``.
+    /// Inputs are ``tokens[:, :-1]``, targets ``tokens[:, 1:]``, or ``labels[:, 1:]`` when
+    /// ``labels`` is given (Hugging Face's convention: labels aligned with the tokens and
+    /// shifted inside the loss), where ``-100`` (``riftco.IGNORE_INDEX``, PyTorch's
+    /// ``ignore_index``) marks a position that is not a target, e.g. a prompt token in
+    /// instruction tuning. The mean is then over the targeted positions only, and ignored ones
+    /// contribute nothing to the loss or the gradients (only the targeted positions' hidden
+    /// states go through the LM head).
     ///
     /// Args:
     ///     tokens: integer array-like ``[batch, seq + 1]`` (any integer dtype or nested lists),
     ///         ids in ``[0, vocab_size)``, ``seq <= max_seq_len``.
+    ///     labels: ``None``, or an integer array-like of the same shape holding ids in
+    ///         ``[0, vocab_size)`` or ``-100``; column 0 is never a target.
     ///
     /// Returns:
     ///     Variable: a one-element scalar; call ``.backward()`` on it.
@@ -448,11 +457,29 @@ impl PyModel {
     /// Raises:
     ///     TokenError: for a non-2-D or non-integer array, an id outside the vocabulary (the
     ///         message names the value and its index), ``seq + 1 < 2``, or
-    ///         ``seq > max_seq_len``.
-    fn loss(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<PyVariable> {
+    ///         ``seq > max_seq_len``; labels of another shape or dtype, a label that is
+    ///         neither -100 nor an id (named with its index), or labels that ignore every
+    ///         target position.
+    #[pyo3(signature = (tokens, labels = None))]
+    fn loss(
+        &self,
+        py: Python<'_>,
+        tokens: &Bound<'_, PyAny>,
+        labels: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyVariable> {
         let vocab = self.read().config().vocab_size;
         let (ids, shape) = token_ids(tokens, 2, vocab, "tokens")?;
-        compute(py, || self.read().loss(&ids, shape[0], shape[1])).map(PyVariable)
+        match labels.filter(|l| !l.is_none()) {
+            None => compute(py, || self.read().loss(&ids, shape[0], shape[1])).map(PyVariable),
+            Some(labels) => {
+                let labels = label_ids(labels, &shape)?;
+                compute(py, || {
+                    self.read()
+                        .loss_with_labels(&ids, &labels, shape[0], shape[1])
+                })
+                .map(PyVariable)
+            }
+        }
     }
 
     /// Logits of a token batch, recording a training graph under the current policy. The GIL

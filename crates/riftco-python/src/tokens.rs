@@ -69,6 +69,49 @@ pub(crate) fn token_ids(
     Ok((out, shape))
 }
 
+/// Row-major `i64` labels of an integer array-like of exactly `shape` (values are checked by the
+/// model: -100 or a token id).
+///
+/// # Errors
+/// `TokenError` for another shape or a non-integer dtype.
+pub(crate) fn label_ids(obj: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<i64>> {
+    let py = obj.py();
+    let np = py.import("numpy")?;
+    let arr = np.getattr("asarray")?.call1((obj,))?;
+    let got: Vec<usize> = arr.getattr("shape")?.extract()?;
+    if got != shape {
+        return Err(Exc::Token.err(format!(
+            "labels must have the shape of tokens {shape:?}, got shape {got:?}"
+        )));
+    }
+    let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
+    if !matches!(kind.as_str(), "i" | "u" | "b") {
+        let dtype = arr.getattr("dtype")?.str()?.to_string();
+        return Err(Exc::Token.err(format!(
+            "labels must hold integer token ids or -100, got dtype {dtype}"
+        )));
+    }
+    if kind == "u" {
+        // Above i64::MAX would wrap: such a value is out of every vocabulary anyway.
+        let a = np
+            .getattr("ascontiguousarray")?
+            .call1((arr, np.getattr("uint64")?))?
+            .cast_into::<PyArrayDyn<u64>>()?;
+        let ro = a.readonly();
+        return Ok(ro
+            .as_array()
+            .iter()
+            .map(|&x| i64::try_from(x).unwrap_or(i64::MAX))
+            .collect());
+    }
+    let a = np
+        .getattr("ascontiguousarray")?
+        .call1((arr, np.getattr("int64")?))?
+        .cast_into::<PyArrayDyn<i64>>()?;
+    let ro = a.readonly();
+    Ok(ro.as_array().iter().copied().collect())
+}
+
 fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
     let mut pos = vec![0; shape.len()];
     for (p, &d) in pos.iter_mut().zip(shape).rev() {

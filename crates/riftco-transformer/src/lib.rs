@@ -38,7 +38,7 @@ pub use error::{Result, TransformerError};
 pub use frozen_dtype::WeightDtype;
 pub use head::{LossChunking, DEFAULT_LOSS_CHUNK_BYTES};
 pub use linear::{LoraConfig, LoraTargets};
-pub use model::{DecoderOnlyTransformer, Weights};
+pub use model::{DecoderOnlyTransformer, Weights, IGNORE_INDEX};
 pub use optim::{Adam, AdamParamState, AdamState};
 pub use policy::{
     ActivationCheckpointingKind, FullSequenceAttentionKind, OptionRow, OptionTable,

@@ -14,6 +14,7 @@ from . import functional as functional
 __all__ = [
     "__version__",
     "ATTENTION_KINDS",
+    "IGNORE_INDEX",
     "ACTIVATION_CHECKPOINTING_POLICIES",
     "ACTIVATION_CHECKPOINTING_FORMS",
     "SELECTIVE_POLICIES",
@@ -72,6 +73,11 @@ __version__: str
 
 # The valid attention kinds, from the Rust option table (default first).
 ATTENTION_KINDS: tuple[str, ...]
+
+IGNORE_INDEX: int
+"""``-100``: the label of a position that is not a target in ``DecoderOnlyTransformer.loss(
+tokens, labels=...)`` (PyTorch's ``cross_entropy`` ``ignore_index`` default, Hugging Face's
+label convention)."""
 
 # The device names of the Python API, in the order devices() lists them.
 DEVICES: tuple[str, ...]
@@ -649,9 +655,13 @@ class DecoderOnlyTransformer:
         """Base parameters with Hugging Face Llama names, in state-dict order."""
     def named_lora_parameters(self) -> list[tuple[str, Variable]]:
         """LoRA parameters with PEFT names (empty without adapters)."""
-    def loss(self, tokens: _TokenArray) -> Variable:
+    def loss(self, tokens: _TokenArray, labels: _TokenArray | None = None) -> Variable:
         """Mean next-token cross-entropy of an integer block ``[batch, seq + 1]`` (a scalar).
-        Raises ``TokenError`` for bad ids (named), layouts, or ``seq > max_seq_len``."""
+        ``labels`` (same shape; Hugging Face's convention, shifted inside the loss) gives the
+        targets, ``-100`` (``IGNORE_INDEX``) marking positions that are not targets: the mean
+        is over the others, and ignored ones contribute no gradient. Raises ``TokenError`` for
+        bad ids (named), layouts, ``seq > max_seq_len``, bad labels, or labels that ignore
+        every target."""
     def logits(self, tokens: _TokenArray) -> Variable:
         """Logits ``[batch * seq, vocab_size]`` of integer tokens ``[batch, seq]``."""
     def enable_lora(
