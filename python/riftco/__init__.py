@@ -80,9 +80,11 @@ from riftco import (
     generation,
     plotting,
     run_records,
+    examples_data,
     stages,
     training_state,
 )
+from riftco.examples_data import ExampleBatchSampler, ExampleCorpus, examples_from_pairs
 from riftco.checkpointing import checkpoint, checkpoint_sequential
 from riftco.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from riftco import nn, optim  # noqa: E402 (they import the names above)
@@ -96,6 +98,9 @@ __all__ = [
     "BLOCK_VALUE_NAMES",
     "DEVICES",
     "IGNORE_INDEX",
+    "ExampleBatchSampler",
+    "ExampleCorpus",
+    "examples_from_pairs",
     "SELECTIVE_POLICIES",
     "Adam",
     "AdamW",

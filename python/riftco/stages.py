@@ -79,7 +79,8 @@ from riftco._native import (
     write_file_atomic,
 )
 from riftco.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
-from riftco.data import VOCAB_SIZE, BatchSampler, Corpus, check_corpus_fits
+from riftco.data import VOCAB_SIZE, BatchSampler, Corpus, CorpusError, check_corpus_fits
+from riftco.examples_data import ExampleBatchSampler, ExampleCorpus
 from riftco.grad_mode import no_grad
 from riftco.run_records import CACHED_KEY, MEMORY_CATEGORIES, StepRecords
 from riftco.training_state import (
@@ -223,8 +224,21 @@ def _make_optimizer(params: list[Any], cfg: _LoopConfig) -> tuple[Adam | AdamW, 
     return Adam(params, lr=cfg.lr_at(0)), "Adam"
 
 
+Batch = Any
+"""A token block ``int64 [batch, seq + 1]``, or ``(tokens, labels)`` of an
+:class:`~riftco.examples_data.ExampleCorpus`."""
+
+
+def _loss(model: DecoderOnlyTransformer, batch: Batch) -> Any:
+    """The model's loss of a block, or of ``(tokens, labels)`` over the labelled targets."""
+    if isinstance(batch, tuple):
+        tokens, labels = batch
+        return model.loss(tokens, labels=labels)
+    return model.loss(batch)
+
+
 def _validation_loss(
-    model: DecoderOnlyTransformer, batches: Callable[[], Iterator[np.ndarray[Any, Any]]]
+    model: DecoderOnlyTransformer, batches: Callable[[], Iterator[Batch]]
 ) -> float:
     """Mean loss over the blocks ``batches()`` yields (the same blocks on every call), holding one
     block at a time, so ``eval_batches`` bounds the time but not the memory. Computed in
@@ -236,7 +250,7 @@ def _validation_loss(
         nonlocal count
         for block in batches():
             count += 1
-            yield model.loss(block).item()
+            yield _loss(model, block).item()
 
     training = model.training
     model.eval()
@@ -339,7 +353,7 @@ def _train(
     model: DecoderOnlyTransformer,
     params: list[Any],
     cfg: _LoopConfig,
-    corpus: Corpus,
+    corpus: Corpus | ExampleCorpus,
     out_dir: Path,
     run: _RunState,
     metadata: dict[str, Any],
@@ -402,7 +416,7 @@ def _restore(
     ck: Checkpoint,
     model: DecoderOnlyTransformer,
     optimizer: Adam | AdamW,
-    sampler: BatchSampler,
+    sampler: BatchSampler | ExampleBatchSampler,
     run: _RunState,
     metadata: dict[str, Any],
     records: StepRecords,
@@ -456,7 +470,7 @@ def _train_guarded(
     model: DecoderOnlyTransformer,
     params: list[Any],
     cfg: _LoopConfig,
-    corpus: Corpus,
+    corpus: Corpus | ExampleCorpus,
     out_dir: Path,
     run: _RunState,
     metadata: dict[str, Any],
@@ -465,14 +479,35 @@ def _train_guarded(
     guard: _SigintGuard,
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    train_tokens, val_tokens = corpus.split(cfg.validation_fraction)
-    sampler = BatchSampler(train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed)
-    val_seq = min(cfg.seq_len, val_tokens.shape[0] - 1)
     records = StepRecords(metadata, model.device)
+    sampler: BatchSampler | ExampleBatchSampler
+    if isinstance(corpus, ExampleCorpus):
+        train_examples, val_examples = corpus.split(cfg.validation_fraction)
+        sampler = ExampleBatchSampler(train_examples, cfg.batch_size, cfg.seq_len, cfg.seed)
+        ExampleBatchSampler(val_examples, cfg.batch_size, cfg.seq_len, cfg.seed + 1)  # checks
+        corpus_metadata = dict(
+            corpus.to_dict(),
+            train_examples=len(train_examples),
+            validation_examples=len(val_examples),
+        )
 
-    def val_batches() -> Iterator[np.ndarray[Any, Any]]:
-        sampler = BatchSampler(val_tokens, cfg.batch_size, val_seq, cfg.seed + 1)
-        return (sampler.next_batch() for _ in range(cfg.eval_batches))
+        def val_batches() -> Iterator[Batch]:
+            val = ExampleBatchSampler(val_examples, cfg.batch_size, cfg.seq_len, cfg.seed + 1)
+            return (val.next_batch() for _ in range(cfg.eval_batches))
+
+    else:
+        train_tokens, val_tokens = corpus.split(cfg.validation_fraction)
+        sampler = BatchSampler(train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed)
+        val_seq = min(cfg.seq_len, val_tokens.shape[0] - 1)
+        corpus_metadata = dict(
+            corpus.to_dict(),
+            train_bytes=int(train_tokens.shape[0]),
+            validation_bytes=int(val_tokens.shape[0]),
+        )
+
+        def val_batches() -> Iterator[Batch]:
+            val = BatchSampler(val_tokens, cfg.batch_size, val_seq, cfg.seed + 1)
+            return (val.next_batch() for _ in range(cfg.eval_batches))
 
     optimizer, optimizer_name = _make_optimizer(params, cfg)
 
@@ -489,11 +524,7 @@ def _train_guarded(
         optimizer=optimizer_name,
         lr_schedule=cfg.lr_schedule,
         training_config=cfg.to_dict(),
-        corpus=dict(
-            corpus.to_dict(),
-            train_bytes=int(train_tokens.shape[0]),
-            validation_bytes=int(val_tokens.shape[0]),
-        ),
+        corpus=corpus_metadata,
         num_threads=num_threads(),
         uniform_baseline_loss=UNIFORM_BASELINE_LOSS,
         validation_loss_before=None,
@@ -616,7 +647,7 @@ def _one_step(
     step: int,
     model: DecoderOnlyTransformer,
     optimizer: Adam | AdamW,
-    sampler: BatchSampler,
+    sampler: BatchSampler | ExampleBatchSampler,
     cfg: _LoopConfig,
     records: StepRecords,
     peaks: dict[str, int],
@@ -632,7 +663,7 @@ def _one_step(
     optimizer.lr = lr
     reset_peak_memory_stats()
     t0 = time.perf_counter()
-    loss = model.loss(batch)
+    loss = _loss(model, batch)
     # Each node's saved values go as soon as its VJP ran: the step peaks lower.
     loss.backward(retain_graph=False)
     optimizer.step()
@@ -665,6 +696,23 @@ def _write_plots(out_dir: Path, metadata: dict[str, Any], log: Log | None) -> No
         return
     if log is not None:
         log("wrote " + " and ".join(str(p) for p in written))
+
+
+def _check_data(corpus: Corpus | ExampleCorpus, cfg: _LoopConfig) -> None:
+    """A text corpus fits ``seq_len`` and the split; examples split and fit ``seq_len + 1``.
+
+    Raises:
+        CorpusError: naming what does not fit.
+    """
+    if isinstance(corpus, ExampleCorpus):
+        for part in corpus.split(cfg.validation_fraction):
+            ExampleBatchSampler(part, cfg.batch_size, cfg.seq_len, 0)
+        return
+    if not isinstance(corpus, Corpus):
+        raise CorpusError(
+            f"corpus must be a riftco.Corpus or riftco.ExampleCorpus; got {type(corpus).__name__}"
+        )
+    check_corpus_fits(corpus, cfg.seq_len, cfg.validation_fraction)
 
 
 def _check_fits(
@@ -755,7 +803,9 @@ def _clear_checkpoints(out: Path, overwrite: bool) -> None:
         remove_stale_temporaries(out / CHECKPOINTS_DIR)
 
 
-def _corpus_identity(corpus: Corpus) -> dict[str, Any]:
+def _corpus_identity(corpus: Corpus | ExampleCorpus) -> dict[str, Any]:
+    if isinstance(corpus, ExampleCorpus):
+        return {"examples": len(corpus), "sha256": corpus.fingerprint()}
     return {
         "bytes": int(corpus.tokens.nbytes),
         "dtype": str(corpus.tokens.dtype),
@@ -779,7 +829,7 @@ def _math_settings(
     stage: str,
     model: DecoderOnlyTransformer,
     cfg: _LoopConfig,
-    corpus: Corpus,
+    corpus: Corpus | ExampleCorpus,
     base_model: str | None = None,
 ) -> dict[str, Any]:
     """Every setting that changes what a run computes: a resume must match all of them."""
@@ -1037,7 +1087,7 @@ def _post_training_setup(
 def run_post_training(
     model_or_path: DecoderOnlyTransformer | str | os.PathLike[str],
     post_training_config: PostTrainingConfig,
-    corpus: Corpus,
+    corpus: Corpus | ExampleCorpus,
     out_dir: str | os.PathLike[str],
     progress: bool = True,
     log: Log | None = None,
@@ -1078,11 +1128,12 @@ def run_post_training(
     """
     cfg = post_training_config
     base_path = None if base_model is None else str(base_model)
-    check_corpus_fits(corpus, cfg.seq_len, cfg.validation_fraction)
+    _check_data(corpus, cfg)
+    byte_tokens = isinstance(corpus, Corpus) and corpus.tokens.dtype == np.uint8
     if isinstance(model_or_path, DecoderOnlyTransformer):
         model = model_or_path
         # Checked before the model changes; what is set below is undone if a later check fails.
-        _check_fits(model.config, cfg, corpus.tokens.dtype == np.uint8)
+        _check_fits(model.config, cfg, byte_tokens)
         undo = _model_settings(model)
     else:
         base_path = str(resolve_model_state(model_or_path))
@@ -1094,7 +1145,7 @@ def run_post_training(
             # 16-bit frozen weights (LoRA only) load straight into 16-bit storage.
             dtype=cfg.frozen_weights_dtype or "float32",
         )
-        _check_fits(model.config, cfg, corpus.tokens.dtype == np.uint8)
+        _check_fits(model.config, cfg, byte_tokens)
         undo = None
     try:
         if cfg.device is not None:
