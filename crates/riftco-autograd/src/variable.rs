@@ -401,8 +401,7 @@ impl Variable {
     /// # Errors
     /// As [`Variable::zero_grad`].
     pub fn check_zero_grad(&self) -> crate::Result<()> {
-        let owner = crate::checkpoint::replay_in_progress()
-            .or_else(|| crate::checkpoint::replay_owning(std::iter::once(self.id())));
+        let owner = crate::checkpoint::replay_in_progress();
         match owner {
             Some(name) => Err(crate::CheckpointError::ZeroGradInsideReplay { name }.into()),
             None => Ok(()),
