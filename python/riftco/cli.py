@@ -342,6 +342,18 @@ def add_device_argument(group: argparse._ActionsContainer) -> None:
     )
 
 
+def add_resume_argument(group: Any) -> None:
+    """``--resume``, shared by ``pretrain`` and ``post-train``."""
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its newest checkpoint (checkpoints/step-N/), "
+        "exactly as if it had not stopped; settings that change what it computes must be the "
+        "checkpoint's (a difference is refused, naming both values); starts at step 0 when "
+        "--out holds no run",
+    )
+
+
 @contextlib.contextmanager
 def output_folder(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
     """Creates ``out_dir`` with :func:`riftco.prepare_out_dir` (``OutputDirError`` when it cannot

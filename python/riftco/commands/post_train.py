@@ -21,6 +21,7 @@ from riftco.cli import (
     add_checkpointing_arguments,
     add_device_argument,
     add_dropout_arguments,
+    add_resume_argument,
     check_sample_args,
     fail,
     int_range,
@@ -72,14 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a run of another configuration in --out (without it that is refused)",
     )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --out from its newest checkpoint (checkpoints/step-N/), "
-        "exactly as if it had not stopped; settings that change what it computes must be the "
-        "checkpoint's (a difference is refused, naming both values); starts at step 0 when "
-        "--out holds no run",
-    )
+    add_resume_argument(p)
     p.add_argument("--no-plots", action="store_true", help="do not write loss.png and memory.png")
     p.add_argument(
         "--fine-tuning-method",

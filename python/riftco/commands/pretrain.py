@@ -19,6 +19,7 @@ from riftco.cli import (
     add_checkpointing_arguments,
     add_device_argument,
     add_dropout_arguments,
+    add_resume_argument,
     check_sample_args,
     fail,
     int_range,
@@ -58,14 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a run of another configuration in --out (without it that is refused)",
     )
-    data.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --out from its newest checkpoint (checkpoints/step-N/), "
-        "exactly as if it had not stopped; settings that change what it computes must be the "
-        "checkpoint's (a difference is refused, naming both values); starts at step 0 when "
-        "--out holds no run",
-    )
+    add_resume_argument(data)
     data.add_argument(
         "--no-plots", action="store_true", help="do not write loss.png and memory.png"
     )
