@@ -913,8 +913,13 @@ rt_status rt_model_activation_checkpointing_plan(const struct rt_model *model,
 
 /**
  * Saves the model's base weights to `path` (a safetensors file; a `config.json` is written
- * beside it, so the folder must exist and be writable). The two are saved atomically as a
- * pair: a process killed at any moment leaves a folder that loads as the old or the new model.
+ * beside it, so the folder must exist and be writable). The folder is replaced atomically as a
+ * whole: the new folder (both files plus every other entry of the current one, hard-linked) is
+ * built beside it and exchanged with it in one system call (Linux renameat2 RENAME_EXCHANGE,
+ * macOS renamex_np RENAME_SWAP), so a process killed at any moment leaves a folder that every
+ * reader loads as the old or the new model. Where the exchange is unavailable the two files are
+ * renamed one by one, the state last (riftco still loads one model whole; other readers may see
+ * a config.json of the other save after a kill between the renames).
  * The activation-checkpointing policy is not saved; LoRA adapters are not saved (their base
  * weights are, unmerged).
  *

@@ -18,9 +18,17 @@ use crate::policy::policy_from;
 impl PyModel {
     /// Saves the base weights as a safetensors file (Hugging Face Llama names, ``[out, in]``
     /// linear weights, the config in the metadata) and a Hugging Face ``config.json`` beside it.
-    /// The pair is saved atomically: a process killed at any moment leaves a folder that loads
-    /// as the old or the new model, and the next save removes the temporaries it left. The
-    /// checkpointing policy is not saved.
+    /// The folder is replaced atomically as a whole: the new folder (the two files plus every
+    /// other entry of the current one, such as ``tokenizer.json`` or ``README.md``, hard-linked)
+    /// is built under a temporary sibling ``.<folder>.tmp.<pid>.<n>`` and exchanged with the live
+    /// one in one system call (Linux ``renameat2(RENAME_EXCHANGE)``, macOS
+    /// ``renamex_np(RENAME_SWAP)``), so a process killed at any moment leaves a folder that
+    /// every reader (Hugging Face transformers included) loads as the old or the new model; the
+    /// next save removes the temporary it left. Where the exchange is unavailable (another
+    /// system, a filesystem without it, a parent folder that is not writable, the folder holding
+    /// the working folder) the files are renamed one by one, the state last: riftco still loads
+    /// the old or the new model, but a kill between the two renames can leave a ``config.json``
+    /// of the other save for other readers. The checkpointing policy is not saved.
     ///
     /// Args:
     ///     path: the ``.safetensors`` file to write (not named ``config.json``).
@@ -137,7 +145,9 @@ impl PyModel {
     }
 
     /// Saves the LoRA adapters in PEFT layout (``adapter_model.safetensors`` and
-    /// ``adapter_config.json``) into a directory, atomically as a pair (as ``save()``).
+    /// ``adapter_config.json``) into a directory (created if missing), replacing the folder
+    /// atomically as a whole (as ``save()``: other files in it survive; a killed save leaves the
+    /// old or the new adapter for PEFT too, except on the per-file fallback).
     ///
     /// Raises:
     ///     LoraError: when the model has no adapters.

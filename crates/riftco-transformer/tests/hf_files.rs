@@ -436,6 +436,28 @@ fn a_shard_that_is_the_index_or_a_json_file_is_named() {
         assert!(r.contains(shard) && r.contains(says), "{case}: {r}");
         assert!(!r.contains("header length"), "{case}: {r}");
     }
+    // The index under another name (a hard link, a symlink) is still the index itself.
+    for (case, link) in [("hard-link", true), ("symlink", false)] {
+        let dir = tmp_dir(case);
+        let mut index = write_shards(&dir, &m);
+        index["weight_map"][&last] = json!("other.safetensors");
+        fs::write(dir.join(SHARD_INDEX_FILE), index.to_string()).unwrap();
+        let other = dir.join("other.safetensors");
+        if link {
+            fs::hard_link(dir.join(SHARD_INDEX_FILE), &other).unwrap();
+        } else {
+            #[cfg(unix)]
+            std::os::unix::fs::symlink(SHARD_INDEX_FILE, &other).unwrap();
+            #[cfg(not(unix))]
+            continue;
+        }
+        let Err(e @ TransformerError::State { .. }) = load(&dir.join(SHARD_INDEX_FILE)) else {
+            panic!("{case}: expected a State error");
+        };
+        let r = e.to_string();
+        assert!(r.contains("this index file itself"), "{case}: {r}");
+        assert!(!r.contains("header length"), "{case}: {r}");
+    }
 }
 
 #[test]

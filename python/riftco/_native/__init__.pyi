@@ -692,8 +692,10 @@ class DecoderOnlyTransformer:
     @property
     def lora_active(self) -> bool: ...
     def save(self, path: str | os.PathLike[str], dtype: str = "float32") -> None:
-        """Safetensors model state (HF Llama names) plus ``config.json`` beside it, saved
-        atomically as a pair; ``dtype="bfloat16"`` rounds to nearest even."""
+        """Safetensors model state (HF Llama names) plus ``config.json`` beside it; the folder
+        is replaced atomically as a whole (built beside it, other files hard-linked, exchanged in
+        one system call), so every reader sees the old or the new model whole;
+        ``dtype="bfloat16"`` rounds to nearest even."""
     @property
     def bos_token_id(self) -> int | None: ...
     @property
@@ -712,7 +714,9 @@ class DecoderOnlyTransformer:
         ``determinism_check`` as for the constructor (not saved); ``dtype="bfloat16"`` /
         ``"float16"`` reads the base straight into frozen 16-bit storage."""
     def load_weights(self, path: str | os.PathLike[str]) -> None: ...
-    def save_lora(self, dir: str | os.PathLike[str]) -> None: ...
+    def save_lora(self, dir: str | os.PathLike[str]) -> None:
+        """PEFT ``adapter_model.safetensors`` + ``adapter_config.json`` into ``dir``, which is
+        replaced atomically as a whole, as by ``save``."""
     def load_lora(self, dir: str | os.PathLike[str]) -> None: ...
     def decode_session(self) -> DecodeSession:
         """A K/V-cache session over the current weights; it follows their values, and raises

@@ -1,4 +1,7 @@
-//! Atomic writes of a group of files into one folder.
+//! Atomic writes of a group of files into one folder, file by file.
+//!
+//! The model and adapter saves use this protocol only where a whole-folder exchange cannot be
+//! used (see the `folder` module); [`write_file_atomic`] always uses it.
 //!
 //! Each file of the group is written in full into a temporary file beside its destination and
 //! fsynced; only then are the temporaries renamed over their destinations, in staging order,
@@ -41,48 +44,12 @@ impl AtomicGroup {
         path: &Path,
         write: impl FnOnce(&mut BufWriter<fs::File>) -> Result<()>,
     ) -> Result<()> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
         let dir = parent_dir(path);
         let name = path
             .file_name()
             .ok_or_else(|| state_err(path, "the path has no file name"))?;
-        let tmp = dir.join(format!(
-            "{}{}.{}",
-            temporary_prefix(&name.to_string_lossy()),
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        // A folder (or a path ending in a separator, which names one) is refused here, before
-        // any file of the group is renamed: a group whose later rename failed on a folder would
-        // already have replaced its earlier files (the config.json beside it).
-        let names_folder = path
-            .as_os_str()
-            .to_string_lossy()
-            .ends_with(std::path::is_separator);
-        if names_folder || fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-            return Err(io_err(
-                path,
-                std::io::Error::new(
-                    std::io::ErrorKind::IsADirectory,
-                    "the destination is a folder, not a file: give the file's own path \
-                     (e.g. <folder>/model.safetensors)",
-                ),
-            ));
-        }
-        // Only a regular file is ever replaced: renaming over a device node, a FIFO or a socket
-        // would destroy it, and the loaders refuse such paths anyway.
-        if let Ok(existing) = fs::metadata(path) {
-            if !existing.is_file() {
-                return Err(state_err(
-                    path,
-                    format!(
-                        "the destination exists and is a {}, not a regular file: refusing to \
-                         replace it",
-                        super::read::describe_type(&existing.file_type())
-                    ),
-                ));
-            }
-        }
+        let tmp = dir.join(temporary_name(&name.to_string_lossy()));
+        check_destination(path)?;
         // Created exclusively first, so a missing or read-only folder fails before any work.
         let file = fs::OpenOptions::new()
             .write(true)
@@ -129,6 +96,49 @@ impl Drop for AtomicGroup {
     }
 }
 
+/// Refuses a destination that is a folder (or a path ending in a separator, which names one) or
+/// an existing non-regular file, before any file of a group is written or renamed: a group whose
+/// later rename failed on a folder would already have replaced its earlier files (the
+/// config.json beside it), and renaming over a device node, a FIFO or a socket would destroy it.
+///
+/// # Errors
+/// [`TransformerError::Io`](crate::TransformerError::Io) (`IsADirectory`) or
+/// [`TransformerError::State`](crate::TransformerError::State) naming `path`.
+pub(super) fn check_destination(path: &Path) -> Result<()> {
+    // A folder (or a path ending in a separator, which names one) is refused here, before
+    // any file of the group is renamed: a group whose later rename failed on a folder would
+    // already have replaced its earlier files (the config.json beside it).
+    let names_folder = path
+        .as_os_str()
+        .to_string_lossy()
+        .ends_with(std::path::is_separator);
+    if names_folder || fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Err(io_err(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "the destination is a folder, not a file: give the file's own path \
+                 (e.g. <folder>/model.safetensors)",
+            ),
+        ));
+    }
+    // Only a regular file is ever replaced: renaming over a device node, a FIFO or a socket
+    // would destroy it, and the loaders refuse such paths anyway.
+    if let Ok(existing) = fs::metadata(path) {
+        if !existing.is_file() {
+            return Err(state_err(
+                path,
+                format!(
+                    "the destination exists and is a {}, not a regular file: refusing to \
+                     replace it",
+                    super::read::describe_type(&existing.file_type())
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to the file `path` atomically, as the model files are written: into a fresh
 /// temporary `.{file name}.tmp.{pid}.{n}` beside it (mode `0644` on Unix), fsynced, renamed over
 /// `path`, then the folder fsynced. A process killed at any moment leaves `path` entirely old or
@@ -153,15 +163,28 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     group.commit()
 }
 
+/// A fresh temporary name for the destination `name`: `.{name}.tmp.{pid}.{counter}`.
+pub(super) fn temporary_name(name: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}{}.{}",
+        temporary_prefix(name),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 /// `.{name}.tmp.`: the start of every temporary file name of the destination `name`.
 fn temporary_prefix(name: &str) -> String {
     format!(".{name}.tmp.")
 }
 
-/// Removes the temporaries of the files `names` in `dir` left by processes that are no longer
-/// running (killed during a save). Temporaries of this process and of live processes are kept
-/// (they may belong to a save in progress); files of any other naming are never touched.
-/// Best effort: a file that cannot be removed is left.
+/// Removes the temporaries of the files or folders `names` in `dir` left by processes that are
+/// no longer running (killed during a save): a temporary file is removed, a temporary folder
+/// (of a folder save, see the `folder` module) with everything in it; a symlink is removed, never
+/// followed. Temporaries of this process and of live processes are kept (they may belong to a
+/// save in progress); entries of any other naming are never touched. Best effort: an entry that
+/// cannot be removed is left.
 pub(super) fn remove_stale_temporaries(dir: &Path, names: &[&str]) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
@@ -178,7 +201,11 @@ pub(super) fn remove_stale_temporaries(dir: &Path, names: &[&str]) {
             continue;
         };
         if pid != std::process::id() && !process_is_running(pid) {
-            let _ = fs::remove_file(entry.path());
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = fs::remove_dir_all(entry.path());
+            } else {
+                let _ = fs::remove_file(entry.path());
+            }
         }
     }
 }
@@ -278,23 +305,23 @@ pub(super) fn write_safetensors_as(
 
 /// Model files are ordinary user files (`rw-r--r--`).
 #[cfg(unix)]
-fn set_readable(path: &Path) -> std::io::Result<()> {
+pub(super) fn set_readable(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(path, fs::Permissions::from_mode(0o644))
 }
 
 #[cfg(not(unix))]
-fn set_readable(_path: &Path) -> std::io::Result<()> {
+pub(super) fn set_readable(_path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
 #[cfg(unix)]
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> std::io::Result<()> {
+pub(super) fn sync_dir(_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 

@@ -1,9 +1,11 @@
 //! LoRA adapters in PEFT layout.
 
-use super::atomic::{remove_stale_temporaries, write_safetensors, AtomicGroup};
+use super::atomic::{check_destination, remove_stale_temporaries, write_safetensors, AtomicGroup};
+use super::folder::{save_folder_atomic, Exchange, WriteFile};
 use super::read::{check_tensors, copy_into, read_header, read_json_bytes, read_values, unchanged};
 use super::{
-    io_err, state_err, ADAPTER_CONFIG_FILE, ADAPTER_CONFIG_METADATA_KEY, ADAPTER_MODEL_FILE,
+    io_err, parent_dir, state_err, ADAPTER_CONFIG_FILE, ADAPTER_CONFIG_METADATA_KEY,
+    ADAPTER_MODEL_FILE,
 };
 use crate::config::probability_from_json;
 use crate::error::{Result, TransformerError};
@@ -26,17 +28,23 @@ use std::path::Path;
 /// `lora_alpha`, `target_modules`, `task_type "CAUSAL_LM"`, `bias "none"`, `lora_dropout`: the
 /// adapters' input dropout probability). `lora_alpha` is recovered as `scale · r`.
 ///
-/// The two files are one atomic pair, as in [`crate::state::save_model`]: both are written in
-/// full into temporaries and fsynced, then `adapter_config.json` is renamed first and
-/// `adapter_model.safetensors` last. The weights file carries the config saved with it, which
-/// [`load_lora_adapter`] reads in preference to `adapter_config.json` (for all but
-/// `lora_dropout`), so a folder left by a
-/// killed save loads as the old or the new adapter. Temporaries left by killed saves are removed
-/// at the start of the next save.
+/// The save is atomic as a whole, for any reader (PEFT included), as in
+/// [`crate::state::save_model`]: the new folder (both files plus every other entry of the
+/// current one, hard-linked) is built under a temporary sibling `.<folder name>.tmp.<pid>.<n>`
+/// and exchanged with the live folder in one system call, or renamed into place when `dir` does
+/// not exist yet; a killed save leaves `dir` entirely old or entirely new, and the next save
+/// removes its temporary. Where the exchange cannot be used (see `save_model`) the per-file
+/// protocol applies: both files are written in full into temporaries and fsynced, then
+/// `adapter_config.json` is renamed first and `adapter_model.safetensors` last. The weights file
+/// carries the config saved with it, which [`load_lora_adapter`] reads in preference to
+/// `adapter_config.json` (for all but `lora_dropout`), so even then a folder left by a killed
+/// save loads in riftco as the old or the new adapter (PEFT, which reads `adapter_config.json`,
+/// may not, after a kill between the two renames).
 ///
 /// # Errors
 /// [`TransformerError::Lora`](crate::TransformerError::Lora) when the model has no adapters; [`TransformerError::Io`](crate::TransformerError::Io) naming
-/// the path on filesystem failures.
+/// the path on filesystem failures; [`TransformerError::State`](crate::TransformerError::State)
+/// when `dir` or one of the two files is not what it should be (a file, a folder, a FIFO).
 pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<()> {
     let weights = model.weights();
     let params = weights.named_lora_parameters();
@@ -68,7 +76,6 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
     });
     let bytes = serde_json::to_vec_pretty(&adapter_config).map_err(|e| state_err(dir, e))?;
     let text = String::from_utf8(bytes).map_err(|e| state_err(dir, e))?;
-    fs::create_dir_all(dir).map_err(|source| io_err(dir, source))?;
     let tensors: Vec<(String, Tensor)> = params
         .into_iter()
         .map(|(name, p)| (name, p.value().clone()))
@@ -78,17 +85,35 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
         (ADAPTER_CONFIG_METADATA_KEY.to_string(), text.clone()),
     ]);
     let (config_path, model_path) = (dir.join(ADAPTER_CONFIG_FILE), dir.join(ADAPTER_MODEL_FILE));
+    check_destination(&config_path)?;
+    check_destination(&model_path)?;
+    // The folder's parents are created; the folder itself is created by the save.
+    let parent = parent_dir(dir);
+    fs::create_dir_all(&parent).map_err(|source| io_err(&parent, source))?;
+    let write_config = |out: &mut dyn Write| {
+        out.write_all(text.as_bytes())
+            .map_err(|source| io_err(&config_path, source))
+    };
+    let write_model = |mut out: &mut dyn Write| {
+        write_safetensors(&model_path, &mut out, &tensors, metadata.clone())
+    };
+    // An identical adapter_config.json is hard-linked into the new folder, not rewritten.
+    let mut files: Vec<(&str, WriteFile<'_>)> = Vec::with_capacity(2);
+    if !unchanged(&config_path, text.as_bytes()) {
+        files.push((ADAPTER_CONFIG_FILE, &write_config));
+    }
+    files.push((ADAPTER_MODEL_FILE, &write_model));
+    if save_folder_atomic(dir, &files)? != Exchange::Unsupported {
+        return Ok(());
+    }
+    // The per-file protocol (see the docs above).
+    fs::create_dir_all(dir).map_err(|source| io_err(dir, source))?;
     remove_stale_temporaries(dir, &[ADAPTER_CONFIG_FILE, ADAPTER_MODEL_FILE]);
     let mut group = AtomicGroup::new();
     if !unchanged(&config_path, text.as_bytes()) {
-        group.stage(&config_path, |out| {
-            out.write_all(text.as_bytes())
-                .map_err(|source| io_err(&config_path, source))
-        })?;
+        group.stage(&config_path, |out| write_config(out))?;
     }
-    group.stage(&model_path, |out| {
-        write_safetensors(&model_path, out, &tensors, metadata)
-    })?;
+    group.stage(&model_path, |out| write_model(out))?;
     group.commit()
 }
 

@@ -13,17 +13,20 @@
 //! - [`save_lora_adapter`] / [`load_lora_adapter`]: PEFT layout, `adapter_model.safetensors` +
 //!   `adapter_config.json`.
 //!
-//! Saves are atomic as a pair: both files of a save are written into temporaries in the
-//! destination folder and fsynced before either is renamed, the weights file last, and the
-//! weights file carries (or names) the config saved with it, so a killed save leaves a folder
-//! that loads as the old or the new state. Loads read only regular files, with bounded memory
-//! (at most the file's own size plus the model it declares), and validate everything (header,
-//! names, dtypes, shapes, config) before building or changing any model, so an error never
-//! leaves a partial model behind. The activation-checkpointing policy is not model state and is
-//! not saved.
+//! Saves are atomic as a whole: the new folder (the new files plus every other entry of the
+//! current folder, hard-linked) is built under a temporary sibling and exchanged with the live
+//! folder in one system call, so any reader sees the old folder or the new one, whole. Where the
+//! exchange is unavailable the files are written into temporaries and renamed, the weights file
+//! last, and the weights file carries (or names) the config saved with it, so a killed save
+//! leaves a folder that riftco loads as the old or the new state. Loads read only regular files,
+//! with bounded memory (at most the file's own size plus the model it declares), and validate
+//! everything (header, names, dtypes, shapes, config) before building or changing any model, so
+//! an error never leaves a partial model behind. The activation-checkpointing policy is not
+//! model state and is not saved.
 
 mod atomic;
 mod dtype;
+mod folder;
 mod hf_config;
 mod hf_rope;
 mod lora;

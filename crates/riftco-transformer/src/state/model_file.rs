@@ -1,7 +1,10 @@
 //! The model-state file: save, load, and the config it declares.
 
-use super::atomic::{remove_stale_temporaries, write_safetensors_as, AtomicGroup};
+use super::atomic::{
+    check_destination, remove_stale_temporaries, write_safetensors_as, AtomicGroup,
+};
 use super::dtype::StateDtype;
+use super::folder::{save_folder_atomic, Exchange, WriteFile};
 use super::hf_config::{attention_dropout, check_dtype, config_from_hf, hf_config_json_as};
 use super::read::{
     check_tensors, copy_into, read_header, read_json, read_json_bytes, read_values, unchanged,
@@ -21,6 +24,7 @@ use crate::model::DecoderOnlyTransformer;
 use crate::policy::FullSequenceAttentionKind;
 use riftco_tensor::Tensor;
 use std::collections::HashMap;
+use std::fs;
 use std::io::Write;
 use std::path::Path;
 
@@ -40,19 +44,33 @@ use std::path::Path;
 /// [`DecoderOnlyTransformer::merge_lora`](crate::DecoderOnlyTransformer::merge_lora) first to save the merged model. The
 /// activation-checkpointing policy is not saved.
 ///
-/// Both files are written in full into temporaries in the folder and fsynced, then renamed:
-/// `config.json` first, the state last. A process killed at any moment leaves a state file that
-/// is entirely the old one or entirely the new one, and [`load_model`] (which reads the state's
-/// own config, never `config.json`, for such a file) loads it; only a kill between the two
-/// renames leaves a `config.json` of the newer save beside the older state, which the state's
-/// hash tells apart and the next save replaces (a `config.json` already equal to the new one is
-/// not rewritten, so saves of one config have no such window). Temporaries left by killed saves of these two
-/// files are removed at the start of the next save. The folder must exist.
+/// The save is atomic as a whole, for any reader (Hugging Face transformers included): the
+/// complete new folder (both files, plus every other entry of the current folder reproduced by
+/// hard links, so `tokenizer.json`, `README.md` or `checkpoints/` survive) is built under a
+/// temporary sibling `.<folder name>.tmp.<pid>.<n>`, fsynced, and exchanged with the live folder
+/// in one system call (Linux `renameat2(RENAME_EXCHANGE)`, macOS `renamex_np(RENAME_SWAP)`);
+/// the old tree is then removed. A process killed at any moment leaves the folder entirely the
+/// old one or entirely the new one; its temporary sibling is removed by the next save of the
+/// folder. A folder given through a symlink is replaced at its target (the link is kept).
+///
+/// Where the exchange cannot be used (another system, a filesystem refusing the exchange or the
+/// hard links, a parent folder that is not writable, the folder holding the process's working
+/// folder — as for a bare file name — or a filesystem root), the save falls back to the per-file
+/// protocol: both files are written in full into temporaries in the folder and fsynced, then
+/// renamed, `config.json` first, the state last. Then a kill leaves a state file that is
+/// entirely the old one or entirely the new one, and [`load_model`] (which reads the state's own
+/// config, never `config.json`, for such a file) loads it; only a kill between the two renames
+/// leaves a `config.json` of the newer save beside the older state, which the state's hash
+/// tells apart (see [`config_json_pairing`]) but other readers do not; the next save replaces
+/// it (a `config.json` already equal to the new one is not rewritten, so saves of one config
+/// have no such window). Temporaries left by killed saves are removed at the start of the next
+/// save. The folder must exist.
 ///
 /// # Errors
 /// [`TransformerError::Io`](crate::TransformerError::Io) naming the destination path when the folder is missing or not
-/// writable (the existing files are left intact); [`TransformerError::State`](crate::TransformerError::State) when `path` has no
-/// file name or is named `config.json`.
+/// writable or a file of the new folder cannot be written (the existing files are left intact);
+/// [`TransformerError::State`](crate::TransformerError::State) when `path` has no file name, is
+/// named `config.json`, or it or `config.json` beside it is a folder, FIFO, device or socket.
 pub fn save_model(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
     save_model_as(model, path, StateDtype::F32)
 }
@@ -92,19 +110,36 @@ pub fn save_model_as(model: &DecoderOnlyTransformer, path: &Path, dtype: StateDt
     ]);
     let dir = parent_dir(path);
     let hf_path = dir.join(HF_CONFIG_FILE);
+    check_destination(&hf_path)?;
+    check_destination(path)?;
+    // The folder must exist (a missing one is reported naming the state's path).
+    fs::metadata(&dir).map_err(|source| io_err(path, source))?;
+    let write_hf = |out: &mut dyn Write| {
+        out.write_all(&hf)
+            .map_err(|source| io_err(&hf_path, source))
+    };
+    let write_state = |mut out: &mut dyn Write| {
+        write_safetensors_as(path, &mut out, &tensors, metadata.clone(), dtype)
+    };
+    // An identical config.json (every save of a training run) is hard-linked into the new
+    // folder like the other files kept, not rewritten.
+    let mut files: Vec<(&str, WriteFile<'_>)> = Vec::with_capacity(2);
+    if !unchanged(&hf_path, &hf) {
+        files.push((HF_CONFIG_FILE, &write_hf));
+    }
+    files.push((&name, &write_state));
+    if save_folder_atomic(&dir, &files)? != Exchange::Unsupported {
+        return Ok(());
+    }
+    // The per-file protocol (see the docs above).
     remove_stale_temporaries(&dir, &[&name, HF_CONFIG_FILE]);
     let mut group = AtomicGroup::new();
     // An identical config.json (every save of a training run) is left alone: then the state's
     // rename alone commits the pair and there is no window at all.
     if !unchanged(&hf_path, &hf) {
-        group.stage(&hf_path, |out| {
-            out.write_all(&hf)
-                .map_err(|source| io_err(&hf_path, source))
-        })?;
+        group.stage(&hf_path, |out| write_hf(out))?;
     }
-    group.stage(path, |out| {
-        write_safetensors_as(path, out, &tensors, metadata, dtype)
-    })?;
+    group.stage(path, |out| write_state(out))?;
     group.commit()
 }
 

@@ -184,9 +184,17 @@ pub(super) fn load_sharded(
     DecoderOnlyTransformer::from_parameter_values(config, attention, checkpointing, values)
 }
 
-/// Whether `a` and `b` name one file (compared after resolving links and `.`; equal paths when
+/// Whether `a` and `b` name one file: the same device and inode on Unix (so a hard link or a
+/// symlink to the index counts), else compared after resolving links and `.` (equal paths when
 /// either cannot be resolved).
 fn is_same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return (ma.dev(), ma.ino()) == (mb.dev(), mb.ino());
+        }
+    }
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
