@@ -15,7 +15,9 @@ Rendering (:meth:`ChatTemplate.render`) follows transformers: a
 with ``ensure_ascii=False``); a ``raise_exception(message)`` global that stops rendering with a
 :class:`ChatTemplateError`; and the variables ``messages``, ``add_generation_prompt`` and, when
 the template has them, ``bos_token`` and ``eos_token`` (left undefined otherwise, as transformers
-does for a tokenizer without them). Jinja2 is an optional dependency:
+does for a tokenizer without them). Unlike transformers there is no ``strftime_now`` global:
+training text must not depend on the day it was rendered (templates such as Llama 3.1's then
+use their fixed fallback date). Jinja2 is an optional dependency:
 ``pip install 'riftco[chat]'``.
 
 The default template (:func:`default_chat_template`, for byte-token models: riftco's
