@@ -363,18 +363,33 @@ class HFTokenizer:
         return str(self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False))
 
 
+class _NoSpecialTokens:
+    """A transformers tokenizer's ``encode(text, add_special_tokens=False)``."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+
 def as_text_encoder(tokenizer: Any) -> TextEncoder:
     """``tokenizer`` as a :class:`TextEncoder`: ``None`` gives a :class:`ByteTokenizer`, a
-    ``tokenizers.Tokenizer`` is wrapped in :class:`HFTokenizer`, anything with
-    ``encode(str) -> list[int]`` is used as is.
+    ``tokenizers.Tokenizer`` is wrapped in :class:`HFTokenizer`, a transformers tokenizer is
+    called with ``add_special_tokens=False``, anything else with ``encode(str) -> list[int]`` is
+    used as is.
 
     Raises:
         TypeError: ``tokenizer`` has no ``encode`` method.
     """
     if tokenizer is None:
         return ByteTokenizer()
-    if type(tokenizer).__module__.split(".")[0] == "tokenizers":
+    package = type(tokenizer).__module__.split(".")[0]
+    if package == "tokenizers":
         return HFTokenizer(tokenizer)
+    if package == "transformers":
+        # Its encode adds the BOS/EOS of the model by default: once per piece would be wrong.
+        return _NoSpecialTokens(tokenizer)
     if isinstance(tokenizer, TextEncoder):
         return tokenizer
     raise TypeError(
@@ -501,19 +516,26 @@ def _segments(row: Row, template: ChatTemplate, bos: str, eos: str) -> list[tupl
     return pieces
 
 
-def _encode(encoder: TextEncoder, text: str, where: str, vocab_size: int | None) -> list[int]:
+def _encode(
+    encoder: TextEncoder, text: str, where: str, vocab_size: int | None
+) -> npt.NDArray[np.int64]:
     if not text:
-        return []
-    ids = encoder.encode(text)
-    for t in ids:
-        if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or t < 0:
-            raise TokenError(f"{where}: the tokenizer returned {t!r}, not a token id (int >= 0)")
-        if vocab_size is not None and t >= vocab_size:
-            raise TokenError(
-                f"{where}: the tokenizer produced token id {int(t)}, outside the model's "
-                f"vocabulary (vocab_size {vocab_size})"
-            )
-    return [int(t) for t in ids]
+        return np.zeros(0, dtype=np.int64)
+    raw = encoder.encode(text)
+    ids = np.asarray(raw)
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise TokenError(
+            f"{where}: the tokenizer's encode returned {str(raw)[:60]}, not a list of token ids"
+        )
+    ids = ids.astype(np.int64, copy=False)
+    if ids.size and int(ids.min()) < 0:
+        raise TokenError(f"{where}: the tokenizer produced token id {int(ids.min())} (negative)")
+    if vocab_size is not None and ids.size and int(ids.max()) >= vocab_size:
+        raise TokenError(
+            f"{where}: the tokenizer produced token id {int(ids.max())}, outside the model's "
+            f"vocabulary (vocab_size {vocab_size})"
+        )
+    return ids
 
 
 def build_examples(
@@ -550,7 +572,8 @@ def build_examples(
 
     Args:
         rows: from :func:`load_rows`.
-        tokenizer: ``None`` (byte tokens), a ``tokenizers.Tokenizer`` or a :class:`TextEncoder`.
+        tokenizer: ``None`` (byte tokens), a ``tokenizers.Tokenizer``, a transformers
+            tokenizer or a :class:`TextEncoder` (see :func:`as_text_encoder`).
         max_len: the most tokens an example may have (the model's ``max_seq_len``, or less).
         chat_template: the template of ``messages`` rows.
         bos_token: text put before text and prompt/completion rows (not trained).
@@ -565,11 +588,12 @@ def build_examples(
         An :class:`ExampleSet`: ``int64 [seq]`` ``input_ids`` and ``labels`` per kept row.
 
     Raises:
-        DatasetError: an over-long row with ``overlong="error"`` (naming it and its length), a
-            bad ``max_len``, ``train_on`` or ``overlong``.
+        DatasetError: an over-long row with ``overlong="error"`` (naming it and its length),
+            every row skipped, a bad ``max_len``, ``train_on`` or ``overlong``.
         ChatTemplateError: a template error, or a template that is not incremental (naming the
             row).
-        TokenError: the tokenizer gave a negative id or one at or above ``vocab_size``.
+        TokenError: the tokenizer gave something else than a list of ids, a negative id, or
+            one at or above ``vocab_size``.
         ImportError: a Jinja2 template without Jinja2 installed.
     """
     if train_on not in ("answers", "all"):
@@ -588,33 +612,38 @@ def build_examples(
     for row in rows:
         if not isinstance(row, (TextRow, PromptCompletionRow, MessagesRow)):
             raise DatasetError(f"expected rows from load_rows, got {type(row).__name__}")
-        ids: list[int] = []
-        labels: list[int] = []
+        id_parts: list[npt.NDArray[np.int64]] = []
+        label_parts: list[npt.NDArray[np.int64]] = []
         for piece, trained in _segments(row, template, bos, eos):
             piece_ids = _encode(encoder, piece, row.source, vocab_size)
-            ids.extend(piece_ids)
+            id_parts.append(piece_ids)
             if trained or train_on == "all":
-                labels.extend(piece_ids)
+                label_parts.append(piece_ids)
             else:
-                labels.extend([IGNORE_INDEX] * len(piece_ids))
-        if len(ids) > limit:
+                label_parts.append(np.full(piece_ids.size, IGNORE_INDEX, dtype=np.int64))
+        ids = np.concatenate(id_parts)
+        labels = np.concatenate(label_parts)
+        if ids.size > limit:
             if overlong == "error":
                 raise DatasetError(
-                    f"{row.source}: {len(ids):,} tokens, more than max_len {limit:,} (pass "
+                    f"{row.source}: {ids.size:,} tokens, more than max_len {limit:,} (pass "
                     f"overlong='truncate' or 'skip', or a larger max_len)"
                 )
             if overlong == "skip":
                 skipped.append(row.source)
                 continue
-            ids, labels = ids[:limit], labels[:limit]
-            if all(x == IGNORE_INDEX for x in labels[1:]):
-                skipped.append(row.source)  # no answer token left to learn
+            ids, labels = ids[:limit].copy(), labels[:limit].copy()
+            if not np.any(labels[1:] != IGNORE_INDEX):
+                skipped.append(row.source)  # no answer token left to learn from
                 continue
             truncated.append(row.source)
-        if not ids:
+        if ids.size == 0:
             raise DatasetError(f"{row.source}: the row encodes to no tokens")
-        examples.append(
-            Example(np.asarray(ids, dtype=np.int64), np.asarray(labels, dtype=np.int64), row.source)
+        examples.append(Example(ids, labels, row.source))
+    if rows and not examples:
+        raise DatasetError(
+            f"all {len(rows):,} rows were skipped (longer than max_len {limit:,}, or with no "
+            f"answer token within it); the first is {skipped[0]}"
         )
     return ExampleSet(
         examples,

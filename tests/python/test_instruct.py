@@ -323,6 +323,34 @@ def test_vocab_size_is_checked() -> None:
         build_examples([TextRow("é", "t:1")], max_len=8, vocab_size=128)
 
 
+def test_every_row_skipped_is_an_error() -> None:
+    with pytest.raises(DatasetError, match=r"all 3 rows were skipped .*max_len 3.*the first is r:1"):
+        build_examples(rows_of_lengths(), max_len=3, overlong="skip")
+    assert len(build_examples([], max_len=3)) == 0
+
+
+class BadTokenizer:
+    def __init__(self, out: list[Any]) -> None:
+        self.out = out
+
+    def encode(self, text: str) -> list[int]:
+        return self.out
+
+
+@pytest.mark.parametrize(
+    ("out", "pattern"),
+    [
+        (["a", "b"], r"t:1: the tokenizer's encode returned \['a', 'b'\], not a list of token ids"),
+        ([1.5], "not a list of token ids"),
+        ([[1, 2]], "not a list of token ids"),
+        ([3, -1], r"t:1: the tokenizer produced token id -1 \(negative\)"),
+    ],
+)
+def test_bad_tokenizer_output_is_a_token_error(out: list[Any], pattern: str) -> None:
+    with pytest.raises(TokenError, match=pattern):
+        build_examples([TextRow("a", "t:1")], BadTokenizer(out), max_len=8)
+
+
 def test_a_tokenizer_without_encode_is_refused() -> None:
     with pytest.raises(TypeError, match="encode"):
         build_examples([TextRow("a", "t:1")], object(), max_len=8)
@@ -358,3 +386,20 @@ def test_hf_tokenizer_masks_align_with_special_tokens() -> None:
     trained = [t for t, lab in zip(e.input_ids.tolist(), e.labels.tolist()) if lab != IGNORE_INDEX]
     assert trained == [vocab["Hello,"], vocab["ça"], vocab["va?"], end, vocab["4"], end]
     assert e.input_ids.tolist() == tok.encode(ChatTemplate(CHATML).render(CONV), add_special_tokens=False).ids
+
+
+def test_transformers_tokenizer_adds_no_special_tokens_per_piece() -> None:
+    transformers = pytest.importorskip(
+        "transformers", reason="transformers is not installed: its tokenizer wrapper is skipped"
+    )
+    tokenizers = pytest.importorskip("tokenizers", reason="tokenizers is not installed")
+    vocab = {"[UNK]": 0, "<s>": 1, "Q": 2, "A": 3}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)]
+    )
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>")
+    assert hf.encode("Q") == [1, 2]  # the BOS a piece must not get
+    (e,) = build_examples([PromptCompletionRow("Q ", "A", "p:1")], hf, max_len=8, bos_token="<s> ")
+    assert e.input_ids.tolist() == [1, 2, 3] and e.labels.tolist() == [IGNORE_INDEX, IGNORE_INDEX, 3]
