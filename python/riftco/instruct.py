@@ -488,8 +488,8 @@ def _segments(row: Row, template: ChatTemplate, bos: str, eos: str) -> list[tupl
         upto = render(msgs[: i + 1], False)
         if not upto.startswith(prefix):
             raise ChatTemplateError(
-                f"{where}: {template.name} is not incremental: the conversation up to message "
-                f"{i} with the generation prompt is not a prefix of the conversation up to and "
+                f"{where}: {template.name} is not incremental: the messages before message {i} "
+                f"with the generation prompt do not render as a prefix of the messages up to and "
                 f"including assistant message {i}, so its answer span cannot be found "
                 f"(the prefix ends {prefix[-40:]!r}; the longer text has "
                 f"{upto[max(0, len(prefix) - 40) : len(prefix)]!r} there)"

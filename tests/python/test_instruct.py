@@ -268,6 +268,19 @@ def test_template_that_is_not_incremental_is_an_error() -> None:
         build_examples([MessagesRow(tuple(CONV), "m:7")], chat_template=t, max_len=512)
 
 
+def test_template_whose_turns_change_later_is_an_error() -> None:
+    pytest.importorskip("jinja2", reason="Jinja2 is not installed (pip install 'riftco[chat]')")
+    # A closing marker only after the last message: an earlier turn's text changes later.
+    t = ChatTemplate(
+        "{% for m in messages %}{{ m.content }};{% endfor %}{% if not add_generation_prompt %}END{% endif %}"
+    )
+    with pytest.raises(ChatTemplateError, match=r"m:2: .*assistant message 2 does not render as a prefix of the whole"):
+        build_examples([MessagesRow(tuple(CONV), "m:2")], chat_template=t, max_len=512)
+    # With one assistant turn, at the end, it is incremental.
+    (e,) = build_examples([MessagesRow(tuple(CONV[:3]), "m:2")], chat_template=t, max_len=512)
+    assert trained_spans(e) == ["Hello, ça va?;END"]
+
+
 def test_template_error_names_the_row() -> None:
     pytest.importorskip("jinja2", reason="Jinja2 is not installed (pip install 'riftco[chat]')")
     t = ChatTemplate("{{ raise_exception('no system messages') }}", name="picky")
