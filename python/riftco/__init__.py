@@ -25,6 +25,9 @@ this package is its Python front:
   ``run_post_training``, and ``generate``; ``plotting.write_plots`` (``loss.png``,
   ``memory.png`` of a run, with the optional matplotlib); the ``riftco`` command
   (``python -m riftco``, :mod:`riftco.commands`);
+- instruction/chat data: :mod:`riftco.instruct` (``load_rows``, ``build_examples``: JSON Lines
+  rows tokenized with the loss on the answers) and :mod:`riftco.chat_template` (a model
+  folder's Jinja2 chat template, rendered as transformers does);
 - exceptions rooted at ``RiftcoError`` (input errors also subclass ``ValueError``, state and
   device errors ``RuntimeError``, ``OutOfMemoryError`` the builtin ``MemoryError``).
 """
@@ -74,10 +77,12 @@ from riftco._native import (
     uniform,
 )
 from riftco import (
+    chat_template,
     configs,
     data,
     functional,
     generation,
+    instruct,
     plotting,
     run_records,
     examples_data,
@@ -123,6 +128,7 @@ __all__ = [
     "Variable",
     "__version__",
     "cached_bytes",
+    "chat_template",
     "checkpoint",
     "checkpoint_sequential",
     "devices",
@@ -130,6 +136,7 @@ __all__ = [
     "enable_grad",
     "functional",
     "get_rng_state",
+    "instruct",
     "is_grad_enabled",
     "manual_seed",
     "matmul",
