@@ -50,49 +50,17 @@ thread_local! {
 
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 
-/// The replays running in the process (on any thread), with the leaves their checkpoint
-/// declared as dependencies: a thread that a replay callable spawned runs outside the
-/// thread-local marker, but it must not change those leaves' public gradients either.
-static ACTIVE_REPLAYS: std::sync::Mutex<Vec<ActiveReplay>> = std::sync::Mutex::new(Vec::new());
-
-// Not consulted yet: refusing other threads' backward on these leaves broke concurrent
-// training of one model from two threads; a precise check is pending.
-#[allow(dead_code)]
-struct ActiveReplay {
-    token: u64,
-    name: String,
-    leaves: HashSet<u64>,
-}
-
 /// The name of the innermost checkpoint whose replay is running on this thread, if any.
 pub(crate) fn replay_in_progress() -> Option<String> {
     REPLAYING.with(|r| r.borrow().last().map(|(_, name)| name.clone()))
 }
 
-/// The name of a checkpoint whose replay is running (on any thread) and that declared one of
-/// `leaves` as a dependency, if any.
-#[allow(dead_code)]
-pub(crate) fn replay_owning(leaves: impl IntoIterator<Item = u64>) -> Option<String> {
-    let active = ACTIVE_REPLAYS.lock().unwrap_or_else(|e| e.into_inner());
-    if active.is_empty() {
-        return None;
-    }
-    leaves.into_iter().find_map(|id| {
-        active
-            .iter()
-            .find(|r| r.leaves.contains(&id))
-            .map(|r| r.name.clone())
-    })
-}
-
-/// Marks a checkpoint's replay as running on this thread (and, with its dependencies, in the
-/// process) until dropped (also on errors and panics).
-struct ReplayMarker {
-    token: u64,
-}
+/// Marks a checkpoint's replay as running on this thread until dropped (also on errors and
+/// panics).
+struct ReplayMarker;
 
 impl ReplayMarker {
-    fn enter(token: u64, name: &str, dependencies: &[Variable]) -> Result<Self> {
+    fn enter(token: u64, name: &str) -> Result<Self> {
         REPLAYING.with(|r| -> Result<()> {
             let mut r = r.borrow_mut();
             if r.iter().any(|(t, _)| *t == token) {
@@ -104,15 +72,7 @@ impl ReplayMarker {
             r.push((token, name.to_string()));
             Ok(())
         })?;
-        ACTIVE_REPLAYS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(ActiveReplay {
-                token,
-                name: name.to_string(),
-                leaves: dependencies.iter().map(Variable::id).collect(),
-            });
-        Ok(ReplayMarker { token })
+        Ok(ReplayMarker)
     }
 }
 
@@ -121,10 +81,6 @@ impl Drop for ReplayMarker {
         REPLAYING.with(|r| {
             r.borrow_mut().pop();
         });
-        let mut active = ACTIVE_REPLAYS.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = active.iter().rposition(|r| r.token == self.token) {
-            active.remove(i);
-        }
     }
 }
 
@@ -364,8 +320,7 @@ where
     let recompute = Arc::new(recompute);
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
     let vjp = move |parents: &[Variable], out: &Tensor, grad_out: &Tensor| {
-        let dependencies = parents.get(spec.n_inputs..).unwrap_or(&[]);
-        let _marker = ReplayMarker::enter(token, &spec.name, dependencies)?;
+        let _marker = ReplayMarker::enter(token, &spec.name)?;
         replay_vjp(&spec, &*recompute, parents, out, grad_out)
     };
     Ok(Variable::from_op("checkpoint", value, parents, vjp))
