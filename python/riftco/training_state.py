@@ -61,6 +61,9 @@ bitwise the losses and gradients of ``"disabled"``)."""
 
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _TEMPORARY_DIR = re.compile(r"^\.step-\d+\.(?:[a-z]+\.)?tmp\.(\d+)$")
+# A model or adapter save into a checkpoint's temporary folder builds its own sibling
+# ``.<that folder's name>.tmp.<pid>.<n>`` (see the folder exchange of ``model.save``).
+_SAVE_TEMPORARY_DIR = re.compile(r"^\.\.step-\d+\.tmp\.(\d+)\.tmp\.(\d+)\.\d+$")
 
 __all__ = [
     "CHECKPOINTS_DIR",
@@ -105,8 +108,8 @@ def remove_stale_temporaries(checkpoints: Path) -> None:
     except OSError:
         return
     for entry in entries:
-        m = _TEMPORARY_DIR.match(entry.name)
-        if m and not _pid_running(int(m.group(1))):
+        m = _TEMPORARY_DIR.match(entry.name) or _SAVE_TEMPORARY_DIR.match(entry.name)
+        if m and not any(_pid_running(int(pid)) for pid in m.groups()):
             shutil.rmtree(entry, ignore_errors=True)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -304,3 +305,31 @@ def test_ctrl_c_checkpoints_the_step_it_ends_and_resume_continues_exactly(
     resumed = _run(tmp_path / "cut", resume=True, config=cfg)
     assert resumed["losses"] == full["losses"]
     assert resumed["validation_losses"] == full["validation_losses"]
+
+
+def test_stale_checkpoint_temporaries_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    """A kill can leave a checkpoint's temporary folder and, inside ``checkpoints/``, the
+    temporary of the model save into it (``..step-N.tmp.<pid>.tmp.<pid>.<n>``): both go at the
+    next save when their process is gone; a running process's temporaries and other names stay."""
+    from riftco import training_state
+
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead, alive = int(child.stdout), os.getpid()
+    names = {
+        f".step-00000120.tmp.{dead}": False,
+        f"..step-00000120.tmp.{dead}.tmp.{dead}.0": False,
+        f".step-00000120.tmp.{alive}": True,
+        f"..step-00000120.tmp.{alive}.tmp.{alive}.0": True,
+        f".notes.tmp.{dead}": True,
+        "step-00000117": True,
+    }
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"x")
+    training_state.remove_stale_temporaries(tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {n for n, keep in names.items() if keep}
