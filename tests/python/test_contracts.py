@@ -317,6 +317,43 @@ def test_zero_grad_inside_a_replay_is_a_checkpoint_error_and_changes_nothing(how
     assert w.grad is None
 
 
+def test_backward_from_a_thread_the_replay_started_is_a_checkpoint_error() -> None:
+    # Before: a backward() of the enclosing loss from a thread the callable started was not
+    # seen as inside the replay and replayed the checkpoint again (a thread per nested replay).
+    import threading
+
+    w = riftco.Variable(rand((4, 4), 0), requires_grad=True, name="w")
+    x = riftco.Variable(rand((2, 4), 1))
+    replays = [0]
+    seen: list[BaseException] = []
+    holder: list[riftco.Variable] = []
+
+    def fn(h: riftco.Variable) -> riftco.Variable:
+        if holder:
+            replays[0] += 1
+
+            def other() -> None:
+                try:
+                    holder[0].backward()
+                except riftco.CheckpointError as e:
+                    seen.append(e)
+
+            t = threading.Thread(target=other)
+            t.start()
+            t.join()
+        return F.silu(F.linear(h, w))
+
+    loss = F.sum(riftco.checkpoint(fn, x, [w]))
+    holder.append(loss)
+    loss.backward()
+    assert replays[0] == 1
+    assert len(seen) == 1 and "on another thread" in str(seen[0]), seen
+    with_checkpoint = grad_of(w).copy()
+    w.zero_grad()
+    F.sum(F.silu(F.linear(x, w))).backward()
+    np.testing.assert_array_equal(with_checkpoint, grad_of(w))
+
+
 def test_an_exception_in_a_replay_is_the_same_object_with_a_note_naming_the_checkpoint() -> None:
     w = riftco.Variable(rand((4, 4), 0), requires_grad=True, name="w")
     x = riftco.Variable(rand((2, 4), 1))

@@ -50,6 +50,14 @@ thread_local! {
 
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 
+/// The checkpoints whose replay is running in the process, on any thread (their tokens). A
+/// checkpoint node belongs to one graph, so a second replay of the same token while one runs is
+/// a backward pass over that graph from another thread: from a thread the replay callable
+/// started (which the thread-local marker cannot see), or a second concurrent backward pass.
+/// Other graphs — two threads each training on their own loss, even of one model — never share
+/// a token.
+static REPLAYING_ANYWHERE: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
 /// The name of the innermost checkpoint whose replay is running on this thread, if any.
 pub(crate) fn replay_in_progress() -> Option<String> {
     REPLAYING.with(|r| r.borrow().last().map(|(_, name)| name.clone()))
@@ -57,22 +65,34 @@ pub(crate) fn replay_in_progress() -> Option<String> {
 
 /// Marks a checkpoint's replay as running on this thread until dropped (also on errors and
 /// panics).
-struct ReplayMarker;
+struct ReplayMarker {
+    token: u64,
+}
 
 impl ReplayMarker {
     fn enter(token: u64, name: &str) -> Result<Self> {
         REPLAYING.with(|r| -> Result<()> {
-            let mut r = r.borrow_mut();
+            let r = r.borrow();
             if r.iter().any(|(t, _)| *t == token) {
                 return Err(CheckpointError::ReentrantReplay {
                     name: name.to_string(),
                 }
                 .into());
             }
-            r.push((token, name.to_string()));
             Ok(())
         })?;
-        Ok(ReplayMarker)
+        {
+            let mut anywhere = REPLAYING_ANYWHERE.lock().unwrap_or_else(|e| e.into_inner());
+            if anywhere.contains(&token) {
+                return Err(CheckpointError::ReplayRunningElsewhere {
+                    name: name.to_string(),
+                }
+                .into());
+            }
+            anywhere.push(token);
+        }
+        REPLAYING.with(|r| r.borrow_mut().push((token, name.to_string())));
+        Ok(ReplayMarker { token })
     }
 }
 
@@ -81,6 +101,10 @@ impl Drop for ReplayMarker {
         REPLAYING.with(|r| {
             r.borrow_mut().pop();
         });
+        let mut anywhere = REPLAYING_ANYWHERE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = anywhere.iter().rposition(|t| *t == self.token) {
+            anywhere.swap_remove(i);
+        }
     }
 }
 
@@ -103,7 +127,8 @@ impl Drop for ReplayMarker {
 /// graph node from outside the boundary; a new differentiable leaf created inside; an output not
 /// depending on the input or on every dependency; at replay, a changed output shape or device,
 /// a `backward()` inside the replay ([`CheckpointError::BackwardInsideReplay`]) or a pass
-/// reaching this checkpoint again ([`CheckpointError::ReentrantReplay`]).
+/// reaching this checkpoint again ([`CheckpointError::ReentrantReplay`]; from another thread,
+/// such as one the callable started, [`CheckpointError::ReplayRunningElsewhere`]).
 /// [`AutogradError::StaleGraph`] when the callable changed the input or a dependency (in the
 /// forward run, or in the replay; the whole graph is checked again before backward commits).
 /// Errors of `recompute` itself propagate unchanged; a panic in it becomes

@@ -83,6 +83,11 @@ pub enum CheckpointError {
     /// would replay it again without end.
     #[error("checkpoint {name:?}: replayed again while its own replay was running (the callable started a backward pass over the graph that contains this checkpoint); a checkpoint callable must not differentiate the graph it belongs to")]
     ReentrantReplay { name: String },
+    /// The checkpoint's replay was started while another thread was replaying the same
+    /// checkpoint: a backward pass from a thread that a replay callable started, or two backward
+    /// passes over one graph at once.
+    #[error("checkpoint {name:?}: replayed on this thread while its replay was running on another thread (a backward pass from a thread that the checkpoint callable started, or two backward passes over one graph at the same time); a checkpoint callable must not differentiate the graph it belongs to, and one graph is differentiated by one thread at a time")]
+    ReplayRunningElsewhere { name: String },
     /// Replay produced its output on another device than the original forward.
     #[error(
         "checkpoint {name:?}: replay produced its output on {replay}, the forward on {forward}"
@@ -239,6 +244,7 @@ impl CheckpointError {
             | CheckpointError::BackwardInsideReplay { .. }
             | CheckpointError::ZeroGradInsideReplay { .. }
             | CheckpointError::ReentrantReplay { .. }
+            | CheckpointError::ReplayRunningElsewhere { .. }
             | CheckpointError::ReplayDeviceChanged { .. }
             | CheckpointError::ReplayGraphChanged { .. }
             | CheckpointError::GraphOnlyForwardOutput { .. }

@@ -120,6 +120,94 @@ fn functional_pass_over_the_enclosing_graph_inside_a_replay_is_rejected() {
     );
 }
 
+/// The gradients with the checkpoint, those of the plain graph, what the spawned thread's pass
+/// returned, and how often the callable was replayed.
+type SpawnedOutcome = (Vec<Option<Vec<f32>>>, Vec<Option<Vec<f32>>>, String, usize);
+
+/// A pass over the enclosing graph from a thread that the replay callable started: the
+/// thread-local replay marker cannot see it, the process-wide one refuses it.
+fn from_a_spawned_thread(
+    pass: impl Fn(&Variable) -> Result<()> + Send + Sync + Copy + 'static,
+) -> SpawnedOutcome {
+    let x = Variable::leaf(rand(&[3, 8], 1), true);
+    let p = params(2, 8, true);
+    let seen: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let seen2 = seen.clone();
+    let (loss, replays) = loss_with_replay_hook(&x, &p, move |loss| {
+        let loss = loss.clone();
+        let outcome = std::thread::spawn(move || pass(&loss)).join().unwrap();
+        *seen2.lock().unwrap() = Some(match outcome {
+            Err(AutogradError::Checkpoint(CheckpointError::ReplayRunningElsewhere { name })) => {
+                format!("refused: {name}")
+            }
+            other => format!("{other:?}"),
+        });
+        Ok(())
+    });
+    loss.backward().unwrap();
+    let g_ck = grads(&p);
+    for v in &p {
+        v.zero_grad().unwrap();
+    }
+    run_chain(&x, std::slice::from_ref(&p), false)
+        .backward()
+        .unwrap();
+    let seen = seen.lock().unwrap().clone().unwrap();
+    (g_ck, grads(&p), seen, replays.load(Ordering::SeqCst))
+}
+
+#[test]
+fn backward_from_a_thread_the_replay_started_is_refused_and_commits_nothing() {
+    let (g_ck, g_plain, seen, replays) = from_a_spawned_thread(|loss| loss.backward_accumulate());
+    assert_eq!(
+        seen, "refused: checkpoint",
+        "the spawned thread's backward ran: {seen}"
+    );
+    assert_eq!(replays, 1, "the spawned pass replayed the checkpoint");
+    assert_eq!(
+        g_ck, g_plain,
+        "the spawned pass changed the public gradients"
+    );
+}
+
+#[test]
+fn functional_pass_from_a_thread_the_replay_started_is_refused() {
+    let (g_ck, g_plain, seen, replays) = from_a_spawned_thread(|loss| {
+        let seed = Tensor::ones(loss.value().shape().clone(), MemoryCategory::Gradient);
+        GradientContext::compute(loss, seed).map(|_| ())
+    });
+    assert_eq!(seen, "refused: checkpoint", "{seen}");
+    assert_eq!(replays, 1);
+    assert_eq!(g_ck, g_plain);
+}
+
+#[test]
+fn two_threads_differentiating_their_own_graphs_of_shared_parameters_are_not_refused() {
+    // The rule is per checkpoint node, so concurrent training of one model from two threads
+    // (each thread its own loss over the same parameters) stays allowed.
+    let p = params(2, 8, true);
+    let handles: Vec<_> = (0..2)
+        .map(|t| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let x = Variable::leaf(rand(&[3, 8], 10 + t), false);
+                for _ in 0..20 {
+                    let p2 = p.clone();
+                    let y = checkpoint(&x, &p, move |h| block(h, &p2)).unwrap();
+                    ops::sum(&ops::mul(&y, &y).unwrap())
+                        .unwrap()
+                        .backward_accumulate()?;
+                }
+                Ok::<(), AutogradError>(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap().unwrap();
+    }
+    assert!(p.iter().all(|v| v.grad().is_some()));
+}
+
 #[test]
 fn nested_backward_then_raise_leaves_public_gradients_bit_for_bit() {
     // Before: the nested backward committed its gradients, then the replay failed, and the

@@ -159,6 +159,7 @@ fn checkpoint_errors() -> Vec<CheckpointError> {
         },
         CheckpointError::BackwardInsideReplay { name: name() },
         CheckpointError::ReentrantReplay { name: name() },
+        CheckpointError::ReplayRunningElsewhere { name: name() },
         CheckpointError::ReplayDeviceChanged {
             name: name(),
             forward: Device::Cpu,
@@ -330,7 +331,7 @@ fn every_tensor_error_variant_has_its_kind() {
 #[test]
 fn every_checkpoint_violation_is_a_checkpoint_error() {
     let all = checkpoint_errors();
-    assert_eq!(all.len(), 11, "one row per CheckpointError variant");
+    assert_eq!(all.len(), 12, "one row per CheckpointError variant");
     for e in all {
         assert_eq!(e.kind(), ErrorKind::Checkpoint, "{e:?}");
     }
