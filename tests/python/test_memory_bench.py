@@ -71,3 +71,26 @@ def test_quick_full_training_rows_run_one_at_a_time(tmp_path: Path) -> None:
     for row in data["rows"]:
         # Every weight trains: gradients and Adam moments of the whole model.
         assert row["peak_bytes"]["optimizer_state"] >= row["peak_bytes"]["parameter"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="VmHWM is Linux only")
+def test_resident_bench_runs_riftco_in_a_child(tmp_path: Path) -> None:
+    """benches/resident_real_models.py on a tiny shape, riftco only: the child loads the folder
+    as bfloat16, trains a LoRA step and reports its own peak above an import-only child."""
+    out = tmp_path / "resident.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benches" / "resident_real_models.py"),
+            "--model", "quick", "--batch", "2", "--seq", "32", "--no-torch", "--out", str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["side"] == "riftco"
+    assert row["peak_resident_mib"] > row["import_only_mib"] > 0
+    assert abs(row["loss"] - 8.318) < 0.5  # ln(4096): random weights, random tokens
