@@ -83,6 +83,7 @@ from riftco import (
     functional,
     generation,
     instruct,
+    instruct_corpus,
     plotting,
     run_records,
     examples_data,
@@ -90,6 +91,7 @@ from riftco import (
     training_state,
 )
 from riftco.examples_data import ExampleBatchSampler, ExampleCorpus, examples_from_pairs
+from riftco.instruct_corpus import load_example_corpus
 from riftco.checkpointing import checkpoint, checkpoint_sequential
 from riftco.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from riftco import nn, optim  # noqa: E402 (they import the names above)
@@ -106,6 +108,7 @@ __all__ = [
     "ExampleBatchSampler",
     "ExampleCorpus",
     "examples_from_pairs",
+    "load_example_corpus",
     "SELECTIVE_POLICIES",
     "Adam",
     "AdamW",
@@ -137,6 +140,7 @@ __all__ = [
     "functional",
     "get_rng_state",
     "instruct",
+    "instruct_corpus",
     "is_grad_enabled",
     "manual_seed",
     "matmul",

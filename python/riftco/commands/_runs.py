@@ -10,9 +10,18 @@ from typing import Any
 
 from riftco.cli import fail
 from riftco.data import Corpus, CorpusError, check_corpus_fits
+from riftco.examples_data import ExampleCorpus
 from riftco.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
 
-__all__ = ["check_corpus", "check_run_folder", "corpus_line", "log", "stage_log"]
+__all__ = [
+    "check_corpus",
+    "check_examples",
+    "check_run_folder",
+    "corpus_line",
+    "examples_line",
+    "log",
+    "stage_log",
+]
 
 # Settings that change how often a run reports or saves, not what it computes.
 _REPORTING_KEYS = frozenset({"log_every", "save_every", "eval_every"})
@@ -50,6 +59,24 @@ def check_corpus(corpus: Corpus, seq_len: int, validation_fraction: float) -> No
         )
     except CorpusError as e:
         fail(str(e))
+
+
+def examples_line(examples: ExampleCorpus, validation_fraction: float) -> str:
+    """``examples: N (...), T tokens of which A are trained: K for training, V held out``."""
+    train, val = examples.split(validation_fraction)
+    return (
+        f"examples: {len(examples):,} ({examples.description}), {examples.n_tokens:,} tokens "
+        f"of which {examples.n_target_tokens:,} are targets: {len(train):,} for training, "
+        f"{len(val):,} held out for validation"
+    )
+
+
+def check_examples(examples: ExampleCorpus, validation_fraction: float) -> None:
+    """At least one example to train on and one to hold out, naming ``--data``."""
+    try:
+        examples.split(validation_fraction)
+    except CorpusError as e:
+        fail(f"--data: {e}")
 
 
 def _normalized(value: Any) -> Any:

@@ -28,8 +28,17 @@ from riftco.cli import (
     non_negative_float,
     output_folder,
 )
-from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log, stage_log
+from riftco.commands._runs import (
+    check_corpus,
+    check_examples,
+    check_run_folder,
+    corpus_line,
+    examples_line,
+    log,
+    stage_log,
+)
 from riftco.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
+from riftco.instruct_corpus import is_example_data, load_example_corpus
 from riftco.stages import MODEL_STATE_FILE
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_OUT", "add_arguments", "parse_args", "run"]
@@ -43,6 +52,7 @@ EPILOG = """examples:
   riftco post-train --activation-checkpointing selective:dots
   riftco post-train --model runs/pretrain --data my_notes/ --lora-rank 16
   riftco post-train --model path/to/hf-llama-folder --data my_notes/
+  riftco post-train --data train.jsonl --train-on answers      # chat / instruction rows
 
 --model is a pretraining output folder or a plain Hugging Face Llama folder (config.json with
 model.safetensors or shards, float32/bfloat16/float16). A folder with a tokenizer.json is
@@ -65,7 +75,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         nargs="+",
         metavar="PATH",
         help="text files or folders, read byte for byte (default: the stdlib's "
-        "pydoc_data/topics.py)",
+        "pydoc_data/topics.py); or instruction/chat data: .jsonl/.json files of "
+        '{"text"}, {"prompt", "completion"} or {"messages"} rows, tokenized with the '
+        "model's chat template, the loss on the answers",
+    )
+    p.add_argument(
+        "--train-on",
+        choices=("answers", "all"),
+        default="answers",
+        help="with .jsonl/.json data: the loss on the completions and assistant turns "
+        "(default), or on every token",
+    )
+    p.add_argument(
+        "--overlong",
+        choices=("error", "truncate", "skip"),
+        default="error",
+        help="with .jsonl/.json data: an example longer than --seq-len + 1 tokens is an "
+        "error (default), cut, or left out (counted in the log)",
     )
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="output folder")
     p.add_argument(
@@ -231,14 +257,19 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         log_every=args.log_every,
         device=args.device,
     )
-    corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
     try:
         tokenizer = load_folder_tokenizer(args.model)
     except (ImportError, riftco.TokenError) as e:
         fail(str(e))
-    if tokenizer is not None:
-        corpus = tokenize_corpus(corpus, tokenizer, int(model.config.vocab_size))
-    check_corpus(corpus, seq_len, config.validation_fraction)
+    corpus: riftco.Corpus | riftco.ExampleCorpus
+    if args.data and is_example_data(args.data):
+        corpus = _examples(args, state, seq_len, tokenizer, int(model.config.vocab_size))
+        check_examples(corpus, config.validation_fraction)
+    else:
+        corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
+        if tokenizer is not None:
+            corpus = tokenize_corpus(corpus, tokenizer, int(model.config.vocab_size))
+        check_corpus(corpus, seq_len, config.validation_fraction)
     # A budget below the smallest achievable peak fails here, before the sample and before any
     # folder exists (run_post_training plans again with the adapters).
     model.activation_checkpointing_plan(config.batch_size, config.seq_len)
@@ -258,11 +289,47 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         _train(args, model, config, corpus, out, prompt, n_new, state, tokenizer)
 
 
+def _examples(
+    args: argparse.Namespace, state: Path, seq_len: int, tokenizer: Any | None, vocab_size: int
+) -> riftco.ExampleCorpus:
+    """The .jsonl/.json rows of ``--data`` as examples, through the model folder's tokenizer
+    and chat template (the default byte template for a folder without one)."""
+    try:
+        examples, built = load_example_corpus(
+            args.data,
+            state.parent,
+            seq_len=seq_len,
+            tokenizer=tokenizer,
+            vocab_size=vocab_size,
+            train_on=args.train_on,
+            overlong=args.overlong,
+        )
+    except ImportError as e:
+        fail(str(e))
+    except riftco.instruct.DatasetError as e:
+        # build_examples' words for its arguments, in the command's flags
+        message = str(e).replace(
+            f"more than max_len {seq_len + 1:,}", f"more than --seq-len {seq_len:,} + 1"
+        )
+        message = message.replace(
+            "(pass overlong='truncate' or 'skip', or a larger max_len)",
+            "(pass --overlong truncate or skip, or a larger --seq-len)",
+        )
+        fail(message)
+    if built.n_truncated or built.n_skipped:
+        log(
+            f"--overlong {args.overlong}: {built.n_truncated:,} examples cut to {seq_len + 1:,} "
+            f"tokens, {built.n_skipped:,} left out (first: "
+            f"{(built.truncated or built.skipped)[0]})"
+        )
+    return examples
+
+
 def _train(
     args: argparse.Namespace,
     model: riftco.DecoderOnlyTransformer,
     config: riftco.PostTrainingConfig,
-    corpus: riftco.Corpus,
+    corpus: riftco.Corpus | riftco.ExampleCorpus,
     out: Path,
     prompt: bytes,
     n_new: int,
@@ -270,7 +337,10 @@ def _train(
     tokenizer: Any | None = None,
 ) -> None:
     unit = "bytes" if tokenizer is None else "tokens"
-    log(corpus_line(corpus, config.validation_fraction, unit))
+    if isinstance(corpus, riftco.ExampleCorpus):
+        log(examples_line(corpus, config.validation_fraction))
+    else:
+        log(corpus_line(corpus, config.validation_fraction, unit))
 
     def sample(when: str) -> None:
         print(f"--- sample {when} post-training ---")
