@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,12 +24,21 @@ from riftco.instruct import (
     ExampleSet,
     MessagesRow,
     PromptCompletionRow,
+    Row,
     TextRow,
+    _row,
     build_examples,
     load_rows,
 )
 
-__all__ = ["EXAMPLE_SUFFIXES", "is_example_data", "load_example_corpus"]
+__all__ = [
+    "EXAMPLE_SUFFIXES",
+    "RowObjects",
+    "answer_samples",
+    "is_example_data",
+    "load_example_corpus",
+    "rows_from_objects",
+]
 
 EXAMPLE_SUFFIXES = (".jsonl", ".json")
 """File suffixes read as instruction/chat rows rather than as text."""
@@ -92,8 +102,38 @@ def _shapes(rows: Sequence[Any]) -> str:
     return ", ".join(seen)
 
 
+@dataclass(frozen=True)
+class RowObjects:
+    """Rows held in memory (dicts shaped as the rows of a ``.jsonl`` file), named ``name`` in
+    errors (``name[index]``) and in the corpus description."""
+
+    rows: Sequence[Any]
+    name: str
+
+
+def rows_from_objects(objects: Sequence[Any], name: str) -> list[Row]:
+    """Rows from dicts shaped as JSON rows, checked as :func:`riftco.instruct.load_rows` checks
+    a file's (errors name ``name[index]``).
+
+    Raises:
+        DatasetError: as :func:`riftco.instruct.load_rows`, and for no rows.
+    """
+    rows: list[Row] = []
+    shape: str | None = None
+    first: str | None = None
+    for i, obj in enumerate(objects):
+        where = f"{name}[{i}]"
+        row, this = _row(obj, where, shape, first)
+        if shape is None:
+            shape, first = this, where
+        rows.append(row)
+    if not rows:
+        raise DatasetError(f"{name}: no rows (expected at least one)")
+    return rows
+
+
 def load_example_corpus(
-    paths: Sequence[str | os.PathLike[str]],
+    paths: Sequence[str | os.PathLike[str]] | RowObjects,
     model_folder: str | os.PathLike[str] | None,
     *,
     seq_len: int,
@@ -108,7 +148,8 @@ def load_example_corpus(
 
     Args:
         paths: ``.jsonl``/``.json`` files or folders of them (see
-            :func:`riftco.instruct.load_rows`).
+            :func:`riftco.instruct.load_rows`), or :class:`RowObjects` (e.g.
+            ``RowObjects(riftco.stdlib_instructions.stdlib_instructions(), "stdlib")``).
         model_folder: the model's folder; its chat template (``chat_template.jinja`` or
             ``tokenizer_config.json``) renders ``messages`` rows, and its ``bos_token`` /
             ``eos_token`` frame prompt/completion and text rows. ``None``, or a folder without a
@@ -135,7 +176,12 @@ def load_example_corpus(
     """
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
         raise DatasetError(f"seq_len must be a positive integer, got {seq_len!r}")
-    rows = load_rows(list(paths))
+    if isinstance(paths, RowObjects):
+        rows = rows_from_objects(paths.rows, paths.name)
+        where = paths.name
+    else:
+        rows = load_rows(list(paths))
+        where = ", ".join(str(p) for p in paths)
     template = chat_template
     if template is None and model_folder is not None:
         template = load_chat_template(model_folder)
@@ -159,8 +205,7 @@ def load_example_corpus(
     )
     files = tuple(dict.fromkeys(e.source.rsplit(":", 1)[0].split("[", 1)[0] for e in built.examples))
     description = (
-        f"{_shapes(rows)} rows of {', '.join(str(p) for p in paths)}; {template.name}; loss on "
-        f"{train_on}"
+        f"{_shapes(rows)} rows of {where}; {template.name}; loss on {train_on}"
     )
     corpus = ExampleCorpus(
         tuple(e.input_ids for e in built.examples),
@@ -169,3 +214,51 @@ def load_example_corpus(
         files,
     )
     return corpus, built
+
+
+def answer_samples(
+    model: Any,
+    examples: ExampleCorpus,
+    *,
+    count: int = 3,
+    max_new_tokens: int = 64,
+    tokenizer: Any = None,
+    stop: str | None = "<|end|>",
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> list[dict[str, str]]:
+    """Answers the model generates to the first ``count`` examples' prompts: each example's
+    tokens before its first target (the rendered conversation up to the assistant's turn, the
+    template's generation prompt included), continued by :func:`riftco.hf_tokenizer.generate_ids`
+    and cut at ``stop`` (the default byte template's end of turn; a tokenizer's EOS id already
+    stops generation).
+
+    Returns:
+        ``{"prompt", "reference", "generated"}`` per example, decoded text (bytes decoded as
+        UTF-8 with replacement for a byte-token model).
+    """
+    from riftco.hf_tokenizer import generate_ids
+    from riftco.instruct import IGNORE_INDEX
+
+    def decode(ids: Sequence[int]) -> str:
+        if tokenizer is None:
+            return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        return str(tokenizer.decode([int(i) for i in ids]))
+
+    out = []
+    max_seq_len = int(model.config.max_seq_len)
+    for ids, labels in list(zip(examples.input_ids, examples.labels, strict=True))[:count]:
+        targets = [i for i in range(1, len(labels)) if labels[i] != IGNORE_INDEX]
+        start = targets[0]
+        prompt = [int(t) for t in ids[:start]]
+        room = max(0, min(max_new_tokens, max_seq_len - len(prompt) + 1))
+        new = generate_ids(model, prompt, room, temperature=temperature, top_k=top_k, seed=seed)
+        text = decode(new)
+        if stop and stop in text:
+            text = text[: text.index(stop)]
+        reference = decode([int(ids[i]) for i in targets])
+        if stop and stop in reference:
+            reference = reference[: reference.index(stop)]
+        out.append({"prompt": decode(prompt), "reference": reference, "generated": text})
+    return out

@@ -142,3 +142,48 @@ def test_a_folder_mixing_json_and_text_is_refused(tmp_path: Path) -> None:
     (folder / "b.txt").unlink()
     assert riftco.instruct_corpus.is_example_data([folder])
     assert not riftco.instruct_corpus.is_example_data([tmp_path / "x.txt"])
+
+
+def test_the_builtin_chat_data_is_questions_answered_by_docstrings() -> None:
+    import inspect
+
+    from riftco.stdlib_instructions import stdlib_instructions
+
+    rows = stdlib_instructions()
+    assert len(rows) >= 300, len(rows)
+    assert rows == stdlib_instructions()  # deterministic
+    by_question = {r["messages"][0]["content"]: r["messages"][1]["content"] for r in rows}
+    # A known answer, checked against the interpreter's own docstring.
+    from riftco.stdlib_instructions import _QUESTIONS
+
+    question = next(q for q in (t.format(name="len()") for t in _QUESTIONS) if q in by_question)
+    doc = inspect.getdoc(len)
+    assert doc is not None
+    assert by_question[question] == " ".join(doc.split("\n\n")[0].split())
+    assert all(a and len(a) <= 300 for a in by_question.values())
+    assert len(by_question) == len(rows)  # no question twice
+
+
+def test_post_train_data_format_chat_saves_answers_to_held_out_prompts(
+    tmp_path: Path, base: Path
+) -> None:
+    out = tmp_path / "chat"
+    r = riftco_cmd(
+        "post-train", "--model", base, "--data-format", "chat", *TINY_TRAIN[:2], "--seq-len",
+        "128", "--steps", "2", "--sample-tokens", "8", "--no-plots", "--out", out,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "messages rows of riftco.stdlib_instructions" in r.stderr, r.stderr
+    assert "left out" in r.stderr  # rows longer than 129 tokens are skipped, counted
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [s["when"] for s in samples] == ["before"] * 3 + ["after"] * 3
+    for s in samples:
+        assert s["prompt"].startswith("<|user|>\n") and s["prompt"].endswith("<|assistant|>\n")
+        assert s["reference"] and "<|end|>" not in s["reference"]
+    text = tmp_path / "notes.txt"
+    text.write_text("plain text\n")
+    one_error_line(
+        riftco_cmd("post-train", "--model", base, "--data-format", "chat", "--data", text,
+                   "--out", tmp_path / "o"),
+        "--data-format chat needs .jsonl/.json files",
+    )

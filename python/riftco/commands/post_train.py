@@ -11,8 +11,9 @@ prints a sample before and after. ``--fine-tuning-method full`` trains every wei
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import riftco
 from riftco.cli import (
@@ -38,13 +39,21 @@ from riftco.commands._runs import (
     stage_log,
 )
 from riftco.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
-from riftco.instruct_corpus import is_example_data, load_example_corpus
+from riftco.instruct_corpus import (
+    RowObjects,
+    answer_samples,
+    is_example_data,
+    load_example_corpus,
+)
+from riftco.stdlib_instructions import stdlib_instructions
 from riftco.stages import MODEL_STATE_FILE
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_OUT", "add_arguments", "parse_args", "run"]
 
 DEFAULT_MODEL = "runs/pretrain"
 DEFAULT_OUT = "runs/post_train"
+SAMPLES_FILE = "samples.jsonl"
+"""Where a run on instruction/chat data saves its answers to held-out prompts, before and after."""
 
 EPILOG = """examples:
   riftco post-train                                           # LoRA on runs/pretrain
@@ -53,6 +62,7 @@ EPILOG = """examples:
   riftco post-train --model runs/pretrain --data my_notes/ --lora-rank 16
   riftco post-train --model path/to/hf-llama-folder --data my_notes/
   riftco post-train --data train.jsonl --train-on answers      # chat / instruction rows
+  riftco post-train --data-format chat                        # built-in stdlib Q&A rows
 
 --model is a pretraining output folder or a plain Hugging Face Llama folder (config.json with
 model.safetensors or shards, float32/bfloat16/float16). A folder with a tokenizer.json is
@@ -80,6 +90,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "model's chat template, the loss on the answers",
     )
     p.add_argument(
+        "--data-format",
+        choices=("text", "chat"),
+        default="text",
+        help="without --data: the built-in data, the Python language reference as text "
+        "(default) or chat: questions about standard-library functions answered by their "
+        "docstrings (riftco.stdlib_instructions, made from this Python); with --data the "
+        "files' suffixes decide, and chat needs .jsonl/.json files",
+    )
+    p.add_argument(
         "--train-on",
         choices=("answers", "all"),
         default="answers",
@@ -89,9 +108,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--overlong",
         choices=("error", "truncate", "skip"),
-        default="error",
+        default=None,
         help="with .jsonl/.json data: an example longer than --seq-len + 1 tokens is an "
-        "error (default), cut, or left out (counted in the log)",
+        "error (default for --data files), cut, or left out (default for the built-in chat "
+        "data; counted in the log)",
     )
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="output folder")
     p.add_argument(
@@ -262,7 +282,13 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
     except (ImportError, riftco.TokenError) as e:
         fail(str(e))
     corpus: riftco.Corpus | riftco.ExampleCorpus
-    if args.data and is_example_data(args.data):
+    example_data = is_example_data(args.data) if args.data else args.data_format == "chat"
+    if args.data and args.data_format == "chat" and not example_data:
+        fail(
+            f"--data-format chat needs .jsonl/.json files; --data {args.data[0]!r} is text "
+            "(drop --data-format chat to train on it as text)"
+        )
+    if example_data:
         corpus = _examples(args, state, seq_len, tokenizer, int(model.config.vocab_size))
         check_examples(corpus, config.validation_fraction)
     else:
@@ -295,14 +321,18 @@ def _examples(
     """The .jsonl/.json rows of ``--data`` as examples, through the model folder's tokenizer
     and chat template (the default byte template for a folder without one)."""
     try:
+        source = args.data or RowObjects(stdlib_instructions(), "riftco.stdlib_instructions")
+        overlong: Literal["error", "truncate", "skip"] = args.overlong or (
+            "error" if args.data else "skip"
+        )
         examples, built = load_example_corpus(
-            args.data,
+            source,
             state.parent,
             seq_len=seq_len,
             tokenizer=tokenizer,
             vocab_size=vocab_size,
             train_on=args.train_on,
-            overlong=args.overlong,
+            overlong=overlong,
         )
     except ImportError as e:
         fail(str(e))
@@ -318,7 +348,7 @@ def _examples(
         fail(message)
     if built.n_truncated or built.n_skipped:
         log(
-            f"--overlong {args.overlong}: {built.n_truncated:,} examples cut to {seq_len + 1:,} "
+            f"--overlong {overlong}: {built.n_truncated:,} examples cut to {seq_len + 1:,} "
             f"tokens, {built.n_skipped:,} left out (first: "
             f"{(built.truncated or built.skipped)[0]})"
         )
@@ -342,7 +372,31 @@ def _train(
     else:
         log(corpus_line(corpus, config.validation_fraction, unit))
 
+    held_out = (
+        corpus.split(config.validation_fraction)[1]
+        if isinstance(corpus, riftco.ExampleCorpus)
+        else None
+    )
+    chat_samples: list[dict[str, str]] = []
+
     def sample(when: str) -> None:
+        if held_out is not None:
+            print(f"--- answers to held-out prompts {when} post-training ---")
+            got = answer_samples(
+                model,
+                held_out,
+                count=3,
+                max_new_tokens=n_new,
+                tokenizer=tokenizer,
+                stop=None if tokenizer is not None else "<|end|>",
+                temperature=args.temperature,
+                top_k=args.top_k,
+                seed=args.seed,
+            )
+            for s in got:
+                print(f"{s['prompt']}{s['generated']}\n    (reference: {s['reference']})")
+                chat_samples.append({"when": when, **s})
+            return
         print(f"--- sample {when} post-training ---")
         if tokenizer is not None:
             ids = tokenizer.encode(riftco.decode_bytes(prompt)).ids
@@ -387,3 +441,10 @@ def _train(
         saved = f"{out / MODEL_STATE_FILE}, {out / 'config.json'}"
     print(f"saved {saved} and {out / riftco.METADATA_FILE}")
     sample("after")
+    if chat_samples:
+        path = out / SAMPLES_FILE
+        path.write_text(
+            "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in chat_samples),
+            encoding="utf-8",
+        )
+        print(f"saved the answers before and after in {path}")
