@@ -22,6 +22,7 @@ pub mod frozen_dtype;
 pub mod head;
 pub mod layout;
 pub mod linear;
+pub mod loss;
 pub mod model;
 pub mod optim;
 pub mod policy;
