@@ -4,7 +4,9 @@
 use crate::error::{Result, TransformerError};
 use crate::head::head_loss;
 use crate::model::{DecoderOnlyTransformer, IGNORE_INDEX};
+use crate::packing::SequenceLayout;
 use riftco_autograd::{ops, Variable};
+use std::sync::Arc;
 
 impl DecoderOnlyTransformer {
     /// Mean next-token cross-entropy of a token block `[batch, seq + 1]`: inputs are
@@ -22,7 +24,7 @@ impl DecoderOnlyTransformer {
     /// in the block).
     pub fn loss(&self, block: &[u32], batch: usize, seq_plus_one: usize) -> Result<Variable> {
         let (inputs, targets, seq) = self.split_block(block, batch, seq_plus_one)?;
-        let h = self.forward_hidden(&inputs, batch, seq, true)?;
+        let h = self.forward_hidden(&inputs, batch, seq, true, None)?;
         head_loss(&h, &self.weights.lm_head, &targets, self.loss_chunking)
     }
 
@@ -46,6 +48,55 @@ impl DecoderOnlyTransformer {
         &self,
         block: &[u32],
         labels: &[i64],
+        batch: usize,
+        seq_plus_one: usize,
+    ) -> Result<Variable> {
+        self.labels_loss(block, labels, None, batch, seq_plus_one)
+    }
+
+    /// The loss of a packed batch: several examples per row of `block [batch, seq + 1]`, with
+    /// `position_ids [batch, seq + 1]` (Hugging Face's padding-free convention, as
+    /// `DataCollatorWithFlattening` and TRL's `padding_free` produce them) counting `0, 1, 2, ..`
+    /// within each example and restarting at 0 where the next one starts. Each example is
+    /// computed as if it were alone ([`crate::packing`]: RoPE restarts at 0, attention stays
+    /// within the example), and a target at an example's first token is never scored (nothing
+    /// of its example precedes it; as column 0). Targets come from `labels` as in
+    /// [`DecoderOnlyTransformer::loss_with_labels`], or from `block` when `None`. The mean is
+    /// over every scored target of the batch: with one example per row and no position 0
+    /// inside a row, it is [`DecoderOnlyTransformer::loss_with_labels`].
+    ///
+    /// # Errors
+    /// As [`DecoderOnlyTransformer::loss_with_labels`]; [`TransformerError::Tokens`] naming the
+    /// value and its `[row, column]` when `position_ids` has another length than `block` or a
+    /// row does not count `0, 1, 2, ..` restarting at 0 only
+    /// ([`SequenceLayout::from_position_ids`]).
+    pub fn loss_packed(
+        &self,
+        block: &[u32],
+        labels: Option<&[i64]>,
+        position_ids: &[i64],
+        batch: usize,
+        seq_plus_one: usize,
+    ) -> Result<Variable> {
+        let full = SequenceLayout::from_position_ids(position_ids, batch, seq_plus_one)?;
+        let owned: Vec<i64>;
+        let labels = match labels {
+            Some(l) => l,
+            None => {
+                owned = block.iter().map(|&t| i64::from(t)).collect();
+                &owned
+            }
+        };
+        self.labels_loss(block, labels, Some(&full), batch, seq_plus_one)
+    }
+
+    /// [`DecoderOnlyTransformer::loss_with_labels`] over the examples of `full` (a layout of
+    /// the whole `[batch, seq + 1]` block) when given.
+    fn labels_loss(
+        &self,
+        block: &[u32],
+        labels: &[i64],
+        full: Option<&SequenceLayout>,
         batch: usize,
         seq_plus_one: usize,
     ) -> Result<Variable> {
@@ -79,7 +130,8 @@ impl DecoderOnlyTransformer {
         let mut targets = Vec::new();
         for (b, row) in labels.chunks_exact(seq_plus_one).enumerate() {
             for (t, &l) in row[1..].iter().enumerate() {
-                if l != IGNORE_INDEX {
+                let starts = full.is_some_and(|f| f.is_example_start(b, t + 1));
+                if l != IGNORE_INDEX && !starts {
                     rows.push((b * seq + t) as u32);
                     targets.push(l as u32);
                 }
@@ -89,12 +141,14 @@ impl DecoderOnlyTransformer {
             return Err(TransformerError::Tokens {
                 message: format!(
                     "every target position of the labels [batch {batch}, seq + 1 = \
-                     {seq_plus_one}] is {IGNORE_INDEX} (ignored; column 0 is never a target): \
-                     there is no token to take the loss over"
+                     {seq_plus_one}] is {IGNORE_INDEX} (ignored; column 0 and the first token \
+                     of a packed example are never targets): there is no token to take the loss \
+                     over"
                 ),
             });
         }
-        let h = self.forward_hidden(&inputs, batch, seq, true)?;
+        let layout = full.map(|f| Arc::new(f.without_last_column()));
+        let h = self.forward_hidden(&inputs, batch, seq, true, layout.as_ref())?;
         let h = if targets.len() == batch * seq {
             h
         } else {

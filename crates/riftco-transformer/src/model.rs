@@ -522,18 +522,20 @@ impl DecoderOnlyTransformer {
         seq: usize,
         training_forward: bool,
     ) -> Result<Variable> {
-        let h = self.forward_hidden(tokens, batch, seq, training_forward)?;
+        let h = self.forward_hidden(tokens, batch, seq, training_forward, None)?;
         Ok(ops::linear(&h, &self.weights.lm_head)?)
     }
 
     /// The final RMSNorm's output `[batch·seq, d_model]` for tokens `[batch, seq]` (what the LM
-    /// head reads), with the dropout rule of [`DecoderOnlyTransformer::forward_logits`].
+    /// head reads), with the dropout rule of [`DecoderOnlyTransformer::forward_logits`]; with a
+    /// packed `layout`, each example of a row attends only within itself ([`crate::packing`]).
     pub(crate) fn forward_hidden(
         &self,
         tokens: &[u32],
         batch: usize,
         seq: usize,
         training_forward: bool,
+        layout: Option<&Arc<crate::packing::SequenceLayout>>,
     ) -> Result<Variable> {
         let w = &self.weights;
         let cfg = &w.config;
@@ -541,6 +543,7 @@ impl DecoderOnlyTransformer {
         let x = ops::embedding(&w.embed, tokens)?;
         let mut x = ops::reshape(&x, [batch, seq, cfg.d_model])?;
         let mut ctx = BlockContext::new(cfg, &w.rope, batch, seq, self.attention);
+        ctx.layout = layout.filter(|l| !l.is_unpacked()).cloned();
         // Without a graph (evaluation) no block retains anything: no plan is needed.
         let plan = if riftco_autograd::is_grad_enabled() {
             self.activation_checkpointing_plan(batch, seq)?
