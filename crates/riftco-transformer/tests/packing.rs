@@ -14,8 +14,11 @@ const SEQ1: usize = 16;
 /// Example lengths (tokens, targets included) of the two rows; each row sums to SEQ1.
 const ROWS: [&[usize]; 2] = [&[5, 7, 4], &[9, 7]];
 
-/// The packed block, its position ids, and the examples `(row, start, len)`.
-fn packed() -> (Vec<u32>, Vec<i64>, Vec<(usize, usize, usize)>) {
+/// An example of a packed batch: `(row, start, len)`.
+type Example = (usize, usize, usize);
+
+/// The packed block, its position ids, and the examples.
+fn packed() -> (Vec<u32>, Vec<i64>, Vec<Example>) {
     let tokens = block(ROWS.len(), SEQ1, 64);
     let mut positions = Vec::new();
     let mut examples = Vec::new();
