@@ -183,3 +183,57 @@ fn bad_position_ids_are_token_errors() {
         .loss_packed(&tokens, None, &positions[1..], 2, SEQ1)
         .is_err());
 }
+
+/// Dropout in a packed forward (attention, residual and LoRA at 0.1): every policy's replay
+/// regenerates the forward's masks, so each gives the loss and gradients of `disabled`
+/// bitwise; flash and materialized attention drop the same entries (their losses agree to
+/// f32 rounding, far closer than two different masks would give), and dropout does change the
+/// loss.
+#[test]
+fn packed_dropout_replays_bitwise_and_matches_across_attention_kinds() {
+    let (tokens, positions, _) = packed();
+    let run = |attn: Attn, policy: &str, p: f32| -> (u32, Vec<Vec<u32>>) {
+        let mut c = common::small_config();
+        c.attention_dropout = p;
+        c.residual_dropout = p;
+        let mut m = DecoderOnlyTransformer::new(c, attn, Ck::Disabled).unwrap();
+        let mut lora = common::lora_config();
+        lora.dropout = p;
+        m.enable_lora(&lora).unwrap();
+        m.set_activation_checkpointing(policy.parse().unwrap())
+            .unwrap();
+        let loss = m
+            .loss_packed(&tokens, None, &positions, ROWS.len(), SEQ1)
+            .unwrap();
+        loss.backward().unwrap();
+        let grads = m
+            .trainable_parameters()
+            .iter()
+            .map(|p| {
+                p.grad()
+                    .unwrap()
+                    .to_vec()
+                    .iter()
+                    .map(|g| g.to_bits())
+                    .collect()
+            })
+            .collect();
+        (loss.value().item().unwrap().to_bits(), grads)
+    };
+    for attn in [Attn::Flash, Attn::Materialized] {
+        let plain = run(attn, "disabled", 0.1);
+        for policy in ["block", "segments:2", "selective", "auto"] {
+            assert!(run(attn, policy, 0.1) == plain, "{attn:?} {policy}");
+        }
+    }
+    let loss = |attn, p| f32::from_bits(run(attn, "disabled", p).0);
+    let (flash, materialized) = (loss(Attn::Flash, 0.1), loss(Attn::Materialized, 0.1));
+    assert!(
+        (flash - materialized).abs() <= 1e-5 * flash.abs(),
+        "{flash} vs {materialized}"
+    );
+    assert!(
+        (flash - loss(Attn::Flash, 0.0)).abs() > 1e-3,
+        "dropout changed nothing"
+    );
+}
