@@ -709,11 +709,17 @@ def _check_data(corpus: Corpus | ExampleCorpus, cfg: _LoopConfig) -> None:
 
     Raises:
         CorpusError: naming what does not fit.
+        ConfigError: ``packing`` with a text corpus.
     """
     if isinstance(corpus, ExampleCorpus):
         for part in corpus.split(cfg.validation_fraction):
             ExampleBatchSampler(part, cfg.batch_size, cfg.seq_len, 0)
         return
+    if getattr(cfg, "packing", False):
+        raise ConfigError(
+            "packing = True needs a riftco.ExampleCorpus (instruction/chat examples); a text "
+            "corpus is already cut into full rows without padding"
+        )
     if not isinstance(corpus, Corpus):
         raise CorpusError(
             f"corpus must be a riftco.Corpus or riftco.ExampleCorpus; got {type(corpus).__name__}"

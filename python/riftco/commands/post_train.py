@@ -94,8 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--packing",
         action="store_true",
-        help="with --data FILE.jsonl: pack several whole examples into each training row "
-        "(each computed as if alone) instead of padding one example per row",
+        help="with instruction/chat examples: pack several whole examples into each training "
+        "row (each computed as if alone) instead of padding one example per row",
     )
     p.add_argument(
         "--frozen-weights-dtype",
