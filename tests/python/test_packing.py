@@ -136,8 +136,8 @@ def test_post_training_config_checks_packing() -> None:
 def test_packing_a_text_corpus_is_a_config_error(tmp_path: Any) -> None:
     with pytest.raises(riftco.ConfigError, match="packing = True needs a riftco.ExampleCorpus"):
         riftco.run_post_training(
-            riftco.TransformerConfig(vocab_size=256, d_model=32, n_heads=2, n_layers=1, d_ff=48,
-                                     max_seq_len=16),
+            riftco.DecoderOnlyTransformer(riftco.TransformerConfig(
+                vocab_size=256, d_model=32, n_heads=2, n_layers=1, d_ff=48, max_seq_len=16)),
             riftco.PostTrainingConfig(steps=1, batch_size=2, seq_len=8, packing=True),
             riftco.default_corpus(max_bytes=1 << 14), tmp_path / "run", progress=False,
             plots=False,
