@@ -169,11 +169,29 @@ pub(crate) fn packed_attention(
     let (t, h) = (ctx.seq, ctx.n_heads as u64);
     let mut rows = Vec::with_capacity(ctx.batch);
     for row in 0..ctx.batch {
-        let mut outs = Vec::with_capacity(layout.examples(row).len());
-        for &(start, len) in layout.examples(row) {
-            let qs = ops::rope(&slice(q, row, start, len)?, &ctx.rope, 0)?;
-            let ks = ops::rope(&slice(k, row, start, len)?, &ctx.rope, 0)?;
-            let vs = slice(v, row, start, len)?;
+        let examples = layout.examples(row);
+        let mut outs = Vec::with_capacity(examples.len());
+        // The row first, then its examples: each slice's VJP scatters into zeros of its
+        // input's shape, so an example sliced from its row costs a row of zeros at backward,
+        // not a whole batch.
+        let (qr, kr, vr) = if ctx.batch > 1 && examples.len() > 1 {
+            (
+                slice(q, row, 0, t)?,
+                slice(k, row, 0, t)?,
+                slice(v, row, 0, t)?,
+            )
+        } else {
+            (q.clone(), k.clone(), v.clone())
+        };
+        let r = if ctx.batch > 1 && examples.len() > 1 {
+            0
+        } else {
+            row
+        };
+        for &(start, len) in examples {
+            let qs = ops::rope(&slice(&qr, r, start, len)?, &ctx.rope, 0)?;
+            let ks = ops::rope(&slice(&kr, r, start, len)?, &ctx.rope, 0)?;
+            let vs = slice(&vr, r, start, len)?;
             // Philox blocks of 4 elements: an example needs at most h·len² / 4 + 1 blocks, and
             // the next example of the row starts h·t·len blocks later.
             let mask = dropout.map(|m| DropoutMask {
