@@ -303,6 +303,9 @@ class PostTrainingConfig(_LoopConfig):
             that storage. A passed-in model keeps the format afterwards, like its adapters.
         lora_dropout: dropout probability on the adapters' inputs (PEFT's ``lora_dropout``,
             written to ``adapter_config.json``), in ``[0, 1)``, default 0; only with ``"lora"``.
+        packing: with an instruction/chat dataset, pack several whole examples into each
+            training row (first fit; ``position_ids`` restart per example, so each computes as
+            if alone) instead of padding one example per row (default ``False``).
 
     A probability is a real number (a NumPy scalar too, stored as a plain ``float``; not a bool),
     finite, in ``[0, 1)`` and below 1 also as a 32-bit float (the model's rule: ``0.99999999``
@@ -322,6 +325,7 @@ class PostTrainingConfig(_LoopConfig):
     residual_dropout: float | None = None
     lora_dropout: float = 0.0
     frozen_weights_dtype: str | None = None
+    packing: bool = False
     steps: int = 100
     lr: float = 1e-3
     warmup_steps: int = 10
@@ -335,6 +339,8 @@ class PostTrainingConfig(_LoopConfig):
         _check_int("lora_seed", self.lora_seed, 0)
         if not isinstance(self.lora_mlp, bool):
             raise ConfigError(f"lora_mlp must be a bool; got {self.lora_mlp!r}")
+        if not isinstance(self.packing, bool):
+            raise ConfigError(f"packing must be a bool; got {self.packing!r}")
         for name in ("attention_dropout", "residual_dropout", "lora_dropout"):
             value = getattr(self, name)
             if value is not None or name == "lora_dropout":

@@ -8,6 +8,11 @@ and right-pads them to ``seq_len + 1`` columns with ``pad_id`` and label ``-100`
 attention no real token attends to the padding after it, so a padded example computes exactly
 what it would alone, and the loss is the mean over the batch's target tokens
 (``DecoderOnlyTransformer.loss(tokens, labels=...)``).
+
+With ``packing=True`` the sampler packs several whole examples into each row instead (first
+fit, in the epoch's order) and gives ``position_ids`` counting ``0, 1, ..`` within each example
+(Hugging Face's padding-free convention): ``loss(tokens, labels=..., position_ids=...)`` then
+computes every example as if alone, with far fewer padding tokens.
 """
 
 from __future__ import annotations
@@ -140,13 +145,26 @@ class ExampleBatchSampler:
     right-padded with ``pad_id`` (labels ``-100``), each epoch in a new order drawn from
     ``numpy.random.default_rng(seed)``; the same arguments give the same batches everywhere.
 
+    With ``packing=True`` each row holds as many whole examples as fit: the examples are taken
+    in the epoch's order and each goes into the first row of the batch with room for it (first
+    fit); the batch is complete at the first example that fits no row (it opens the next
+    batch). The rest of a row is padding (``pad_id``, labels ``-100``), and
+    :meth:`next_packed_batch` adds ``position_ids`` ``int64 [batch_size, seq_len + 1]``
+    restarting at 0 at every example (and at the padding, which forms its own span).
+
     Raises:
         CorpusError: an example longer than ``seq_len + 1`` tokens (named, with the longest),
             ``batch_size`` or ``seq_len`` below 1, a negative ``seed`` or ``pad_id``.
     """
 
     def __init__(
-        self, examples: ExampleCorpus, batch_size: int, seq_len: int, seed: int, pad_id: int = 0
+        self,
+        examples: ExampleCorpus,
+        batch_size: int,
+        seq_len: int,
+        seed: int,
+        pad_id: int = 0,
+        packing: bool = False,
     ) -> None:
         if batch_size < 1 or seq_len < 1:
             raise CorpusError(
@@ -167,6 +185,7 @@ class ExampleBatchSampler:
         self._batch_size = int(batch_size)
         self._width = int(seq_len) + 1
         self._pad_id = int(pad_id)
+        self.packing = bool(packing)
         self._rng = np.random.default_rng(int(seed))
         self._epoch_state: dict[str, Any] = {}
         self._order: npt.NDArray[np.int64] = np.zeros(0, np.int64)
@@ -178,8 +197,12 @@ class ExampleBatchSampler:
         self._order = self._rng.permutation(len(self._examples)).astype(np.int64)
         self._position = 0
 
-    def next_batch(self) -> tuple[Ids, Ids]:
-        """The next ``(tokens, labels)``, both ``int64 [batch_size, seq_len + 1]``."""
+    def next_batch(self) -> tuple[Ids, ...]:
+        """The next ``(tokens, labels)``, both ``int64 [batch_size, seq_len + 1]``; with
+        ``packing=True`` the next ``(tokens, labels, position_ids)`` of
+        :meth:`next_packed_batch` (``model.loss(*batch[:2], position_ids=batch[2])``)."""
+        if self.packing:
+            return self.next_packed_batch()
         tokens = np.full((self._batch_size, self._width), self._pad_id, np.int64)
         labels = np.full((self._batch_size, self._width), IGNORE_INDEX, np.int64)
         for row in range(self._batch_size):
@@ -191,6 +214,33 @@ class ExampleBatchSampler:
             tokens[row, : ids.shape[0]] = ids
             labels[row, : lab.shape[0]] = lab
         return tokens, labels
+
+    def next_packed_batch(self) -> tuple[Ids, Ids, Ids]:
+        """The next ``(tokens, labels, position_ids)``, each ``int64 [batch_size, seq_len +
+        1]``, packed first fit whatever ``packing`` says."""
+        shape = (self._batch_size, self._width)
+        tokens = np.full(shape, self._pad_id, np.int64)
+        labels = np.full(shape, IGNORE_INDEX, np.int64)
+        positions = np.zeros(shape, np.int64)
+        used = [0] * self._batch_size
+        while True:
+            if self._position == len(self._order):
+                self._new_epoch()
+            i = int(self._order[self._position])
+            ids, lab = self._examples.input_ids[i], self._examples.labels[i]
+            n = ids.shape[0]
+            row = next((r for r in range(self._batch_size) if used[r] + n <= self._width), None)
+            if row is None:
+                break
+            self._position += 1
+            start = used[row]
+            tokens[row, start : start + n] = ids
+            labels[row, start : start + n] = lab
+            positions[row, start : start + n] = np.arange(n)
+            used[row] += n
+        for row, start in enumerate(used):
+            positions[row, start:] = np.arange(self._width - start)
+        return tokens, labels, positions
 
     def get_state(self) -> dict[str, object]:
         """The sampler's position: the generator's state at the start of the current epoch and

@@ -232,8 +232,9 @@ Batch = Any
 def _loss(model: DecoderOnlyTransformer, batch: Batch) -> Any:
     """The model's loss of a block, or of ``(tokens, labels)`` over the labelled targets."""
     if isinstance(batch, tuple):
-        tokens, labels = batch
-        return model.loss(tokens, labels=labels)
+        # (tokens, labels), or (tokens, labels, position_ids) of a packing sampler.
+        positions = batch[2] if len(batch) == 3 else None
+        return model.loss(batch[0], labels=batch[1], position_ids=positions)
     return model.loss(batch)
 
 
@@ -483,7 +484,10 @@ def _train_guarded(
     sampler: BatchSampler | ExampleBatchSampler
     if isinstance(corpus, ExampleCorpus):
         train_examples, val_examples = corpus.split(cfg.validation_fraction)
-        sampler = ExampleBatchSampler(train_examples, cfg.batch_size, cfg.seq_len, cfg.seed)
+        packing = bool(getattr(cfg, "packing", False))
+        sampler = ExampleBatchSampler(
+            train_examples, cfg.batch_size, cfg.seq_len, cfg.seed, packing=packing
+        )
         ExampleBatchSampler(val_examples, cfg.batch_size, cfg.seq_len, cfg.seed + 1)  # checks
         corpus_metadata = dict(
             corpus.to_dict(),
@@ -492,7 +496,9 @@ def _train_guarded(
         )
 
         def val_batches() -> Iterator[Batch]:
-            val = ExampleBatchSampler(val_examples, cfg.batch_size, cfg.seq_len, cfg.seed + 1)
+            val = ExampleBatchSampler(
+                val_examples, cfg.batch_size, cfg.seq_len, cfg.seed + 1, packing=packing
+            )
             return (val.next_batch() for _ in range(cfg.eval_batches))
 
     else:
@@ -703,11 +709,17 @@ def _check_data(corpus: Corpus | ExampleCorpus, cfg: _LoopConfig) -> None:
 
     Raises:
         CorpusError: naming what does not fit.
+        ConfigError: ``packing`` with a text corpus.
     """
     if isinstance(corpus, ExampleCorpus):
         for part in corpus.split(cfg.validation_fraction):
             ExampleBatchSampler(part, cfg.batch_size, cfg.seq_len, 0)
         return
+    if getattr(cfg, "packing", False):
+        raise ConfigError(
+            "packing = True needs a riftco.ExampleCorpus (instruction/chat examples); a text "
+            "corpus is already cut into full rows without padding"
+        )
     if not isinstance(corpus, Corpus):
         raise CorpusError(
             f"corpus must be a riftco.Corpus or riftco.ExampleCorpus; got {type(corpus).__name__}"

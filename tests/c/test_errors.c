@@ -513,6 +513,66 @@ static void test_loss_with_labels(void) {
     rt_model_free(model);
 }
 
+/* The loss of a packed batch (2.10): one example per row with positions 0.. is rt_model_loss's
+ * value; two examples in a row give the mean of the two alone, weighted by their targets;
+ * bad position ids are errors naming the value. */
+static void test_loss_packed(void) {
+    rt_transformer_config c = small_config();
+    rt_model *model = NULL;
+    EXPECT_OK(rt_model_create(&c, RT_ATTENTION_FLASH, RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK, &model));
+    if (model == NULL) {
+        return;
+    }
+    enum { N = BATCH * SEQ_PLUS_ONE, A = SEQ_PLUS_ONE / 2, B = SEQ_PLUS_ONE - A };
+    uint32_t tokens[N];
+    int64_t positions[N];
+    fill_tokens(tokens, N);
+    for (int i = 0; i < N; i++) {
+        positions[i] = i % SEQ_PLUS_ONE;
+    }
+    float plain = 0.0f, packed = -1.0f, a = 0.0f, b = 0.0f;
+    rt_graph *graph = NULL;
+    EXPECT_OK(rt_model_loss(model, tokens, N, BATCH, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &plain));
+    rt_graph_free(graph);
+    graph = NULL;
+    EXPECT_OK(rt_model_loss_packed(model, tokens, N, NULL, 0, positions, N, BATCH, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &packed));
+    EXPECT_OK(rt_graph_backward(graph));
+    rt_graph_free(graph);
+    EXPECT_TRUE(packed == plain);
+    /* Row 0 as two examples of A and B tokens. */
+    for (int i = 0; i < B; i++) {
+        positions[A + i] = i;
+    }
+    graph = NULL;
+    EXPECT_OK(rt_model_loss_packed(model, tokens, SEQ_PLUS_ONE, NULL, 0, positions, SEQ_PLUS_ONE, 1, SEQ_PLUS_ONE, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &packed));
+    rt_graph_free(graph);
+    graph = NULL;
+    EXPECT_OK(rt_model_loss(model, tokens, A, 1, A, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &a));
+    rt_graph_free(graph);
+    graph = NULL;
+    EXPECT_OK(rt_model_loss(model, tokens + A, B, 1, B, &graph));
+    EXPECT_OK(rt_graph_loss(graph, &b));
+    rt_graph_free(graph);
+    float want = (a * (A - 1) + b * (B - 1)) / (float)(A + B - 2);
+    EXPECT_TRUE(fabsf(packed - want) <= 1e-5f * fabsf(want));
+    graph = NULL;
+    EXPECT(rt_model_loss_packed(model, tokens, N, NULL, 0, positions, N - 1, BATCH, SEQ_PLUS_ONE, &graph),
+           RT_ERROR_SHAPE);
+    EXPECT_MESSAGE_HAS("position_ids_len");
+    EXPECT(rt_model_loss_packed(model, tokens, N, NULL, 0, NULL, N, BATCH, SEQ_PLUS_ONE, &graph),
+           RT_ERROR_NULL_POINTER);
+    positions[1] = 5;
+    EXPECT(rt_model_loss_packed(model, tokens, N, NULL, 0, positions, N, BATCH, SEQ_PLUS_ONE, &graph),
+           RT_ERROR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE_HAS("position_ids[0, 1] is 5");
+    EXPECT_TRUE(graph == NULL);
+    rt_model_free(model);
+}
+
 /* A freeing backward (2.7): PyTorch's retain_graph=False; the graph can then not be
  * differentiated again, and saying so is an error, not a crash. */
 static void test_backward_free_graph(void) {
@@ -677,6 +737,7 @@ int main(int argc, char **argv) {
     test_memory();
     test_loss_chunking();
     test_loss_with_labels();
+    test_loss_packed();
     test_backward_free_graph();
     test_dropout(scratch);
     test_adam_state(scratch);

@@ -93,8 +93,9 @@ def test_an_example_longer_than_the_sequence_is_named() -> None:
         riftco.ExampleBatchSampler(corpus, 2, 15, seed=0)
 
 
+@pytest.mark.parametrize("packing", [False, True])
 def test_post_training_on_examples_trains_the_targets_and_resumes_exactly(
-    tmp_path: Path,
+    tmp_path: Path, packing: bool
 ) -> None:
     base = tmp_path / "base"
     riftco.run_pretraining(
@@ -104,7 +105,7 @@ def test_post_training_on_examples_trains_the_targets_and_resumes_exactly(
         riftco.default_corpus(max_bytes=1 << 16), base, progress=False, plots=False)
     corpus = riftco.examples_from_pairs(_pairs(30), "thirty")
     cfg = riftco.PostTrainingConfig(steps=8, batch_size=4, seq_len=16, save_every=4,
-                                    eval_every=4, keep_checkpoints=5)
+                                    eval_every=4, keep_checkpoints=5, packing=packing)
     first = riftco.run_post_training(base, cfg, corpus, tmp_path / "run", progress=False,
                                      plots=False)
     assert first["corpus"]["examples"] == 30 and first["corpus"]["validation_examples"] >= 1
@@ -114,3 +115,4 @@ def test_post_training_on_examples_trains_the_targets_and_resumes_exactly(
                                      plots=False, resume=True)
     assert again["losses"] == first["losses"]
     assert again["validation_losses"] == first["validation_losses"]
+    assert all(np.isfinite(first["losses"]))

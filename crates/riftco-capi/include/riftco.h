@@ -38,7 +38,7 @@
 /**
  * Minor version of the C ABI. A change only adds functions, constants or status codes.
  */
-#define RT_ABI_VERSION_MINOR 9
+#define RT_ABI_VERSION_MINOR 10
 
 /**
  * The label of a position that is not a target in rt_model_loss_with_labels (-100, PyTorch's
@@ -1005,6 +1005,31 @@ rt_status rt_model_loss_with_labels(struct rt_model *model,
                                     size_t batch,
                                     size_t seq_plus_one,
                                     struct rt_graph **out);
+
+/**
+ * The loss of a packed batch: several examples per row of `tokens [batch, seq + 1]`, delimited
+ * by `position_ids` (`position_ids_len` = `tokens_len` int64 values, row-major like the tokens;
+ * Hugging Face's padding-free convention): each row counts 0, 1, 2, .. within an example and
+ * restarts at 0 where the next one starts. Every example is computed as if alone (RoPE
+ * restarts at 0, attention stays within the example), the target at an example's first token
+ * is never scored, and the mean is over every scored target of the batch. Targets come from
+ * `labels` as in rt_model_loss_with_labels, or from the tokens when `labels` is NULL (then
+ * `labels_len` must be 0). Since 2.10.
+ *
+ * Errors: as rt_model_loss_with_labels; RT_ERROR_SHAPE when `position_ids_len` (or a given
+ * `labels_len`) differs from `tokens_len`; RT_ERROR_INVALID_ARGUMENT for a position that is
+ * neither 0 nor the previous one + 1 (named with its `[row, column]`).
+ */
+rt_status rt_model_loss_packed(struct rt_model *model,
+                               const uint32_t *tokens,
+                               size_t tokens_len,
+                               const int64_t *labels,
+                               size_t labels_len,
+                               const int64_t *position_ids,
+                               size_t position_ids_len,
+                               size_t batch,
+                               size_t seq_plus_one,
+                               struct rt_graph **out);
 
 /**
  * Writes the graph's loss value.

@@ -1,4 +1,4 @@
-//! The riftco C ABI 2.9.
+//! The riftco C ABI 2.10.
 //!
 //! 2.1 added the statuses RT_ERROR_CHECKPOINT and RT_ERROR_DEVICE_MISMATCH. 2.2 added the
 //! activation-checkpointing policies beyond `disabled` and `block`: the constants
@@ -22,6 +22,7 @@
 //! values as its VJP runs); `rt_model_train_step` now frees its graph that way.
 //! 2.8 added the optimizer's state in a file: `rt_adam_save` and `rt_adam_load`.
 //! 2.9 added the loss over labelled targets: `rt_model_loss_with_labels` and RT_IGNORE_INDEX.
+//! 2.10 added the loss of packed batches (several examples per row): `rt_model_loss_packed`.
 //!
 //! Prefix `rt_`, constants `RT_*`. Every fallible export returns an [`rt_status`] and writes
 //! results through out-pointers; a thread-local last-error message names the offending value.
@@ -72,7 +73,7 @@ pub use train::*;
 /// Major version of the C ABI. A change means existing callers may need source changes.
 pub const RT_ABI_VERSION_MAJOR: u32 = 2;
 /// Minor version of the C ABI. A change only adds functions, constants or status codes.
-pub const RT_ABI_VERSION_MINOR: u32 = 9;
+pub const RT_ABI_VERSION_MINOR: u32 = 10;
 
 /// The label of a position that is not a target in rt_model_loss_with_labels (-100, PyTorch's
 /// `ignore_index`). Since 2.9.

@@ -226,6 +226,68 @@ pub unsafe extern "C" fn rt_model_loss_with_labels(
     })
 }
 
+/// The loss of a packed batch: several examples per row of `tokens [batch, seq + 1]`, delimited
+/// by `position_ids` (`position_ids_len` = `tokens_len` int64 values, row-major like the tokens;
+/// Hugging Face's padding-free convention): each row counts 0, 1, 2, .. within an example and
+/// restarts at 0 where the next one starts. Every example is computed as if alone (RoPE
+/// restarts at 0, attention stays within the example), the target at an example's first token
+/// is never scored, and the mean is over every scored target of the batch. Targets come from
+/// `labels` as in rt_model_loss_with_labels, or from the tokens when `labels` is NULL (then
+/// `labels_len` must be 0). Since 2.10.
+///
+/// Errors: as rt_model_loss_with_labels; RT_ERROR_SHAPE when `position_ids_len` (or a given
+/// `labels_len`) differs from `tokens_len`; RT_ERROR_INVALID_ARGUMENT for a position that is
+/// neither 0 nor the previous one + 1 (named with its `[row, column]`).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn rt_model_loss_packed(
+    model: *mut rt_model,
+    tokens: *const u32,
+    tokens_len: usize,
+    labels: *const i64,
+    labels_len: usize,
+    position_ids: *const i64,
+    position_ids_len: usize,
+    batch: usize,
+    seq_plus_one: usize,
+    out: *mut *mut rt_graph,
+) -> rt_status {
+    guard("rt_model_loss_packed", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let model = in_ptr(model, "model")?;
+        let tokens = in_slice(tokens, tokens_len, "tokens")?;
+        let labels = if labels.is_null() && labels_len == 0 {
+            None
+        } else {
+            Some(in_slice(labels, labels_len, "labels")?)
+        };
+        let positions = in_slice(position_ids, position_ids_len, "position_ids")?;
+        for (what, len) in [
+            ("labels_len", labels.map(<[i64]>::len)),
+            ("position_ids_len", Some(positions.len())),
+        ] {
+            if let Some(len) = len.filter(|&n| n != tokens.len()) {
+                return Err(err(
+                    rt_status::RT_ERROR_SHAPE,
+                    format!(
+                        "{what} {len} differs from tokens_len {}: it is aligned with the tokens",
+                        tokens.len()
+                    ),
+                ));
+            }
+        }
+        let mut state = model.lock();
+        check_block(&state.model, tokens, batch, seq_plus_one)?;
+        let l = state
+            .model
+            .loss_packed(tokens, labels, positions, batch, seq_plus_one)?;
+        state.last_graph = Some(l.graph_statistics());
+        *out = Box::into_raw(Box::new(rt_graph { inner: Arc::new(l) }));
+        Ok(())
+    })
+}
+
 /// Writes the graph's loss value.
 ///
 /// Errors: RT_ERROR_NULL_POINTER.

@@ -48,7 +48,7 @@ fn header_declares_the_seed_names_and_version() {
     let h = generate();
     for name in [
         "#define RT_ABI_VERSION_MAJOR 2",
-        "#define RT_ABI_VERSION_MINOR 9",
+        "#define RT_ABI_VERSION_MINOR 10",
         "RT_ACTIVATION_CHECKPOINTING_DISABLED = 0",
         "RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK = 1",
         "RT_ACTIVATION_CHECKPOINTING_SEGMENTS = 2",

@@ -450,6 +450,13 @@ impl PyModel {
     ///         ids in ``[0, vocab_size)``, ``seq <= max_seq_len``.
     ///     labels: ``None``, or an integer array-like of the same shape holding ids in
     ///         ``[0, vocab_size)`` or ``-100``; column 0 is never a target.
+    ///     position_ids: ``None``, or an integer array-like of the same shape for a packed
+    ///         batch (several examples per row; Hugging Face's padding-free convention, as
+    ///         ``DataCollatorWithFlattening`` and TRL's ``padding_free`` produce it): each row
+    ///         counts ``0, 1, 2, ..`` within an example and restarts at 0 where the next one
+    ///         starts. Every example is then computed as if alone (RoPE restarts at 0,
+    ///         attention stays within the example), the target at an example's first token is
+    ///         never scored, and the mean is over every scored target of the batch.
     ///
     /// Returns:
     ///     Variable: a one-element scalar; call ``.backward()`` on it.
@@ -459,16 +466,30 @@ impl PyModel {
     ///         message names the value and its index), ``seq + 1 < 2``, or
     ///         ``seq > max_seq_len``; labels of another shape or dtype, a label that is
     ///         neither -100 nor an id (named with its index), or labels that ignore every
-    ///         target position.
-    #[pyo3(signature = (tokens, labels = None))]
+    ///         target position; position_ids of another shape, not integer, or a value that
+    ///         is neither 0 nor the previous position + 1 (named with its ``[row, column]``).
+    #[pyo3(signature = (tokens, labels = None, position_ids = None))]
     fn loss(
         &self,
         py: Python<'_>,
         tokens: &Bound<'_, PyAny>,
         labels: Option<&Bound<'_, PyAny>>,
+        position_ids: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyVariable> {
         let vocab = self.read().config().vocab_size;
         let (ids, shape) = token_ids(tokens, 2, vocab, "tokens")?;
+        if let Some(p) = position_ids.filter(|p| !p.is_none()) {
+            let positions = crate::tokens::position_ids(p, &shape)?;
+            let labels = match labels.filter(|l| !l.is_none()) {
+                Some(l) => Some(label_ids(l, &shape)?),
+                None => None,
+            };
+            return compute(py, || {
+                self.read()
+                    .loss_packed(&ids, labels.as_deref(), &positions, shape[0], shape[1])
+            })
+            .map(PyVariable);
+        }
         match labels.filter(|l| !l.is_none()) {
             None => compute(py, || self.read().loss(&ids, shape[0], shape[1])).map(PyVariable),
             Some(labels) => {
@@ -487,6 +508,8 @@ impl PyModel {
     ///
     /// Args:
     ///     tokens: integer array-like ``[batch, seq]``, ``seq <= max_seq_len``.
+    ///     position_ids: ``None``, or integer ``[batch, seq]`` for a packed batch (as in
+    ///         ``loss()``): each example's logits are those of the example alone.
     ///
     /// Returns:
     ///     Variable: ``[batch * seq, vocab_size]`` (row ``b * seq + s`` predicts the token after
@@ -494,10 +517,26 @@ impl PyModel {
     ///
     /// Raises:
     ///     TokenError: as ``loss()``.
-    fn logits(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<PyVariable> {
+    #[pyo3(signature = (tokens, position_ids = None))]
+    fn logits(
+        &self,
+        py: Python<'_>,
+        tokens: &Bound<'_, PyAny>,
+        position_ids: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyVariable> {
         let vocab = self.read().config().vocab_size;
         let (ids, shape) = token_ids(tokens, 2, vocab, "tokens")?;
-        compute(py, || self.read().logits(&ids, shape[0], shape[1])).map(PyVariable)
+        match position_ids.filter(|p| !p.is_none()) {
+            Some(p) => {
+                let positions = crate::tokens::position_ids(p, &shape)?;
+                compute(py, || {
+                    self.read()
+                        .logits_packed(&ids, &positions, shape[0], shape[1])
+                })
+                .map(PyVariable)
+            }
+            None => compute(py, || self.read().logits(&ids, shape[0], shape[1])).map(PyVariable),
+        }
     }
 
     /// Adds LoRA adapters (Hu et al. 2021) to the attention projections (and the MLP with

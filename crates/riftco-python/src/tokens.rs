@@ -75,21 +75,34 @@ pub(crate) fn token_ids(
 /// # Errors
 /// `TokenError` for another shape or a non-integer dtype.
 pub(crate) fn label_ids(obj: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<i64>> {
+    int_array(obj, shape, "labels", "integer token ids or -100")
+}
+
+/// `position_ids` of the shape of the tokens as i64 (their values are checked by the core:
+/// `SequenceLayout::from_position_ids` names a bad value with its index).
+pub(crate) fn position_ids(obj: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<i64>> {
+    int_array(obj, shape, "position_ids", "integer positions")
+}
+
+fn int_array(
+    obj: &Bound<'_, PyAny>,
+    shape: &[usize],
+    what: &str,
+    holds: &str,
+) -> PyResult<Vec<i64>> {
     let py = obj.py();
     let np = py.import("numpy")?;
     let arr = np.getattr("asarray")?.call1((obj,))?;
     let got: Vec<usize> = arr.getattr("shape")?.extract()?;
     if got != shape {
         return Err(Exc::Token.err(format!(
-            "labels must have the shape of tokens {shape:?}, got shape {got:?}"
+            "{what} must have the shape of tokens {shape:?}, got shape {got:?}"
         )));
     }
     let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
     if !matches!(kind.as_str(), "i" | "u" | "b") {
         let dtype = arr.getattr("dtype")?.str()?.to_string();
-        return Err(Exc::Token.err(format!(
-            "labels must hold integer token ids or -100, got dtype {dtype}"
-        )));
+        return Err(Exc::Token.err(format!("{what} must hold {holds}, got dtype {dtype}")));
     }
     if kind == "u" {
         // Above i64::MAX would wrap: such a value is out of every vocabulary anyway.

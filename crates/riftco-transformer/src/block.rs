@@ -196,6 +196,9 @@ pub struct BlockContext {
     /// `layer` is set per block); `None` for forwards that never drop (evaluation, decoding,
     /// no probability above 0).
     pub dropout: Option<crate::dropout::BlockDropout>,
+    /// The examples of each row of a packed batch ([`crate::packing`]); `None` when every row
+    /// is one sequence.
+    pub layout: Option<Arc<crate::packing::SequenceLayout>>,
 }
 
 /// The keys and values of one block for incremental decoding: `[max_seq_len, n_kv_heads,
@@ -287,6 +290,7 @@ impl BlockContext {
             rope: rope.clone(),
             attention,
             dropout: None,
+            layout: None,
         }
     }
 
@@ -354,6 +358,8 @@ fn block_forward_impl(
     // Dropout masks of this training forward: a pure function of (key, [site, layer]), so a
     // checkpoint replay draws exactly the forward's masks. Decoding never drops.
     let drop = ctx.dropout.filter(|_| cache.is_none());
+    // A packed batch rotates and attends per example (RoPE then runs inside the attention).
+    let packed = ctx.layout.as_deref().filter(|_| cache.is_none());
     let mask = |site: DropoutSite, p: f32| {
         drop.map(|d| DropoutMask {
             p,
@@ -377,7 +383,7 @@ fn block_forward_impl(
             &lin.forward_with_lora_dropout(Some(name), &n1, lora_mask(site))?,
             [b, t, n, dh],
         )?;
-        Ok(match rope {
+        Ok(match rope.filter(|_| packed.is_none()) {
             Some(rope_name) => named(rope_name, &[&y], || ops::rope(&y, &ctx.rope, start_pos))?,
             None => y,
         })
@@ -394,15 +400,16 @@ fn block_forward_impl(
     // [batch, seq, heads, d_head] in and out (k, v with n_kv_heads heads, read by index for
     // grouped-query attention): flash attention reads this layout directly.
     let attn_mask = drop.and_then(|d| mask(DropoutSite::AttentionProbabilities, d.attention));
-    let attn = named("attention", &[&q, &k, &v], || {
-        ops::causal_attention_with_dropout(
+    let attn = named("attention", &[&q, &k, &v], || match packed {
+        Some(layout) => crate::packing::packed_attention(&q, &k, &v, ctx, layout, attn_mask),
+        None => ops::causal_attention_with_dropout(
             &q,
             &k,
             &v,
             AttentionLayout::BatchSeqHead,
             ctx.attention.into(),
             attn_mask,
-        )
+        ),
     })?;
     let attn = ops::reshape(&attn, [b, t, d_model])?;
     let residual = |site| drop.and_then(|d| mask(site, d.residual));

@@ -22,8 +22,10 @@ pub mod frozen_dtype;
 pub mod head;
 pub mod layout;
 pub mod linear;
+pub mod loss;
 pub mod model;
 pub mod optim;
+pub mod packing;
 pub mod policy;
 pub mod rope_scaling;
 pub mod state;
@@ -40,6 +42,7 @@ pub use head::{LossChunking, DEFAULT_LOSS_CHUNK_BYTES};
 pub use linear::{LoraConfig, LoraTargets};
 pub use model::{DecoderOnlyTransformer, Weights, IGNORE_INDEX};
 pub use optim::{Adam, AdamParamState, AdamState};
+pub use packing::SequenceLayout;
 pub use policy::{
     ActivationCheckpointingKind, FullSequenceAttentionKind, OptionRow, OptionTable,
     ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS,

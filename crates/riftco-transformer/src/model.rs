@@ -6,7 +6,7 @@ use crate::block::{BlockContext, Layer};
 use crate::checkpointing::{planner, ActivationCheckpointing, CheckpointPlan};
 use crate::config::TransformerConfig;
 use crate::error::{Result, TransformerError};
-use crate::head::{head_loss, LossChunking};
+use crate::head::LossChunking;
 use crate::layout::{self, Entry, Init, ModelParam, Place, Slot};
 use crate::linear::{Linear, LoraAdapter, LoraConfig};
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
@@ -225,7 +225,7 @@ pub(crate) fn rope_table(config: &TransformerConfig) -> Result<Arc<RopeTable>> {
 /// ```
 #[derive(Debug)]
 pub struct DecoderOnlyTransformer {
-    weights: Arc<Weights>,
+    pub(crate) weights: Arc<Weights>,
     attention: FullSequenceAttentionKind,
     checkpointing: ActivationCheckpointing,
     /// What every checkpoint of the policy compares at replay (not part of model state).
@@ -522,18 +522,20 @@ impl DecoderOnlyTransformer {
         seq: usize,
         training_forward: bool,
     ) -> Result<Variable> {
-        let h = self.forward_hidden(tokens, batch, seq, training_forward)?;
+        let h = self.forward_hidden(tokens, batch, seq, training_forward, None)?;
         Ok(ops::linear(&h, &self.weights.lm_head)?)
     }
 
     /// The final RMSNorm's output `[batch·seq, d_model]` for tokens `[batch, seq]` (what the LM
-    /// head reads), with the dropout rule of [`DecoderOnlyTransformer::forward_logits`].
-    fn forward_hidden(
+    /// head reads), with the dropout rule of [`DecoderOnlyTransformer::forward_logits`]; with a
+    /// packed `layout`, each example of a row attends only within itself ([`crate::packing`]).
+    pub(crate) fn forward_hidden(
         &self,
         tokens: &[u32],
         batch: usize,
         seq: usize,
         training_forward: bool,
+        layout: Option<&Arc<crate::packing::SequenceLayout>>,
     ) -> Result<Variable> {
         let w = &self.weights;
         let cfg = &w.config;
@@ -541,6 +543,7 @@ impl DecoderOnlyTransformer {
         let x = ops::embedding(&w.embed, tokens)?;
         let mut x = ops::reshape(&x, [batch, seq, cfg.d_model])?;
         let mut ctx = BlockContext::new(cfg, &w.rope, batch, seq, self.attention);
+        ctx.layout = layout.filter(|l| !l.is_unpacked()).cloned();
         // Without a graph (evaluation) no block retains anything: no plan is needed.
         let plan = if riftco_autograd::is_grad_enabled() {
             self.activation_checkpointing_plan(batch, seq)?
@@ -566,141 +569,6 @@ impl DecoderOnlyTransformer {
             &ops::rms_norm(&x, &w.final_norm, cfg.rms_norm_eps)?,
             [batch * seq, cfg.d_model],
         )?)
-    }
-
-    /// Mean next-token cross-entropy of a token block `[batch, seq + 1]`: inputs are
-    /// `block[:, :-1]`, targets `block[:, 1:]`. A scalar Variable.
-    ///
-    /// This is the training forward: while the model is training
-    /// ([`DecoderOnlyTransformer::set_training`]) and a graph is being recorded, it applies the
-    /// config's `attention_dropout` and `residual_dropout` and the adapters' `lora_dropout`, with
-    /// masks of the next dropout step ([`DecoderOnlyTransformer::dropout_step`]). Under
-    /// `no_grad` or in evaluation mode it is the deterministic model's loss.
-    ///
-    /// # Errors
-    /// [`TransformerError::Tokens`] for a bad block (`seq_plus_one < 2`, length),
-    /// [`TransformerError::TokenOutOfVocabulary`] for an id `>= vocab_size` (named with its index
-    /// in the block).
-    pub fn loss(&self, block: &[u32], batch: usize, seq_plus_one: usize) -> Result<Variable> {
-        let (inputs, targets, seq) = self.split_block(block, batch, seq_plus_one)?;
-        let h = self.forward_hidden(&inputs, batch, seq, true)?;
-        head_loss(&h, &self.weights.lm_head, &targets, self.loss_chunking)
-    }
-
-    /// [`DecoderOnlyTransformer::loss`] with targets taken from `labels` (Hugging Face's
-    /// convention: `labels [batch, seq + 1]` aligned with `block`, shifted inside the loss, so
-    /// the prediction after `block[b, t]` is scored against `labels[b, t + 1]`), where
-    /// [`IGNORE_INDEX`] (-100, PyTorch's `ignore_index`) marks a position that is not a target
-    /// (a prompt token in instruction tuning, padding). The mean is over the targeted positions
-    /// only; ignored positions contribute nothing to the loss or the gradients: only the final
-    /// hidden states of the targeted positions go through the LM head (gathered by row, the
-    /// gather's VJP scattering their gradients back). With no position ignored it is
-    /// [`DecoderOnlyTransformer::loss`] of `labels` as targets (bitwise when `labels` equals
-    /// `block`). Column 0 of `labels` is never a target.
-    ///
-    /// # Errors
-    /// As [`DecoderOnlyTransformer::loss`]; [`TransformerError::Tokens`] when `labels` has
-    /// another length than `block`, holds a value that is neither -100 nor an id in
-    /// `[0, vocab_size)` (named with its index), or ignores every target position (a loss over
-    /// no token is undefined: PyTorch returns NaN, riftco refuses).
-    pub fn loss_with_labels(
-        &self,
-        block: &[u32],
-        labels: &[i64],
-        batch: usize,
-        seq_plus_one: usize,
-    ) -> Result<Variable> {
-        let (inputs, _, seq) = self.split_block(block, batch, seq_plus_one)?;
-        if labels.len() != block.len() {
-            return Err(TransformerError::Tokens {
-                message: format!(
-                    "labels hold {} values; the block [batch {batch}, seq + 1 = {seq_plus_one}] \
-                     needs {}",
-                    labels.len(),
-                    block.len()
-                ),
-            });
-        }
-        let vocab = self.weights.config.vocab_size;
-        if let Some((i, &l)) = labels
-            .iter()
-            .enumerate()
-            .find(|(_, &l)| l != IGNORE_INDEX && !(0..vocab as i64).contains(&l))
-        {
-            return Err(TransformerError::Tokens {
-                message: format!(
-                    "label {l} at index [{}, {}] is neither {IGNORE_INDEX} (ignored) nor a token \
-                     id in [0, {vocab})",
-                    i / seq_plus_one,
-                    i % seq_plus_one
-                ),
-            });
-        }
-        let mut rows = Vec::new();
-        let mut targets = Vec::new();
-        for (b, row) in labels.chunks_exact(seq_plus_one).enumerate() {
-            for (t, &l) in row[1..].iter().enumerate() {
-                if l != IGNORE_INDEX {
-                    rows.push((b * seq + t) as u32);
-                    targets.push(l as u32);
-                }
-            }
-        }
-        if targets.is_empty() {
-            return Err(TransformerError::Tokens {
-                message: format!(
-                    "every target position of the labels [batch {batch}, seq + 1 = \
-                     {seq_plus_one}] is {IGNORE_INDEX} (ignored; column 0 is never a target): \
-                     there is no token to take the loss over"
-                ),
-            });
-        }
-        let h = self.forward_hidden(&inputs, batch, seq, true)?;
-        let h = if targets.len() == batch * seq {
-            h
-        } else {
-            ops::embedding(&h, &rows)?
-        };
-        head_loss(&h, &self.weights.lm_head, &targets, self.loss_chunking)
-    }
-
-    /// The inputs `block[:, :-1]`, targets `block[:, 1:]` and `seq` of a checked token block.
-    fn split_block(
-        &self,
-        block: &[u32],
-        batch: usize,
-        seq_plus_one: usize,
-    ) -> Result<(Vec<u32>, Vec<u32>, usize)> {
-        if seq_plus_one < 2 {
-            return Err(TransformerError::Tokens {
-                message: format!("a token block needs seq + 1 >= 2 columns, got {seq_plus_one}"),
-            });
-        }
-        if batch.checked_mul(seq_plus_one) != Some(block.len()) || batch == 0 {
-            return Err(TransformerError::Tokens {
-                message: format!(
-                    "{} tokens do not form a block [batch {batch}, seq + 1 = {seq_plus_one}]",
-                    block.len()
-                ),
-            });
-        }
-        let vocab = self.weights.config.vocab_size;
-        if let Some((i, &t)) = block.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
-            return Err(TransformerError::TokenOutOfVocabulary {
-                token: t,
-                index: Some(i),
-                vocab_size: vocab,
-            });
-        }
-        let seq = seq_plus_one - 1;
-        let mut inputs = Vec::with_capacity(batch * seq);
-        let mut targets = Vec::with_capacity(batch * seq);
-        for row in block.chunks_exact(seq_plus_one) {
-            inputs.extend_from_slice(&row[..seq]);
-            targets.extend_from_slice(&row[1..]);
-        }
-        self.weights.config.validate_tokens(&targets, batch, seq)?;
-        Ok((inputs, targets, seq))
     }
 
     /// Adds LoRA adapters to the target layers, activates them and freezes every base

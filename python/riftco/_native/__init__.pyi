@@ -655,15 +655,23 @@ class DecoderOnlyTransformer:
         """Base parameters with Hugging Face Llama names, in state-dict order."""
     def named_lora_parameters(self) -> list[tuple[str, Variable]]:
         """LoRA parameters with PEFT names (empty without adapters)."""
-    def loss(self, tokens: _TokenArray, labels: _TokenArray | None = None) -> Variable:
+    def loss(
+        self,
+        tokens: _TokenArray,
+        labels: _TokenArray | None = None,
+        position_ids: _TokenArray | None = None,
+    ) -> Variable:
         """Mean next-token cross-entropy of an integer block ``[batch, seq + 1]`` (a scalar).
         ``labels`` (same shape; Hugging Face's convention, shifted inside the loss) gives the
         targets, ``-100`` (``IGNORE_INDEX``) marking positions that are not targets: the mean
         is over the others, and ignored ones contribute no gradient. Raises ``TokenError`` for
         bad ids (named), layouts, ``seq > max_seq_len``, bad labels, or labels that ignore
-        every target."""
-    def logits(self, tokens: _TokenArray) -> Variable:
-        """Logits ``[batch * seq, vocab_size]`` of integer tokens ``[batch, seq]``."""
+        every target. ``position_ids`` (same shape, counting ``0, 1, ..`` per example and
+        restarting at 0; Hugging Face's padding-free convention) packs several examples per
+        row, each computed as if alone; a bad value is a ``TokenError`` naming it."""
+    def logits(self, tokens: _TokenArray, position_ids: _TokenArray | None = None) -> Variable:
+        """Logits ``[batch * seq, vocab_size]`` of integer tokens ``[batch, seq]``
+        (``position_ids`` packs examples per row, as in ``loss``)."""
     def enable_lora(
         self,
         rank: int = 8,

@@ -138,6 +138,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lora-mlp", action="store_true", help="also adapt the MLP projections")
     p.add_argument(
+        "--packing",
+        action="store_true",
+        help="with instruction/chat examples: pack several whole examples into each training "
+        "row (each computed as if alone) instead of padding one example per row",
+    )
+    p.add_argument(
         "--frozen-weights-dtype",
         type=str.lower,
         choices=("float32", "bfloat16", "float16"),
@@ -265,6 +271,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         residual_dropout=args.residual_dropout,
         lora_dropout=args.lora_dropout,
         frozen_weights_dtype=args.frozen_weights_dtype,
+        packing=args.packing,
         steps=args.steps,
         batch_size=args.batch_size,
         seq_len=seq_len,
