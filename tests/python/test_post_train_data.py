@@ -187,3 +187,17 @@ def test_post_train_data_format_chat_saves_answers_to_held_out_prompts(
                    "--out", tmp_path / "o"),
         "--data-format chat needs .jsonl/.json files",
     )
+
+
+def test_generate_chat_renders_the_template_and_prints_the_answer(base: Path) -> None:
+    r = riftco_cmd("generate", "--model", base, "--chat", "--system", "Be brief.",
+                   "--temperature", "0", "--sample-tokens", "40", "What does len() do?")
+    assert r.returncode == 0, r.stderr
+    # The reference: the default byte template rendered by hand, greedy bytes, cut at <|end|>.
+    prompt = b"<|system|>\nBe brief.<|end|>\n<|user|>\nWhat does len() do?<|end|>\n<|assistant|>\n"
+    text = riftco.generate(riftco.load_model(base), prompt, 40, temperature=0.0).decode(
+        "utf-8", errors="replace"
+    )
+    assert r.stdout == text.split("<|end|>")[0] + "\n"
+    one_error_line(riftco_cmd("generate", "--model", base, "--system", "x", "a"),
+                   "--system needs --chat")

@@ -37,7 +37,8 @@ ADAPTER_CONFIG = "adapter_config.json"
 EPILOG = """examples:
   riftco generate "def "                                      # runs/pretrain
   riftco generate --model runs/post_train "The "              # base model + LoRA adapter
-  echo "class " | riftco generate --model runs/pretrain --sample-tokens 100 --temperature 0"""
+  echo "class " | riftco generate --model runs/pretrain --sample-tokens 100 --temperature 0
+  riftco generate --model runs/chat --chat "What does len() do?"  # answer through the template"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -78,6 +79,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=non_negative_float, default=0.8, help="0 is greedy")
     p.add_argument("--top-k", type=int_range(1), default=40, help="sample among the k likeliest")
     p.add_argument("--seed", type=int_range(0), default=0, help="seeds the sampling")
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="PROMPT is a user message: render it with the model folder's chat template (or "
+        "riftco's default byte template) and the assistant's turn, and print only the answer, "
+        "up to its end of turn",
+    )
+    p.add_argument(
+        "--system",
+        default=None,
+        metavar="TEXT",
+        help="with --chat: a system message before the user's",
+    )
 
 
 def read_prompt(arg: str | None, limit: int) -> bytes:
@@ -156,6 +170,11 @@ def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
     model, what = load_for_generation(args.model, args.base_model, args.attention, args.device)
     max_seq_len = int(model.config.max_seq_len)
     data = read_prompt(args.prompt, max_seq_len)
+    stop: str | None = None
+    if args.system is not None and not args.chat:
+        fail("--system needs --chat")
+    if args.chat:
+        data, stop = _render_chat(args, data)
     prompt, n_new = check_sample_args(
         os.fsdecode(data),
         args.sample_tokens,
@@ -169,4 +188,31 @@ def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
     text = riftco.generate(
         model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
     )
+    if stop is not None:
+        answer = riftco.decode_bytes(text)
+        sys.stdout.write((answer[: answer.index(stop)] if stop in answer else answer) + "\n")
+        return
     sys.stdout.write(riftco.decode_bytes(prompt + text) + "\n")
+
+
+def _render_chat(args: argparse.Namespace, message: bytes) -> tuple[bytes, str]:
+    """The user message rendered as a conversation up to the assistant's turn, and the text
+    that ends that turn (the template's EOS, or the default template's ``<|end|>``)."""
+    folder = Path(args.model)
+    if not folder.is_dir():
+        folder = folder.parent
+    try:
+        template = riftco.chat_template.load_chat_template(folder)
+    except riftco.chat_template.ChatTemplateError as e:
+        fail(str(e))
+    if template is None:
+        template = riftco.chat_template.default_chat_template()
+    stop = template.eos_token or "<|end|>"
+    messages = [{"role": "user", "content": riftco.decode_bytes(message)}]
+    if args.system is not None:
+        messages.insert(0, {"role": "system", "content": args.system})
+    try:
+        text = template.render(messages, add_generation_prompt=True)
+    except ImportError as e:
+        fail(str(e))
+    return text.encode("utf-8"), stop
