@@ -14,7 +14,8 @@ cross-entropy a chunk of tokens at a time, ``loss_chunk_bytes`` 64 MiB) or ``unf
 logits); ``chunked bf16`` also stores the frozen base in bfloat16
 (``set_frozen_weights_dtype``). riftco's peak is ``riftco.memory_stats()`` after ``reset_peak_memory_stats()``, by
 category (parameter, gradient, optimizer state, activation, workspace) and the total (the peak of
-the sum). Step time is the median of ``--steps`` steps after one warm-up; the rows are
+the sum), and what the total peak was made of (``riftco.peak_memory_breakdown()``: each category
+at that moment; ``at_total_peak_bytes`` in the ``--out`` file). Step time is the median of ``--steps`` steps after one warm-up; the rows are
 interleaved step by step (round robin), so a busy period of the host slows every row alike.
 
 PyTorch + PEFT (when ``torch``, ``transformers`` and ``peft`` import; otherwise skipped with the
@@ -113,6 +114,7 @@ class RiftcoRow:
         self.times: list[float] = []
         self.losses: list[float] = []
         self.peak: dict[str, int] = {}
+        self.at_peak: dict[str, int] = {}
 
     def step(self, block: np.ndarray[Any, Any]) -> None:
         before = _current()
@@ -130,6 +132,10 @@ class RiftcoRow:
         self.peak = {
             c: stats[c]["peak_bytes"] - before[c] + self.held[c] for c in (*CATEGORIES, "total")
         }
+        # What the total peak was made of: the categories at that moment (their own peaks can
+        # lie elsewhere in the step).
+        parts = riftco.peak_memory_breakdown()
+        self.at_peak = {c: parts[c] - before[c] + self.held[c] for c in CATEGORIES}
         after = _current()
         for c in after:
             self.held[c] += after[c] - before[c]
@@ -343,9 +349,10 @@ def main() -> None:
                     row.times.clear()
         for row in rows:
             median = statistics.median(row.times)
-            results.append(
-                {"row": row.label, "step_s": median, "loss": row.losses[-1], "peak_bytes": row.peak}
-            )
+            entry = {"row": row.label, "step_s": median, "loss": row.losses[-1], "peak_bytes": row.peak}
+            if getattr(row, "at_peak", None):
+                entry["at_total_peak_bytes"] = row.at_peak
+            results.append(entry)
         del rows
     ref = {r["row"]: r for r in results}
     header = f"| {'row':<52} | step s | peak MiB | " + " | ".join(CATEGORIES) + " |"
@@ -355,6 +362,10 @@ def main() -> None:
         p = r["peak_bytes"]
         cats = " | ".join(f"{p[c] / MIB:.0f}" if c in p else "" for c in CATEGORIES)
         print(f"| {r['row']:<52} | {r['step_s']:.2f} | {p['total'] / MIB:.0f} | {cats} |")
+    for r in results:
+        if "at_total_peak_bytes" in r:
+            at = r["at_total_peak_bytes"]
+            print(f"{r['row']}: at the total peak " + ", ".join(f"{c} {at[c] / MIB:.1f}" for c in CATEGORIES) + " MiB")
     for policy in policies:
         row = {h: ref.get(f"riftco {policy} {h}") for h in ("unfused", "chunked", "chunked bf16")}
         chunked, unfused, bf16 = row["chunked"], row["unfused"], row["chunked bf16"]

@@ -19,8 +19,9 @@ this package is its Python front:
 - devices: ``DEVICES`` (``"cpu"``, ``"vulkan"``, ``"metal"``, ``"gpu"``) and ``devices()``
   (each one probed: available or why not, the GPU adapter); ``model.to(device)`` and
   ``Variable.to(device)`` move values there; ``synchronize()`` waits for a GPU's queued work;
-- memory accounting: ``memory_stats()``, ``reset_peak_memory_stats()``, and the buffer pool's
-  ``cached_bytes()`` / ``empty_cache()``; the kernels' ``num_threads()`` and ``simd_level()``;
+- memory accounting: ``memory_stats()``, ``peak_memory_breakdown()`` (what the total peak was
+  made of), ``reset_peak_memory_stats()``, and the buffer pool's ``cached_bytes()`` /
+  ``empty_cache()``; the kernels' ``num_threads()`` and ``simd_level()``;
 - training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
   ``run_post_training``, and ``generate``; ``plotting.write_plots`` (``loss.png``,
   ``memory.png`` of a run, with the optional matplotlib); the ``riftco`` command
@@ -69,6 +70,7 @@ from riftco._native import (
     num_threads,
     parse_activation_checkpointing,
     parse_byte_size,
+    peak_memory_breakdown,
     reset_peak_memory_stats,
     set_rng_state,
     simd_level,
@@ -154,6 +156,7 @@ __all__ = [
     "plotting",
     "parse_activation_checkpointing",
     "parse_byte_size",
+    "peak_memory_breakdown",
     "reset_peak_memory_stats",
     "set_grad_enabled",
     "set_rng_state",

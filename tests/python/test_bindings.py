@@ -437,6 +437,26 @@ def test_memory_stats_keys() -> None:
     assert after["total"]["peak_bytes"] == after["total"]["current_bytes"] or after["total"]["peak_bytes"] >= 0
 
 
+def test_peak_memory_breakdown_is_what_was_alive_at_the_total_peak() -> None:
+    model = riftco.DecoderOnlyTransformer(tiny_config(n_layers=2, max_seq_len=64))
+    riftco.reset_peak_memory_stats()
+    now = riftco.memory_stats()
+    parts = riftco.peak_memory_breakdown()
+    assert set(parts) == {"parameter", "gradient", "optimizer_state", "activation", "workspace"}
+    assert parts == {c: now[c]["current_bytes"] for c in parts}
+    loss = model.loss(token_block(8, 65))
+    loss.backward()
+    del loss
+    stats = riftco.memory_stats()
+    parts = riftco.peak_memory_breakdown()
+    assert sum(parts.values()) == stats["total"]["peak_bytes"]
+    for c, bytes_at_peak in parts.items():
+        assert 0 <= bytes_at_peak <= stats[c]["peak_bytes"]
+    assert parts["activation"] > now["activation"]["current_bytes"]
+    with pytest.raises(riftco.ConfigError):
+        riftco.peak_memory_breakdown("no-such-device")
+
+
 def test_buffer_pool_caches_freed_activations_outside_every_category() -> None:
     riftco.empty_cache()
     assert riftco.cached_bytes() == 0

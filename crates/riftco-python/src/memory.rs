@@ -7,6 +7,7 @@ use riftco_tensor::{CategoryStats, MemoryCategory};
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(reset_peak_memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(peak_memory_breakdown, m)?)?;
     m.add_function(wrap_pyfunction!(cached_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     Ok(())
@@ -53,6 +54,42 @@ fn memory_stats(py: Python<'_>, device: &str) -> PyResult<Py<PyDict>> {
         d.set_item(c.name(), entry(py, stats.get(c))?)?;
     }
     d.set_item("total", entry(py, stats.total)?)?;
+    Ok(d.unbind())
+}
+
+/// What the total peak of ``memory_stats()`` was made of: each category's bytes at the moment
+/// the total reached its peak (since the last ``reset_peak_memory_stats()``).
+///
+/// ``memory_stats()`` gives each category's own peak, and those need not coincide in time (the
+/// workspace may peak in the loss, the activations in the backward pass); these are the bytes
+/// that were alive together at the highest point, and they sum to
+/// ``memory_stats()["total"]["peak_bytes"]`` (exactly when one thread allocates at a time).
+///
+/// Args:
+///     device: the device whose counters to read (``"cpu"``, the default).
+///
+/// Returns:
+///     dict[str, int]: keys ``parameter``, ``gradient``, ``optimizer_state``, ``activation``,
+///     ``workspace``.
+///
+/// Raises:
+///     ConfigError: for an unknown device name (the message lists the valid ones).
+///
+/// Example:
+///     >>> import riftco
+///     >>> riftco.reset_peak_memory_stats()
+///     >>> parts = riftco.peak_memory_breakdown()
+///     >>> sum(parts.values()) == riftco.memory_stats()["total"]["peak_bytes"]
+///     True
+#[pyfunction]
+#[pyo3(signature = (device = "cpu"))]
+fn peak_memory_breakdown(py: Python<'_>, device: &str) -> PyResult<Py<PyDict>> {
+    let device = riftco_tensor::Device::parse(device).map_err(crate::errors::tensor_err)?;
+    let at = riftco_tensor::memory_at_total_peak_for(device);
+    let d = PyDict::new(py);
+    for (c, bytes) in MemoryCategory::ALL.into_iter().zip(at) {
+        d.set_item(c.name(), bytes)?;
+    }
     Ok(d.unbind())
 }
 

@@ -23,8 +23,8 @@ pub use device::Device;
 pub use error::{Result, TensorError};
 pub use error_kind::{ClassifiedError, ErrorKind};
 pub use memory::{
-    memory_stats, memory_stats_for, reset_peak_memory_stats, CategoryStats, MemoryCategory,
-    MemoryStats, ThreadMemoryScope,
+    memory_at_total_peak_for, memory_stats, memory_stats_for, reset_peak_memory_stats,
+    CategoryStats, MemoryCategory, MemoryStats, ThreadMemoryScope,
 };
 pub use random::Rng;
 pub use shape::{Shape, MAX_ELEMENTS};

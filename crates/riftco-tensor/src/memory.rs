@@ -8,6 +8,7 @@
 use crate::Device;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// What a tensor allocation is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -88,6 +89,8 @@ impl Counter {
 struct DeviceCounters {
     categories: [Counter; 5],
     total: Counter,
+    /// Each category's `current` when `total` last reached a new peak.
+    at_total_peak: Mutex<[usize; 5]>,
 }
 
 impl DeviceCounters {
@@ -101,6 +104,20 @@ impl DeviceCounters {
                 Counter::new(),
             ],
             total: Counter::new(),
+            at_total_peak: Mutex::new([0; 5]),
+        }
+    }
+
+    fn categories_now(&self) -> [usize; 5] {
+        std::array::from_fn(|i| self.categories[i].current.load(Ordering::Relaxed))
+    }
+
+    /// Records the categories as the composition of a new total peak `now`, unless another
+    /// thread has since raised the peak above it (that thread records its own).
+    fn record_total_peak(&self, now: usize) {
+        let mut at = self.at_total_peak.lock().unwrap_or_else(|e| e.into_inner());
+        if self.total.peak.load(Ordering::Relaxed) == now {
+            *at = self.categories_now();
         }
     }
 }
@@ -111,7 +128,10 @@ static COUNTERS: [DeviceCounters; N_DEVICES] = [const { DeviceCounters::new() };
 pub(crate) fn record_alloc(device: Device, category: MemoryCategory, bytes: usize) {
     let c = &COUNTERS[device.index()];
     c.categories[category.index()].add(bytes);
-    c.total.add(bytes);
+    let now = c.total.current.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    if c.total.peak.fetch_max(now, Ordering::Relaxed) < now {
+        c.record_total_peak(now);
+    }
     record_in_scopes(device, category, bytes as i64);
 }
 
@@ -282,5 +302,18 @@ pub fn reset_peak_memory_stats() {
             c.reset_peak();
         }
         d.total.reset_peak();
+        let mut at = d.at_total_peak.lock().unwrap_or_else(|e| e.into_inner());
+        *at = d.categories_now();
     }
+}
+
+/// What the total peak of [`memory_stats_for`] was made of: each category's bytes at the moment
+/// the total reached its peak (since the last [`reset_peak_memory_stats`]), in
+/// [`MemoryCategory::ALL`] order. A category's own peak may lie elsewhere in time; this says
+/// which bytes were alive together at the highest point. Exact when one thread allocates at a
+/// time; with concurrent allocations a category may lack another thread's allocation that was
+/// still being counted.
+pub fn memory_at_total_peak_for(device: Device) -> [usize; 5] {
+    let at = COUNTERS[device.index()].at_total_peak.lock();
+    *at.unwrap_or_else(|e| e.into_inner())
 }

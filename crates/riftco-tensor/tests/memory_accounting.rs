@@ -1,7 +1,9 @@
 //! Exactness of memory accounting. Runs in its own test binary so no other test allocates
 //! tensors concurrently (the counters are process-wide).
 
-use riftco_tensor::{memory_stats, reset_peak_memory_stats, MemoryCategory, Tensor};
+use riftco_tensor::{
+    memory_at_total_peak_for, memory_stats, reset_peak_memory_stats, Device, MemoryCategory, Tensor,
+};
 
 #[test]
 fn allocation_moves_counter_by_exactly_four_bytes_per_element_and_back() {
@@ -46,4 +48,37 @@ fn peak_tracks_highest_and_resets_to_current() {
     drop(b);
     let total = memory_stats().total;
     assert!(total.peak_bytes >= total.current_bytes);
+}
+
+#[test]
+fn total_peak_composition_is_what_was_alive_together() {
+    use MemoryCategory::{Activation, Parameter, Workspace};
+    let at = |c: MemoryCategory| {
+        let i = MemoryCategory::ALL.iter().position(|&x| x == c).unwrap();
+        memory_at_total_peak_for(Device::Cpu)[i]
+    };
+    reset_peak_memory_stats();
+    let now = memory_stats();
+    for c in MemoryCategory::ALL {
+        assert_eq!(at(c), now.get(c).current_bytes, "{c} after a reset");
+    }
+    let (p0, a0, w0) = (at(Parameter), at(Activation), at(Workspace));
+    let p = Tensor::zeros([1000], Parameter);
+    let a = Tensor::zeros([3000], Activation);
+    drop(a);
+    // 1000 + 2000 elements stay below the 1000 + 3000 reached before: the peak keeps its parts,
+    // though the workspace's own peak is now higher than at that moment.
+    let w = Tensor::zeros([2000], Workspace);
+    assert_eq!(
+        (at(Parameter) - p0, at(Activation) - a0, at(Workspace) - w0),
+        (4000, 12000, 0)
+    );
+    let w2 = Tensor::zeros([1500], Workspace);
+    assert_eq!(
+        (at(Parameter) - p0, at(Activation) - a0, at(Workspace) - w0),
+        (4000, 0, 14000)
+    );
+    let sum: usize = MemoryCategory::ALL.into_iter().map(at).sum();
+    assert_eq!(sum, memory_stats().total.peak_bytes);
+    drop((p, w, w2));
 }

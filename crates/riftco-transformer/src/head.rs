@@ -6,8 +6,9 @@ use crate::error::{Result, TransformerError};
 use crate::model::DecoderOnlyTransformer;
 use riftco_autograd::{ops, Variable};
 
-/// The default byte budget of the chunked loss's logits workspace (64 MiB: 341 tokens per chunk
-/// at a vocabulary of 49152, 130 at 128256, 65281 at 256).
+/// The default byte budget of the chunked loss's logits workspace (64 MiB: at most 341 tokens
+/// per chunk at a vocabulary of 49152, 130 at 128256, 65281 at 256; 1024 tokens at 49152 run
+/// as 4 chunks of 256, see [`LossChunking::chunk_tokens_for`]).
 pub const DEFAULT_LOSS_CHUNK_BYTES: u64 = 64 << 20;
 
 /// How the training loss computes the LM head and cross-entropy.
@@ -69,6 +70,23 @@ impl LossChunking {
             .unwrap_or(usize::MAX)
             .max(1)
     }
+
+    /// Tokens per chunk for `tokens` targets: the fewest chunks the budget allows
+    /// (`⌈tokens / chunk_tokens(bytes, vocab)⌉`), with the tokens spread evenly over them
+    /// (`⌈tokens / chunks⌉` each, the last one fewer). The same number of chunks, hence of passes
+    /// over the head's weight, as chunks of the budget's maximum, but the workspace holds only
+    /// as many tokens' logits as a chunk needs: 1024 tokens at a vocabulary of 49152 under
+    /// 64 MiB run as 4 chunks of 256 (48 MiB of logits), not 341 + 341 + 341 + 1 (64 MiB).
+    /// The loss and the hidden states' gradient do not depend on the chunk size; a trainable
+    /// head's gradient sums the chunks in order (another rounding for another chunk size).
+    pub fn chunk_tokens_for(bytes: u64, vocab: usize, tokens: usize) -> usize {
+        let most = Self::chunk_tokens(bytes, vocab);
+        if tokens == 0 {
+            return most;
+        }
+        let chunks = tokens.div_ceil(most);
+        tokens.div_ceil(chunks)
+    }
 }
 
 /// The mean next-token cross-entropy of hidden states `h [tokens, d_model]` (the final
@@ -86,7 +104,7 @@ pub fn head_loss(
     Ok(match chunking {
         LossChunking::Chunked { bytes } => {
             let vocab = lm_head.dims().first().copied().unwrap_or(0);
-            let rows = LossChunking::chunk_tokens(bytes, vocab);
+            let rows = LossChunking::chunk_tokens_for(bytes, vocab, targets.len());
             ops::linear_cross_entropy(h, lm_head, targets, rows)?
         }
         LossChunking::Unfused => ops::cross_entropy(&ops::linear(h, lm_head)?, targets)?,

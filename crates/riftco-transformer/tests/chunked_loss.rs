@@ -241,6 +241,43 @@ fn the_chunked_loss_never_holds_whole_logits() {
 }
 
 #[test]
+fn chunks_spread_the_tokens_evenly() {
+    // The fewest chunks the budget allows, the tokens spread evenly over them.
+    let per_token = 4 * (49152 + 1);
+    assert_eq!(LossChunking::chunk_tokens(64 << 20, 49152), 341);
+    assert_eq!(LossChunking::chunk_tokens_for(64 << 20, 49152, 1024), 256);
+    assert_eq!(LossChunking::chunk_tokens_for(64 << 20, 49152, 341), 341);
+    assert_eq!(LossChunking::chunk_tokens_for(64 << 20, 49152, 342), 171);
+    assert_eq!(LossChunking::chunk_tokens_for(64 << 20, 49152, 100), 100);
+    assert_eq!(LossChunking::chunk_tokens_for(per_token * 3, 49152, 10), 3);
+    assert_eq!(LossChunking::chunk_tokens_for(1, 49152, 10), 1);
+    assert_eq!(LossChunking::chunk_tokens_for(64 << 20, 49152, 0), 341);
+
+    // 64 tokens under a budget of 40: two chunks of 32, and the workspace holds 32 tokens'
+    // logits and logsumexps, not 40; the loss is the same to the bit.
+    let _guard = lock();
+    let (vocab, batch, seq) = (4096usize, 2usize, 32usize);
+    let mut cfg = TransformerConfig::new(vocab, 32, 4, 2, 48, seq);
+    cfg.seed = 1;
+    let block = tokens(batch, seq + 1, vocab as u32);
+    let mut m = DecoderOnlyTransformer::new(cfg, Attn::Flash, Policy::Block).unwrap();
+    m.activation_checkpointing_plan(batch, seq).unwrap();
+    let mut losses = Vec::new();
+    for budget_tokens in [40u64, 64] {
+        m.set_loss_chunking(LossChunking::chunked(budget_tokens * 4097 * 4).unwrap())
+            .unwrap();
+        reset_peak_memory_stats();
+        let before = memory_stats().get(MemoryCategory::Workspace).current_bytes;
+        let loss = m.loss(&block, batch, seq + 1).unwrap();
+        let peak = memory_stats().get(MemoryCategory::Workspace).peak_bytes - before;
+        let rows = if budget_tokens == 40 { 32 } else { 64 };
+        assert_eq!(peak, rows * 4097 * 4, "budget of {budget_tokens} tokens");
+        losses.push(loss.value().to_vec());
+    }
+    assert_eq!(losses[0], losses[1]);
+}
+
+#[test]
 fn logits_stay_whole() {
     let _guard = lock(); // the memory counters are process-wide
     let m = DecoderOnlyTransformer::new(config(false), Attn::Flash, Policy::Disabled).unwrap();

@@ -66,6 +66,7 @@ __all__ = [
     "cached_bytes",
     "devices",
     "empty_cache",
+    "peak_memory_breakdown",
     "reset_peak_memory_stats",
 ]
 
@@ -221,6 +222,11 @@ def memory_stats(device: str = "cpu") -> dict[str, dict[str, int]]:
     """Current and peak bytes by category on ``device`` (each device has its own counters):
     keys ``parameter``, ``gradient``, ``optimizer_state``, ``activation``, ``workspace``,
     ``total`` (the peak of the sum), each ``{"current_bytes": int, "peak_bytes": int}``."""
+
+def peak_memory_breakdown(device: str = "cpu") -> dict[str, int]:
+    """Each category's bytes at the moment ``memory_stats()``'s total reached its peak (since
+    the last reset): keys ``parameter``, ``gradient``, ``optimizer_state``, ``activation``,
+    ``workspace``; they sum to the total peak."""
 
 def reset_peak_memory_stats() -> None:
     """Sets every peak counter of ``memory_stats()`` to its current value."""
