@@ -274,7 +274,7 @@ mod tests {
             unsafe { rt_abi_version(&mut major, &mut minor) },
             rt_status::RT_OK
         );
-        assert_eq!((major, minor), (2, 9));
+        assert_eq!((major, minor), (2, 10));
         assert_eq!(
             unsafe { rt_abi_version(std::ptr::null_mut(), &mut minor) },
             rt_status::RT_ERROR_NULL_POINTER
