@@ -87,6 +87,19 @@ def _current() -> dict[str, int]:
     return {c: stats[c]["current_bytes"] for c in (*CATEGORIES, "total")}
 
 
+def llama_config(shape: dict[str, Any], **extra: Any) -> Any:
+    """transformers' ``LlamaConfig`` of a :data:`SHAPES` entry (``extra``: more fields)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=shape["vocab_size"], hidden_size=shape["d_model"],
+        intermediate_size=shape["d_ff"], num_hidden_layers=shape["n_layers"],
+        num_attention_heads=shape["n_heads"], num_key_value_heads=shape["n_kv_heads"],
+        max_position_embeddings=shape["max_seq_len"], rope_theta=shape["rope_theta"],
+        tie_word_embeddings=shape["tie_word_embeddings"], **extra,
+    )
+
+
 class RiftcoRow:
     """One riftco configuration: a LoRA model, its optimizer, and its measured steps.
 
@@ -147,7 +160,7 @@ class TorchRow:
     def __init__(self, shape: dict[str, Any], checkpointing: bool, lora: bool = True) -> None:
         import torch
         from peft import LoraConfig, get_peft_model
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers import LlamaForCausalLM
 
         self.torch = torch
         self.label = (
@@ -155,13 +168,7 @@ class TorchRow:
             f"{'HF gradient checkpointing' if checkpointing else 'no checkpointing'}"
         )
         torch.manual_seed(0)
-        config = LlamaConfig(
-            vocab_size=shape["vocab_size"], hidden_size=shape["d_model"],
-            intermediate_size=shape["d_ff"], num_hidden_layers=shape["n_layers"],
-            num_attention_heads=shape["n_heads"], num_key_value_heads=shape["n_kv_heads"],
-            max_position_embeddings=shape["max_seq_len"], rope_theta=shape["rope_theta"],
-            tie_word_embeddings=shape["tie_word_embeddings"], attn_implementation="sdpa",
-        )
+        config = llama_config(shape, attn_implementation="sdpa")
         model = LlamaForCausalLM(config).float()
         if checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -302,7 +309,7 @@ def main() -> None:
         help="build and run one row at a time (for shapes whose rows do not fit in memory "
         "together; the rows are then not interleaved)",
     )
-    parser.add_argument("--quick", action="store_true", help="a tiny shape, 1 step (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="a tiny shape, 2 steps (smoke test)")
     parser.add_argument("--no-torch", action="store_true", help="riftco rows only")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args()
@@ -312,7 +319,7 @@ def main() -> None:
     name = "quick" if args.quick else args.model
     shape = SHAPES[name]
     if args.quick:
-        args.batch, args.seq, args.steps = 2, 32, 1
+        args.batch, args.seq, args.steps = 2, 32, 2  # PyTorch profiles its second step, untimed
     block = tokens(args.batch, args.seq, shape["vocab_size"])
     policies = args.policies.split(",")
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]

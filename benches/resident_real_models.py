@@ -119,16 +119,12 @@ def write_folder(shape: dict[str, Any], folder: Path) -> str:
     """The model folder, bfloat16 through transformers when it imports, else riftco's float32."""
     if all(importlib.util.find_spec(m) for m in ("torch", "transformers")):
         import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers import LlamaForCausalLM
+
+        from memory_real_models import llama_config
 
         torch.manual_seed(0)
-        config = LlamaConfig(
-            vocab_size=shape["vocab_size"], hidden_size=shape["d_model"],
-            intermediate_size=shape["d_ff"], num_hidden_layers=shape["n_layers"],
-            num_attention_heads=shape["n_heads"], num_key_value_heads=shape["n_kv_heads"],
-            max_position_embeddings=shape["max_seq_len"], rope_theta=shape["rope_theta"],
-            tie_word_embeddings=shape["tie_word_embeddings"], dtype="bfloat16",
-        )
+        config = llama_config(shape, dtype="bfloat16")
         model = LlamaForCausalLM._from_config(config, dtype=torch.bfloat16)
         model.save_pretrained(folder)
         del model

@@ -237,11 +237,16 @@ def _parse_json(data: bytes, path: str) -> list[Row]:
             f"{path}: a .json dataset must be a JSON array of row objects, got "
             f"{type(doc).__name__} (JSON Lines files end in .jsonl)"
         )
+    return _rows_of(doc, path)
+
+
+def _rows_of(objects: Sequence[Any], name: str) -> list[Row]:
+    """Rows from JSON objects, all of the first one's shape; errors name ``name[index]``."""
     rows: list[Row] = []
     shape: str | None = None
     first: str | None = None
-    for i, obj in enumerate(doc):
-        where = f"{path}[{i}]"
+    for i, obj in enumerate(objects):
+        where = f"{name}[{i}]"
         row, this = _row(obj, where, shape, first)
         if shape is None:
             shape, first = this, where

@@ -26,7 +26,7 @@ from riftco.instruct import (
     PromptCompletionRow,
     Row,
     TextRow,
-    _row,
+    _rows_of,
     build_examples,
     load_rows,
 )
@@ -118,15 +118,7 @@ def rows_from_objects(objects: Sequence[Any], name: str) -> list[Row]:
     Raises:
         DatasetError: as :func:`riftco.instruct.load_rows`, and for no rows.
     """
-    rows: list[Row] = []
-    shape: str | None = None
-    first: str | None = None
-    for i, obj in enumerate(objects):
-        where = f"{name}[{i}]"
-        row, this = _row(obj, where, shape, first)
-        if shape is None:
-            shape, first = this, where
-        rows.append(row)
+    rows = _rows_of(objects, name)
     if not rows:
         raise DatasetError(f"{name}: no rows (expected at least one)")
     return rows
