@@ -17,9 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from riftco.chat_template import ChatTemplate, default_chat_template, load_chat_template
+from riftco.data import decode_bytes
 from riftco.examples_data import ExampleCorpus
 from riftco.instruct import (
+    IGNORE_INDEX,
     DatasetError,
     ExampleSet,
     MessagesRow,
@@ -231,26 +235,23 @@ def answer_samples(
         UTF-8 with replacement for a byte-token model).
     """
     from riftco.hf_tokenizer import generate_ids
-    from riftco.instruct import IGNORE_INDEX
 
     def decode(ids: Sequence[int]) -> str:
         if tokenizer is None:
-            return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+            return decode_bytes(bytes(int(i) for i in ids))
         return str(tokenizer.decode([int(i) for i in ids]))
+
+    def answer(ids: Sequence[int]) -> str:
+        text = decode(ids)
+        return text.split(stop, 1)[0] if stop else text
 
     out = []
     max_seq_len = int(model.config.max_seq_len)
     for ids, labels in list(zip(examples.input_ids, examples.labels, strict=True))[:count]:
-        targets = [i for i in range(1, len(labels)) if labels[i] != IGNORE_INDEX]
-        start = targets[0]
-        prompt = [int(t) for t in ids[:start]]
+        targets = np.flatnonzero(np.asarray(labels)[1:] != IGNORE_INDEX) + 1
+        prompt = [int(t) for t in ids[: targets[0]]]
         room = max(0, min(max_new_tokens, max_seq_len - len(prompt) + 1))
         new = generate_ids(model, prompt, room, temperature=temperature, top_k=top_k, seed=seed)
-        text = decode(new)
-        if stop and stop in text:
-            text = text[: text.index(stop)]
-        reference = decode([int(ids[i]) for i in targets])
-        if stop and stop in reference:
-            reference = reference[: reference.index(stop)]
+        text, reference = answer(new), answer(np.asarray(ids)[targets].tolist())
         out.append({"prompt": decode(prompt), "reference": reference, "generated": text})
     return out

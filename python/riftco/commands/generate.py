@@ -189,8 +189,7 @@ def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
         model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
     )
     if stop is not None:
-        answer = riftco.decode_bytes(text)
-        sys.stdout.write((answer[: answer.index(stop)] if stop in answer else answer) + "\n")
+        sys.stdout.write(riftco.decode_bytes(text).split(stop, 1)[0] + "\n")
         return
     sys.stdout.write(riftco.decode_bytes(prompt + text) + "\n")
 
