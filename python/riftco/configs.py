@@ -174,6 +174,9 @@ class _LoopConfig:
     eval_every: int | None = None
     validation_fraction: float = 0.05
     device: str | None = None
+    data_parallel: bool = False
+    zero: int = 0
+    data_parallel_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.device is not None:
@@ -207,6 +210,16 @@ class _LoopConfig:
         _check_float("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0, low_open=False)
         _check_float("weight_decay", self.weight_decay, low=0.0, low_open=False)
         _check_float("validation_fraction", self.validation_fraction, low=0.0, high=0.5)
+        if not isinstance(self.data_parallel, bool):
+            raise ConfigError(f"data_parallel must be True or False; got {self.data_parallel!r}")
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2):
+            raise ConfigError(f"zero must be 0, 1 or 2 (the ZeRO stage); got {self.zero!r}")
+        if self.zero and not self.data_parallel:
+            raise ConfigError(
+                f"zero={self.zero} shards the optimizer over data-parallel ranks: it needs "
+                "data_parallel=True"
+            )
+        _check_float("data_parallel_timeout_s", self.data_parallel_timeout_s, low=0.0)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (recorded in ``training_metadata.json``)."""
@@ -274,6 +287,16 @@ class PretrainingConfig(_LoopConfig):
             pretraining, for post-training the given model's own device (``"cpu"`` for a
             path). A GPU without adapter raises ``DeviceUnavailableError`` before the output
             folder exists; the metadata's ``device`` records the device resolved to.
+        data_parallel: train one replica per MPI process (started by ``mpiexec -n N``,
+            ``mpirun`` or ``srun``; see :mod:`riftco.distributed`): each rank takes
+            ``batch_size / N`` rows of every global batch (``batch_size`` must be a multiple of
+            N) and the gradients are averaged. Rank 0 logs and saves. Needs ``mpi4py``
+            (``pip install 'riftco[mpi]'``); without a launcher the run is one rank.
+        zero: the ZeRO stage with ``data_parallel``: 0 (every rank holds the whole Adam state),
+            1 (each rank holds the Adam moments of its ``1/N`` of the parameters), 2 (and
+            receives only the gradient sums of its part).
+        data_parallel_timeout_s: seconds a rank waits in one collective before it aborts the
+            job (a rank died or hangs).
     """
 
 

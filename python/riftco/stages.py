@@ -78,6 +78,7 @@ from riftco._native import (
     simd_level,
     write_file_atomic,
 )
+from riftco import distributed
 from riftco.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
 from riftco.data import VOCAB_SIZE, BatchSampler, Corpus, CorpusError, check_corpus_fits
 from riftco.examples_data import ExampleBatchSampler, ExampleCorpus
@@ -373,6 +374,10 @@ def _train(
     stage returns or raises."""
     caller_training = model.training
     model.train()
+    group = _group(cfg)
+    ranks = 1 if group is None else group.world_size
+    if group is not None and not group.is_main:
+        progress, log, plots = False, None, False
     try:
         with _sigint_guard() as guard:
             try:
@@ -388,12 +393,27 @@ def _train(
                     progress=progress,
                     log=log,
                     guard=guard,
+                    group=group,
                 )
                 if plots:
                     _write_plots(out_dir, metadata, log)
                 return metadata
             except KeyboardInterrupt:
+                if group is not None and ranks > 1:
+                    # The ranks cannot agree on a last step to save: the job ends at once and
+                    # resumes from its last checkpoint.
+                    group.abort(
+                        f"interrupted; resume from the last checkpoint in {str(out_dir)!r} "
+                        f"(step {metadata.get('saved_step')})"
+                    )
                 raise TrainingInterrupted(out_dir, metadata.get("saved_step")) from None
+            except distributed.RankMismatchError:
+                raise  # raised on every rank alike: each exits with it
+            except Exception as e:
+                if group is not None and ranks > 1:
+                    # The other ranks would wait for this one in their next collective.
+                    group.abort(f"rank {group.rank}: {type(e).__name__}: {e}")
+                raise
     finally:
         model.train(caller_training)
 
@@ -416,7 +436,7 @@ _RESUMED_ENTRIES = (
 def _restore(
     ck: Checkpoint,
     model: DecoderOnlyTransformer,
-    optimizer: Adam | AdamW,
+    optimizer: Adam | AdamW | distributed.DistributedOptimizer,
     sampler: BatchSampler | ExampleBatchSampler,
     run: _RunState,
     metadata: dict[str, Any],
@@ -436,7 +456,10 @@ def _restore(
         raise ModelStateError(f"the model state of {str(ck.path)!r} does not fit: {e}") from None
     optimizer_path = ck.path / OPTIMIZER_STATE_FILE
     try:
-        optimizer.load(optimizer_path)
+        if isinstance(optimizer, distributed.DistributedOptimizer):
+            optimizer.load(ck.path)
+        else:
+            optimizer.load(optimizer_path)
     except (ConfigError, ModelStateError, OSError) as e:
         raise ModelStateError(f"{str(optimizer_path)!r}: {e}") from None
     try:
@@ -453,6 +476,8 @@ def _restore(
         metadata["losses"].extend(losses)
         metadata["lrs"].extend(lrs)
         metadata["step_times_s"].extend(times)
+        if "communication_s" in metadata:
+            metadata["communication_s"].extend(saved["communication_s"])
         metadata["peak_memory_bytes"].update(saved["peak_memory_bytes"])
         for key in (*MEMORY_CATEGORIES, CACHED_KEY):
             records.memory[key].extend(memory[key])
@@ -478,6 +503,7 @@ def _train_guarded(
     progress: bool,
     log: Log | None,
     guard: _SigintGuard,
+    group: distributed.ProcessGroup | None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     records = StepRecords(metadata, model.device)
@@ -515,7 +541,22 @@ def _train_guarded(
             val = BatchSampler(val_tokens, cfg.batch_size, val_seq, cfg.seed + 1)
             return (val.next_batch() for _ in range(cfg.eval_batches))
 
+    optimizer: Adam | AdamW | distributed.DistributedOptimizer
     optimizer, optimizer_name = _make_optimizer(params, cfg)
+    if group is not None:
+        # Every rank must run the same math on the same data: checked before the first step.
+        group.check_same("their settings, data or riftco version", run.math)
+        del optimizer
+        optimizer = distributed.DistributedOptimizer(
+            group, params, lambda ps: _make_optimizer(ps, cfg)[0], zero=cfg.zero
+        )
+        if log is not None:
+            if group.world_size == 1 and not distributed.launched_by_mpi():
+                log("data parallel: not started by an MPI launcher (mpiexec/mpirun/srun): 1 rank")
+            log(
+                f"data parallel: {group.world_size} ranks, {cfg.batch_size // group.world_size} "
+                f"rows each, ZeRO stage {cfg.zero}"
+            )
 
     losses: list[float] = []
     lrs: list[float] = []
@@ -545,6 +586,13 @@ def _train_guarded(
         complete=False,
         checkpoints=CHECKPOINTS_DIR,
     )
+    if group is not None:
+        metadata["data_parallel"] = {
+            "world_size": group.world_size,
+            "zero": cfg.zero,
+            "bucket_bytes": distributed.DEFAULT_BUCKET_BYTES,
+        }
+        metadata["communication_s"] = []
     first_step = 0
     ck = run.resume_from
     if ck is not None:
@@ -583,7 +631,7 @@ def _train_guarded(
             wall_time_s=time.perf_counter() - started,
             dropout=_dropout_metadata(model),
         )
-        trainer_state = {
+        trainer_state: dict[str, Any] = {
             "format": TRAINER_STATE_FORMAT,
             "step": step,
             "math": run.math,
@@ -594,9 +642,18 @@ def _train_guarded(
             "metadata": metadata,
         }
 
+        if isinstance(optimizer, distributed.DistributedOptimizer):
+            trainer_state["optimizer_files"] = optimizer.state_files()
+            if group is not None and not group.is_main:
+                optimizer.save(None)  # sends this rank's shard to rank 0 (ZeRO)
+                return
+
         def write_files(folder: Path) -> None:
             run.save_model(folder)
-            optimizer.save(folder / OPTIMIZER_STATE_FILE)
+            if isinstance(optimizer, distributed.DistributedOptimizer):
+                optimizer.save(folder)
+            else:
+                optimizer.save(folder / OPTIMIZER_STATE_FILE)
 
         # The weights (or adapters) and Adam's two moments of the trained parameters.
         expected = 12 * sum(math.prod(p.shape) for p in params if p.requires_grad)
@@ -609,7 +666,7 @@ def _train_guarded(
     bar = _Progress(cfg.steps, stage, progress, log, cfg.log_every, first_step)
     tokens_per_step = cfg.batch_size * cfg.seq_len
     try:
-        if first_step == cfg.steps:
+        if first_step == cfg.steps and (group is None or group.is_main):
             # The run had finished; its top-level files may predate the last checkpoint.
             with guard.deferred():
                 publish()
@@ -620,7 +677,7 @@ def _train_guarded(
                 with guard.deferred():
                     _one_step(
                         step, model, optimizer, sampler, cfg, records, peaks, losses, lrs,
-                        step_times_s, bar, tokens_per_step,
+                        step_times_s, bar, tokens_per_step, group, metadata,
                     )
                     last = step + 1 == cfg.steps
                     if last or (cfg.eval_every is not None and (step + 1) % cfg.eval_every == 0):
@@ -635,7 +692,7 @@ def _train_guarded(
                         save(step + 1)
             except KeyboardInterrupt:
                 done = len(losses)
-                if done > (metadata.get("saved_step") or 0):
+                if group is None and done > (metadata.get("saved_step") or 0):
                     save(done)
                 raise
     finally:
@@ -652,7 +709,7 @@ def _train_guarded(
 def _one_step(
     step: int,
     model: DecoderOnlyTransformer,
-    optimizer: Adam | AdamW,
+    optimizer: Adam | AdamW | distributed.DistributedOptimizer,
     sampler: BatchSampler | ExampleBatchSampler,
     cfg: _LoopConfig,
     records: StepRecords,
@@ -662,23 +719,35 @@ def _one_step(
     step_times_s: list[float],
     bar: _Progress,
     tokens_per_step: int,
+    group: distributed.ProcessGroup | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> None:
-    """One optimizer step (0-based ``step``), recorded."""
+    """One optimizer step (0-based ``step``), recorded. In a data-parallel run this rank takes
+    its rows of the global batch, its loss is weighted by its share of the global target count
+    (:func:`riftco.distributed.loss_weight`), training forward ``step`` of rank ``r`` of ``N``
+    draws the dropout masks of dropout step ``step * N + r``, and the loss recorded is the
+    global batch's mean."""
     batch = sampler.next_batch()
     lr = cfg.lr_at(step)
     optimizer.lr = lr
     reset_peak_memory_stats()
     t0 = time.perf_counter()
-    loss = _loss(model, batch)
-    # Each node's saved values go as soon as its VJP ran: the step peaks lower.
-    loss.backward(retain_graph=False)
-    optimizer.step()
-    optimizer.zero_grad()
-    # Read before the clock: on a GPU the step's kernels are only recorded until a value is read
-    # back (item() waits for them and for the optimizer step queued before it).
-    value = float(loss.item())
+    if group is None:
+        loss = _loss(model, batch)
+        # Each node's saved values go as soon as its VJP ran: the step peaks lower.
+        loss.backward(retain_graph=False)
+        optimizer.step()
+        optimizer.zero_grad()
+        # Read before the clock: on a GPU the step's kernels are only recorded until a value is
+        # read back (item() waits for them and for the optimizer step queued before it).
+        value = float(loss.item())
+        del loss
+    else:
+        communication_s = group.communication_s
+        value = _data_parallel_step(step, model, optimizer, batch, group)
+        if metadata is not None:
+            metadata["communication_s"].append(group.communication_s - communication_s)
     dt = time.perf_counter() - t0
-    del loss
     for k, v in records.record_step().items():
         peaks[k] = max(peaks.get(k, 0), v)
     losses.append(value)
@@ -687,6 +756,37 @@ def _one_step(
     bar.update(step + 1, cfg.steps, value, tokens_per_step / dt, peaks.get("activation", 0))
     if not math.isfinite(value):
         raise RiftcoError(f"the loss became {value} at step {step + 1}; try a smaller lr")
+
+
+def _data_parallel_step(
+    step: int,
+    model: DecoderOnlyTransformer,
+    optimizer: Adam | AdamW | distributed.DistributedOptimizer,
+    batch: Batch,
+    group: distributed.ProcessGroup,
+) -> float:
+    """One step of this rank on its rows of the global ``batch`` (see :func:`_one_step`);
+    returns the global batch's mean loss."""
+    n = group.world_size
+    rows = group.rows(batch)
+    local = distributed.target_count(rows)
+    (total,) = group.sum([local])
+    dropout = _dropout_metadata(model)
+    keys = ("attention_dropout", "residual_dropout", "lora_dropout")
+    if model.training and any((dropout[k] or 0.0) > 0.0 for k in keys):
+        model.dropout_step = step * n + group.rank
+    loss_sum = 0.0
+    if local:
+        loss = _loss(model, rows)
+        weight = distributed.loss_weight(local, int(total), n)
+        scaled = loss if weight == 1.0 else loss * weight
+        scaled.backward(retain_graph=False)
+        loss_sum = float(loss.item()) * local
+        del loss, scaled
+    (global_sum,) = group.sum([loss_sum])
+    optimizer.step()
+    optimizer.zero_grad()
+    return global_sum / total
 
 
 def _write_plots(out_dir: Path, metadata: dict[str, Any], log: Log | None) -> None:
@@ -847,7 +947,7 @@ def _math_settings(
     """Every setting that changes what a run computes: a resume must match all of them."""
     training = {k: v for k, v in cfg.to_dict().items() if k not in HARMLESS_TRAINING_KEYS}
     training["device"] = model.device
-    return {
+    settings: dict[str, Any] = {
         "stage": stage,
         "riftco_version": __version__,
         "model_config": model.config.to_dict(),
@@ -857,6 +957,32 @@ def _math_settings(
         "num_threads": num_threads(),
         "simd_level": simd_level(),
     }
+    group = _group(cfg)
+    if group is not None:
+        # The ranks and the stage change the sums and the dropout masks: a resume needs both.
+        settings["data_parallel"] = {"world_size": group.world_size, "zero": cfg.zero}
+    return settings
+
+
+def _group(cfg: _LoopConfig) -> distributed.ProcessGroup | None:
+    """The MPI process group of a data-parallel run (``None`` otherwise).
+
+    Raises:
+        MPIUnavailableError: ``data_parallel`` without mpi4py.
+        ConfigError: ``batch_size`` is not a multiple of the number of ranks.
+    """
+    if not cfg.data_parallel:
+        return None
+    group = distributed.init(cfg.data_parallel_timeout_s)
+    group.check_batch_size(cfg.batch_size)
+    return group
+
+
+def _writes_files(cfg: _LoopConfig) -> bool:
+    """Whether this process writes the run folder: always, except on the ranks other than 0
+    of a data-parallel run."""
+    group = _group(cfg)
+    return group is None or group.is_main
 
 
 def run_pretraining(
@@ -924,7 +1050,8 @@ def run_pretraining(
     if checkpoint is not None:
         check_same_math(checkpoint.state["math"], math_settings, checkpoint.path)
     out = prepare_out_dir(out_dir)
-    _clear_checkpoints(out, overwrite)
+    if _writes_files(cfg):
+        _clear_checkpoints(out, overwrite)
     metadata: dict[str, Any] = {
         "model_config": model_config.to_dict(),
         "files": [MODEL_STATE_FILE, "config.json", METADATA_FILE, CHECKPOINTS_DIR],
@@ -1192,7 +1319,8 @@ def run_post_training(
         # as in run_pretraining.
         model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
         out = prepare_out_dir(out_dir)
-        _clear_checkpoints(out, overwrite)
+        if _writes_files(cfg):
+            _clear_checkpoints(out, overwrite)
     except BaseException:
         if undo is not None:
             undo()

@@ -53,11 +53,16 @@ HARMLESS_TRAINING_KEYS = frozenset(
         "keep_checkpoints",
         "activation_checkpointing",
         "activation_memory_budget",
+        "data_parallel",
+        "zero",
+        "data_parallel_timeout_s",
     }
 )
 """Training settings a resumed run may change: how often it reports, validates and saves, how
 many checkpoints it keeps, and the activation-checkpointing policy (every policy computes
-bitwise the losses and gradients of ``"disabled"``)."""
+bitwise the losses and gradients of ``"disabled"``). The data-parallel settings are here too:
+a run's math records its ranks and ZeRO stage in its own ``data_parallel`` entry, present only
+for a data-parallel run, so that runs from before that setting existed still resume."""
 
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _TEMPORARY_DIR = re.compile(r"^\.step-\d+\.(?:[a-z]+\.)?tmp\.(\d+)$")
@@ -260,11 +265,17 @@ def read_checkpoint(path: Path) -> Checkpoint:
             f"{str(state_path)!r}: math_hash does not match its math settings (edited or "
             "corrupted)"
         )
-    if not (path / OPTIMIZER_STATE_FILE).is_file():
-        raise ModelStateError(
-            f"{str(path / OPTIMIZER_STATE_FILE)!r} is missing: {str(path)!r} is not a complete "
-            "training checkpoint"
-        )
+    names = state.get("optimizer_files", [OPTIMIZER_STATE_FILE])
+    if not isinstance(names, list) or not all(
+        isinstance(n, str) and n and "/" not in n and n not in (".", "..") for n in names
+    ):
+        raise ModelStateError(f"{str(state_path)!r}: optimizer_files must be a list of file names")
+    for name in names:
+        if not (path / name).is_file():
+            raise ModelStateError(
+                f"{str(path / name)!r} is missing: {str(path)!r} is not a complete training "
+                "checkpoint"
+            )
     return Checkpoint(path, state)
 
 

@@ -193,6 +193,20 @@ pub enum AutogradError {
     /// time").
     #[error("backward: {what} was already differentiated by a backward pass with retain_graph=False, which freed its graph (its parents and saved values); run the forward again, or pass retain_graph=True to the first backward to differentiate twice")]
     GraphFreed { what: String },
+    /// A gradient given to [`crate::Variable::replace_grad`] whose shape differs from the
+    /// value's.
+    #[error(
+        "setting the gradient of {what}: shape {got:?} does not match the value's {expected:?}"
+    )]
+    GradShape {
+        what: String,
+        expected: Vec<usize>,
+        got: Vec<usize>,
+    },
+    /// [`crate::Variable::replace_grad`] on a node that cannot hold a committed gradient (an op
+    /// result, a leaf that does not require grad) or with a gradient on another device.
+    #[error("setting the gradient of {what}: {reason}")]
+    GradNotSettable { what: String, reason: String },
     /// A checkpoint contract violation.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
@@ -270,7 +284,8 @@ impl AutogradError {
         match self {
             AutogradError::Tensor(e) => e.kind(),
             AutogradError::StaleGraph { .. } => ErrorKind::StaleGraph,
-            AutogradError::NotScalar { .. } => ErrorKind::Shape,
+            AutogradError::NotScalar { .. } | AutogradError::GradShape { .. } => ErrorKind::Shape,
+            AutogradError::GradNotSettable { .. } => ErrorKind::InvalidArgument,
             AutogradError::NoGradient { .. } | AutogradError::GraphFreed { .. } => {
                 ErrorKind::Backward
             }

@@ -408,6 +408,50 @@ impl Variable {
         }
     }
 
+    /// Replaces the committed gradient of this trainable leaf (PyTorch's `p.grad = g`); `None`
+    /// clears it as [`Variable::zero_grad`] does. Data-parallel training writes the all-reduced
+    /// gradients back with it before the optimizer step.
+    ///
+    /// # Errors
+    /// [`crate::AutogradError::GradShape`] when `g`'s shape differs from the value's;
+    /// [`crate::AutogradError::GradNotSettable`] for an op result, a leaf that does not require
+    /// grad, or a gradient on another device than the value; as [`Variable::zero_grad`] inside a
+    /// checkpoint's replay. Nothing changes on error.
+    pub fn replace_grad(&self, g: Option<Tensor>) -> crate::Result<()> {
+        self.check_zero_grad()?;
+        let not_settable = |reason: String| crate::AutogradError::GradNotSettable {
+            what: self.describe(),
+            reason,
+        };
+        if !self.is_leaf() {
+            return Err(not_settable(format!(
+                "it is the result of op {} (only leaves hold gradients)",
+                self.op_name()
+            )));
+        }
+        if !self.requires_grad() {
+            return Err(not_settable("it does not require grad".into()));
+        }
+        if let Some(g) = &g {
+            if g.dims() != self.dims() {
+                return Err(crate::AutogradError::GradShape {
+                    what: self.describe(),
+                    expected: self.dims().to_vec(),
+                    got: g.dims().to_vec(),
+                });
+            }
+            if g.device() != self.value().device() {
+                return Err(not_settable(format!(
+                    "the gradient is on {:?}, the value on {:?}",
+                    g.device(),
+                    self.value().device()
+                )));
+            }
+        }
+        *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = g;
+        Ok(())
+    }
+
     pub(crate) fn set_grad(&self, g: Tensor) {
         *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(g);
     }

@@ -339,6 +339,69 @@ impl PyVariable {
         self.0.grad().map(|g| tensor_to_numpy(py, &g)).transpose()
     }
 
+    /// Replaces the committed gradient of a trainable leaf (PyTorch's ``p.grad = g``); ``None``
+    /// clears it as ``zero_grad()``. Data-parallel training
+    /// (:mod:`riftco.distributed`) writes all-reduced gradients back with it.
+    ///
+    /// Args:
+    ///     value: an array-like of the variable's shape (a float32 copy, moved to its device),
+    ///         or ``None``.
+    ///
+    /// Raises:
+    ///     ShapeError: ``value``'s shape differs from the variable's.
+    ///     ConfigError: the variable is an op result or does not require grad.
+    ///     CheckpointError: inside a checkpoint's replay (as ``zero_grad()``).
+    ///     TypeError: ``value`` is not numeric.
+    #[setter(grad)]
+    fn set_grad(&self, value: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let g = match value {
+            Some(v) if !v.is_none() => {
+                let (data, shape) = float32_data(v)?;
+                let mut t = Tensor::from_vec(data, Shape::new(shape), MemoryCategory::Gradient)
+                    .map_err(tensor_err)?;
+                let device = self.0.value().device();
+                if t.device() != device {
+                    t.transfer_to(device).map_err(tensor_err)?;
+                }
+                Some(t)
+            }
+            _ => None,
+        };
+        self.0.replace_grad(g).map_err(|e| Error::from(e).into())
+    }
+
+    /// Overwrites the value of a leaf in place with ``array`` (PyTorch's
+    /// ``with torch.no_grad(): p.copy_(src)``), on the leaf's device. The value's version moves
+    /// on, so a graph recorded before reading the old value raises ``StaleGraphError`` at
+    /// ``backward()``. Data-parallel training with ZeRO writes the all-gathered weights with it.
+    ///
+    /// Args:
+    ///     array: an array-like of the variable's shape (converted to float32).
+    ///
+    /// Raises:
+    ///     ShapeError: ``array``'s shape differs from the variable's.
+    ///     ConfigError: the variable is an op result (its value belongs to a graph).
+    ///     TypeError: ``array`` is not numeric.
+    fn copy_(&self, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        if !self.0.is_leaf() {
+            return Err(Exc::Config.err(format!(
+                "copy_: {} is the result of op {}; only leaves can be overwritten",
+                self.0.describe(),
+                self.0.op_name()
+            )));
+        }
+        let (data, shape) = float32_data(array)?;
+        if shape != self.0.dims() {
+            return Err(Exc::Shape.err(format!(
+                "copy_: {} has shape {:?}, the array {:?}",
+                self.0.describe(),
+                self.0.dims(),
+                shape
+            )));
+        }
+        self.0.value().copy_from_slice(&data).map_err(tensor_err)
+    }
+
     /// Whether gradients flow to this node.
     #[getter]
     fn requires_grad(&self) -> bool {

@@ -310,6 +310,16 @@ class Variable:
     def grad(self) -> npt.NDArray[np.float32] | None:
         """The committed gradient (float32 copy of shape ``self.shape``) or ``None``;
         ``ShapeError`` for more than 32 axes."""
+    @grad.setter
+    def grad(self, value: npt.ArrayLike | None) -> None:
+        """Replaces the committed gradient of a trainable leaf (PyTorch's ``p.grad = g``; a
+        float32 copy on the leaf's device); ``None`` clears it. ``ShapeError`` for another
+        shape, ``ConfigError`` for an op result or a leaf that does not require grad,
+        ``CheckpointError`` inside a checkpoint's replay."""
+    def copy_(self, array: npt.ArrayLike) -> None:
+        """Overwrites a leaf's value in place (PyTorch's ``with torch.no_grad(): p.copy_(src)``);
+        graphs that read the old value become stale. ``ShapeError`` for another shape,
+        ``ConfigError`` for an op result."""
     @property
     def requires_grad(self) -> bool:
         """Whether gradients flow to this node."""

@@ -1,0 +1,527 @@
+"""``riftco.distributed``: data-parallel training over MPI, with ZeRO-sharded optimizer state.
+
+One model replica per process, launched by any MPI launcher (``mpiexec -n N``, ``mpirun``,
+Slurm's ``srun``); the processes talk through ``mpi4py`` (``pip install 'riftco[mpi]'`` brings
+it with the MPICH wheel; a system MPI works too, see ``docs/distributed.md``).
+
+The data-parallel rule (Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data
+Parallel Training"): every rank draws the same global batch of ``G`` rows, keeps rows
+``[rank * G / N, (rank + 1) * G / N)`` (:meth:`ProcessGroup.rows`), computes its loss and
+gradients, and the gradients are averaged across ranks in buckets of parameters, in a fixed
+order, so every rank holds the same sum. Where ranks hold different numbers of target tokens
+(labels with ``IGNORE_INDEX``), each rank's loss is weighted by its share of the global target
+count first (:func:`loss_weight`), so the update is that of the mean over the whole batch, as
+one process with batch ``G`` computes it.
+
+ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+Models") over the flat vector of trainable parameters: each bucket is cut into ``N`` equal parts
+(the last padded with zeros) and rank ``r`` owns part ``r`` of every bucket.
+
+- ``zero=0``: the gradients are all-reduced and every rank runs the whole optimizer.
+- ``zero=1``: the gradients are all-reduced into the parameters' ``grad`` (kept, as stage 1
+  does), each rank updates only its parts with Adam moments of its parts (``optimizer_state``
+  bytes ``1/N``) and the updated parts are all-gathered into every replica.
+- ``zero=2``: as 1, but the gradients are reduce-scattered: each rank receives only the sums of
+  its parts, and the full gradients are released bucket by bucket as they are reduced.
+
+Errors: without ``mpi4py`` :func:`init` raises :class:`MPIUnavailableError` saying what to
+install. Ranks whose settings differ raise :class:`RankMismatchError` on every rank, naming the
+setting and both values (:meth:`ProcessGroup.check_same`). A collective that waits longer than
+``timeout_s`` (a rank died or hangs) makes the waiting rank print which one it waited in and
+abort the whole job (``MPI_Abort``), so no rank waits forever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from riftco._native import IGNORE_INDEX, Adam, AdamW, ConfigError, RiftcoError, Variable
+
+__all__ = [
+    "DEFAULT_BUCKET_BYTES",
+    "DEFAULT_TIMEOUT_S",
+    "DistributedError",
+    "DistributedOptimizer",
+    "MPIUnavailableError",
+    "ProcessGroup",
+    "RankMismatchError",
+    "ZERO_STAGES",
+    "init",
+    "launched_by_mpi",
+    "loss_weight",
+    "target_count",
+]
+
+DEFAULT_BUCKET_BYTES = 25 * 2**20
+"""Gradient bucket size (PyTorch DDP's default ``bucket_cap_mb=25``): the communication buffer
+holds one bucket, and a parameter larger than a bucket is a bucket of its own."""
+DEFAULT_TIMEOUT_S = 600.0
+"""How long a rank waits in one collective before it aborts the job (seconds)."""
+ZERO_STAGES = (0, 1, 2)
+
+# Environment variables set by the launchers (MPICH/Hydra and Intel MPI: PMI_*; Open MPI:
+# OMPI_*; PMIx launchers, srun included: PMIX_*; Slurm: SLURM_STEP_ID under srun).
+_LAUNCHER_VARIABLES = (
+    "PMI_RANK",
+    "PMI_SIZE",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMIX_RANK",
+    "SLURM_STEP_ID",
+)
+
+
+class DistributedError(RiftcoError):
+    """A data-parallel run cannot start or continue."""
+
+
+class MPIUnavailableError(DistributedError, ImportError):
+    """``mpi4py`` (or the MPI library it loads) is missing."""
+
+
+class RankMismatchError(DistributedError):
+    """The ranks of one job disagree on a setting, the data or the riftco version."""
+
+
+def launched_by_mpi() -> bool:
+    """Whether this process was started by an MPI launcher (its environment variables)."""
+    return any(v in os.environ for v in _LAUNCHER_VARIABLES)
+
+
+_GROUP: ProcessGroup | None = None
+
+
+def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> ProcessGroup:
+    """The process group of ``MPI.COMM_WORLD`` (made once per process; later calls return it,
+    with ``timeout_s`` updated).
+
+    Args:
+        timeout_s: seconds a rank waits in one collective before it aborts the job (positive
+            and finite).
+
+    Raises:
+        MPIUnavailableError: ``mpi4py`` cannot be imported or finds no MPI library.
+        ConfigError: a bad ``timeout_s``.
+    """
+    global _GROUP
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        raise ConfigError(f"timeout_s must be a number of seconds; got {timeout_s!r}")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ConfigError(f"timeout_s must be positive and finite; got {timeout_s!r}")
+    if _GROUP is None:
+        try:
+            mpi = importlib.import_module("mpi4py.MPI")
+        except (ImportError, RuntimeError, OSError) as e:
+            raise MPIUnavailableError(
+                f"data-parallel training needs mpi4py and an MPI library ({e}); install them "
+                "with pip install 'riftco[mpi]' (mpi4py and the MPICH wheel), or install "
+                "mpi4py built against your system's MPI"
+            ) from None
+        _GROUP = ProcessGroup(mpi, mpi.COMM_WORLD, float(timeout_s))
+    _GROUP.timeout_s = float(timeout_s)
+    return _GROUP
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str:
+    """The dotted path of the first entry where two JSON-like values differ, with both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in a or key not in b:
+                return f"{sub}: {a.get(key, '(absent)')!r} against {b.get(key, '(absent)')!r}"
+            if _canonical(a[key]) != _canonical(b[key]):
+                return _first_difference(a[key], b[key], sub)
+    return f"{path or 'value'}: {a!r} against {b!r}"
+
+
+class ProcessGroup:
+    """The ranks of one job (``MPI.COMM_WORLD``), with watched collectives.
+
+    Attributes:
+        rank: this process's index, ``0 <= rank < world_size``.
+        world_size: the number of processes.
+        is_main: ``rank == 0`` (the rank that logs, draws and saves).
+        timeout_s: seconds a rank waits in one collective before aborting the job.
+        communication_s: seconds spent in collectives so far (for the step records).
+    """
+
+    def __init__(self, mpi: Any, comm: Any, timeout_s: float) -> None:
+        self.mpi = mpi
+        self.comm = comm
+        self.rank: int = int(comm.Get_rank())
+        self.world_size: int = int(comm.Get_size())
+        self.is_main = self.rank == 0
+        self.timeout_s = timeout_s
+        self.communication_s = 0.0
+        self._waiting: tuple[str, float] | None = None
+        self._lock = threading.Lock()
+        self._watchdog: threading.Thread | None = None
+
+    # -- watched collectives ------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.timeout_s / 4))
+            with self._lock:
+                waiting = self._waiting
+            if waiting is not None and time.monotonic() - waiting[1] > self.timeout_s:
+                self.abort(
+                    f"rank {self.rank} of {self.world_size} waited more than "
+                    f"{self.timeout_s:g} s in {waiting[0]}: another rank died or hangs; "
+                    "aborting the job"
+                )
+
+    def _collective(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.world_size == 1:
+            return fn(*args, **kwargs)
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, name="riftco-mpi-watchdog")
+            self._watchdog.daemon = True
+            self._watchdog.start()
+        t0 = time.monotonic()
+        with self._lock:
+            self._waiting = (name, t0)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._lock:
+                self._waiting = None
+            self.communication_s += time.monotonic() - t0
+
+    def abort(self, message: str, code: int = 1) -> None:
+        """Prints ``message`` on this rank's stderr and aborts every rank of the job
+        (``MPI_Abort``; the launcher ends the others)."""
+        print(f"riftco: error: {message}", file=sys.stderr, flush=True)
+        try:
+            self.comm.Abort(code)
+        finally:
+            os._exit(code)
+
+    def barrier(self) -> None:
+        self._collective("a barrier", self.comm.Barrier)
+
+    def broadcast(self, value: Any) -> Any:
+        """Rank 0's ``value`` (any picklable object) on every rank."""
+        return self._collective("a broadcast", self.comm.bcast, value, root=0)
+
+    def all_gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value``, in rank order, on every rank."""
+        return list(self._collective("an all-gather", self.comm.allgather, value))
+
+    def sum(self, values: Sequence[float]) -> list[float]:
+        """The element-wise sums of every rank's ``values`` (float64), in rank order."""
+        gathered = self.all_gather([float(v) for v in values])
+        return [math.fsum(rank_values[i] for rank_values in gathered) for i in range(len(values))]
+
+    # -- checks and data ----------------------------------------------------------------------
+
+    def check_same(self, what: str, value: Any) -> None:
+        """Refuses to go on unless every rank has the same ``value`` (JSON-like), compared by a
+        SHA-256 of its canonical JSON. Collective: every rank must call it.
+
+        Raises:
+            RankMismatchError: on every rank, naming ``what``, the first differing entry and
+                the ranks (rank 0's value against the first differing rank's).
+        """
+        digest = hashlib.sha256(_canonical(value).encode()).hexdigest()
+        digests = self.all_gather(digest)
+        if len(set(digests)) == 1:
+            return
+        other = next(r for r, d in enumerate(digests) if d != digests[0])
+        values = self.all_gather(value if self.rank in (0, other) else None)
+        difference = _first_difference(values[0], values[other])
+        raise RankMismatchError(
+            f"the ranks of this job differ in {what}: rank 0 against rank {other}: {difference}; "
+            "start every rank with the same riftco, command, settings and data"
+        )
+
+    def check_batch_size(self, batch_size: int) -> None:
+        """Raises ``ConfigError`` unless ``batch_size`` rows split evenly over the ranks."""
+        if batch_size % self.world_size:
+            raise ConfigError(
+                f"batch_size {batch_size} does not split over {self.world_size} data-parallel "
+                f"ranks; use a multiple of {self.world_size}"
+            )
+
+    def rows(self, batch: Any) -> Any:
+        """This rank's rows of a global batch: an array ``[G, ...]`` or a tuple of them (tokens,
+        labels, position ids), rows ``[rank * G / N, (rank + 1) * G / N)``."""
+        if isinstance(batch, tuple):
+            return tuple(self.rows(part) for part in batch)
+        n = batch.shape[0] // self.world_size
+        return batch[self.rank * n : (self.rank + 1) * n]
+
+
+def target_count(batch: Any) -> int:
+    """The number of target tokens of a batch: ``batch_rows * seq`` for a token block
+    ``[rows, seq + 1]``, the labels that are not ``IGNORE_INDEX`` after the first column for
+    ``(tokens, labels[, position_ids])`` (Hugging Face's shifted-label convention)."""
+    if isinstance(batch, tuple):
+        return int(np.count_nonzero(np.asarray(batch[1])[:, 1:] != IGNORE_INDEX))
+    return int(batch.shape[0] * (batch.shape[1] - 1))
+
+
+def loss_weight(local_targets: int, global_targets: int, world_size: int) -> float:
+    """The factor of a rank's mean loss whose gradient, averaged over ``world_size`` ranks, is the
+    gradient of the mean over all ``global_targets``: ``local * world_size / global`` (1 when
+    every rank holds the same count)."""
+    return local_targets * world_size / global_targets
+
+
+class _Bucket:
+    """Parameters ``params[start:stop]``, flattened: ``size`` elements, cut into ``world_size``
+    parts of ``part`` elements (the last padded)."""
+
+    def __init__(self, params: list[Variable], world_size: int) -> None:
+        self.params = params
+        self.sizes = [math.prod(p.shape) for p in params]
+        self.size = sum(self.sizes)
+        self.part = -(-self.size // world_size)
+        self.padded = self.part * world_size
+
+    def gradients(self, out: np.ndarray) -> None:
+        """Writes the parameters' gradients into ``out[:size]`` (zeros where none) and zeros into
+        the padding."""
+        offset = 0
+        for p, n in zip(self.params, self.sizes):
+            g = p.grad
+            if g is None:
+                out[offset : offset + n] = 0.0
+            else:
+                out[offset : offset + n] = g.reshape(-1)
+            offset += n
+        out[self.size :] = 0.0
+
+    def values(self) -> np.ndarray:
+        out = np.zeros(self.padded, np.float32)
+        offset = 0
+        for p, n in zip(self.params, self.sizes):
+            out[offset : offset + n] = p.numpy().reshape(-1)
+            offset += n
+        return out
+
+    def write(self, flat: np.ndarray, target: str) -> None:
+        """Writes ``flat[:size]`` into the parameters' gradients or values."""
+        offset = 0
+        for p, n in zip(self.params, self.sizes):
+            piece = flat[offset : offset + n].reshape(p.shape)
+            if target == "grad":
+                p.grad = piece
+            else:
+                p.copy_(piece)
+            offset += n
+
+
+def _buckets(params: list[Variable], world_size: int, bucket_bytes: int) -> list[_Bucket]:
+    limit = max(1, bucket_bytes // 4)
+    out: list[_Bucket] = []
+    current: list[Variable] = []
+    size = 0
+    for p in params:
+        n = math.prod(p.shape)
+        if current and size + n > limit:
+            out.append(_Bucket(current, world_size))
+            current, size = [], 0
+        current.append(p)
+        size += n
+    if current:
+        out.append(_Bucket(current, world_size))
+    return out
+
+
+class DistributedOptimizer:
+    """Adam or AdamW across the ranks of ``group``, with ZeRO stage ``zero`` (0, 1 or 2).
+
+    ``step()`` reduces the gradients every rank's ``backward()`` committed (averaged over the
+    ranks), updates the parameters and leaves the same values on every rank; ``zero_grad()``,
+    ``lr``, ``steps``, ``save`` and ``load`` are those of the native optimizers. ``make`` builds
+    the native optimizer over a list of Variables (``lambda ps: riftco.Adam(ps, lr=1e-3)``):
+    over the trainable parameters for ``zero=0``, over this rank's shard (one flat Variable
+    named ``zero_shard``) otherwise.
+
+    Memory (``riftco.memory_stats()``): with ``zero >= 1`` the ``optimizer_state`` bytes are
+    those of the shard (``1/N`` of the trainable elements, rounded up per bucket), and the
+    shard's own value adds as many ``parameter`` bytes. The communication buffer (one bucket,
+    NumPy) is not in the native counters.
+
+    Raises:
+        ConfigError: ``zero`` not in (0, 1, 2), a bucket size below 4 bytes, no trainable
+            parameter.
+    """
+
+    def __init__(
+        self,
+        group: ProcessGroup,
+        params: Iterable[Variable],
+        make: Callable[[list[Variable]], Adam | AdamW],
+        zero: int = 0,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    ) -> None:
+        if isinstance(zero, bool) or zero not in ZERO_STAGES:
+            raise ConfigError(f"zero must be one of 0, 1, 2; got {zero!r}")
+        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 4:
+            raise ConfigError(f"bucket_bytes must be an int of at least 4; got {bucket_bytes!r}")
+        self.group = group
+        self.zero = zero
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ConfigError("DistributedOptimizer needs at least one trainable parameter")
+        self.buckets = _buckets(self.params, group.world_size, bucket_bytes)
+        self._buffer = np.zeros(max(b.padded for b in self.buckets), np.float32)
+        if zero == 0:
+            self.shard: Variable | None = None
+            self.inner = make(self.params)
+        else:
+            r = group.rank
+            parts = [b.values()[r * b.part : (r + 1) * b.part] for b in self.buckets]
+            self.shard = Variable(np.concatenate(parts), requires_grad=True, name="zero_shard")
+            self.inner = make([self.shard])
+
+    @property
+    def lr(self) -> float:
+        return self.inner.lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self.inner.lr = value
+
+    @property
+    def steps(self) -> int:
+        return self.inner.steps
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.zero_grad()
+        if self.shard is not None:
+            self.shard.zero_grad()
+
+    def _sum(self, bucket: _Bucket) -> np.ndarray:
+        """The bucket's gradients summed over the ranks: all of them (``zero`` 0 and 1) or this
+        rank's part (``zero`` 2)."""
+        buf = self._buffer[: bucket.padded]
+        bucket.gradients(buf)
+        mpi = self.group.mpi
+        if self.group.world_size == 1:
+            return buf if self.zero < 2 else buf[: bucket.part]
+        if self.zero < 2:
+            self.group._collective("an all-reduce", self.group.comm.Allreduce, mpi.IN_PLACE, buf)
+            return buf
+        part = np.empty(bucket.part, np.float32)
+        self.group._collective(
+            "a reduce-scatter", self.group.comm.Reduce_scatter_block, buf, part, op=mpi.SUM
+        )
+        return part
+
+    def step(self) -> None:
+        """Reduces the gradients and updates the parameters on every rank (collective)."""
+        n = self.group.world_size
+        scale = np.float32(1.0 / n)
+        r = self.group.rank
+        shard_grads: list[np.ndarray] = []
+        for bucket in self.buckets:
+            summed = self._sum(bucket)
+            if n > 1:
+                summed *= scale
+            if self.zero < 2:
+                bucket.write(summed, "grad")
+            else:
+                for p in bucket.params:
+                    p.zero_grad()  # the full gradients go as soon as the bucket is reduced
+            if self.zero:
+                own = summed if self.zero == 2 else summed[r * bucket.part : (r + 1) * bucket.part]
+                shard_grads.append(np.array(own, np.float32))
+        if self.shard is None:
+            self.inner.step()
+            return
+        self.shard.grad = np.concatenate(shard_grads)
+        del shard_grads
+        self.inner.step()
+        self._gather_values()
+
+    def _gather_values(self) -> None:
+        """Every rank's updated parts, all-gathered into every replica's parameters."""
+        assert self.shard is not None
+        values = self.shard.numpy()
+        offset = 0
+        for bucket in self.buckets:
+            own = np.ascontiguousarray(values[offset : offset + bucket.part])
+            offset += bucket.part
+            full = self._buffer[: bucket.padded]
+            if self.group.world_size == 1:
+                full[:] = own
+            else:
+                self.group._collective(
+                    "an all-gather", self.group.comm.Allgather, own, full
+                )
+            bucket.write(full, "value")
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def state_files(self) -> list[str]:
+        """The file names a checkpoint holds for this optimizer: ``optimizer.safetensors`` for
+        ``zero=0`` (the same on every rank, written by rank 0), one shard file per rank
+        otherwise."""
+        if self.zero == 0:
+            return ["optimizer.safetensors"]
+        n = self.group.world_size
+        return [f"optimizer.zero-{r:05d}-of-{n:05d}.safetensors" for r in range(n)]
+
+    def save(self, folder: Path | None) -> None:
+        """Writes the state into ``folder`` (``state_files()``), collective: rank 0 writes, and
+        under ZeRO receives each other rank's shard file in turn (one in flight), so the ranks
+        need no shared file system; other ranks pass ``None``."""
+        names = self.state_files()
+        if self.zero == 0:
+            if self.group.is_main:
+                assert folder is not None
+                self.inner.save(folder / names[0])
+            return
+        with tempfile.TemporaryDirectory(prefix="riftco-zero-") as tmp:
+            own = Path(tmp) / "shard.safetensors"
+            self.inner.save(own)
+            if self.group.is_main:
+                assert folder is not None
+                (folder / names[0]).write_bytes(own.read_bytes())
+                for r in range(1, self.group.world_size):
+                    data = self.group._collective(
+                        "receiving an optimizer shard", self.group.comm.recv, source=r, tag=71
+                    )
+                    (folder / names[r]).write_bytes(data)
+            else:
+                self.group._collective(
+                    "sending an optimizer shard", self.group.comm.send, own.read_bytes(), dest=0,
+                    tag=71,
+                )
+
+    def load(self, folder: Path) -> None:
+        """Loads this rank's state from a checkpoint ``folder`` written by :meth:`save` with the
+        same number of ranks and ZeRO stage (every rank reads ``folder``: a file system all
+        ranks see). Under ZeRO the parameters of the shard are taken from the replica (loaded
+        before), so the shard's value is the checkpoint's weights.
+
+        Raises:
+            ModelStateError, ConfigError, OSError: as the native ``load``.
+        """
+        name = self.state_files()[0 if self.zero == 0 else self.group.rank]
+        if self.shard is not None:
+            r = self.group.rank
+            self.shard.copy_(
+                np.concatenate([b.values()[r * b.part : (r + 1) * b.part] for b in self.buckets])
+            )
+        self.inner.load(folder / name)
