@@ -82,6 +82,7 @@ from riftco import (
     chat_template,
     configs,
     data,
+    distributed,
     functional,
     generation,
     instruct,

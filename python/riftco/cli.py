@@ -65,6 +65,7 @@ __all__ = [
     "UsageError",
     "activation_checkpointing_arg",
     "add_checkpointing_arguments",
+    "add_data_parallel_arguments",
     "add_device_argument",
     "byte_size_arg",
     "check_sample_args",
@@ -72,7 +73,9 @@ __all__ = [
     "int_range",
     "non_negative_float",
     "output_folder",
+    "positive_float",
     "run_cli",
+    "start_data_parallel",
 ]
 
 
@@ -181,6 +184,14 @@ def non_negative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
     if not (math.isfinite(value) and value >= 0.0):
         raise argparse.ArgumentTypeError(f"must be finite and >= 0; got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite float ``> 0``."""
+    value = non_negative_float(text)
+    if value == 0.0:
+        raise argparse.ArgumentTypeError(f"must be > 0; got {text}")
     return value
 
 
@@ -352,6 +363,57 @@ def add_resume_argument(group: Any) -> None:
         "checkpoint's (a difference is refused, naming both values); starts at step 0 when "
         "--out holds no run",
     )
+
+
+def add_data_parallel_arguments(group: argparse._ActionsContainer) -> None:
+    """``--data-parallel``, ``--zero`` and ``--data-parallel-timeout``, shared by ``pretrain``
+    and ``post-train``."""
+    group.add_argument(
+        "--data-parallel",
+        action="store_true",
+        help="train one replica per MPI process (start the command with mpiexec -n N, mpirun or "
+        "srun): each rank takes --batch-size/N rows of every batch and the gradients are "
+        "averaged; rank 0 prints and saves (needs pip install 'riftco[mpi]')",
+    )
+    group.add_argument(
+        "--zero",
+        type=int,
+        choices=(0, 1, 2),
+        default=0,
+        help="ZeRO stage with --data-parallel: 1 shards Adam's moments over the ranks, 2 the "
+        "gradient sums too (default: %(default)s)",
+    )
+    group.add_argument(
+        "--data-parallel-timeout",
+        type=positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a rank waits for the others in one exchange before it ends the job "
+        "(default: %(default)s)",
+    )
+
+
+def start_data_parallel(args: argparse.Namespace) -> int:
+    """This process's rank for ``--data-parallel`` (0 without it), the MPI process group
+    started. The ranks other than 0 print nothing (their stdout and stderr go to
+    ``os.devnull``; an abort's message still reaches the process's own stderr).
+
+    Raises:
+        UsageError: ``--zero`` above 0 without ``--data-parallel``.
+        MPIUnavailableError: ``--data-parallel`` without mpi4py (the message says what to
+            install).
+    """
+    if args.zero and not args.data_parallel:
+        fail(f"--zero {args.zero} shards over data-parallel ranks: it needs --data-parallel")
+    if not args.data_parallel:
+        return 0
+    from riftco import distributed
+
+    group = distributed.init(args.data_parallel_timeout)
+    if group.rank:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the process
+        sys.stderr = sys.stdout
+    return group.rank
 
 
 @contextlib.contextmanager

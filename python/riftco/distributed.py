@@ -103,23 +103,23 @@ def launched_by_mpi() -> bool:
 _GROUP: ProcessGroup | None = None
 
 
-def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> ProcessGroup:
-    """The process group of ``MPI.COMM_WORLD`` (made once per process; later calls return it,
-    with ``timeout_s`` updated).
+def init(timeout_s: float | None = None) -> ProcessGroup:
+    """The process group of ``MPI.COMM_WORLD`` (made once per process; later calls return it).
 
     Args:
         timeout_s: seconds a rank waits in one collective before it aborts the job (positive
-            and finite).
+            and finite); ``None`` keeps the group's (:data:`DEFAULT_TIMEOUT_S` for a new one).
 
     Raises:
         MPIUnavailableError: ``mpi4py`` cannot be imported or finds no MPI library.
         ConfigError: a bad ``timeout_s``.
     """
     global _GROUP
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
-        raise ConfigError(f"timeout_s must be a number of seconds; got {timeout_s!r}")
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise ConfigError(f"timeout_s must be positive and finite; got {timeout_s!r}")
+    if timeout_s is not None:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+            raise ConfigError(f"timeout_s must be a number of seconds; got {timeout_s!r}")
+        if not (math.isfinite(timeout_s) and timeout_s > 0):
+            raise ConfigError(f"timeout_s must be positive and finite; got {timeout_s!r}")
     if _GROUP is None:
         try:
             mpi = importlib.import_module("mpi4py.MPI")
@@ -129,8 +129,9 @@ def init(timeout_s: float = DEFAULT_TIMEOUT_S) -> ProcessGroup:
                 "with pip install 'riftco[mpi]' (mpi4py and the MPICH wheel), or install "
                 "mpi4py built against your system's MPI"
             ) from None
-        _GROUP = ProcessGroup(mpi, mpi.COMM_WORLD, float(timeout_s))
-    _GROUP.timeout_s = float(timeout_s)
+        _GROUP = ProcessGroup(mpi, mpi.COMM_WORLD, DEFAULT_TIMEOUT_S)
+    if timeout_s is not None:
+        _GROUP.timeout_s = float(timeout_s)
     return _GROUP
 
 
@@ -207,7 +208,9 @@ class ProcessGroup:
     def abort(self, message: str, code: int = 1) -> None:
         """Prints ``message`` on this rank's stderr and aborts every rank of the job
         (``MPI_Abort``; the launcher ends the others)."""
-        print(f"riftco: error: {message}", file=sys.stderr, flush=True)
+        # The process's own stderr: a command's ranks other than 0 silence sys.stderr.
+        stream = sys.__stderr__ or sys.stderr
+        print(f"riftco: error: {message}", file=stream, flush=True)
         try:
             self.comm.Abort(code)
         finally:

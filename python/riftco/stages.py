@@ -397,6 +397,8 @@ def _train(
                 )
                 if plots:
                     _write_plots(out_dir, metadata, log)
+                if group is not None and ranks > 1:
+                    group.barrier()  # every rank returns once rank 0's files are complete
                 return metadata
             except KeyboardInterrupt:
                 if group is not None and ranks > 1:
@@ -554,8 +556,8 @@ def _train_guarded(
             if group.world_size == 1 and not distributed.launched_by_mpi():
                 log("data parallel: not started by an MPI launcher (mpiexec/mpirun/srun): 1 rank")
             log(
-                f"data parallel: {group.world_size} ranks, {cfg.batch_size // group.world_size} "
-                f"rows each, ZeRO stage {cfg.zero}"
+                f"data parallel: {group.world_size} rank{'s' if group.world_size > 1 else ''}, "
+                f"{cfg.batch_size // group.world_size} rows each, ZeRO stage {cfg.zero}"
             )
 
     losses: list[float] = []

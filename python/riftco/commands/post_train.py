@@ -20,6 +20,7 @@ from riftco.cli import (
     DEFAULT_SAMPLE_BYTES,
     ArgumentParser,
     add_checkpointing_arguments,
+    add_data_parallel_arguments,
     add_device_argument,
     add_dropout_arguments,
     add_resume_argument,
@@ -28,6 +29,7 @@ from riftco.cli import (
     int_range,
     non_negative_float,
     output_folder,
+    start_data_parallel,
 )
 from riftco.commands._runs import (
     check_corpus,
@@ -129,6 +131,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_checkpointing_arguments(p)
     add_device_argument(p)
+    add_data_parallel_arguments(p)
     p.add_argument(
         "--attention", choices=riftco.ATTENTION_KINDS, default="flash", help="attention kind"
     )
@@ -228,6 +231,7 @@ def _resolve_model(path: str) -> Path:
 def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
     """Checks every flag, then samples, fine-tunes, saves, plots and samples again (see the
     module docstring). Bad input raises before any folder exists."""
+    start_data_parallel(args)
     state = _resolve_model(args.model)
     if args.frozen_weights_dtype != "float32" and args.fine_tuning_method != "lora":
         fail(
@@ -283,6 +287,9 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         eval_every=args.eval_every,
         log_every=args.log_every,
         device=args.device,
+        data_parallel=args.data_parallel,
+        zero=args.zero,
+        data_parallel_timeout_s=args.data_parallel_timeout,
     )
     try:
         tokenizer = load_folder_tokenizer(args.model)
@@ -385,8 +392,12 @@ def _train(
         else None
     )
     chat_samples: list[dict[str, str]] = []
+    # In a data-parallel run rank 0 alone samples and reports.
+    rank = 0 if not args.data_parallel else riftco.distributed.init().rank
 
     def sample(when: str) -> None:
+        if rank:
+            return
         if held_out is not None:
             print(f"--- answers to held-out prompts {when} post-training ---")
             got = answer_samples(
@@ -436,6 +447,8 @@ def _train(
         base_model=state,
         plots=not args.no_plots,
     )
+    if rank:
+        return
     print(
         f"{args.fine_tuning_method} post-training: final loss {metadata['final_loss']:.4f}; "
         f"validation loss {metadata['validation_loss_before']:.4f} -> "

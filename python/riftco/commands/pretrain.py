@@ -17,6 +17,7 @@ from riftco.cli import (
     DEFAULT_SAMPLE_BYTES,
     ArgumentParser,
     add_checkpointing_arguments,
+    add_data_parallel_arguments,
     add_device_argument,
     add_dropout_arguments,
     add_resume_argument,
@@ -25,6 +26,7 @@ from riftco.cli import (
     int_range,
     non_negative_float,
     output_folder,
+    start_data_parallel,
 )
 from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log, stage_log
 
@@ -65,6 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     train = p.add_argument_group("training")
     add_device_argument(train)
+    add_data_parallel_arguments(train)
     add_checkpointing_arguments(train)
     train.add_argument(
         "--attention",
@@ -166,6 +169,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "riftco pretrain") -> 
 def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
     """Checks every flag, then trains, saves, plots and prints a sample (see the module
     docstring). Bad input raises ``UsageError`` or a ``RiftcoError`` before any folder exists."""
+    rank = start_data_parallel(args)
     model_config = riftco.TransformerConfig(
         vocab_size=riftco.data.VOCAB_SIZE,
         d_model=args.d_model,
@@ -197,6 +201,9 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         eval_every=args.eval_every,
         log_every=args.log_every,
         device=args.device,
+        data_parallel=args.data_parallel,
+        zero=args.zero,
+        data_parallel_timeout_s=args.data_parallel_timeout,
     )
     if args.seq_len > args.max_seq_len:
         fail(
@@ -230,7 +237,7 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
     with output_folder(args.out) as out:
         # The device opened, for the log ("gpu" is vulkan or metal).
         device_line = device if device == args.device else f"{device} (--device {args.device})"
-        _train(args, model_config, config, corpus, out, prompt, n_new, device_line)
+        _train(args, model_config, config, corpus, out, prompt, n_new, device_line, rank)
 
 
 def _train(
@@ -242,6 +249,7 @@ def _train(
     prompt: bytes,
     n_new: int,
     device_line: str,
+    rank: int = 0,
 ) -> None:
     log(corpus_line(corpus, config.validation_fraction))
     log(
@@ -267,6 +275,8 @@ def _train(
         overwrite=not args.resume,
         plots=not args.no_plots,
     )
+    if rank:
+        return  # rank 0 reports and samples
     peak_mib = metadata["peak_memory_bytes"].get("activation", 0) / 2**20
     print(
         f"final loss {metadata['final_loss']:.4f} (uniform baseline ln 256 = "
