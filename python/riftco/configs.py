@@ -177,6 +177,7 @@ class _LoopConfig:
     data_parallel: bool = False
     zero: int = 0
     data_parallel_timeout_s: float = 600.0
+    data_parallel_bucket_bytes: int = 25 * 2**20
 
     def __post_init__(self) -> None:
         if self.device is not None:
@@ -220,6 +221,7 @@ class _LoopConfig:
                 "data_parallel=True"
             )
         _check_float("data_parallel_timeout_s", self.data_parallel_timeout_s, low=0.0)
+        _check_int("data_parallel_bucket_bytes", self.data_parallel_bucket_bytes, 4)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (recorded in ``training_metadata.json``)."""
@@ -297,6 +299,9 @@ class PretrainingConfig(_LoopConfig):
             receives only the gradient sums of its part).
         data_parallel_timeout_s: seconds a rank waits in one collective before it aborts the
             job (a rank died or hangs).
+        data_parallel_bucket_bytes: gradient bucket size (default 25 MiB, PyTorch DDP's): the
+            gradients are exchanged bucket by bucket, and ZeRO shards each bucket over the
+            ranks, so a ZeRO checkpoint resumes only with the same size.
     """
 
 

@@ -385,8 +385,32 @@ class DistributedOptimizer:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ConfigError("DistributedOptimizer needs at least one trainable parameter")
-        self.buckets = _buckets(self.params, group.world_size, bucket_bytes)
+        # In reverse order, the order a backward pass completes them (the last layers first), so
+        # that ZeRO-2 fills one bucket at a time.
+        self.buckets = _buckets(self.params[::-1], group.world_size, bucket_bytes)
         self._buffer = np.zeros(max(b.padded for b in self.buckets), np.float32)
+        # ZeRO-2: where each parameter's gradient goes (bucket, offset), the buckets being
+        # filled during a backward pass, and this rank's reduced parts of this step.
+        self._where: dict[str, tuple[int, int]] = {}
+        if zero == 2:
+            names = [p.name for p in self.params]
+            if None in names or len(set(names)) != len(names):
+                raise ConfigError(
+                    "zero=2 reduces each gradient as the backward pass completes it and finds "
+                    "its bucket by the parameter's name: the trainable parameters need distinct "
+                    "names (Variable(..., name=...); a model's parameters have them)"
+                )
+            for i, bucket in enumerate(self.buckets):
+                offset = 0
+                for p, n in zip(bucket.params, bucket.sizes):
+                    self._where[str(p.name)] = (i, offset)
+                    offset += n
+        self._filling: dict[int, tuple[np.ndarray, int]] = {}
+        self._reduced: dict[int, np.ndarray] = {}
+        self.staging_peak_bytes = 0
+        """ZeRO-2: the most bytes of gradient buckets held at once outside the native counters
+        (NumPy buffers of buckets whose gradients are still arriving), over this optimizer's
+        life."""
         if zero == 0:
             self.shard: Variable | None = None
             self.inner = make(self.params)
@@ -414,41 +438,81 @@ class DistributedOptimizer:
         if self.shard is not None:
             self.shard.zero_grad()
 
-    def _sum(self, bucket: _Bucket) -> np.ndarray:
-        """The bucket's gradients summed over the ranks: all of them (``zero`` 0 and 1) or this
-        rank's part (``zero`` 2)."""
-        buf = self._buffer[: bucket.padded]
-        bucket.gradients(buf)
-        mpi = self.group.mpi
+    def backward(self, loss: Variable, hooked: bool = True) -> None:
+        """``loss.backward(retain_graph=False)``; under ZeRO-2 (with ``hooked``) each bucket is
+        reduce-scattered as soon as the pass has completed the gradients of all its parameters,
+        and the gradients are never committed: no rank holds a whole gradient. Every rank must
+        pass the same ``hooked`` (a rank without a backward pass this step makes all ranks pass
+        ``False``; :meth:`step` then reduces in bucket order)."""
+        if self.zero == 2 and hooked:
+            loss.backward(retain_graph=False, gradient_hook=self._arrive)
+        else:
+            loss.backward(retain_graph=False)
+
+    def _arrive(self, leaf: Variable, grad: np.ndarray) -> None:
+        """The gradient hook of ZeRO-2: stages ``grad`` in its bucket, reducing the bucket when
+        it is complete."""
+        i, offset = self._where[str(leaf.name)]
+        bucket = self.buckets[i]
+        if i not in self._filling:
+            self._filling[i] = (np.zeros(bucket.padded, np.float32), len(bucket.params))
+            staged = sum(buf.nbytes for buf, _ in self._filling.values())
+            self.staging_peak_bytes = max(self.staging_peak_bytes, staged)
+        buf, missing = self._filling[i]
+        buf[offset : offset + grad.size] = grad.reshape(-1)
+        if missing > 1:
+            self._filling[i] = (buf, missing - 1)
+            return None
+        del self._filling[i]
+        self._reduced[i] = self._reduce_scatter(buf, bucket)
+        return None
+
+    def _reduce_scatter(self, buf: np.ndarray, bucket: _Bucket) -> np.ndarray:
+        """This rank's part of the ranks' sum of ``buf``, averaged."""
         if self.group.world_size == 1:
-            return buf if self.zero < 2 else buf[: bucket.part]
-        if self.zero < 2:
-            self.group._collective("an all-reduce", self.group.comm.Allreduce, mpi.IN_PLACE, buf)
-            return buf
+            return np.array(buf[: bucket.part], np.float32)
         part = np.empty(bucket.part, np.float32)
         self.group._collective(
-            "a reduce-scatter", self.group.comm.Reduce_scatter_block, buf, part, op=mpi.SUM
+            "a reduce-scatter", self.group.comm.Reduce_scatter_block, buf, part,
+            op=self.group.mpi.SUM,
         )
+        part *= np.float32(1.0 / self.group.world_size)
         return part
 
+    def _all_reduce(self, bucket: _Bucket) -> np.ndarray:
+        """The bucket's gradients averaged over the ranks (all of them)."""
+        buf = self._buffer[: bucket.padded]
+        bucket.gradients(buf)
+        if self.group.world_size > 1:
+            mpi = self.group.mpi
+            self.group._collective("an all-reduce", self.group.comm.Allreduce, mpi.IN_PLACE, buf)
+            buf *= np.float32(1.0 / self.group.world_size)
+        return buf
+
     def step(self) -> None:
-        """Reduces the gradients and updates the parameters on every rank (collective)."""
-        n = self.group.world_size
-        scale = np.float32(1.0 / n)
+        """Reduces the gradients (what :meth:`backward` has not reduced yet) and updates the
+        parameters on every rank (collective)."""
         r = self.group.rank
         shard_grads: list[np.ndarray] = []
-        for bucket in self.buckets:
-            summed = self._sum(bucket)
-            if n > 1:
-                summed *= scale
-            if self.zero < 2:
-                bucket.write(summed, "grad")
-            else:
-                for p in bucket.params:
-                    p.zero_grad()  # the full gradients go as soon as the bucket is reduced
-            if self.zero:
-                own = summed if self.zero == 2 else summed[r * bucket.part : (r + 1) * bucket.part]
-                shard_grads.append(np.array(own, np.float32))
+        for i, bucket in enumerate(self.buckets):
+            if self.zero == 2:
+                own = self._reduced.pop(i, None)
+                if own is None:
+                    # Not reduced during the pass (no hook, or a parameter the pass did not
+                    # reach): from the committed gradients, zeros where none.
+                    buf = self._filling.pop(i, (None, 0))[0]
+                    if buf is None:
+                        buf = self._buffer[: bucket.padded]
+                        bucket.gradients(buf)
+                    own = self._reduce_scatter(buf, bucket)
+                    for p in bucket.params:
+                        p.zero_grad()
+                shard_grads.append(own)
+                continue
+            summed = self._all_reduce(bucket)
+            bucket.write(summed, "grad")
+            if self.zero == 1:
+                shard_grads.append(np.array(summed[r * bucket.part : (r + 1) * bucket.part]))
         if self.shard is None:
             self.inner.step()
             return

@@ -550,7 +550,11 @@ def _train_guarded(
         group.check_same("their settings, data or riftco version", run.math)
         del optimizer
         optimizer = distributed.DistributedOptimizer(
-            group, params, lambda ps: _make_optimizer(ps, cfg)[0], zero=cfg.zero
+            group,
+            params,
+            lambda ps: _make_optimizer(ps, cfg)[0],
+            zero=cfg.zero,
+            bucket_bytes=cfg.data_parallel_bucket_bytes,
         )
         if log is not None:
             if group.world_size == 1 and not distributed.launched_by_mpi():
@@ -592,7 +596,7 @@ def _train_guarded(
         metadata["data_parallel"] = {
             "world_size": group.world_size,
             "zero": cfg.zero,
-            "bucket_bytes": distributed.DEFAULT_BUCKET_BYTES,
+            "bucket_bytes": cfg.data_parallel_bucket_bytes,
         }
         metadata["communication_s"] = []
     first_step = 0
@@ -690,6 +694,11 @@ def _train_guarded(
                     if last:
                         metadata["validation_loss_after"] = val_loss
                         metadata["complete"] = True
+                    if isinstance(optimizer, distributed.DistributedOptimizer):
+                        # Gradient buckets held outside the native counters (ZeRO-2).
+                        metadata["data_parallel"]["staging_peak_bytes"] = (
+                            optimizer.staging_peak_bytes
+                        )
                     if last or (step + 1) % cfg.save_every == 0:
                         save(step + 1)
             except KeyboardInterrupt:
@@ -745,6 +754,7 @@ def _one_step(
         value = float(loss.item())
         del loss
     else:
+        assert isinstance(optimizer, distributed.DistributedOptimizer)
         communication_s = group.communication_s
         value = _data_parallel_step(step, model, optimizer, batch, group)
         if metadata is not None:
@@ -763,7 +773,7 @@ def _one_step(
 def _data_parallel_step(
     step: int,
     model: DecoderOnlyTransformer,
-    optimizer: Adam | AdamW | distributed.DistributedOptimizer,
+    optimizer: distributed.DistributedOptimizer,
     batch: Batch,
     group: distributed.ProcessGroup,
 ) -> float:
@@ -772,7 +782,8 @@ def _data_parallel_step(
     n = group.world_size
     rows = group.rows(batch)
     local = distributed.target_count(rows)
-    (total,) = group.sum([local])
+    counts = group.all_gather(local)
+    total = int(sum(counts))
     dropout = _dropout_metadata(model)
     keys = ("attention_dropout", "residual_dropout", "lora_dropout")
     if model.training and any((dropout[k] or 0.0) > 0.0 for k in keys):
@@ -782,7 +793,8 @@ def _data_parallel_step(
         loss = _loss(model, rows)
         weight = distributed.loss_weight(local, int(total), n)
         scaled = loss if weight == 1.0 else loss * weight
-        scaled.backward(retain_graph=False)
+        # ZeRO-2 reduces during the pass only when every rank runs one.
+        optimizer.backward(scaled, hooked=min(counts) > 0)
         loss_sum = float(loss.item()) * local
         del loss, scaled
     (global_sum,) = group.sum([loss_sum])
@@ -962,7 +974,11 @@ def _math_settings(
     group = _group(cfg)
     if group is not None:
         # The ranks and the stage change the sums and the dropout masks: a resume needs both.
-        settings["data_parallel"] = {"world_size": group.world_size, "zero": cfg.zero}
+        settings["data_parallel"] = {
+            "world_size": group.world_size,
+            "zero": cfg.zero,
+            "bucket_bytes": cfg.data_parallel_bucket_bytes,
+        }
     return settings
 
 

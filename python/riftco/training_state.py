@@ -56,6 +56,7 @@ HARMLESS_TRAINING_KEYS = frozenset(
         "data_parallel",
         "zero",
         "data_parallel_timeout_s",
+        "data_parallel_bucket_bytes",
     }
 )
 """Training settings a resumed run may change: how often it reports, validates and saves, how

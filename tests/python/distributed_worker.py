@@ -52,6 +52,8 @@ def _run(
         eval_batches=1, activation_checkpointing=policy, data_parallel=zero is not None,
         zero=zero or 0,
     )
+    if zero is not None and len(sys.argv) > 5:
+        common["data_parallel_bucket_bytes"] = int(sys.argv[5])
     if case == "pretrain":
         corpus = riftco.data.default_corpus(max_bytes=100_000)
         metadata = riftco.run_pretraining(
@@ -90,6 +92,7 @@ def main() -> None:
                 "validation_loss_after": metadata["validation_loss_after"],
                 "peaks": peaks_by_rank,
                 "trainable_elements": int(sum(v.size for v in params.values())),
+                "staging_peak_bytes": metadata.get("data_parallel", {}).get("staging_peak_bytes"),
             }
             (out / "result.json").write_text(json.dumps(result))
 

@@ -127,6 +127,34 @@ def test_zero_halves_the_optimizer_state_of_each_rank(tmp_path: Path) -> None:
                 assert extra == 4 * -(-n // 2)
 
 
+@needs_mpi
+def test_zero2_never_holds_a_whole_gradient(tmp_path: Path) -> None:
+    bucket = 16384
+    single = subprocess.run(
+        [sys.executable, str(WORKER), "pretrain", "block", str(tmp_path), "-"],
+        capture_output=True, text=True, timeout=240, env=_env(),
+    )
+    assert single.returncode == 0, single.stderr
+    ranks = _mpiexec(
+        [sys.executable, str(WORKER), "pretrain", "block", str(tmp_path), "1,2", str(bucket)]
+    )
+    assert ranks.returncode == 0, ranks.stderr
+    ref, _ = _result(tmp_path / "single")
+    stage1, _ = _result(tmp_path / "z1")
+    stage2, _ = _result(tmp_path / "z2")
+    p_bytes = 4 * ref["trainable_elements"]
+    # One process: the parameters' gradients plus the pass's transient gradients of op nodes.
+    transient = ref["peaks"][0]["gradient"] - p_bytes
+    assert transient >= 0
+    for rank_peaks in stage2["peaks"]:
+        # This rank's half of every bucket, the transient ones, and at most one bucket being
+        # completed (measured: 73,732 bytes against 148,096 for one process).
+        assert rank_peaks["gradient"] <= p_bytes // 2 + transient + bucket, rank_peaks
+    assert all(r["gradient"] > stage2["peaks"][0]["gradient"] for r in stage1["peaks"])
+    # The buckets being filled live outside the native counters: at most two at once here.
+    assert 0 < stage2["staging_peak_bytes"] <= 2 * bucket
+
+
 def _cli(
     *extra: str, out: Path, steps: int = 4, seed: str = "0"
 ) -> list[str]:

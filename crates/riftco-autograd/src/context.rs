@@ -21,6 +21,11 @@ struct Slot {
     owned: bool,
 }
 
+/// Receives a trainable leaf's gradient in a backward pass as soon as the pass has summed all of
+/// it (the leaf's last consumer ran): see [`Variable::backward_with_hook`]. Returns `Some` to
+/// commit a gradient at the end of the pass as usual, `None` when the hook took it over.
+pub type LeafGradientHook<'a> = dyn FnMut(&Variable, Tensor) -> Result<Option<Tensor>> + 'a;
+
 /// The gradients of one backward pass, keyed by leaf. Returned by [`GradientContext::compute`]
 /// (the functional API, which commits nothing).
 #[derive(Default)]
@@ -56,6 +61,20 @@ impl GradientContext {
     /// As [`GradientContext::compute`]; [`AutogradError::GraphFreed`] when the graph reaches a
     /// node an earlier freeing pass differentiated (checked before any VJP runs).
     pub fn compute_with(root: &Variable, seed: Tensor, retain_graph: bool) -> Result<Self> {
+        Self::compute_hooked(root, seed, retain_graph, None)
+    }
+
+    /// [`GradientContext::compute_with`] handing each leaf gradient to `hook` when complete
+    /// (see [`Variable::backward_with_hook`]); what the hook returns stays in the context.
+    ///
+    /// # Errors
+    /// As [`GradientContext::compute_with`], and the hook's errors (the pass stops there).
+    pub fn compute_hooked(
+        root: &Variable,
+        seed: Tensor,
+        retain_graph: bool,
+        hook: Option<&mut LeafGradientHook<'_>>,
+    ) -> Result<Self> {
         if !root.requires_grad() {
             return Err(AutogradError::NoGradient {
                 what: root.describe(),
@@ -71,7 +90,13 @@ impl GradientContext {
         }
         let pending = validate_and_count(root)?;
         let mut watches = Vec::new();
-        let ctx = run(root, seed, pending, (!retain_graph).then_some(&mut watches))?;
+        let ctx = run(
+            root,
+            seed,
+            pending,
+            (!retain_graph).then_some(&mut watches),
+            hook,
+        )?;
         // Checkpoint replays run user code during the pass: a value read by a VJP that already
         // ran may have changed since.
         check_versions(root)?;
@@ -222,6 +247,7 @@ fn run(
     seed: Tensor,
     mut pending: HashMap<u64, usize>,
     mut watches: Option<&mut Vec<Watch>>,
+    mut hook: Option<&mut LeafGradientHook<'_>>,
 ) -> Result<GradientContext> {
     // Gradients of op nodes waiting for their VJP; removed (and freed) as soon as it runs.
     let mut inner: HashMap<u64, Slot> = HashMap::new();
@@ -305,6 +331,26 @@ fn run(
             *count -= 1;
             if *count == 0 && !p.is_leaf() {
                 ready.push(p.clone());
+            }
+            if let (0, true, Some(hook)) = (*count, p.is_leaf(), hook.as_deref_mut()) {
+                if let Some(slot) = ctx.leaves.remove(&p.id()) {
+                    // The hook may keep the tensor: hand over a buffer of the pass's own.
+                    let grad = if slot.owned || slot.grad.is_exclusive() {
+                        slot.grad
+                    } else {
+                        slot.grad.try_deep_clone(MemoryCategory::Gradient)?
+                    };
+                    if let Some(grad) = hook(&slot.var, grad)? {
+                        ctx.leaves.insert(
+                            p.id(),
+                            Slot {
+                                var: slot.var,
+                                grad,
+                                owned: true,
+                            },
+                        );
+                    }
+                }
             }
         }
     }
@@ -438,6 +484,34 @@ impl Variable {
     /// As [`Variable::backward`]; [`AutogradError::GraphFreed`] when an earlier freeing pass
     /// differentiated this graph.
     pub fn backward_with(&self, options: BackwardOptions) -> Result<()> {
+        self.backward_hooked(options, None)
+    }
+
+    /// [`Variable::backward_with`] handing each trainable leaf's gradient to `hook` as soon as
+    /// the pass has summed all of it (its last consumer ran), in the pass's order (the same for
+    /// the same graph, so every data-parallel rank reaches the leaves in one order). What the
+    /// hook returns (`Some`) is committed at the end as usual; what it takes (`None`) never
+    /// reaches the public gradients. ZeRO-2 reduce-scatters gradients bucket by bucket this
+    /// way, so a whole gradient is never held (PyTorch's `register_post_accumulate_grad_hook`).
+    ///
+    /// The pass stays all-or-nothing for the public gradients, but not for what the hook did:
+    /// after an error later in the pass, the leaves handed over stay handed over.
+    ///
+    /// # Errors
+    /// As [`Variable::backward_with`], and the hook's first error (the pass stops there).
+    pub fn backward_with_hook(
+        &self,
+        options: BackwardOptions,
+        hook: &mut LeafGradientHook<'_>,
+    ) -> Result<()> {
+        self.backward_hooked(options, Some(hook))
+    }
+
+    fn backward_hooked(
+        &self,
+        options: BackwardOptions,
+        hook: Option<&mut LeafGradientHook<'_>>,
+    ) -> Result<()> {
         if let Some(name) = crate::checkpoint::replay_in_progress() {
             return Err(crate::CheckpointError::BackwardInsideReplay { name }.into());
         }
@@ -457,7 +531,7 @@ impl Variable {
                 )?
             }
         };
-        let ctx = GradientContext::compute_with(self, seed, options.retain_graph)?;
+        let ctx = GradientContext::compute_hooked(self, seed, options.retain_graph, hook)?;
         ctx.commit(options.accumulate)
     }
 }

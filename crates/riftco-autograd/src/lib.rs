@@ -33,7 +33,7 @@ pub use checkpoint::{
     checkpoint, checkpoint_multi, checkpoint_multi_with_options, checkpoint_with_name,
     checkpoint_with_options, checkpoint_with_pass, CheckpointPass,
 };
-pub use context::{panic_message, BackwardOptions, GradientContext};
+pub use context::{panic_message, BackwardOptions, GradientContext, LeafGradientHook};
 pub use determinism::{value_hash, DeterminismCheck};
 pub use error::{AutogradError, CheckpointError, Result};
 pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled, NoGradGuard};

@@ -447,15 +447,35 @@ impl PyVariable {
     /// again). The default (``None`` or ``True``) keeps it: a second ``backward()`` on an
     /// unchanged graph gives the same gradients (PyTorch's default frees it; training loops
     /// should pass ``False``, as ``riftco``'s stages do).
-    #[pyo3(signature = (*, retain_graph = None))]
-    fn backward(&self, py: Python<'_>, retain_graph: Option<bool>) -> PyResult<()> {
+    ///
+    /// ``gradient_hook`` (keyword), when given, is called as ``gradient_hook(leaf, grad)`` with
+    /// each trainable leaf and its gradient (a float32 array of its shape) as soon as the pass
+    /// has summed all of it (its last consumer ran), in the pass's order (the same for the same
+    /// graph), with the GIL held; the native gradient is released before the call. The hook
+    /// returns ``None`` (the gradient is not committed: the hook took it) or an array of the
+    /// leaf's shape to commit as its gradient. Data-parallel training with ZeRO stage 2
+    /// reduce-scatters gradients bucket by bucket this way. The public gradients stay
+    /// all-or-nothing; what the hook did before an error is not undone. An exception raised by
+    /// the hook stops the pass and propagates unchanged.
+    #[pyo3(signature = (*, retain_graph = None, gradient_hook = None))]
+    fn backward(
+        &self,
+        py: Python<'_>,
+        retain_graph: Option<bool>,
+        gradient_hook: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
         let retain_graph = retain_graph.unwrap_or(true);
         let v = self.0.clone();
+        let options = BackwardOptions {
+            retain_graph,
+            ..BackwardOptions::default()
+        };
+        let Some(f) = gradient_hook else {
+            return compute(py, move || v.backward_with(options));
+        };
         compute(py, move || {
-            v.backward_with(BackwardOptions {
-                retain_graph,
-                ..BackwardOptions::default()
-            })
+            let mut hook = |leaf: &Variable, g: Tensor| call_gradient_hook(&f, leaf, g);
+            v.backward_with_hook(options, &mut hook)
         })
     }
 
@@ -661,6 +681,45 @@ impl PyVariable {
     fn relu(&self, py: Python<'_>) -> PyResult<Self> {
         fm::map_impl(py, &self.0, riftco_autograd::ops::relu)
     }
+}
+
+/// Calls a Python ``gradient_hook(leaf, grad)`` (see ``Variable.backward``) with the GIL held:
+/// the gradient as a NumPy copy (the native buffer released first), and the hook's result
+/// (``None``, or an array of the leaf's shape to commit). A Python exception travels as
+/// `AutogradError::External(PythonError)` and is re-raised unchanged at the boundary.
+fn call_gradient_hook(
+    f: &Py<PyAny>,
+    leaf: &Variable,
+    g: Tensor,
+) -> Result<Option<Tensor>, riftco_autograd::AutogradError> {
+    Python::attach(|py| {
+        let out = (|| -> PyResult<Option<Tensor>> {
+            let device = g.device();
+            let arr = tensor_to_numpy(py, &g)?;
+            drop(g);
+            let r = f.bind(py).call1((PyVariable(leaf.clone()), arr))?;
+            if r.is_none() {
+                return Ok(None);
+            }
+            let (data, shape) = float32_data(&r)?;
+            if shape != leaf.dims() {
+                return Err(Exc::Shape.err(format!(
+                    "gradient_hook returned shape {shape:?} for {}, of shape {:?}",
+                    leaf.describe(),
+                    leaf.dims()
+                )));
+            }
+            let mut t = Tensor::from_vec(data, Shape::new(shape), MemoryCategory::Gradient)
+                .map_err(tensor_err)?;
+            if t.device() != device {
+                t.transfer_to(device).map_err(tensor_err)?;
+            }
+            Ok(Some(t))
+        })();
+        out.map_err(|e| {
+            riftco_autograd::AutogradError::external(crate::errors::PythonError::new(py, e))
+        })
+    })
 }
 
 fn make_leaf(t: Tensor, requires_grad: bool, name: Option<String>) -> Variable {

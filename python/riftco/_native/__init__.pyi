@@ -332,14 +332,22 @@ class Variable:
     @property
     def op(self) -> str:
         """The op that produced this node (``"leaf"`` for leaves)."""
-    def backward(self, *, retain_graph: bool | None = None) -> None:
+    def backward(
+        self,
+        *,
+        retain_graph: bool | None = None,
+        gradient_hook: Callable[[Variable, npt.NDArray[np.float32]], npt.ArrayLike | None]
+        | None = None,
+    ) -> None:
         """Backpropagates from this one-element output, replacing the gradients of the trainable
         leaves reached (GIL released). ``retain_graph=False`` frees each node's saved values as
         soon as its VJP ran (lower peak; differentiating the graph again is then a
         ``RiftcoError``); ``None`` (the default) or ``True`` keeps the graph. Raises ``ShapeError`` (not one element), ``StaleGraphError``,
         ``CheckpointError`` (also when called by a checkpoint callable during its replay), or
         the exception of a Python checkpoint callable, unchanged; on error no gradient
-        changes."""
+        changes. ``gradient_hook(leaf, grad)``, when given, receives each trainable leaf's
+        whole gradient (float32 array) as soon as the pass has summed it; it returns ``None``
+        (the gradient is not committed) or an array of the leaf's shape to commit."""
     def backward_accumulate(self, *, retain_graph: bool | None = None) -> None:
         """Like ``backward()`` but adds to the committed gradients (micro-batch accumulation)."""
     def zero_grad(self) -> None:
