@@ -9,6 +9,7 @@ with each other bit for bit (the same sums, Adam applied element-wise to shards)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -221,6 +222,58 @@ def test_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(tmp_path: Pa
     assert f"resuming pretraining at step {checkpoint.step}/400" in resumed.stderr
     metadata = json.loads((out / "training_metadata.json").read_text())
     assert metadata["complete"] and len(metadata["losses"]) == 400
+
+
+@needs_mpi
+def test_a_rank_that_hangs_makes_the_other_abort_after_the_timeout(tmp_path: Path) -> None:
+    assert MPIEXEC is not None
+    out = tmp_path / "run"
+    command = _cli("--data-parallel-timeout", "3", "--save-every", "5", out=out, steps=4000)
+    job = subprocess.Popen(
+        [MPIEXEC, "-n", "2", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=_env(),
+    )
+    stopped: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoints" / "step-00000005").exists():
+            assert job.poll() is None, job.communicate()
+            assert time.monotonic() < deadline, "no checkpoint of step 5 within 120 s"
+            time.sleep(0.05)
+        ranks = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_rank(int(p), str(out))]
+        assert len(ranks) == 2, ranks
+        os.kill(max(ranks), signal.SIGSTOP)  # alive, but never reaches the next collective
+        stopped.append(max(ranks))
+        started = time.monotonic()
+        _, stderr = job.communicate(timeout=90)
+        waited = time.monotonic() - started
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode != 0
+    assert "waited more than 3 s in" in stderr, stderr
+    assert 3 <= waited < 90
+
+
+@needs_mpi
+def test_the_example_loop_trains_alike_on_one_and_two_ranks() -> None:
+    example = HERE.parent.parent / "examples" / "data_parallel.py"
+    alone = subprocess.run(
+        [sys.executable, str(example), "--steps", "6"], capture_output=True, text=True,
+        timeout=240, env=_env(),
+    )
+    assert alone.returncode == 0, alone.stderr
+    two = _mpiexec([sys.executable, str(example), "--steps", "6", "--zero", "2"])
+    assert two.returncode == 0, two.stderr
+    lines = [ln for ln in two.stdout.splitlines() if ln.startswith("step ")]
+    assert lines == [ln for ln in alone.stdout.splitlines() if ln.startswith("step ")]
+    assert len(lines) == 2  # steps 1 and 6, equal to 4 decimals
+    kib = [int(ln.split()[-4]) for ln in (alone.stdout + two.stdout).splitlines() if "KiB" in ln]
+    assert len(kib) == 2 and abs(kib[1] - kib[0] / 2) <= 1, kib
 
 
 def _is_rank(pid: int, marker: str) -> bool:
