@@ -272,7 +272,7 @@ def test_the_example_loop_trains_alike_on_one_and_two_ranks() -> None:
     lines = [ln for ln in two.stdout.splitlines() if ln.startswith("step ")]
     assert lines == [ln for ln in alone.stdout.splitlines() if ln.startswith("step ")]
     assert len(lines) == 2  # steps 1 and 6, equal to 4 decimals
-    kib = [int(ln.split()[-4]) for ln in (alone.stdout + two.stdout).splitlines() if "KiB" in ln]
+    kib = [int(ln.split()[-5]) for ln in (alone.stdout + two.stdout).splitlines() if "KiB" in ln]
     assert len(kib) == 2 and abs(kib[1] - kib[0] / 2) <= 1, kib
 
 
