@@ -88,9 +88,11 @@ from riftco import (
     instruct,
     instruct_corpus,
     plotting,
+    run_folder,
     run_records,
     examples_data,
     stages,
+    training_loop,
     training_state,
 )
 from riftco.examples_data import ExampleBatchSampler, ExampleCorpus, examples_from_pairs

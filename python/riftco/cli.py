@@ -44,7 +44,8 @@ from riftco._native import (
 )
 from riftco.configs import check_loss_chunk_bytes, check_probability
 from riftco.generation import check_generation_args
-from riftco.stages import TrainingInterrupted, _SigintGuard, prepare_out_dir
+from riftco.run_folder import TrainingInterrupted, prepare_out_dir
+from riftco.training_loop import _SigintGuard
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import riftco
-from riftco import stages
+from riftco import run_folder as stages
 from riftco._native import write_file_atomic
 
 
@@ -25,10 +25,10 @@ def temporaries(folder: Path) -> list[str]:
 
 def test_metadata_is_written_whole_with_mode_0644_and_no_temporary(tmp_path: Path) -> None:
     path = tmp_path / stages.METADATA_FILE
-    stages._write_json_atomic(path, {"step": 1, "loss": 2.5})
+    stages.write_json_atomic(path, {"step": 1, "loss": 2.5})
     assert json.loads(path.read_text()) == {"loss": 2.5, "step": 1}
     assert stat.S_IMODE(path.stat().st_mode) == stages.METADATA_FILE_MODE
-    stages._write_json_atomic(path, {"step": 2})
+    stages.write_json_atomic(path, {"step": 2})
     assert json.loads(path.read_text()) == {"step": 2}
     assert temporaries(tmp_path) == []
 
@@ -48,7 +48,7 @@ def test_a_dead_writers_temporary_is_removed_by_the_next_write(tmp_path: Path) -
     stale.write_bytes(b'{"half": ')
     other = tmp_path / f".other.json.tmp.{dead_pid}.0"
     other.write_bytes(b"not ours to remove")
-    stages._write_json_atomic(tmp_path / stages.METADATA_FILE, {"step": 3})
+    stages.write_json_atomic(tmp_path / stages.METADATA_FILE, {"step": 3})
     assert not stale.exists()
     assert other.exists(), "only temporaries of the file being written are removed"
 
@@ -68,6 +68,6 @@ def test_a_fifo_at_the_destination_is_refused_not_replaced(tmp_path: Path) -> No
     fifo = tmp_path / stages.METADATA_FILE
     os.mkfifo(fifo)
     with pytest.raises(riftco.ModelStateError, match="FIFO"):
-        stages._write_json_atomic(fifo, {"step": 1})
+        stages.write_json_atomic(fifo, {"step": 1})
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     assert temporaries(tmp_path) == []

@@ -175,9 +175,9 @@ SAVE_LOOP = """
             riftco.TransformerConfig(n_layers=n_layers, seed=n_layers, **sizes))
     if what == "metadata":
         from pathlib import Path
-        from riftco import stages
+        from riftco import run_folder as stages
         models = [{"step": 1, "losses": [0.5] * 100_000}, {"step": 2, "losses": [0.25] * 50_000}]
-        save = lambda m: stages._write_json_atomic(Path(target), m)
+        save = lambda m: stages.write_json_atomic(Path(target), m)
     elif what == "save":
         models = [base(1), base(2)]
         save = lambda m: m.save(target)
@@ -245,7 +245,7 @@ def test_metadata_writes_killed_at_random_moments_leave_one_whole_file(tmp_path:
         kill_during("metadata", target, rng)
         if target.exists():
             assert json.loads(target.read_text())["step"] in (1, 2)
-    riftco.stages._write_json_atomic(target, {"step": 0})
+    riftco.run_folder.write_json_atomic(target, {"step": 0})
     assert json.loads(target.read_text()) == {"step": 0}
     assert os.listdir(tmp_path) == [target.name]
 

@@ -21,7 +21,6 @@ from pathlib import Path
 import riftco
 from riftco.cli import (
     DEFAULT_SAMPLE_BYTES,
-    ArgumentParser,
     add_device_argument,
     check_sample_args,
     fail,

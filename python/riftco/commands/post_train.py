@@ -218,7 +218,7 @@ def _resolve_model(path: str) -> Path:
     """The model state file, or a ``UsageError`` with the next step."""
     try:
         return riftco.stages.resolve_model_state(path)
-    except riftco.ModelStateError as e:
+    except riftco.ModelStateError:
         if path == DEFAULT_MODEL:
             fail(
                 f"no model state at the default --model {DEFAULT_MODEL!r} (no "
