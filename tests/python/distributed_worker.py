@@ -1,6 +1,6 @@
 """A training run for tests/python/test_distributed.py, started alone or under ``mpiexec``.
 
-``python distributed_worker.py CASE POLICY OUT ZEROS`` runs CASE (``pretrain``: a fresh model on
+``python distributed_worker.py CASE POLICY OUT ZEROS [BUCKET_BYTES|- [DEVICE]]`` runs CASE (``pretrain``: a fresh model on
 byte text; ``lora``: LoRA post-training on examples whose answers differ in length, so ranks
 hold different target counts) once per ZeRO stage in ZEROS (comma-separated; ``-`` runs the
 single-process reference), each into ``OUT/z<stage>`` (``OUT/single``), and writes
@@ -52,8 +52,10 @@ def _run(
         eval_batches=1, activation_checkpointing=policy, data_parallel=zero is not None,
         zero=zero or 0,
     )
-    if zero is not None and len(sys.argv) > 5:
+    if zero is not None and len(sys.argv) > 5 and sys.argv[5] != "-":
         common["data_parallel_bucket_bytes"] = int(sys.argv[5])
+    if len(sys.argv) > 6:
+        common["device"] = sys.argv[6]
     if case == "pretrain":
         corpus = riftco.data.default_corpus(max_bytes=100_000)
         metadata = riftco.run_pretraining(

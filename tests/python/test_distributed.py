@@ -103,6 +103,30 @@ def test_two_ranks_equal_one_process(case: str, policy: str, tmp_path: Path) -> 
 
 
 @needs_mpi
+def test_two_ranks_on_the_gpu_equal_one_process_on_the_cpu(tmp_path: Path) -> None:
+    entry = next(d for d in riftco.devices() if d["device"] == "gpu")
+    if not entry["available"]:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and no GPU adapter (CI installs Mesa's): {entry['reason']}")
+        pytest.skip(f"no GPU adapter ({entry['reason']}); set CI=true to make this a failure")
+    single = subprocess.run(
+        [sys.executable, str(WORKER), "pretrain", "block", str(tmp_path), "-"],
+        capture_output=True, text=True, timeout=240, env=_env(),
+    )
+    assert single.returncode == 0, single.stderr
+    ranks = _mpiexec(
+        [sys.executable, str(WORKER), "pretrain", "block", str(tmp_path), "2", "-", "gpu"]
+    )
+    assert ranks.returncode == 0, ranks.stderr
+    ref, ref_params = _result(tmp_path / "single")
+    gpu, gpu_params = _result(tmp_path / "z2")
+    # Measured on llvmpipe (2026-12-05): losses within 1e-7 relative of the CPU's.
+    np.testing.assert_allclose(gpu["losses"], ref["losses"], rtol=1e-6)
+    diff = np.concatenate([np.abs(gpu_params[k] - v).ravel() for k, v in ref_params.items()])
+    assert np.quantile(diff, 0.999) <= 1e-6 and diff.max() <= 1e-4, diff.max()
+
+
+@needs_mpi
 def test_zero_halves_the_optimizer_state_of_each_rank(tmp_path: Path) -> None:
     single = subprocess.run(
         [sys.executable, str(WORKER), "lora", "disabled", str(tmp_path), "-"],
