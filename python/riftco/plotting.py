@@ -127,6 +127,10 @@ def _title(meta: dict[str, Any]) -> str:
     if tc:
         parts.append(f"batch {tc.get('batch_size')} × seq {tc.get('seq_len')}")
     parts.append(f"checkpointing {meta.get('activation_checkpointing', '?')}")
+    dp = meta.get("data_parallel")
+    if isinstance(dp, dict):
+        # The memory recorded is rank 0's.
+        parts.append(f"rank 0 of {dp.get('world_size')}, ZeRO {dp.get('zero')}")
     return "; ".join(parts)
 
 

@@ -52,3 +52,19 @@ def test_copy_overwrites_a_leaf_and_makes_older_graphs_stale() -> None:
     with pytest.raises(riftco.ConfigError, match="only leaves can be overwritten"):
         (w + 1.0).copy_(np.ones((2, 2)))
     np.testing.assert_array_equal(w.numpy(), np.full((2, 2), 3.0, np.float32))
+
+
+def test_values_and_gradients_made_every_step_reuse_pooled_buffers() -> None:
+    # A data-parallel step writes every gradient back (p.grad = ...) and a loop may make an
+    # input Variable per step: each takes its buffer from the pool its predecessor returned
+    # to, so the pool's cached bytes stay flat instead of growing by a buffer per step
+    # (measured before the fix: +3.3 MiB per step in a data-parallel run).
+    n = 1 << 17  # above the pool's smallest pooled size (64 KiB)
+    w = riftco.Variable(np.zeros(n), requires_grad=True)
+    sizes = []
+    for step in range(6):
+        x = riftco.Variable(np.full(n, float(step)))
+        w.grad = x.numpy()
+        del x
+        sizes.append(riftco.cached_bytes())
+    assert sizes[2:] == [sizes[2]] * 4, sizes

@@ -134,7 +134,8 @@ impl PyVariable {
             return Ok(Self(make_leaf(t, requires_grad, name)));
         }
         let (data, shape) = float32_data(array)?;
-        let t = Tensor::from_vec(data, Shape::new(shape), category).map_err(tensor_err)?;
+        // From the buffer pool, where the value's buffer returns when the Variable drops.
+        let t = Tensor::from_slice(&data, Shape::new(shape), category).map_err(tensor_err)?;
         Ok(Self(make_leaf(t, requires_grad, name)))
     }
 
@@ -357,7 +358,7 @@ impl PyVariable {
         let g = match value {
             Some(v) if !v.is_none() => {
                 let (data, shape) = float32_data(v)?;
-                let mut t = Tensor::from_vec(data, Shape::new(shape), MemoryCategory::Gradient)
+                let mut t = Tensor::from_slice(&data, Shape::new(shape), MemoryCategory::Gradient)
                     .map_err(tensor_err)?;
                 let device = self.0.value().device();
                 if t.device() != device {
@@ -709,7 +710,7 @@ fn call_gradient_hook(
                     leaf.dims()
                 )));
             }
-            let mut t = Tensor::from_vec(data, Shape::new(shape), MemoryCategory::Gradient)
+            let mut t = Tensor::from_slice(&data, Shape::new(shape), MemoryCategory::Gradient)
                 .map_err(tensor_err)?;
             if t.device() != device {
                 t.transfer_to(device).map_err(tensor_err)?;

@@ -139,16 +139,23 @@ impl Tensor {
         Self::from_buffer(buffer, shape, device, category)
     }
 
-    /// A copy of `data` with the given shape.
+    /// A copy of `data` with the given shape, in a buffer taken from the buffer pool (where a
+    /// dropped tensor's buffer goes: a loop that makes a tensor of the same size every step
+    /// reuses one buffer instead of filling the pool).
     ///
     /// # Errors
-    /// As [`Tensor::from_vec`].
+    /// As [`Tensor::from_vec`]; [`TensorError::OutOfMemory`] when the buffer cannot be
+    /// allocated.
     pub fn from_slice(
         data: &[f32],
         shape: impl Into<Shape>,
         category: MemoryCategory,
     ) -> Result<Self> {
-        Self::from_vec(data.to_vec(), shape, category)
+        let shape = shape.into();
+        check_len("Tensor::from_slice", &shape, data.len())?;
+        let mut buffer = crate::pool::try_take("Tensor::from_slice", data.len())?;
+        buffer.copy_from_slice(data);
+        Ok(Self::from_vec_unchecked(buffer, shape, category))
     }
 
     /// A rank-0 tensor holding `value`.
