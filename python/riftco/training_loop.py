@@ -121,28 +121,32 @@ def _loss(model: DecoderOnlyTransformer, batch: Batch) -> Any:
 
 
 def _validation_loss(
-    model: DecoderOnlyTransformer, batches: Callable[[], Iterator[Batch]]
+    model: DecoderOnlyTransformer,
+    batches: Callable[[], Iterator[Batch]],
+    group: distributed.ProcessGroup | None = None,
 ) -> float:
     """Mean loss over the blocks ``batches()`` yields (the same blocks on every call), holding one
     block at a time, so ``eval_batches`` bounds the time but not the memory. Computed in
     evaluation mode (no dropout, no dropout step) and without recording a graph (``no_grad``:
-    the chunked loss computes no gradients); the model's mode is restored afterwards."""
-    count = 0
+    the chunked loss computes no gradients); the model's mode is restored afterwards.
 
-    def losses() -> Iterator[float]:
-        nonlocal count
-        for block in batches():
-            count += 1
-            yield _loss(model, block).item()
-
+    With a data-parallel ``group`` rank ``r`` of ``N`` computes blocks ``r, r + N, ...`` and the
+    ranks exchange their losses: every rank gets the exact sum (``math.fsum``) of the same
+    per-block losses one process computes, so the result is bitwise the same."""
+    ranks, rank = (1, 0) if group is None else (group.world_size, group.rank)
     training = model.training
     model.eval()
     try:
         with no_grad():
-            total = math.fsum(losses())
+            mine = [
+                _loss(model, block).item()
+                for i, block in enumerate(batches())
+                if i % ranks == rank
+            ]
     finally:
         model.train(training)
-    return total / count
+    losses = mine if group is None else [x for part in group.all_gather(mine) for x in part]
+    return math.fsum(losses) / len(losses)
 
 
 def _dropout_metadata(model: DecoderOnlyTransformer) -> dict[str, Any]:
@@ -488,7 +492,7 @@ def _train_guarded(
         if log is not None:
             log(f"resuming {stage} at step {first_step}/{cfg.steps} from {ck.path}")
     else:
-        metadata["validation_loss_before"] = _validation_loss(model, val_batches)
+        metadata["validation_loss_before"] = _validation_loss(model, val_batches, group)
         records.record_validation(0, metadata["validation_loss_before"])
         if log is not None:
             log(f"validation loss before {stage}: {metadata['validation_loss_before']:.4f}")
@@ -568,7 +572,7 @@ def _train_guarded(
                     )
                     last = step + 1 == cfg.steps
                     if last or (cfg.eval_every is not None and (step + 1) % cfg.eval_every == 0):
-                        val_loss = _validation_loss(model, val_batches)
+                        val_loss = _validation_loss(model, val_batches, group)
                         records.record_validation(step + 1, val_loss)
                         if not last:
                             bar.note(f"step {step + 1}/{cfg.steps} validation loss {val_loss:.4f}")
