@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 import riftco
 from riftco import functional as F
 
-F32 = npt.NDArray[np.float32]
 
 # ---------------------------------------------------------------------------------------------
 # functional ops against NumPy
