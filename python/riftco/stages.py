@@ -241,6 +241,8 @@ def run_pretraining(
         CheckpointWriteError: a checkpoint cannot be written (disk full, read-only folder): the
             previous checkpoint stays loadable.
         TrainingInterrupted: on Ctrl-C, after the step in progress and its checkpoint.
+        MPIUnavailableError: ``data_parallel`` without mpi4py (see :mod:`riftco.distributed`).
+        RankMismatchError: the ranks of a data-parallel run differ in a setting or the data.
     """
     cfg = pretraining_config
     _check_fits(model_config, cfg)
@@ -474,8 +476,14 @@ def run_post_training(
     Raises:
         ModelStateError: no or invalid model state at the path; on resume, a missing, truncated
             or mismatched checkpoint file (named).
-        ConfigError, OutputDirError, CorpusError, DeviceUnavailableError,
-            CheckpointWriteError, TrainingInterrupted: as :func:`run_pretraining`.
+        ConfigError: as :func:`run_pretraining`.
+        OutputDirError: as :func:`run_pretraining`.
+        CorpusError: as :func:`run_pretraining`.
+        DeviceUnavailableError: as :func:`run_pretraining`.
+        CheckpointWriteError: as :func:`run_pretraining`.
+        TrainingInterrupted: as :func:`run_pretraining`.
+        MPIUnavailableError: ``data_parallel`` without mpi4py (see :mod:`riftco.distributed`).
+        RankMismatchError: the ranks of a data-parallel run differ in a setting or the data.
     """
     cfg = post_training_config
     base_path = None if base_model is None else str(base_model)
