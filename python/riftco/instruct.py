@@ -40,6 +40,7 @@ __all__ = [
     "ROLES",
     "ByteTokenizer",
     "DatasetError",
+    "OverlongExampleError",
     "Example",
     "ExampleSet",
     "HFTokenizer",
@@ -67,6 +68,21 @@ _SUFFIXES = (".jsonl", ".json")
 class DatasetError(RiftcoError, ValueError):
     """An instruction dataset cannot be read or tokenized; the message names the row
     (``file:line`` for JSON Lines, ``file[index]`` for a JSON array) and what was expected."""
+
+
+class OverlongExampleError(DatasetError):
+    """A row longer than ``max_len`` tokens with ``overlong="error"``: ``source`` (``file:line``),
+    ``tokens`` and ``max_len`` name it, so a caller can say it in its own terms (the command
+    line says ``--seq-len`` and ``--overlong``)."""
+
+    def __init__(self, source: str, tokens: int, max_len: int) -> None:
+        self.source = source
+        self.tokens = tokens
+        self.max_len = max_len
+        super().__init__(
+            f"{source}: {tokens:,} tokens, more than max_len {max_len:,} (pass "
+            "overlong='truncate' or 'skip', or a larger max_len)"
+        )
 
 
 @dataclass(frozen=True)
@@ -630,10 +646,7 @@ def build_examples(
         labels = np.concatenate(label_parts)
         if ids.size > limit:
             if overlong == "error":
-                raise DatasetError(
-                    f"{row.source}: {ids.size:,} tokens, more than max_len {limit:,} (pass "
-                    f"overlong='truncate' or 'skip', or a larger max_len)"
-                )
+                raise OverlongExampleError(row.source, int(ids.size), limit)
             if overlong == "skip":
                 skipped.append(row.source)
                 continue

@@ -16,6 +16,7 @@ from riftco.instruct import (
     IGNORE_INDEX,
     ByteTokenizer,
     DatasetError,
+    OverlongExampleError,
     Example,
     MessagesRow,
     PromptCompletionRow,
@@ -297,8 +298,11 @@ def rows_of_lengths() -> list[Row]:
 
 
 def test_overlong_error_names_the_row() -> None:
-    with pytest.raises(DatasetError, match=r"r:2: 10 tokens, more than max_len 8"):
+    with pytest.raises(DatasetError, match=r"r:2: 10 tokens, more than max_len 8") as e:
         build_examples(rows_of_lengths(), max_len=8)
+    # The fields a caller words in its own terms (the command line's --seq-len).
+    assert isinstance(e.value, OverlongExampleError)
+    assert (e.value.source, e.value.tokens, e.value.max_len) == ("r:2", 10, 8)
 
 
 def test_overlong_truncate_counts() -> None:

@@ -350,16 +350,13 @@ def _examples(
         )
     except ImportError as e:
         fail(str(e))
+    except riftco.instruct.OverlongExampleError as e:
+        fail(
+            f"{e.source}: {e.tokens:,} tokens, more than --seq-len {seq_len:,} + 1 (pass "
+            "--overlong truncate or skip, or a larger --seq-len)"
+        )
     except riftco.instruct.DatasetError as e:
-        # build_examples' words for its arguments, in the command's flags
-        message = str(e).replace(
-            f"more than max_len {seq_len + 1:,}", f"more than --seq-len {seq_len:,} + 1"
-        )
-        message = message.replace(
-            "(pass overlong='truncate' or 'skip', or a larger max_len)",
-            "(pass --overlong truncate or skip, or a larger --seq-len)",
-        )
-        fail(message)
+        fail(str(e))
     if built.n_truncated or built.n_skipped:
         log(
             f"--overlong {overlong}: {built.n_truncated:,} examples cut to {seq_len + 1:,} "
