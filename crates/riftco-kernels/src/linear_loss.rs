@@ -11,7 +11,7 @@
 //! product). A caller with another upstream gradient `g` scales them by `g`.
 
 use crate::loss::cross_entropy_backward_in_place;
-use crate::matmul::{matmul, MatmulSpec};
+use crate::matmul::{matmul_strided, MatmulSpec, Strides};
 use crate::softmax::logsumexp_rows;
 
 /// The LM head weight `W [vocab, d_model]` of [`linear_cross_entropy`]: f32 rows, or rows
@@ -69,8 +69,8 @@ pub fn vocab_block_rows(d_model: usize) -> usize {
 pub const VOCAB_BLOCK_BYTES: usize = 8 << 20;
 
 /// The workspace elements [`linear_cross_entropy`] needs: one chunk's logits and logsumexp,
-/// a chunk of one block's logits when `W` has more than one block, and one block of rows
-/// when `W` is converted.
+/// and one block of rows when `W` is converted. (Each block's products read and write their
+/// columns of the chunk's logits in place: no copy of a block's logits.)
 pub fn workspace_len(
     rows: usize,
     vocab: usize,
@@ -82,9 +82,6 @@ pub fn workspace_len(
     let chunk = chunk_rows.min(rows);
     let block = vocab_block.min(vocab);
     let mut n = chunk.saturating_mul(vocab).saturating_add(chunk);
-    if block < vocab {
-        n = n.saturating_add(chunk.saturating_mul(block));
-    }
     if converted {
         n = n.saturating_add(block.saturating_mul(d_model));
     }
@@ -145,7 +142,6 @@ pub fn linear_cross_entropy(
     };
     let chunk = chunk_rows.min(rows);
     let block = vocab_block.min(vocab);
-    let blocked = block < vocab;
     assert!(
         workspace.len() >= workspace_len(rows, vocab, d, chunk_rows, vocab_block, converted),
         "linear_cross_entropy: workspace length"
@@ -158,7 +154,6 @@ pub fn linear_cross_entropy(
     }
     let (z_all, rest) = workspace.split_at_mut(chunk * vocab);
     let (lse_all, rest) = rest.split_at_mut(chunk);
-    let (tmp_all, rest) = rest.split_at_mut(if blocked { chunk * block } else { 0 });
     let wbuf = &mut rest[..if converted { block * d } else { 0 }];
     let want_grad = dx.is_some() || dw.is_some();
     // `grad / rows` of the unchunked backward for grad = 1.
@@ -175,15 +170,13 @@ pub fn linear_cross_entropy(
         while v0 < vocab {
             let n = block.min(vocab - v0);
             let wr = head_rows(w, d, v0, n, &mut *wbuf);
-            if blocked {
-                let tmp = &mut tmp_all[..r * n];
-                matmul(MatmulSpec::new(r, d, n).trans_b(true), xc, wr, tmp);
-                for i in 0..r {
-                    z[i * vocab + v0..i * vocab + v0 + n].copy_from_slice(&tmp[i * n..(i + 1) * n]);
-                }
-            } else {
-                matmul(MatmulSpec::new(r, d, n).trans_b(true), xc, wr, z);
-            }
+            // The block's logits straight into their columns of the chunk's logits.
+            let spec = MatmulSpec::new(r, d, n).trans_b(true);
+            let strides = Strides {
+                c: vocab,
+                ..Strides::packed(spec)
+            };
+            matmul_strided(spec, xc, wr, &mut z[v0..], strides);
             v0 += n;
         }
         logsumexp_rows(z, vocab, lse);
@@ -198,22 +191,24 @@ pub fn linear_cross_entropy(
             while v0 < vocab {
                 let n = block.min(vocab - v0);
                 let first = v0 == 0;
-                if blocked {
-                    let tmp = &mut tmp_all[..r * n];
-                    for i in 0..r {
-                        tmp[i * n..(i + 1) * n]
-                            .copy_from_slice(&z[i * vocab + v0..i * vocab + v0 + n]);
-                    }
-                }
-                let dz: &[f32] = if blocked { &tmp_all[..r * n] } else { z };
+                // The block's columns of the chunk's logits gradient, read in place.
+                let dz = &z[v0..];
                 if let Some(dx) = dx.as_deref_mut() {
                     let wr = head_rows(w, d, v0, n, &mut *wbuf);
                     let spec = MatmulSpec::new(r, n, d).accumulate(!first);
-                    matmul(spec, dz, wr, &mut dx[r0 * d..(r0 + r) * d]);
+                    let strides = Strides {
+                        a: vocab,
+                        ..Strides::packed(spec)
+                    };
+                    matmul_strided(spec, dz, wr, &mut dx[r0 * d..(r0 + r) * d], strides);
                 }
                 if let Some(dw) = dw.as_deref_mut() {
                     let spec = MatmulSpec::new(n, r, d).trans_a(true).accumulate(r0 > 0);
-                    matmul(spec, dz, xc, &mut dw[v0 * d..(v0 + n) * d]);
+                    let strides = Strides {
+                        a: vocab,
+                        ..Strides::packed(spec)
+                    };
+                    matmul_strided(spec, dz, xc, &mut dw[v0 * d..(v0 + n) * d], strides);
                 }
                 v0 += n;
             }

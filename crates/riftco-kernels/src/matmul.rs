@@ -74,6 +74,51 @@ pub fn matmul(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
     crate::threading::thread_pool().install(|| gemm_checked("matmul", spec, a, b, c, parallelism));
 }
 
+/// Row strides (leading dimensions) of the three stored matrices of a product: the number of
+/// elements from one stored row to the next (`A` stored `[m, k]`, or `[k, m]` when transposed;
+/// likewise `B`; `C` stored `[m, n]`). [`Strides::packed`] gives the contiguous ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strides {
+    /// Row stride of the stored `A`.
+    pub a: usize,
+    /// Row stride of the stored `B`.
+    pub b: usize,
+    /// Row stride of `C`.
+    pub c: usize,
+}
+
+impl Strides {
+    /// The strides of contiguous operands of `spec`.
+    pub fn packed(spec: MatmulSpec) -> Self {
+        let MatmulSpec { m, k, n, .. } = spec;
+        Self {
+            a: if spec.trans_a { m } else { k },
+            b: if spec.trans_b { k } else { n },
+            c: n,
+        }
+    }
+}
+
+/// [`matmul`] on operands that are blocks of columns of wider row-major matrices: each stored
+/// matrix's rows are `strides` elements apart (at least its row length), so a product can read
+/// or write a column range of a larger matrix in place instead of through a copy. The results
+/// are bitwise those of [`matmul`] on contiguous copies of the same operands (the product's
+/// blocking depends on `m`, `k` and `n` only).
+///
+/// # Panics
+/// When a stride is shorter than its stored row or a slice is too short for its rows.
+pub fn matmul_strided(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32], strides: Strides) {
+    let MatmulSpec { m, k, n, .. } = spec;
+    let threads = crate::threading::num_threads();
+    let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    crate::threading::thread_pool()
+        .install(|| gemm_run("matmul_strided", spec, a, b, c, strides, parallelism));
+}
+
 /// Validates lengths, handles empty products, and runs one `gemm` call with `parallelism`.
 fn gemm_checked(
     op: &'static str,
@@ -87,28 +132,62 @@ fn gemm_checked(
     assert_eq!(a.len(), m * k, "{op}: lhs length");
     assert_eq!(b.len(), k * n, "{op}: rhs length");
     assert_eq!(c.len(), m * n, "{op}: dst length");
+    gemm_run(op, spec, a, b, c, Strides::packed(spec), parallelism);
+}
+
+/// The elements a stored `[rows, cols]` matrix with row stride `ld` spans (0 when empty).
+fn span(rows: usize, cols: usize, ld: usize) -> usize {
+    match rows == 0 || cols == 0 {
+        true => 0,
+        false => (rows - 1) * ld + cols,
+    }
+}
+
+/// Checks the strided extents, handles empty products, and runs one `gemm` call.
+fn gemm_run(
+    op: &'static str,
+    spec: MatmulSpec,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    ld: Strides,
+    parallelism: Parallelism,
+) {
+    let MatmulSpec { m, k, n, .. } = spec;
+    let (a_rows, a_cols) = if spec.trans_a { (k, m) } else { (m, k) };
+    let (b_rows, b_cols) = if spec.trans_b { (n, k) } else { (k, n) };
+    assert!(
+        ld.a >= a_cols && ld.b >= b_cols && ld.c >= n,
+        "{op}: row stride shorter than a row"
+    );
+    assert!(a.len() >= span(a_rows, a_cols, ld.a), "{op}: lhs length");
+    assert!(b.len() >= span(b_rows, b_cols, ld.b), "{op}: rhs length");
+    assert!(c.len() >= span(m, n, ld.c), "{op}: dst length");
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         if !spec.accumulate {
-            c.fill(0.0);
+            for row in 0..m {
+                c[row * ld.c..row * ld.c + n].fill(0.0);
+            }
         }
         return;
     }
-    // Row-major A[m,k]: column stride 1, row stride k. Transposed (stored [k,m]): cs = m, rs = 1.
+    // Row-major A[m,k]: column stride 1, row stride lda. Transposed (stored [k,m]): cs = lda,
+    // rs = 1.
     let (a_cs, a_rs) = if spec.trans_a {
-        (m as isize, 1)
+        (ld.a as isize, 1)
     } else {
-        (1, k as isize)
+        (1, ld.a as isize)
     };
     let (b_cs, b_rs) = if spec.trans_b {
-        (k as isize, 1)
+        (ld.b as isize, 1)
     } else {
-        (1, n as isize)
+        (1, ld.b as isize)
     };
-    // SAFETY: the asserts above guarantee every strided access stays inside its slice:
-    // A spans m*k elements, B k*n and C m*n, with the strides derived from those shapes.
+    // SAFETY: the asserts above guarantee every strided access stays inside its slice: each
+    // stored matrix's last row starts at (rows - 1) * ld and holds cols elements.
     unsafe {
         gemm::gemm(
             m,
@@ -116,7 +195,7 @@ fn gemm_checked(
             k,
             c.as_mut_ptr(),
             1,
-            n as isize,
+            ld.c as isize,
             spec.accumulate,
             a.as_ptr(),
             a_cs,

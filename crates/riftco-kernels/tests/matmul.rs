@@ -6,7 +6,9 @@ mod common;
 
 use common::{vec_from_seed, U};
 use proptest::prelude::*;
-use riftco_kernels::matmul::{batched_matmul, matmul, matmul_serial, MatmulSpec};
+use riftco_kernels::matmul::{
+    batched_matmul, matmul, matmul_serial, matmul_strided, MatmulSpec, Strides,
+};
 
 fn reference(spec: MatmulSpec, a: &[f32], b: &[f32], c0: &[f32]) -> (Vec<f64>, Vec<f64>) {
     let MatmulSpec { m, k, n, .. } = spec;
@@ -84,5 +86,60 @@ fn large_square_all_variants() {
         let mut c = c0.clone();
         matmul(spec, &a, &b, &mut c);
         common::assert_close("matmul.large", &c, &want, |i| tol[i]);
+    }
+}
+
+/// Strided operands (column blocks of wider matrices, read and written in place) give the bits
+/// of the contiguous product, in every transposition variant, and leave the other columns of a
+/// strided output untouched.
+#[test]
+fn strided_operands_give_the_contiguous_products_bits() {
+    let (m, k, n, pad) = (70, 33, 90, 7);
+    for (trans_a, trans_b, accumulate) in [
+        (false, false, false),
+        (false, true, false),
+        (true, false, true),
+        (true, true, true),
+    ] {
+        let spec = MatmulSpec::new(m, k, n)
+            .trans_a(trans_a)
+            .trans_b(trans_b)
+            .accumulate(accumulate);
+        let (a, b, c0) = (
+            vec_from_seed(m * k, 1, 1.0),
+            vec_from_seed(k * n, 2, 1.0),
+            vec_from_seed(m * n, 3, 1.0),
+        );
+        let mut want = c0.clone();
+        matmul(spec, &a, &b, &mut want);
+        // Each stored matrix as the columns pad.. of a matrix `pad + cols + 3` wide.
+        let widen = |v: &[f32], cols: usize| -> (Vec<f32>, usize) {
+            let ld = pad + cols + 3;
+            let rows = v.len() / cols;
+            let mut w = vec![f32::NAN; rows * ld];
+            for r in 0..rows {
+                w[r * ld + pad..r * ld + pad + cols].copy_from_slice(&v[r * cols..(r + 1) * cols]);
+            }
+            (w, ld)
+        };
+        let (wa, lda) = widen(&a, if trans_a { m } else { k });
+        let (wb, ldb) = widen(&b, if trans_b { k } else { n });
+        let (mut wc, ldc) = widen(&c0, n);
+        let strides = Strides {
+            a: lda,
+            b: ldb,
+            c: ldc,
+        };
+        matmul_strided(spec, &wa[pad..], &wb[pad..], &mut wc[pad..], strides);
+        for i in 0..m {
+            let row = &wc[i * ldc..(i + 1) * ldc];
+            assert!(row[..pad].iter().chain(&row[pad + n..]).all(|v| v.is_nan()));
+            let got: Vec<u32> = row[pad..pad + n].iter().map(|v| v.to_bits()).collect();
+            let exp: Vec<u32> = want[i * n..(i + 1) * n]
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            assert_eq!(got, exp, "{spec:?} row {i}");
+        }
     }
 }
