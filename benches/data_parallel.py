@@ -87,6 +87,7 @@ def worker(spec: dict[str, Any]) -> None:
         data_parallel=True,
         zero=spec["zero"],
         data_parallel_timeout_s=300.0,
+        data_parallel_bucket_bytes=spec["bucket_bytes"],
     )
     out = Path(spec["folder"])
     if spec["stage"] == "pretraining":
@@ -107,7 +108,8 @@ def worker(spec: dict[str, Any]) -> None:
         )
     group = distributed.init()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    buckets = distributed._buckets(trainable, group.world_size, distributed.DEFAULT_BUCKET_BYTES)
+    # As DistributedOptimizer forms them: reverse parameter order.
+    buckets = distributed._buckets(trainable[::-1], group.world_size, spec["bucket_bytes"])
     record = {
         "rank": group.rank,
         "world_size": group.world_size,
@@ -120,6 +122,7 @@ def worker(spec: dict[str, Any]) -> None:
         "trainable_elements": sum(b.size for b in buckets),
         "padded_elements": sum(b.padded for b in buckets),
         "buckets": len(buckets),
+        "staging_peak_bytes": meta["data_parallel"].get("staging_peak_bytes", 0),
     }
     (out / f"rank{group.rank}.json").write_text(json.dumps(record))
 
@@ -181,12 +184,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"{h['date']}; 1 kernel thread per rank; MPICH (the `mpi` extra), one machine. "
         f"Global batch {result['batch_size']} x {result['seq_len']} tokens; "
         f"{result['steps']} steps, first {result['warmup']} dropped, median; "
-        f"{result['repeats']} interleaved repeats (median).",
+        f"{result['repeats']} interleaved repeats (median). Gradient buckets of "
+        f"{result['bucket_mib']:g} MiB; 'staged': ZeRO-2's buckets being filled during the "
+        "backward pass, NumPy buffers outside the memory categories.",
         "",
         "| stage | N | ZeRO | step (s) | tokens/s (job) | vs N=1 (step) | comm share | "
         "bytes sent/rank/step (MiB) | param | grad | Adam state | activation | total "
-        "(MiB per rank) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "(MiB per rank) | staged (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         m = row["peak_memory_bytes"]
@@ -196,7 +201,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{100 * row['communication_share']:.1f} % | {row['bytes_per_step'] / MIB:.2f} | "
             + " | ".join(f"{m[k] / MIB:.1f}" for k in
                          ("parameter", "gradient", "optimizer_state", "activation", "total"))
-            + " |"
+            + f" | {row['staging_peak_bytes'] / MIB:.1f} |"
         )
     lines += [
         "",
@@ -220,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny configuration (smoke test)")
     ap.add_argument("--no-lora", action="store_true", help="pretraining rows only")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per job")
+    ap.add_argument(
+        "--bucket-mib", type=float, default=25.0,
+        help="gradient bucket size in MiB (data_parallel_bucket_bytes; default 25)",
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args(argv)
     if args.worker:
@@ -235,11 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     model = QUICK if args.quick else REFERENCE
     batch, seq = (4, 32) if args.quick else (8, 256)
     stages = ["pretraining"] + ([] if args.no_lora else ["lora"])
-    cases = []
+    cases: list[dict[str, Any]] = []
     for stage in stages:
         cases += [dict(stage=stage, n=1, zero=0)]
         cases += [dict(stage=stage, n=2, zero=z) for z in (0, 1, 2)]
-    base = dict(model=model, steps=args.steps, batch_size=batch, seq_len=seq)
+    base: dict[str, Any] = dict(
+        model=model, steps=args.steps, batch_size=batch, seq_len=seq,
+        bucket_bytes=int(args.bucket_mib * MIB),
+    )
     runs: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     ranks_seen: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     for rep in range(args.repeats):
@@ -258,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranks_seen[key] = ranks
                 print(f"repeat {rep} {key}: step {s['step_s']:.3f} s, "
                       f"comm {100 * s['communication_share']:.1f} %", flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
     trainable: dict[str, int] = {}
     for c in cases:
         key = (c["stage"], c["n"], c["zero"])
@@ -288,12 +300,14 @@ def main(argv: list[str] | None = None) -> int:
             "attention": r0["attention"],
             "activation_checkpointing": r0["activation_checkpointing"],
             "num_threads": r0["num_threads"],
+            "staging_peak_bytes": max(r["staging_peak_bytes"] for r in ranks_seen[key]),
+            "buckets": r0["buckets"],
         })
     result = {
         "host": host(), "model_config": model, "batch_size": batch, "seq_len": seq,
         "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
         "lora": "r=8, alpha 16, q/k/v/o + gate/up/down (lora_mlp=True)",
-        "trainable_elements": trainable, "rows": rows,
+        "trainable_elements": trainable, "rows": rows, "bucket_mib": args.bucket_mib,
     }
     table = markdown(result)
     print(table)

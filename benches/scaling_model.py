@@ -32,12 +32,13 @@ Assumptions (all printed again by the script):
 - The 1B shape's compute time: at the FLOP rate measured here (one AMD EPYC core, AVX2) and at
   an assumed 100 TFLOP/s per rank (an accelerator-class rate; not a riftco measurement).
 
-    python benches/scaling_model.py            # the tables, from benches/results/data_parallel.json
+    python benches/scaling_model.py   # prints the tables and writes benches/results/scaling_model.md
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
 import json
 import math
 from dataclasses import dataclass
@@ -149,11 +150,11 @@ def memory_table(shape: Shape) -> str:
         z0 = w + g + adam
         z1 = w + g + adam / n
         z2 = w + g / n + adam / n
-        # riftco: the shard's own values add P/N parameter bytes, and all gradients of a step
-        # exist at the end of backward (no overlap), so ZeRO 2 lowers the gradient peak only
-        # by releasing them bucket by bucket during step().
+        # riftco: the shard's own values add P/N parameter bytes; ZeRO 2 reduce-scatters each
+        # bucket as the backward pass completes it, so a rank holds its 1/N of the gradients
+        # (plus the buckets being filled: 25 MiB each, left out here).
         r1 = w + w / n + g + adam / n
-        r2 = r1
+        r2 = w + w / n + g / n + adam / n
         lines.append(
             f"| {n} | {z0 / GB:.1f} | {z1 / GB:.1f} | {z2 / GB:.1f} | {r1 / GB:.1f} | "
             f"{r2 / GB:.1f} |"
@@ -167,13 +168,23 @@ def main(argv: list[str] | None = None) -> int:
         "--measured", type=Path,
         default=Path(__file__).parent / "results" / "data_parallel.json",
     )
+    ap.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "scaling_model.md",
+        help="where the Markdown is written too",
+    )
     args = ap.parse_args(argv)
+    lines: list[str] = []
+
+    def print(text: str = "") -> None:  # noqa: A001 - collects the page as it prints it
+        lines.append(text)
+        builtins.print(text)
+
     measured = json.loads(args.measured.read_text())
     rows = {(r["stage"], r["n"], r["zero"]): r for r in measured["rows"]}
     tokens_ref = measured["batch_size"] * measured["seq_len"]
     seq_ref = measured["seq_len"]
 
-    print("## Parameters, counted from the shapes\n")
+    print("### Parameters, counted from the shapes\n")
     for shape in (REFERENCE, LLAMA_1B):
         print(f"- {shape.name}: {shape.parameters():,} parameters "
               f"({shape.matmul_parameters():,} in matmuls), LoRA r=8 on q/k/v/o/gate/up/down: "
@@ -184,13 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- the benchmark's trainable elements, {stage}: {n:,} ({check} the count from "
               "the shapes)")
 
-    print("\n## Assumptions\n")
+    print("\n### Assumptions\n")
     print(f"- latency {LATENCY_S * 1e6:g} us per ring message, {BUCKET_BYTES // MIB} MiB "
           "buckets, nominal link bandwidth; weak scaling (per-rank batch fixed)")
     print("- no overlap: step = compute + comm (riftco today); overlap: "
           "step = forward + max(backward, comm)")
 
-    print("\n## Reference model, compute measured here\n")
+    print("\n### Reference model, compute measured here\n")
     rates = {}
     for stage, lora in (("pretraining", False), ("lora", True)):
         row = rows.get((stage, 1, 0))
@@ -211,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                     0.5 if lora else 2 / 3))
         print()
 
-    print("## Llama-3.2-1B shape, 8 x 2048 tokens per rank per step\n")
+    print("### Llama-3.2-1B shape, 8 x 2048 tokens per rank per step\n")
     tokens_1b = 8 * 2048
     for stage, lora in (("full training", False), ("LoRA r=8", True)):
         elements = LLAMA_1B.lora_parameters(8) if lora else LLAMA_1B.parameters()
@@ -228,9 +239,26 @@ def main(argv: list[str] | None = None) -> int:
                     elements, flops / ASSUMED_FLOPS, 0.5 if lora else 2 / 3))
         print()
 
-    print("## Memory per rank\n")
+    print("### Memory per rank\n")
     print(memory_table(LLAMA_1B))
     print()
+    device_bytes = 80 * GB
+    n = RANKS[-1]
+    per_param = {
+        "ZeRO 0": 16.0,
+        "ZeRO 1 (paper)": 8 + 8 / n,
+        "ZeRO 2 (paper)": 4 + 12 / n,
+        "ZeRO 1, riftco today": 8 + 12 / n,
+        "ZeRO 2, riftco today": 4 + 16 / n,
+    }
+    print(f"Largest model whose float32 weights, gradients and Adam moments fit "
+          f"{device_bytes / GB:.0f} GB per rank at N={n}, before activations: "
+          + ", ".join(f"{k} {device_bytes / b / 1e9:.1f}B parameters ({b:.2f} bytes/parameter)"
+                      for k, b in per_param.items())
+          + ". Beyond that the replica itself must be cut: ZeRO-3 (parameters sharded too, "
+          "gathered layer by layer) or tensor parallelism.")
+    args.out.write_text("\n".join(lines).rstrip() + "\n")
+    builtins.print(f"wrote {args.out}")
     return 0
 
 
