@@ -59,6 +59,36 @@ def _mpiexec(args: list[str], timeout: float = 240) -> subprocess.CompletedProce
     )
 
 
+def _single_process(case: str, policy: str, out: Path) -> None:
+    """The reference: ``distributed_worker.py`` in one process, the whole batch, into ``out``."""
+    single = subprocess.run(
+        [sys.executable, str(WORKER), case, policy, str(out), "-"],
+        capture_output=True, text=True, timeout=240, env=_env(),
+    )
+    assert single.returncode == 0, single.stderr
+
+
+def _start_until_checkpoint(
+    command: list[str], out: Path
+) -> tuple[subprocess.Popen[str], list[int]]:
+    """Starts ``mpiexec -n 2 command`` and waits for its first complete checkpoint in ``out``;
+    returns the job and the pids of its two ranks."""
+    assert MPIEXEC is not None
+    job = subprocess.Popen(
+        [MPIEXEC, "-n", "2", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=_env(),
+    )
+    deadline = time.monotonic() + 120
+    while not riftco.training_state.find_checkpoints(out):
+        if job.poll() is not None or time.monotonic() > deadline:
+            job.kill()
+            raise AssertionError(f"no checkpoint within 120 s: {job.communicate()}")
+        time.sleep(0.05)
+    ranks = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_rank(int(p), str(out))]
+    assert len(ranks) == 2, ranks
+    return job, ranks
+
+
 def _result(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     result = json.loads((folder / "result.json").read_text())
     with np.load(folder / "params.npz") as f:
@@ -70,11 +100,7 @@ def _result(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 @pytest.mark.parametrize("case", ["pretrain", "lora"])
 @pytest.mark.parametrize("policy", ["disabled", "block"])
 def test_two_ranks_equal_one_process(case: str, policy: str, tmp_path: Path) -> None:
-    single = subprocess.run(
-        [sys.executable, str(WORKER), case, policy, str(tmp_path), "-"],
-        capture_output=True, text=True, timeout=240, env=_env(),
-    )
-    assert single.returncode == 0, single.stderr
+    _single_process(case, policy, tmp_path)
     ranks = _mpiexec([sys.executable, str(WORKER), case, policy, str(tmp_path), "0,1,2"])
     assert ranks.returncode == 0, ranks.stderr
     ref, ref_params = _result(tmp_path / "single")
@@ -109,11 +135,7 @@ def test_two_ranks_on_the_gpu_equal_one_process_on_the_cpu(tmp_path: Path) -> No
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and no GPU adapter (CI installs Mesa's): {entry['reason']}")
         pytest.skip(f"no GPU adapter ({entry['reason']}); set CI=true to make this a failure")
-    single = subprocess.run(
-        [sys.executable, str(WORKER), "pretrain", "block", str(tmp_path), "-"],
-        capture_output=True, text=True, timeout=240, env=_env(),
-    )
-    assert single.returncode == 0, single.stderr
+    _single_process("pretrain", "block", tmp_path)
     ranks = _mpiexec(
         [sys.executable, str(WORKER), "pretrain", "block", str(tmp_path), "2", "-", "gpu"]
     )
@@ -128,11 +150,7 @@ def test_two_ranks_on_the_gpu_equal_one_process_on_the_cpu(tmp_path: Path) -> No
 
 @needs_mpi
 def test_zero_halves_the_optimizer_state_of_each_rank(tmp_path: Path) -> None:
-    single = subprocess.run(
-        [sys.executable, str(WORKER), "lora", "disabled", str(tmp_path), "-"],
-        capture_output=True, text=True, timeout=240, env=_env(),
-    )
-    assert single.returncode == 0, single.stderr
+    _single_process("lora", "disabled", tmp_path)
     ranks = _mpiexec([sys.executable, str(WORKER), "lora", "disabled", str(tmp_path), "0,1,2"])
     assert ranks.returncode == 0, ranks.stderr
     ref, _ = _result(tmp_path / "single")
@@ -155,11 +173,7 @@ def test_zero_halves_the_optimizer_state_of_each_rank(tmp_path: Path) -> None:
 @needs_mpi
 def test_zero2_never_holds_a_whole_gradient(tmp_path: Path) -> None:
     bucket = 16384
-    single = subprocess.run(
-        [sys.executable, str(WORKER), "pretrain", "block", str(tmp_path), "-"],
-        capture_output=True, text=True, timeout=240, env=_env(),
-    )
-    assert single.returncode == 0, single.stderr
+    _single_process("pretrain", "block", tmp_path)
     ranks = _mpiexec(
         [sys.executable, str(WORKER), "pretrain", "block", str(tmp_path), "1,2", str(bucket)]
     )
@@ -211,25 +225,10 @@ STEPS = 3000
 
 @needs_mpi
 def test_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(tmp_path: Path) -> None:
-    assert MPIEXEC is not None
     out = tmp_path / "run"
     command = _cli("--save-every", "5", "--zero", "2", out=out, steps=STEPS)
-    job = subprocess.Popen(
-        [MPIEXEC, "-n", "2", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=_env(),
-    )
+    job, victims = _start_until_checkpoint(command, out)
     try:
-        deadline = time.monotonic() + 120
-        while not riftco.training_state.find_checkpoints(out):
-            assert job.poll() is None, job.communicate()
-            assert time.monotonic() < deadline, "no checkpoint within 120 s"
-            time.sleep(0.05)
-        victims = [
-            int(pid)
-            for pid in os.listdir("/proc")
-            if pid.isdigit() and _is_rank(int(pid), str(out))
-        ]
-        assert len(victims) == 2, victims
         os.kill(max(victims), signal.SIGKILL)
         started = time.monotonic()
         job.communicate(timeout=60)
@@ -255,22 +254,11 @@ def test_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(tmp_path: Pa
 
 @needs_mpi
 def test_a_rank_that_hangs_makes_the_other_abort_after_the_timeout(tmp_path: Path) -> None:
-    assert MPIEXEC is not None
     out = tmp_path / "run"
     command = _cli("--data-parallel-timeout", "3", "--save-every", "5", out=out, steps=200_000)
-    job = subprocess.Popen(
-        [MPIEXEC, "-n", "2", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=_env(),
-    )
+    job, ranks = _start_until_checkpoint(command, out)
     stopped: list[int] = []
     try:
-        deadline = time.monotonic() + 120
-        while not riftco.training_state.find_checkpoints(out):
-            assert job.poll() is None, job.communicate()
-            assert time.monotonic() < deadline, "no checkpoint within 120 s"
-            time.sleep(0.05)
-        ranks = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_rank(int(p), str(out))]
-        assert len(ranks) == 2, ranks
         os.kill(max(ranks), signal.SIGSTOP)  # alive, but never reaches the next collective
         stopped.append(max(ranks))
         started = time.monotonic()

@@ -63,15 +63,20 @@ impl MatmulSpec {
 /// When a slice length disagrees with the spec (`a.len() != m*k`, `b.len() != k*n`,
 /// `c.len() != m*n`). Callers (the tensor layer) validate shapes and return errors first.
 pub fn matmul(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let parallelism = parallelism_for(spec);
+    crate::threading::thread_pool().install(|| gemm_checked("matmul", spec, a, b, c, parallelism));
+}
+
+/// The kernel threads of one product: small products are faster on one thread (rayon's
+/// fork/join costs more than they do).
+fn parallelism_for(spec: MatmulSpec) -> Parallelism {
     let MatmulSpec { m, k, n, .. } = spec;
     let threads = crate::threading::num_threads();
-    // Small products are faster on one thread: rayon's fork/join costs more than they do.
-    let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
+    if threads > 1 && m * n * k >= 64 * 64 * 64 {
         Parallelism::Rayon(threads)
     } else {
         Parallelism::None
-    };
-    crate::threading::thread_pool().install(|| gemm_checked("matmul", spec, a, b, c, parallelism));
+    }
 }
 
 /// Row strides (leading dimensions) of the three stored matrices of a product: the number of
@@ -108,13 +113,7 @@ impl Strides {
 /// # Panics
 /// When a stride is shorter than its stored row or a slice is too short for its rows.
 pub fn matmul_strided(spec: MatmulSpec, a: &[f32], b: &[f32], c: &mut [f32], strides: Strides) {
-    let MatmulSpec { m, k, n, .. } = spec;
-    let threads = crate::threading::num_threads();
-    let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
-        Parallelism::Rayon(threads)
-    } else {
-        Parallelism::None
-    };
+    let parallelism = parallelism_for(spec);
     crate::threading::thread_pool()
         .install(|| gemm_run("matmul_strided", spec, a, b, c, strides, parallelism));
 }

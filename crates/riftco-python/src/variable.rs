@@ -356,16 +356,7 @@ impl PyVariable {
     #[setter(grad)]
     fn set_grad(&self, value: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let g = match value {
-            Some(v) if !v.is_none() => {
-                let (data, shape) = float32_data(v)?;
-                let mut t = Tensor::from_slice(&data, Shape::new(shape), MemoryCategory::Gradient)
-                    .map_err(tensor_err)?;
-                let device = self.0.value().device();
-                if t.device() != device {
-                    t.transfer_to(device).map_err(tensor_err)?;
-                }
-                Some(t)
-            }
+            Some(v) if !v.is_none() => Some(gradient_tensor(v, self.0.value().device())?),
             _ => None,
         };
         self.0.replace_grad(g).map_err(|e| Error::from(e).into())
@@ -684,6 +675,17 @@ impl PyVariable {
     }
 }
 
+/// A gradient from an array-like: a float32 copy in a pooled buffer, on `device`.
+fn gradient_tensor(value: &Bound<'_, PyAny>, device: riftco_tensor::Device) -> PyResult<Tensor> {
+    let (data, shape) = float32_data(value)?;
+    let mut t = Tensor::from_slice(&data, Shape::new(shape), MemoryCategory::Gradient)
+        .map_err(tensor_err)?;
+    if t.device() != device {
+        t.transfer_to(device).map_err(tensor_err)?;
+    }
+    Ok(t)
+}
+
 /// Calls a Python ``gradient_hook(leaf, grad)`` (see ``Variable.backward``) with the GIL held:
 /// the gradient as a NumPy copy (the native buffer released first), and the hook's result
 /// (``None``, or an array of the leaf's shape to commit). A Python exception travels as
@@ -702,18 +704,14 @@ fn call_gradient_hook(
             if r.is_none() {
                 return Ok(None);
             }
-            let (data, shape) = float32_data(&r)?;
-            if shape != leaf.dims() {
+            let t = gradient_tensor(&r, device)?;
+            if t.dims() != leaf.dims() {
                 return Err(Exc::Shape.err(format!(
-                    "gradient_hook returned shape {shape:?} for {}, of shape {:?}",
+                    "gradient_hook returned shape {:?} for {}, of shape {:?}",
+                    t.dims(),
                     leaf.describe(),
                     leaf.dims()
                 )));
-            }
-            let mut t = Tensor::from_slice(&data, Shape::new(shape), MemoryCategory::Gradient)
-                .map_err(tensor_err)?;
-            if t.device() != device {
-                t.transfer_to(device).map_err(tensor_err)?;
             }
             Ok(Some(t))
         })();
