@@ -4,6 +4,7 @@
 //   silu_backward:   out0 = dy * sigmoid(x) * (1 + x * (1 - sigmoid(x)))
 //   swiglu:          out0 = silu(gate) * up                          (Shazeer 2020, eq. 6)
 //   swiglu_backward: out0 = dgate = dy * up * silu'(gate), out1 = dup = dy * silu(gate)
+//   swiglu_backward_in_place: the same with dy read from out0 and dgate written over it
 // sigmoid(x) = 1 / (1 + exp(-x)), the CPU kernels' form. One invocation per element on a 2-D
 // grid (x up to 65535 workgroups); invocations past `n` return.
 
@@ -84,6 +85,24 @@ fn swiglu_backward(
     let g = a[i];
     let s = sigmoid(g);
     let d = c[i];
+    out0[i] = d * b[i] * (s * (g * (1.0 - s) + 1.0));
+    out1[i] = d * (g * s);
+}
+
+// swiglu_backward_in_place: a = gate, b = up, out0 = dy on entry and dgate on return,
+// out1 = dup (each invocation reads its element of out0 before writing it).
+@compute @workgroup_size(256)
+fn swiglu_backward_in_place(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let g = a[i];
+    let s = sigmoid(g);
+    let d = out0[i];
     out0[i] = d * b[i] * (s * (g * (1.0 - s) + 1.0));
     out1[i] = d * (g * s);
 }

@@ -285,9 +285,16 @@ fn run(
         let op = record.ok_or_else(|| AutogradError::GraphFreed {
             what: node.describe(),
         })?;
+        let slot = inner.remove(&node.id());
+        let freeing = watches.is_some();
+        if freeing {
+            // Every consumer's VJP has run: a value its own VJP does not read goes before that
+            // VJP runs, not after (the engine's handles: `node` and the slot's).
+            node.release_value_kept_only_by(1 + usize::from(slot.is_some()), &op);
+        }
         // A node every consumer sent `None` has no gradient: its parents get none from it,
         // but their pending counts must still fall.
-        let grads = match inner.remove(&node.id()) {
+        let grads = match slot {
             None => vec![None; op.parents.len()],
             Some(slot) => catch_unwind(AssertUnwindSafe(|| {
                 (op.vjp)(&op.parents, node.value(), &slot.grad)
@@ -297,6 +304,10 @@ fn run(
                 message: panic_message(&*payload),
             })??,
         };
+        if freeing {
+            // This VJP never runs again: the values it read have one reader less.
+            op.release_reads(&node);
+        }
         if grads.len() != op.parents.len() {
             return Err(AutogradError::Panic {
                 during: op.name,

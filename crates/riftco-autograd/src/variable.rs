@@ -22,7 +22,9 @@ pub(crate) fn peek_next_id() -> u64 {
 
 /// A vector–Jacobian product rule: given the node's parents, its forward output and the
 /// gradient of the output, return one gradient per parent (`None` for parents that do not
-/// require grad, or that receive nothing).
+/// require grad, or that receive nothing). The backward pass drops its handle to the gradient
+/// right after the rule ran, so a rule may write its result over the gradient when
+/// [`Tensor::is_exclusive`] says no other handle shares it (and return that tensor).
 pub type VjpFn =
     dyn Fn(&[Variable], &Tensor, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static;
 
@@ -92,6 +94,22 @@ pub(crate) struct OpRecord {
     pub(crate) parent_versions: Vec<u64>,
     pub(crate) saves: Saves,
     pub(crate) vjp: Arc<VjpFn>,
+}
+
+impl OpRecord {
+    /// After this record's VJP ran for the last time (a freeing backward pass released the
+    /// record of `node`): one reader less for each value it read, so that a value no VJP will
+    /// read again can be released.
+    pub(crate) fn release_reads(&self, node: &Variable) {
+        for (i, p) in self.parents.iter().enumerate() {
+            if self.saves.reads_parent(i) {
+                p.0.readers.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        if self.saves.reads_output() {
+            node.0.readers.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 pub(crate) struct Node {
@@ -464,6 +482,16 @@ impl Variable {
     /// Removes the op record (a freeing backward pass, after the node's VJP ran): the parents
     /// lose one graph reference each, and the record's saved values go when the returned
     /// record drops.
+    /// Releases this op node's value (as [`Tensor::release_if_exclusive`]) when `record`, its
+    /// own released record, does not read it, no other VJP will read it, and nothing refers to
+    /// the node but `engine` handles of a backward pass and op records. Returns whether it did.
+    pub(crate) fn release_value_kept_only_by(&self, engine: usize, record: &OpRecord) -> bool {
+        !record.saves.reads_output()
+            && self.0.readers.load(Ordering::Acquire) == 0
+            && Arc::strong_count(&self.0) == engine + self.0.graph_refs.load(Ordering::Acquire)
+            && self.0.value.release_if_exclusive()
+    }
+
     pub(crate) fn take_op_record(&self) -> Option<Arc<OpRecord>> {
         let record = self.0.op_lock().take();
         if let Some(r) = &record {

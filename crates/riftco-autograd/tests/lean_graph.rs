@@ -249,3 +249,105 @@ fn broadcasting_sums_and_reductions_keep_nothing_products_keep_their_operands() 
     out.backward().unwrap();
     assert_eq!(host(&w.grad().unwrap()), g);
 }
+
+/// `probe(x)`: an op whose VJP reads nothing (not even its output) and passes the gradient
+/// through; it records whether its own value was still there when its VJP ran.
+fn probe(x: &Variable, seen: &std::sync::Arc<std::sync::Mutex<Vec<bool>>>) -> Variable {
+    let seen = seen.clone();
+    let value = Tensor::from_vec(
+        host(x.value()),
+        x.value().shape().clone(),
+        MemoryCategory::Activation,
+    )
+    .unwrap();
+    Variable::from_op_saving(
+        "probe",
+        value,
+        vec![x.clone()],
+        Saves::NOTHING,
+        move |_, out, g| {
+            seen.lock().unwrap().push(out.to_host().is_ok());
+            Ok(vec![Some(g.clone())])
+        },
+    )
+}
+
+#[test]
+fn a_freeing_pass_releases_a_value_before_its_own_vjp_once_no_vjp_reads_it() {
+    let (x, w) = (leaf(ROWS, D, 6, true), leaf(D, D, 7, true));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let grads = |retain_graph: bool, hold: bool| {
+        // `linear` reads the probe's value; once its VJP ran, nothing will read it again.
+        let p = probe(&x, &seen);
+        let out = sum(&linear(&p, &w).unwrap()).unwrap();
+        let held = hold.then(|| p.clone());
+        drop(p);
+        let scope = activations();
+        out.backward_with(BackwardOptions {
+            retain_graph,
+            ..BackwardOptions::default()
+        })
+        .unwrap();
+        let freed = -scope.current_bytes();
+        if let Some(p) = held {
+            // A handle the caller keeps keeps the value, freeing pass or not.
+            assert_eq!(host(p.value()), host(x.value()));
+        }
+        (host(&x.grad().unwrap()), host(&w.grad().unwrap()), freed)
+    };
+    let kept = grads(true, false);
+    let freed = grads(false, false);
+    let held = grads(false, true);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [true, false, true],
+        "the value was there for the kept graph, gone before the VJP in the freeing pass, \
+         there when the caller held it"
+    );
+    assert_eq!((&kept.0, &kept.1), (&freed.0, &freed.1));
+    assert_eq!((&kept.0, &kept.1), (&held.0, &held.1));
+    // The freeing pass released the probe's value (the linear's output, which no VJP reads,
+    // went with its handle at the forward already).
+    assert_eq!(kept.2, 0);
+    assert_eq!(freed.2, VALUE);
+    assert_eq!(held.2, 0);
+}
+
+#[test]
+fn swiglu_writes_d_gate_over_a_gradient_only_the_pass_holds() {
+    use riftco_autograd::ops::swiglu;
+    let (gate, up) = (leaf(ROWS, D, 8, true), leaf(ROWS, D, 9, true));
+    let seed_values: Vec<f32> = (0..ROWS * D).map(|i| (i % 7) as f32 / 4.0 - 0.5).collect();
+    let seed = || Tensor::from_vec(seed_values.clone(), [ROWS, D], MemoryCategory::Gradient);
+    let run = |seed: Tensor| {
+        let y = swiglu(&gate, &up).unwrap();
+        let scope = ThreadMemoryScope::new(Device::Cpu, MemoryCategory::Gradient);
+        y.backward_with_grad(seed).unwrap();
+        let peak = scope.peak_bytes();
+        (host(&gate.grad().unwrap()), host(&up.grad().unwrap()), peak)
+    };
+    // The seed moved into the pass: d gate is written over it, only d up is new.
+    let (dg, du, peak_exclusive) = run(seed().unwrap());
+    // A seed the caller keeps: never written, d gate gets a buffer of its own.
+    let shared = seed().unwrap();
+    let (dg2, du2, peak_shared) = run(shared.clone());
+    assert_eq!(
+        host(&shared),
+        seed_values,
+        "the caller's tensor is unchanged"
+    );
+    assert_eq!(dg, dg2);
+    assert_eq!(du, du2);
+    assert_eq!(peak_exclusive, VALUE);
+    assert_eq!(peak_shared, 2 * VALUE);
+    // f64 reference: d gate = s · u · σ(g)(1 + g(1 − σ(g))), d up = s · g σ(g).
+    let (g, u) = (host(gate.value()), host(up.value()));
+    for i in 0..ROWS * D {
+        let (gi, ui, si) = (f64::from(g[i]), f64::from(u[i]), f64::from(seed_values[i]));
+        let sig = 1.0 / (1.0 + (-gi).exp());
+        let want_g = si * ui * sig * (1.0 + gi * (1.0 - sig));
+        let want_u = si * gi * sig;
+        assert!((f64::from(dg[i]) - want_g).abs() <= 1e-6 * (1.0 + want_g.abs()));
+        assert!((f64::from(du[i]) - want_u).abs() <= 1e-6 * (1.0 + want_u.abs()));
+    }
+}

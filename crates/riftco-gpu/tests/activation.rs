@@ -55,6 +55,18 @@ fn silu_and_swiglu_match_the_cpu() {
         let (gg, gup) = (ctx.download(&gg).unwrap(), ctx.download(&gup).unwrap());
         assert_close(&format!("swiglu dgate n={n}"), &gg, &dgate, 1e-5, 1.0);
         assert_close(&format!("swiglu dup n={n}"), &gup, &dup, 1e-5, 1.0);
+
+        // In place over dy: bitwise the out-of-place kernel's values.
+        let dy_dgate = ctx.upload(&dy).unwrap();
+        let gup2 = kernels::swiglu_backward_in_place(&ctx, &gx, &gu, &dy_dgate).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let in_place = ctx.download(&dy_dgate).unwrap();
+        assert_eq!(bits(&in_place), bits(&gg), "in-place dgate n={n}");
+        assert_eq!(
+            bits(&ctx.download(&gup2).unwrap()),
+            bits(&gup),
+            "in-place dup n={n}"
+        );
     }
 }
 
@@ -114,6 +126,11 @@ fn mismatched_lengths_are_shape_errors() {
     assert_shape_error(
         "swiglu_backward dy",
         kernels::swiglu_backward(&ctx, &a, &a, &b),
+        &["dy", "6", "7"],
+    );
+    assert_shape_error(
+        "swiglu_backward_in_place dy",
+        kernels::swiglu_backward_in_place(&ctx, &a, &a, &b),
         &["dy", "6", "7"],
     );
 }

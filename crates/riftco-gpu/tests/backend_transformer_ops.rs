@@ -94,10 +94,25 @@ fn silu_and_swiglu_and_their_vjps_match_the_cpu() {
             .unwrap();
         close("swiglu_backward dgate", &dg, &wg, 1e-5, 1.0);
         close("swiglu_backward dup", &du, &wu, 1e-5, 1.0);
+        // In place: `dy` becomes d gate, the returned tensor is d up.
+        let gdy2 = on(&dy, dev);
+        let du2 = g
+            .swiglu_backward_in_place("t", &gx, &gup, &gdy2, C::Workspace)
+            .unwrap();
+        close("swiglu_backward_in_place dgate", &gdy2, &wg, 1e-5, 1.0);
+        close("swiglu_backward_in_place dup", &du2, &wu, 1e-5, 1.0);
     }
     let short = on(&rand(&[3], 1, -1.0, 1.0), dev);
     let long = on(&rand(&[4], 2, -1.0, 1.0), dev);
     let e = g.swiglu("t", &long, &short, C::Workspace).unwrap_err();
+    assert!(matches!(e, TensorError::InvalidArgument { .. }), "{e}");
+    let e = g
+        .swiglu_backward_in_place("t", &long, &long, &short, C::Workspace)
+        .unwrap_err();
+    assert!(matches!(e, TensorError::LengthMismatch { .. }), "{e}");
+    let e = g
+        .swiglu_backward_in_place("t", &long, &long, &long, C::Workspace)
+        .unwrap_err();
     assert!(matches!(e, TensorError::InvalidArgument { .. }), "{e}");
 }
 

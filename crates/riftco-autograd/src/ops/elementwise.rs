@@ -139,7 +139,10 @@ pub fn silu(x: &Variable) -> Result<Variable> {
     ))
 }
 
-/// SwiGLU, `SiLU(gate) ⊙ up` (Shazeer 2020, eq. 6), fused.
+/// SwiGLU, `SiLU(gate) ⊙ up` (Shazeer 2020, eq. 6), fused. Its VJP reads `gate` and `up`
+/// (not the output) and, when the pass holds the only handle to the incoming gradient, writes
+/// `d gate` over it (bitwise the same values, one `[.., d_ff]` buffer less at the MLP's
+/// backward).
 ///
 /// # Errors
 /// Shape mismatch between `gate` and `up`; [`TensorError::DeviceMismatch`].
@@ -153,8 +156,13 @@ pub fn swiglu(gate: &Variable, up: &Variable) -> Result<Variable> {
         vec![gate.clone(), up.clone()],
         Saves::parents(&[0, 1]),
         move |p, _, g| {
-            let (dg, du) =
-                be.swiglu_backward("swiglu (vjp)", p[0].value(), p[1].value(), g, GRAD)?;
+            let op = "swiglu (vjp)";
+            let (dg, du) = if g.is_exclusive() && p[0].requires_grad() {
+                let du = be.swiglu_backward_in_place(op, p[0].value(), p[1].value(), g, GRAD)?;
+                (g.clone(), du)
+            } else {
+                be.swiglu_backward(op, p[0].value(), p[1].value(), g, GRAD)?
+            };
             Ok(vec![
                 p[0].requires_grad().then_some(dg),
                 p[1].requires_grad().then_some(du),

@@ -241,15 +241,24 @@ impl GpuBackend {
             reads = self.read(op, &[src])?;
             reads.get(0)
         };
-        let mut guard = dst.buffer_mut();
-        let dst_buf: &GpuBuffer = match &mut *guard {
-            Buffer::Device(b) => match b.as_any().downcast_ref() {
-                Some(g) => g,
-                None => return Err(self.foreign(op, &guard)),
-            },
-            other => return Err(self.foreign(op, other)),
-        };
-        f(src_buf, dst_buf).map_err(self.err(op))
+        let guard = dst.buffer_mut();
+        f(src_buf, self.own_buffer(op, &guard)?).map_err(self.err(op))
+    }
+
+    /// The GPU buffer under a tensor's write guard ([`Tensor::buffer_mut`], which bumps its
+    /// version), to be written by a kernel while the guard is held.
+    pub(crate) fn own_buffer<'a>(
+        &self,
+        op: &'static str,
+        guard: &'a Buffer,
+    ) -> Result<&'a GpuBuffer> {
+        match guard {
+            Buffer::Device(b) => b
+                .as_any()
+                .downcast_ref()
+                .ok_or_else(|| self.foreign(op, guard)),
+            other => Err(self.foreign(op, other)),
+        }
     }
 }
 
@@ -399,6 +408,17 @@ impl Backend for GpuBackend {
         c: MemoryCategory,
     ) -> Result<Pair> {
         transformer::swiglu_backward(self, op, gate, up, g, c)
+    }
+
+    fn swiglu_backward_in_place(
+        &self,
+        op: &'static str,
+        gate: &Tensor,
+        up: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        transformer::swiglu_backward_in_place(self, op, gate, up, g, c)
     }
 
     fn rms_norm(

@@ -79,6 +79,24 @@ pub(super) fn swiglu_backward(
     ))
 }
 
+pub(super) fn swiglu_backward_in_place(
+    g: &GpuBackend,
+    op: &'static str,
+    gate: &Tensor,
+    up: &Tensor,
+    dy: &Tensor,
+    c: MemoryCategory,
+) -> Result<Tensor> {
+    riftco_tensor::backend::check_in_place_target(op, dy, &[gate, up])?;
+    let r = g.read(op, &[gate, up])?;
+    let du = {
+        let guard = dy.buffer_mut();
+        kernels::swiglu_backward_in_place(&g.ctx, r.get(0), r.get(1), g.own_buffer(op, &guard)?)
+            .map_err(g.err(op))?
+    };
+    g.tensor(du, dy.shape().clone(), c)
+}
+
 pub(super) fn rms_norm(
     g: &GpuBackend,
     op: &'static str,

@@ -1,5 +1,6 @@
 //! SiLU and SwiGLU with their VJPs (`shaders/activation.wgsl`): the GPU twins of
-//! `riftco_kernels::elementwise::{silu, silu_backward, swiglu, swiglu_backward}`.
+//! `riftco_kernels::elementwise::{silu, silu_backward, swiglu, swiglu_backward,
+//! swiglu_backward_in_place}`.
 //!
 //! SiLU (Elfwing et al. 2018, "Sigmoid-Weighted Linear Units", eq. 4): `x · σ(x)`;
 //! SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6): `SiLU(gate) · up`, with
@@ -84,4 +85,29 @@ pub fn swiglu_backward(
     let dup = ctx.alloc(n)?;
     run(ctx, "swiglu_backward", &[gate, up, dy], &[&dgate, &dup], n)?;
     Ok((dgate, dup))
+}
+
+/// [`swiglu_backward`] writing `dgate` over `dy_dgate` (which holds `dy` on entry) and
+/// returning `dup`; `gate`, `up`, `dy_dgate`: `[n]` f32, `dy_dgate` a buffer of its own.
+///
+/// # Errors
+/// [`crate::GpuError::Shape`] when `up` or `dy_dgate` is not as long as `gate`; device errors.
+pub fn swiglu_backward_in_place(
+    ctx: &GpuContext,
+    gate: &GpuBuffer,
+    up: &GpuBuffer,
+    dy_dgate: &GpuBuffer,
+) -> Result<GpuBuffer> {
+    let n = gate.len();
+    expect_len("swiglu_backward_in_place", "up", up, n)?;
+    expect_len("swiglu_backward_in_place", "dy", dy_dgate, n)?;
+    let dup = ctx.alloc(n)?;
+    run(
+        ctx,
+        "swiglu_backward_in_place",
+        &[gate, up],
+        &[dy_dgate, &dup],
+        n,
+    )?;
+    Ok(dup)
 }

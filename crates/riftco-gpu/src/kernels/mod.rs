@@ -177,7 +177,7 @@ mod rms_norm;
 mod rope;
 mod shape;
 
-pub use activation::{silu, silu_backward, swiglu, swiglu_backward};
+pub use activation::{silu, silu_backward, swiglu, swiglu_backward, swiglu_backward_in_place};
 pub use adam::adam_update;
 pub use embedding::{embedding, embedding_backward};
 pub use loss::{cross_entropy, cross_entropy_backward, cross_entropy_backward_by};

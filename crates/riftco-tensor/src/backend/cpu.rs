@@ -285,6 +285,21 @@ impl Backend for CpuBackend {
         Ok((out(dg, g.shape().clone(), c), out(du, g.shape().clone(), c)))
     }
 
+    fn swiglu_backward_in_place(
+        &self,
+        op: &'static str,
+        gate: &Tensor,
+        up: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        super::check_in_place_target(op, g, &[gate, up])?;
+        let mut du = buf(op, g.numel())?;
+        let (gate, up) = (gate.read()?, up.read()?);
+        k::elementwise::swiglu_backward_in_place(&gate, &up, &mut g.write()?, &mut du);
+        Ok(out(du, g.shape().clone(), c))
+    }
+
     fn rms_norm(
         &self,
         op: &'static str,

@@ -350,6 +350,26 @@ impl Backend for MirrorBackend {
         })
     }
 
+    fn swiglu_backward_in_place(
+        &self,
+        op: &'static str,
+        gate: &Tensor,
+        up: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor> {
+        super::check_in_place_target(op, g, &[gate, up])?;
+        let mut du = None;
+        self.run_in_place(op, &[g], &[gate, up], |d, s| {
+            du = Some(CpuBackend.swiglu_backward_in_place(op, &s[0], &s[1], &d[0], c)?);
+            Ok(())
+        })?;
+        match du {
+            Some(du) => self.dev(op, du),
+            None => Err(foreign(op)),
+        }
+    }
+
     fn rms_norm(
         &self,
         op: &'static str,

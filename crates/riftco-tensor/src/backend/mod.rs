@@ -194,6 +194,17 @@ pub trait Backend: Send + Sync + fmt::Debug {
         g: &Tensor,
         c: MemoryCategory,
     ) -> Result<Pair>;
+    /// [`Backend::swiglu_backward`] writing `d gate` over `g` (bitwise the same values) and
+    /// returning `d up` (category `c`): for a gradient only the caller holds, one buffer less.
+    /// `g` must share no storage with `gate` or `up` (`InvalidArgument` otherwise).
+    fn swiglu_backward_in_place(
+        &self,
+        op: &'static str,
+        gate: &Tensor,
+        up: &Tensor,
+        g: &Tensor,
+        c: MemoryCategory,
+    ) -> Result<Tensor>;
 
     // ---- RMSNorm --------------------------------------------------------------------------
 
@@ -485,6 +496,32 @@ pub fn check_dropout(op: &'static str, mask: Option<&DropoutMask>) -> Result<()>
         }),
         _ => Ok(()),
     }
+}
+
+/// `Ok` when `target`, which an in-place kernel overwrites while reading `inputs`, shares
+/// storage with none of them and has as many elements as each.
+///
+/// # Errors
+/// [`TensorError::InvalidArgument`] naming `op` when storage is shared;
+/// [`TensorError::LengthMismatch`] when the element counts differ.
+pub fn check_in_place_target(op: &'static str, target: &Tensor, inputs: &[&Tensor]) -> Result<()> {
+    for t in inputs {
+        if t.same_storage(target) {
+            return Err(TensorError::InvalidArgument {
+                op,
+                message: "the tensor written in place shares its storage with an input".into(),
+            });
+        }
+        if t.numel() != target.numel() {
+            return Err(TensorError::LengthMismatch {
+                op,
+                shape: t.dims().to_vec(),
+                expected: target.numel(),
+                got: t.numel(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `Ok` when `view` lies inside a tensor of `len` elements (every element it addresses is in
