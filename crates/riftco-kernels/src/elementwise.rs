@@ -59,9 +59,6 @@ simd_op!(SiluBwdOp<'a> { x: &'a [f32], dy: &'a [f32], dx: &'a mut [f32] } -> () 
     |s| map2!(S, s, x, dy, dx, |v, g| silu_backward_v(s, v, g)));
 simd_op!(SwigluOp<'a> { gate: &'a [f32], up: &'a [f32], out: &'a mut [f32] } -> () =
     |s| map2!(S, s, gate, up, out, |g, u| swiglu_v(s, g, u)));
-simd_op!(SwigluBwdOp<'a> {
-    gate: &'a [f32], up: &'a [f32], dy: &'a [f32], dgate: &'a mut [f32], dup: &'a mut [f32]
-} -> () = |s| swiglu_backward_impl(s, gate, up, dy, dgate, dup));
 simd_op!(SwigluBwdInPlaceOp<'a> {
     gate: &'a [f32], up: &'a [f32], dy_dgate: &'a mut [f32], dup: &'a mut [f32]
 } -> () = |s| swiglu_backward_in_place_impl(s, gate, up, dy_dgate, dup));
@@ -100,35 +97,6 @@ fn silu_grad<S: Simd>(s: S, v: S::f32s) -> S::f32s {
     let one = s.splat_f32s(1.0);
     let sg = sigmoid_f32s(s, v);
     s.mul_f32s(sg, s.mul_add_e_f32s(v, s.sub_f32s(one, sg), one))
-}
-
-#[inline(always)]
-fn swiglu_backward_impl<S: Simd>(
-    s: S,
-    gate: &[f32],
-    up: &[f32],
-    dy: &[f32],
-    dgate: &mut [f32],
-    dup: &mut [f32],
-) {
-    let (gv, gt) = S::as_simd_f32s(gate);
-    let (uv, ut) = S::as_simd_f32s(up);
-    let (yv, yt) = S::as_simd_f32s(dy);
-    let (dgv, dgt) = S::as_mut_simd_f32s(dgate);
-    let (duv, dut) = S::as_mut_simd_f32s(dup);
-    for ((((dg, du), &g), &u), &d) in dgv.iter_mut().zip(duv).zip(gv).zip(uv).zip(yv) {
-        (*dg, *du) = swiglu_backward_v(s, g, u, d);
-    }
-    if !gt.is_empty() {
-        let (a, b) = swiglu_backward_v(
-            s,
-            s.partial_load_f32s(gt),
-            s.partial_load_f32s(ut),
-            s.partial_load_f32s(yt),
-        );
-        s.partial_store_f32s(dgt, a);
-        s.partial_store_f32s(dut, b);
-    }
 }
 
 #[inline(always)]
@@ -216,39 +184,16 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     });
 }
 
-/// VJP of SwiGLU: `dgate = dy · up · SiLU'(gate)`, `dup = dy · SiLU(gate)`.
+/// VJP of SwiGLU: `dgate = dy · up · SiLU'(gate)`, `dup = dy · SiLU(gate)` (`dy` copied into
+/// `dgate`, then [`swiglu_backward_in_place`]).
 pub fn swiglu_backward(gate: &[f32], up: &[f32], dy: &[f32], dgate: &mut [f32], dup: &mut [f32]) {
-    let n = gate.len();
-    assert!(
-        up.len() == n && dy.len() == n && dgate.len() == n && dup.len() == n,
-        "swiglu_backward: lengths"
-    );
-    let serial = |gate: &[f32], up: &[f32], dy: &[f32], dgate: &mut [f32], dup: &mut [f32]| {
-        arch().dispatch(SwigluBwdOp {
-            gate,
-            up,
-            dy,
-            dgate,
-            dup,
-        })
-    };
-    match par::elements_per_task(n) {
-        None => serial(gate, up, dy, dgate, dup),
-        Some(t) => par::install(|| {
-            dgate
-                .par_chunks_mut(t)
-                .zip(dup.par_chunks_mut(t))
-                .zip(gate.par_chunks(t))
-                .zip(up.par_chunks(t))
-                .zip(dy.par_chunks(t))
-                .for_each(|((((dg, du), g), u), d)| serial(g, u, d, dg, du));
-        }),
-    }
+    assert_eq!(dy.len(), dgate.len(), "swiglu_backward: lengths");
+    dgate.copy_from_slice(dy);
+    swiglu_backward_in_place(gate, up, dgate, dup);
 }
 
 /// [`swiglu_backward`] writing `dgate` over `dy` (`dy_dgate` holds `dy` on entry, `dgate` on
-/// return; bitwise the out-of-place result): the VJP of a gradient nobody else reads, one
-/// `[n]` buffer less.
+/// return): the VJP of a gradient nobody else reads, one `[n]` buffer less.
 pub fn swiglu_backward_in_place(gate: &[f32], up: &[f32], dy_dgate: &mut [f32], dup: &mut [f32]) {
     let n = gate.len();
     assert!(

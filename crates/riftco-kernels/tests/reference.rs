@@ -76,12 +76,6 @@ proptest! {
         let want_u: Vec<f64> = (0..n).map(|i| dy[i] as f64 * silu(x[i] as f64)).collect();
         assert_close("swiglu_backward.dgate", &out, &want_g, |i| 10.0 * U * (dy[i] * up[i]).abs() as f64 * (1.0 + x[i].abs() as f64));
         assert_close("swiglu_backward.dup", &out2, &want_u, |i| 10.0 * U * want_u[i].abs());
-        // In place over dy: bitwise the out-of-place result.
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        let (mut dy_dgate, mut dup) = (dy.clone(), vec![0.0; n]);
-        ew::swiglu_backward_in_place(&x, &up, &mut dy_dgate, &mut dup);
-        prop_assert_eq!(bits(&dy_dgate), bits(&out));
-        prop_assert_eq!(bits(&dup), bits(&out2));
     }
 
     /// Softmax: each `exp(x − max)` carries `(4 + |x − max|)U` relative error and the row sum at
