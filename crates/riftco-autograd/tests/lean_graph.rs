@@ -5,7 +5,7 @@
 
 use riftco_autograd::ops::{linear, relu, scale, sum};
 use riftco_autograd::{checkpoint, AutogradError, BackwardOptions, Saves, Variable};
-use riftco_tensor::{Device, MemoryCategory, Tensor, TensorError, ThreadMemoryScope};
+use riftco_tensor::{Device, HalfDtype, MemoryCategory, Tensor, TensorError, ThreadMemoryScope};
 
 const ROWS: usize = 4;
 const D: usize = 8;
@@ -340,6 +340,15 @@ fn swiglu_writes_d_gate_over_a_gradient_only_the_pass_holds() {
     assert_eq!(du, du2);
     assert_eq!(peak_exclusive, VALUE);
     assert_eq!(peak_shared, 2 * VALUE);
+    // A 16-bit seed (read-only storage) moved into the pass: read upcast, never written.
+    for dtype in [HalfDtype::BFloat16, HalfDtype::Float16] {
+        let half = seed().unwrap().to_half(dtype).unwrap();
+        let want = host(&half);
+        let (dg3, du3, _) = run(half);
+        let (dg4, du4, _) =
+            run(Tensor::from_vec(want, [ROWS, D], MemoryCategory::Gradient).unwrap());
+        assert_eq!((dg3, du3), (dg4, du4), "{dtype:?}");
+    }
     // f64 reference: d gate = s · u · σ(g)(1 + g(1 − σ(g))), d up = s · g σ(g).
     let (g, u) = (host(gate.value()), host(up.value()));
     for i in 0..ROWS * D {

@@ -157,7 +157,10 @@ pub fn swiglu(gate: &Variable, up: &Variable) -> Result<Variable> {
         Saves::parents(&[0, 1]),
         move |p, _, g| {
             let op = "swiglu (vjp)";
-            let (dg, du) = if g.is_exclusive() && p[0].requires_grad() {
+            // Written over only when nobody else holds it and it is f32 (a 16-bit seed is
+            // read-only storage).
+            let writable = g.is_exclusive() && g.half_dtype().is_none();
+            let (dg, du) = if writable && p[0].requires_grad() {
                 let du = be.swiglu_backward_in_place(op, p[0].value(), p[1].value(), g, GRAD)?;
                 (g.clone(), du)
             } else {
