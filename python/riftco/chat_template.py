@@ -13,12 +13,13 @@ Rendering (:meth:`ChatTemplate.render`) follows transformers: a
 ``lstrip_blocks=True`` and the ``jinja2.ext.loopcontrols`` extension (``{% break %}``,
 ``{% continue %}``); a ``tojson`` filter that does not escape HTML characters (``json.dumps``
 with ``ensure_ascii=False``); a ``raise_exception(message)`` global that stops rendering with a
-:class:`ChatTemplateError`; and the variables ``messages``, ``add_generation_prompt`` and, when
-the template has them, ``bos_token`` and ``eos_token`` (left undefined otherwise, as transformers
-does for a tokenizer without them). Unlike transformers there is no ``strftime_now`` global:
-training text must not depend on the day it was rendered (templates such as Llama 3.1's then
-use their fixed fallback date). Jinja2 is an optional dependency:
-``pip install 'riftco[chat]'``.
+:class:`ChatTemplateError`; ``{% generation %}...{% endgeneration %}`` blocks (which mark
+assistant text for transformers' assistant masks) rendered as their content; and the variables
+``messages``, ``add_generation_prompt`` and, when the template has them, ``bos_token`` and
+``eos_token`` (left undefined otherwise, as transformers does for a tokenizer without them).
+Unlike transformers there is no ``strftime_now`` global: training text must not depend on the
+day it was rendered (templates such as Llama 3.1's then use their fixed fallback date). Jinja2
+is an optional dependency: ``pip install 'riftco[chat]'``.
 
 The default template (:func:`default_chat_template`, for byte-token models: riftco's
 pretraining outputs have no ``tokenizer_config.json``) renders each message as
@@ -146,7 +147,9 @@ class ChatTemplate:
                 )
 
             env = sandbox.ImmutableSandboxedEnvironment(
-                trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+                trim_blocks=True,
+                lstrip_blocks=True,
+                extensions=["jinja2.ext.loopcontrols", _generation_extension(jinja2)],
             )
             env.filters["tojson"] = tojson
             env.globals["raise_exception"] = raise_exception
@@ -208,6 +211,30 @@ def _render_default(msgs: list[dict[str, Any]], add_generation_prompt: bool, nam
     if add_generation_prompt:
         parts.append("<|assistant|>\n")
     return "".join(parts)
+
+
+def _generation_extension(jinja2: Any) -> Any:
+    """A Jinja2 extension for the ``{% generation %}...{% endgeneration %}`` blocks with which
+    templates mark assistant text (transformers' ``AssistantTracker``, used for its assistant
+    masks): the body renders as if the markers were not there. riftco finds answer spans by
+    incremental rendering instead (:func:`riftco.instruct.build_examples`)."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class GenerationBlocks(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(
+                lineno
+            )
+
+        def _render(self, caller: Any) -> str:
+            return str(caller())
+
+    return GenerationBlocks
 
 
 def _import_jinja2() -> tuple[Any, Any]:

@@ -242,3 +242,15 @@ def test_matches_transformers_apply_chat_template(tmp_path: Path, source: str, g
     for n in (2, 3, 5):
         expected = hf.apply_chat_template(CONV[:n], tokenize=False, add_generation_prompt=gen)
         assert ours.render(CONV[:n], add_generation_prompt=gen) == expected
+
+
+def test_generation_blocks_render_their_content() -> None:
+    # Templates that mark assistant text for transformers' assistant masks (and TRL's
+    # assistant_only_loss) render as without the markers.
+    marked = ChatTemplate(
+        "{% for m in messages %}<|{{ m.role }}|>{% if m.role == 'assistant' %}"
+        "{% generation %}{{ m.content }}<|end|>{% endgeneration %}"
+        "{% else %}{{ m.content }}<|end|>{% endif %}{% endfor %}"
+    )
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    assert marked.render(msgs) == "<|user|>Hi<|end|><|assistant|>Hello<|end|>"
