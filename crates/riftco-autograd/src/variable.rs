@@ -178,7 +178,9 @@ impl Drop for Node {
 /// reading it is `TensorError::NoData`) once no `Variable` handle outside the graph refers to
 /// the node, when no VJP reads it ([`Saves`]) and no other tensor shares its storage. Values a
 /// VJP reads stay until the graph is dropped, or until a backward pass with
-/// `retain_graph = false` ran that VJP ([`BackwardOptions`](crate::BackwardOptions)).
+/// `retain_graph = false` ran that VJP ([`BackwardOptions`](crate::BackwardOptions)); such a
+/// pass also releases a node's own value before the node's VJP runs when that VJP does not
+/// read it and no other will.
 #[derive(Clone)]
 pub struct Variable(pub(crate) Arc<Node>);
 
@@ -479,9 +481,6 @@ impl Variable {
         self.0.op_lock().clone()
     }
 
-    /// Removes the op record (a freeing backward pass, after the node's VJP ran): the parents
-    /// lose one graph reference each, and the record's saved values go when the returned
-    /// record drops.
     /// Releases this op node's value (as [`Tensor::release_if_exclusive`]) when `record`, its
     /// own released record, does not read it, no other VJP will read it, and nothing refers to
     /// the node but `engine` handles of a backward pass and op records. Returns whether it did.
@@ -492,6 +491,9 @@ impl Variable {
             && self.0.value.release_if_exclusive()
     }
 
+    /// Removes the op record (a freeing backward pass, after the node's VJP ran): the parents
+    /// lose one graph reference each, and the record's saved values go when the returned
+    /// record drops.
     pub(crate) fn take_op_record(&self) -> Option<Arc<OpRecord>> {
         let record = self.0.op_lock().take();
         if let Some(r) = &record {
