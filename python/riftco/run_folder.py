@@ -61,6 +61,11 @@ def prepare_out_dir(out_dir: str | os.PathLike[str]) -> Path:
         OutputDirError: naming the folder and the reason.
     """
     path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise OutputDirError(
+            f"output folder {str(path)!r} is a file, not a folder: pass a folder path (a new "
+            "one is created)"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):

@@ -317,6 +317,27 @@ def test_info_reports_version_threads_simd_devices() -> None:
     assert not facts["devices"][2]["available"] and "metal" in facts["devices"][2]["reason"]
 
 
+@pytest.mark.parametrize(
+    ("value", "source"),
+    [
+        ("1", "(RIFTCO_NUM_THREADS=1)"),
+        ("0", "(physical cores; RIFTCO_NUM_THREADS='0' ignored)"),
+        ("abc", "(physical cores; RIFTCO_NUM_THREADS='abc' ignored)"),
+        ("100000", "(RIFTCO_NUM_THREADS=100000, capped at"),
+    ],
+)
+def test_info_says_where_the_thread_count_came_from(value: str, source: str) -> None:
+    # A value the kernels ignored or capped is not credited with the count.
+    env = dict(os.environ, RIFTCO_NUM_THREADS=value)
+    r = subprocess.run(
+        [sys.executable, "-m", "riftco", "info"], capture_output=True, text=True, env=env,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("kernel threads:"))
+    assert source in line, line
+
+
 def test_simd_level_follows_force_scalar() -> None:
     code = "import riftco; print(riftco.simd_level())"
     env = dict(os.environ, RIFTCO_FORCE_SCALAR="1")
@@ -331,3 +352,30 @@ def test_parameter_count_constant_matches_the_model() -> None:
         )
     )
     assert sum(int(np.prod(p.shape)) for p in model.parameters()) == N_PARAMETERS
+
+
+def test_post_train_refuses_a_lora_rank_above_d_model_before_anything_runs(
+    pretrained: Path, tmp_path: Path
+) -> None:
+    # Checked with the other flags: no corpus line, no sample, no folder.
+    out = tmp_path / "o"
+    r = riftco_cmd("post-train", "--model", pretrained, "--lora-rank", "100000", "--out", out)
+    one_error_line(r, "--lora-rank 100000", "d_model 32", "at most 32")
+    assert r.stdout == ""
+    assert not out.exists()
+
+
+def test_post_train_on_a_lora_folder_says_to_pass_its_base(
+    post_trained: Path, tmp_path: Path
+) -> None:
+    for model in (post_trained, post_trained / "adapter"):
+        r = riftco_cmd("post-train", "--model", model, "--out", tmp_path / "o")
+        one_error_line(r, "LoRA adapters only", "base_model")
+
+
+def test_an_out_path_that_is_a_file_is_refused_by_name(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    r = riftco_cmd("pretrain", *TINY_MODEL, *TINY_TRAIN, "--steps", "1", "--out", afile)
+    one_error_line(r, str(afile), "is a file, not a folder")
+    assert afile.read_text() == "keep me"

@@ -153,10 +153,7 @@ def load_for_generation(
         try:
             state = riftco.stages.resolve_model_state(path)
         except riftco.ModelStateError as e:
-            fail(
-                f"{e}; or a LoRA post-training folder (runs/post_train); train one first with "
-                "`python -m riftco pretrain`"
-            )
+            fail(f"{e}; or a LoRA post-training folder (runs/post_train)")
         return riftco.load_model(state, attention=attention).to(device), str(state)
     base = _adapter_base(adapter, base_model)
     model = riftco.load_model(base, attention=attention)

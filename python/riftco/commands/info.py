@@ -24,6 +24,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
 
 
+def _threads_from(env: str | None, used: int) -> str:
+    """Where the kernel thread count came from, as the kernels read ``RIFTCO_NUM_THREADS``:
+    unset or blank means the physical cores; a value that is not a positive integer is ignored
+    (the physical cores); a count above the limit is capped."""
+    text = (env or "").strip()
+    if not text:
+        return "physical cores"
+    if not text.isascii() or not text.isdigit() or int(text) == 0:
+        return f"physical cores; RIFTCO_NUM_THREADS={env!r} ignored"
+    if int(text) != used:
+        return f"RIFTCO_NUM_THREADS={text}, capped at {used}"
+    return f"RIFTCO_NUM_THREADS={text}"
+
+
 def collect() -> dict[str, Any]:
     """The facts ``riftco info`` prints, as a JSON-ready dict."""
     threads_env = os.environ.get("RIFTCO_NUM_THREADS")
@@ -34,9 +48,7 @@ def collect() -> dict[str, Any]:
         "executable": sys.executable,
         "machine": platform.machine(),
         "kernel_threads": riftco.num_threads(),
-        "kernel_threads_from": (
-            f"RIFTCO_NUM_THREADS={threads_env}" if threads_env else "physical cores"
-        ),
+        "kernel_threads_from": _threads_from(threads_env, riftco.num_threads()),
         "simd_level": riftco.simd_level(),
         "devices": riftco.devices(),
         "matplotlib": matplotlib is not None,

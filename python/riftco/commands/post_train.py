@@ -225,6 +225,12 @@ def _resolve_model(path: str) -> Path:
                 f"{MODEL_STATE_FILE} there): run `python -m riftco pretrain` (or "
                 "examples/pretrain.py) first, or pass --model FOLDER"
             )
+        folder = Path(path)
+        if any((d / "adapter_config.json").is_file() for d in (folder, folder / "adapter")):
+            fail(
+                f"--model {path!r} holds LoRA adapters only, not a model: pass the base model it "
+                "was trained from (its training_metadata.json names it as base_model)"
+            )
         raise
 
 
@@ -257,6 +263,12 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         fail(
             f"--seq-len {seq_len} exceeds the model's max_seq_len {max_seq_len}; pass a "
             f"--seq-len of at most {max_seq_len}"
+        )
+    d_model = int(model.config.d_model)
+    if args.fine_tuning_method == "lora" and args.lora_rank > d_model:
+        fail(
+            f"--lora-rank {args.lora_rank} exceeds the model's d_model {d_model}; pass a "
+            f"--lora-rank of at most {d_model}"
         )
     prompt, n_new = check_sample_args(
         args.prompt, args.sample_tokens, args.temperature, args.top_k, args.seed, max_seq_len

@@ -261,7 +261,8 @@ def _train(
             if args.activation_memory_budget is None
             else f", activation memory budget {args.activation_memory_budget:,} bytes"
         )
-        + f"; device {device_line}; {riftco.num_threads()} kernel threads, SIMD "
+        + f"; device {device_line}; {riftco.num_threads()} kernel "
+        f"thread{'' if riftco.num_threads() == 1 else 's'}, SIMD "
         f"{riftco.simd_level()}"
     )
     metadata = riftco.run_pretraining(
