@@ -228,7 +228,8 @@ def answer_samples(
     tokens before its first target (the rendered conversation up to the assistant's turn, the
     template's generation prompt included), continued by :func:`riftco.hf_tokenizer.generate_ids`
     and cut at ``stop`` (the default byte template's end of turn; a tokenizer's EOS id already
-    stops generation).
+    stops generation). The reference answer (the example's targets) is cut the same way, before
+    its first id in ``model.eos_token_ids`` and at ``stop``.
 
     Returns:
         ``{"prompt", "reference", "generated"}`` per example, decoded text (bytes decoded as
@@ -245,6 +246,12 @@ def answer_samples(
         text = decode(ids)
         return text.split(stop, 1)[0] if stop else text
 
+    def until_eos(ids: Sequence[int]) -> list[int]:
+        # Generation stops before an end-of-sequence id: the reference is cut there too.
+        eos = frozenset(int(i) for i in model.eos_token_ids)
+        ids = [int(i) for i in ids]
+        return next((ids[:k] for k, i in enumerate(ids) if i in eos), ids)
+
     out = []
     max_seq_len = int(model.config.max_seq_len)
     for ids, labels in list(zip(examples.input_ids, examples.labels, strict=True))[:count]:
@@ -252,6 +259,7 @@ def answer_samples(
         prompt = [int(t) for t in ids[: targets[0]]]
         room = max(0, min(max_new_tokens, max_seq_len - len(prompt) + 1))
         new = generate_ids(model, prompt, room, temperature=temperature, top_k=top_k, seed=seed)
-        text, reference = answer(new), answer(np.asarray(ids)[targets].tolist())
+        text = answer(new)
+        reference = answer(until_eos(np.asarray(ids)[targets].tolist()))
         out.append({"prompt": decode(prompt), "reference": reference, "generated": text})
     return out

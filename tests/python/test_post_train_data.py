@@ -14,6 +14,7 @@ import pytest
 from test_cli import TINY_MODEL, TINY_TRAIN, one_error_line, riftco_cmd
 
 import riftco
+from riftco.instruct_corpus import answer_samples
 
 CHAT: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": "What does len do?"},
@@ -201,3 +202,24 @@ def test_generate_chat_renders_the_template_and_prints_the_answer(base: Path) ->
     assert r.stdout == text.split("<|end|>")[0] + "\n"
     one_error_line(riftco_cmd("generate", "--model", base, "--system", "x", "a"),
                    "--system needs --chat")
+
+
+def test_reference_answers_stop_before_the_end_of_turn_id_as_generation_does() -> None:
+    # Targets: answer ids 7 8, then the end-of-turn id 5 and a newline id 9 (ChatML's
+    # "<|im_end|>\n"): the reference is the answer alone, as a generated answer stops before 5.
+    cfg = riftco.TransformerConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                   max_seq_len=32, seed=0, eos_token_ids=[5])
+    model = riftco.DecoderOnlyTransformer(cfg)
+    ids = np.array([1, 2, 3, 7, 8, 5, 9], dtype=np.int64)
+    labels = np.array([-100, -100, -100, 7, 8, 5, 9], dtype=np.int64)
+    examples = riftco.ExampleCorpus((ids,), (labels,), "one example")
+
+    class Digits:
+        def decode(self, ids: list[int]) -> str:
+            return " ".join(str(i) for i in ids)
+
+    [sample] = answer_samples(model, examples, count=1, max_new_tokens=4, tokenizer=Digits(),
+                              stop=None, temperature=0.0)
+    assert sample["prompt"] == "1 2 3"
+    assert sample["reference"] == "7 8"
+    assert "5" not in sample["generated"].split()
