@@ -38,6 +38,12 @@ fn silu_grad(v: f32) -> f32 {
     return s * (v * (1.0 - s) + 1.0);
 }
 
+// (dgate, dup) of SwiGLU at gate g, up u, upstream gradient d.
+fn swiglu_grads(g: f32, u: f32, d: f32) -> vec2<f32> {
+    let s = sigmoid(g);
+    return vec2<f32>(d * u * (s * (g * (1.0 - s) + 1.0)), d * (g * s));
+}
+
 // silu: a = x.
 @compute @workgroup_size(256)
 fn silu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -82,11 +88,9 @@ fn swiglu_backward(
     if (i >= params.n) {
         return;
     }
-    let g = a[i];
-    let s = sigmoid(g);
-    let d = c[i];
-    out0[i] = d * b[i] * (s * (g * (1.0 - s) + 1.0));
-    out1[i] = d * (g * s);
+    let grads = swiglu_grads(a[i], b[i], c[i]);
+    out0[i] = grads.x;
+    out1[i] = grads.y;
 }
 
 // swiglu_backward_in_place: a = gate, b = up, out0 = dy on entry and dgate on return,
@@ -100,9 +104,7 @@ fn swiglu_backward_in_place(
     if (i >= params.n) {
         return;
     }
-    let g = a[i];
-    let s = sigmoid(g);
-    let d = out0[i];
-    out0[i] = d * b[i] * (s * (g * (1.0 - s) + 1.0));
-    out1[i] = d * (g * s);
+    let grads = swiglu_grads(a[i], b[i], out0[i]);
+    out0[i] = grads.x;
+    out1[i] = grads.y;
 }

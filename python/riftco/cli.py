@@ -42,7 +42,7 @@ from riftco._native import (
     parse_activation_checkpointing,
     parse_byte_size,
 )
-from riftco.configs import check_probability
+from riftco.configs import check_loss_chunk_bytes, check_probability
 from riftco.generation import check_generation_args
 from riftco.run_folder import TrainingInterrupted, prepare_out_dir
 from riftco.training_loop import _SigintGuard
@@ -280,14 +280,9 @@ def loss_chunk_bytes_arg(text: str) -> int | None:
     if text.strip().lower() == "none":
         return None
     try:
-        size = byte_size_arg(text)
-    except argparse.ArgumentTypeError as e:
-        raise argparse.ArgumentTypeError(str(e).replace("activation_memory_budget", "size"))
-    if not 1 <= size <= U64_MAX:
-        raise argparse.ArgumentTypeError(
-            f"a size of at least 1 byte (such as 64MiB), or none for whole logits; got {text!r}"
-        )
-    return size
+        return check_loss_chunk_bytes(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 loss_chunk_bytes_arg.__name__ = "size"

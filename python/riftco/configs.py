@@ -144,8 +144,8 @@ def check_loss_chunk_bytes(value: object) -> int | None:
         size = operator.index(value)
     if not 1 <= size < 2**64:
         raise ConfigError(
-            f"loss_chunk_bytes must be between 1 and 2**64 - 1 bytes (None: whole logits); "
-            f"got {value!r}"
+            f"loss_chunk_bytes must be a size of at least 1 byte and below 2^64 bytes (such as "
+            f"64MiB), or none for whole logits; got {value!r}"
         )
     return size
 

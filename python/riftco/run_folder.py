@@ -35,6 +35,8 @@ METADATA_FILE_MODE = 0o644
 """Permissions of ``training_metadata.json`` (``rw-r--r--``), the same as the model files (all are
 written by :func:`riftco._native.write_file_atomic`)."""
 ADAPTER_DIR = "adapter"
+ADAPTER_CONFIG = "adapter_config.json"
+"""The PEFT adapter config file that marks a LoRA adapter folder."""
 
 Log = Callable[[str], None]
 

@@ -27,11 +27,11 @@ from riftco.cli import (
     int_range,
     non_negative_float,
 )
+from riftco.run_folder import ADAPTER_CONFIG
 from riftco.stages import ADAPTER_DIR, METADATA_FILE
 
 __all__ = ["add_arguments", "load_for_generation", "read_prompt", "run"]
 
-ADAPTER_CONFIG = "adapter_config.json"
 
 EPILOG = """examples:
   riftco generate "def "                                      # runs/pretrain

@@ -47,8 +47,9 @@ from riftco.instruct_corpus import (
     is_example_data,
     load_example_corpus,
 )
-from riftco.stdlib_instructions import stdlib_instructions
+from riftco.run_folder import ADAPTER_CONFIG, ADAPTER_DIR
 from riftco.stages import MODEL_STATE_FILE
+from riftco.stdlib_instructions import stdlib_instructions
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_OUT", "add_arguments", "parse_args", "run"]
 
@@ -226,7 +227,7 @@ def _resolve_model(path: str) -> Path:
                 "examples/pretrain.py) first, or pass --model FOLDER"
             )
         folder = Path(path)
-        if any((d / "adapter_config.json").is_file() for d in (folder, folder / "adapter")):
+        if any((d / ADAPTER_CONFIG).is_file() for d in (folder, folder / ADAPTER_DIR)):
             fail(
                 f"--model {path!r} holds LoRA adapters only, not a model: pass the base model it "
                 "was trained from (its training_metadata.json names it as base_model)"
