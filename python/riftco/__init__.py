@@ -78,6 +78,10 @@ from riftco._native import (
     tensor,
     uniform,
 )
+# A RIFTCO_SIMD level this CPU lacks (or an unknown name) is refused here, at import, rather
+# than silently replaced by another level.
+simd_level()
+
 from riftco import (
     chat_template,
     configs,

@@ -92,6 +92,23 @@ def _run_files(out: Path) -> list[str]:
     return [n for n in names if (out / n).exists()]
 
 
+def unfinished_step(out: Path) -> int | None:
+    """The step of the newest complete checkpoint of ``out`` when ``out`` holds an unfinished run
+    (checkpoints, and no ``training_metadata.json`` marking the run complete); ``None`` for a
+    finished run, a folder without checkpoints, or one that does not exist."""
+    found = find_checkpoints(out)
+    if not found:
+        return None
+    try:
+        meta = json.loads((out / METADATA_FILE).read_bytes())
+    except (OSError, ValueError):
+        meta = None
+    if isinstance(meta, dict) and meta.get("complete") is True:
+        return None
+    match = found[-1].name.rsplit("-", 1)[-1]
+    return int(match) if match.isdigit() else None
+
+
 def _resume_checkpoint(
     out: Path, resume: bool | str | os.PathLike[str], overwrite: bool, log: Log | None
 ) -> Checkpoint | None:
@@ -113,6 +130,12 @@ def _resume_checkpoint(
         raise OutputDirError("resume and overwrite exclude each other: pass one of them")
     if resume is False or resume is None:
         existing = _run_files(out)
+        step = unfinished_step(out)
+        if step is not None and not overwrite:
+            raise OutputDirError(
+                f"{str(out)!r} holds an unfinished run (last checkpoint at step {step}); pass "
+                "resume=True to continue it, or overwrite=True to start it again from step 0"
+            )
         if existing and not overwrite:
             raise OutputDirError(
                 f"{str(out)!r} holds a run ({', '.join(existing)}); pass resume=True to continue "

@@ -379,3 +379,60 @@ def test_an_out_path_that_is_a_file_is_refused_by_name(tmp_path: Path) -> None:
     r = riftco_cmd("pretrain", *TINY_MODEL, *TINY_TRAIN, "--steps", "1", "--out", afile)
     one_error_line(r, str(afile), "is a file, not a folder")
     assert afile.read_text() == "keep me"
+
+
+def _interrupted_pretraining(out: Path, text_file: Path) -> list[str]:
+    """Starts ``riftco pretrain`` for many steps with a save every 2, sends SIGINT after its
+    third save, and returns the command (without ``--resume``) once it has exited."""
+    import signal
+    import time
+
+    args = [
+        "pretrain", *TINY_MODEL, *TINY_TRAIN, "--steps", "100000", "--save-every", "2",
+        "--no-plots", "--data", str(text_file), "--out", str(out),
+    ]
+
+    def sigint_default() -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riftco", *args], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=sigint_default,
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while len(riftco.training_state.find_checkpoints(out)) < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no third save within 120 s"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0 and "--resume" in err, err
+    return args
+
+
+def test_an_unfinished_run_is_not_restarted_without_resume_or_overwrite(
+    tmp_path: Path, text_file: Path
+) -> None:
+    out = tmp_path / "int"
+    args = _interrupted_pretraining(out, text_file)
+    saved = [p.name for p in riftco.training_state.find_checkpoints(out)]
+    step = riftco.training_state.read_checkpoint(out / "checkpoints" / saved[-1]).step
+    line = one_error_line(
+        riftco_cmd(*args), "unfinished run", f"step {step}", "--resume", "--overwrite"
+    )
+    assert str(out) in line
+    # Nothing was touched.
+    assert [p.name for p in riftco.training_state.find_checkpoints(out)] == saved
+    # The Python stage refuses the same folder with its own names for the options.
+    with pytest.raises(riftco.OutputDirError, match=f"unfinished run .*step {step}.*resume=True"):
+        riftco.run_pretraining(
+            riftco.TransformerConfig(vocab_size=256, d_model=32, n_heads=2, n_layers=2,
+                                     d_ff=64, max_seq_len=16),
+            riftco.PretrainingConfig(steps=3, batch_size=2, seq_len=16), riftco.load_corpus(
+                [text_file]), out, progress=False, plots=False,
+        )

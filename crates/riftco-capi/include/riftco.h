@@ -637,8 +637,8 @@ const char *rt_status_name(uint32_t status);
  * Makes rt_model_loss and rt_model_train_step compute the LM head and cross-entropy a chunk of
  * tokens at a time, with at most `bytes` of logits workspace (`bytes / (4 · (vocab_size + 1))`
  * tokens a chunk, at least one; the default, with 64 MiB), never the whole
- * `[tokens, vocab_size]` logits nor their gradient. The loss equals the unfused one (bitwise on
- * the CPU in the tests) and the gradients agree within f32 rounding. Since 2.6.
+ * `[tokens, vocab_size]` logits nor their gradient. The loss and the gradients equal the unfused
+ * ones within f32 rounding (a chunk's products may sum a row in another order). Since 2.6.
  *
  * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_ARGUMENT for `bytes` = 0 (the setting is
  * unchanged then).

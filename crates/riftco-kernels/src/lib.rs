@@ -2,9 +2,9 @@
 //!
 //! This crate knows nothing about tensors: every kernel takes slices and sizes. Kernels are
 //! deterministic (the same inputs give bitwise the same outputs for any thread count), and
-//! element-wise kernels dispatch at run time to AVX-512, AVX2+FMA, NEON or a scalar fallback.
-//! Setting `RIFTCO_FORCE_SCALAR=1` forces the scalar path so every SIMD path can be tested
-//! against it.
+//! every kernel, matrix products included, dispatches at run time to AVX-512, AVX2+FMA, NEON or
+//! a scalar fallback. `RIFTCO_SIMD=scalar|avx2|avx512|neon` forces one level the CPU supports
+//! (see [`simd`]), so every level's results can be tested on one machine.
 
 pub mod adam;
 pub mod attention;
@@ -14,6 +14,7 @@ pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod gather;
+mod gemm_level;
 pub mod layout;
 pub mod linear_loss;
 pub mod loss;

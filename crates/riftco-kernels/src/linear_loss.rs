@@ -97,10 +97,13 @@ pub fn workspace_len(
 ///
 /// The loss sums the rows' f32 losses in row order in f64 and divides by `rows` in f64, as
 /// [`crate::loss::cross_entropy`] does, and `dz` is [`crate::loss::cross_entropy_backward`]'s
-/// for an upstream gradient of 1: when the product kernel gives a row the same values whatever
-/// the number of rows in the product, the loss and `dx` are bitwise those of the unchunked
-/// path with one block; `dw` sums the rows chunk by chunk (another order of the same sum), and
-/// `dx` block by block when there are several.
+/// for an upstream gradient of 1. With one chunk of all rows and one block the products are the
+/// unchunked path's, so the loss and `dx` are bitwise its; with smaller chunks they agree
+/// within the products' rounding, not bitwise, because the product kernel may sum a row in
+/// another order for another number of rows (`gemm`'s one-row and small-product paths and its
+/// split of long sums depend on it): each logit within `2·γ_d·Σ_k|x_k·W_vk|` of the other
+/// path's (Higham 2002, §3.1). `dw` sums the rows chunk by chunk (another order of the same
+/// sum), and `dx` block by block when there are several.
 ///
 /// # Panics
 /// When a length disagrees with the sizes, `chunk_rows == 0`, `vocab_block == 0`,

@@ -1,4 +1,5 @@
-//! Matrix products through the `gemm` crate.
+//! Matrix products through the `gemm` crate's kernels, at the SIMD level riftco selects
+//! ([`crate::simd::arch`]; see `gemm_level`).
 //!
 //! `C[m, n] (+)= op(A)[m, k] · op(B)[k, n]`, where `op(A) = A` is stored `[m, k]` row-major and
 //! `op(A) = Aᵀ` means `A` is stored `[k, m]`; likewise for `B`. These are the four variants the
@@ -6,7 +7,9 @@
 //! splits the output into blocks and reduces each block's `k` axis in a fixed order, so results
 //! do not depend on the thread count.
 
-use gemm::Parallelism;
+use gemm_common::Parallelism;
+
+use crate::gemm_level::{self, Product};
 
 /// Sizes and transposition flags of one product `C[m, n] (+)= op(A)[m, k] · op(B)[k, n]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,25 +191,24 @@ fn gemm_run(
     // SAFETY: the asserts above guarantee every strided access stays inside its slice: each
     // stored matrix's last row starts at (rows - 1) * ld and holds cols elements.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            ld.c as isize,
-            spec.accumulate,
-            a.as_ptr(),
-            a_cs,
-            a_rs,
-            b.as_ptr(),
-            b_cs,
-            b_rs,
-            if spec.accumulate { 1.0 } else { 0.0 },
-            1.0,
-            false,
-            false,
-            false,
+        gemm_level::gemm(
+            Product {
+                m,
+                n,
+                k,
+                dst: c.as_mut_ptr(),
+                dst_cs: 1,
+                dst_rs: ld.c as isize,
+                read_dst: spec.accumulate,
+                lhs: a.as_ptr(),
+                lhs_cs: a_cs,
+                lhs_rs: a_rs,
+                rhs: b.as_ptr(),
+                rhs_cs: b_cs,
+                rhs_rs: b_rs,
+                alpha: if spec.accumulate { 1.0 } else { 0.0 },
+                beta: 1.0,
+            },
             parallelism,
         );
     }

@@ -1,16 +1,22 @@
-//! Run-time SIMD dispatch, the scalar override, and the vector math the kernels share.
+//! Run-time SIMD dispatch, the level override, and the vector math the kernels share.
 //!
 //! Kernels call [`arch`] to get a `pulp::Arch`, which picks AVX-512 (`x86-v4`), AVX2+FMA
-//! (`x86-v3`), NEON or scalar at run time. When `RIFTCO_FORCE_SCALAR` is set to `1`/`true`, or
-//! [`set_force_scalar`] was called with `true`, kernels take their scalar path instead; tests use
-//! this to compare every SIMD path with the scalar one. [`set_simd_level`] caps the level further
-//! (for example to test the AVX2 path on an AVX-512 machine).
+//! (`x86-v3`), NEON or scalar at run time; matrix products follow the same level (the `gemm`
+//! crate's kernels, dispatched by riftco). The environment variable
+//! `RIFTCO_SIMD=scalar|avx2|avx512|neon` (read once, at the first kernel call) forces one level;
+//! a level this CPU lacks, or another value, is refused: [`check_env`] returns the error (the
+//! Python module raises it at import) and kernels run at the best supported level below the one
+//! asked for. `RIFTCO_FORCE_SCALAR=1`
+//! is kept as another name for `RIFTCO_SIMD=scalar`. In code, [`set_force_scalar`] and
+//! [`set_simd_level`] change the level for the whole process; tests use them to compare every
+//! level the machine has.
 //!
 //! Every kernel is written once, generic over `pulp::Simd`; the scalar path is the same code
 //! instantiated with `pulp::Scalar` (one lane, unfused multiply-add), so SIMD and scalar use the
 //! same algorithms and differ only by lane-wise summation order and fused multiply-adds.
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
 
 use pulp::Simd;
 
@@ -18,24 +24,98 @@ use pulp::Simd;
 static MODE: AtomicU8 = AtomicU8::new(0);
 // Highest level allowed, as a `SimdLevel` discriminant (u8::MAX = no cap).
 static CAP: AtomicU8 = AtomicU8::new(u8::MAX);
+// Why the environment's request was refused (set once, when it is read).
+static ENV_ERROR: OnceLock<String> = OnceLock::new();
+
+/// The environment variable that forces a SIMD level.
+pub const SIMD_ENV: &str = "RIFTCO_SIMD";
+
+/// Reads `RIFTCO_SIMD` and `RIFTCO_FORCE_SCALAR` into `MODE` and `CAP` (once).
+fn read_env() -> u8 {
+    let scalar_alias = std::env::var("RIFTCO_FORCE_SCALAR")
+        .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes"))
+        .unwrap_or(false);
+    let requested = std::env::var(SIMD_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let (mode, error) = match requested {
+        None => (if scalar_alias { 2 } else { 1 }, None),
+        Some(value) => match parse_env_level(&value) {
+            Err(e) => (if scalar_alias { 2 } else { 1 }, Some(e)),
+            Ok(None) => (if scalar_alias { 2 } else { 1 }, None),
+            Ok(Some(level)) => {
+                if scalar_alias && level != SimdLevel::Scalar {
+                    let e = format!(
+                        "{SIMD_ENV}={value:?} contradicts RIFTCO_FORCE_SCALAR=1: set one of them"
+                    );
+                    (2, Some(e))
+                } else if level == SimdLevel::Scalar {
+                    (2, None)
+                } else {
+                    CAP.store(level as u8, Ordering::Relaxed);
+                    (1, None)
+                }
+            }
+        },
+    };
+    if let Some(e) = error {
+        let _ = ENV_ERROR.set(e);
+    }
+    // Another thread may have read the environment too: both stored the same values.
+    MODE.store(mode, Ordering::Relaxed);
+    mode
+}
+
+/// `RIFTCO_SIMD`'s value as a level: `None` for `auto`, an error naming the value and what was
+/// expected for an unknown name or a level this CPU lacks.
+fn parse_env_level(value: &str) -> Result<Option<SimdLevel>, String> {
+    let supported = available_levels();
+    let names: Vec<&str> = supported.iter().map(|l| l.name()).collect();
+    let v = value.trim().to_ascii_lowercase();
+    if v == "auto" {
+        return Ok(None);
+    }
+    let Some(level) = SimdLevel::from_name(&v) else {
+        return Err(format!(
+            "{SIMD_ENV}={value:?} is not a SIMD level: expected one of auto, scalar, avx2, \
+             avx512, neon (this CPU supports {})",
+            names.join(", ")
+        ));
+    };
+    if !supported.contains(&level) {
+        return Err(format!(
+            "{SIMD_ENV}={value:?}: this CPU does not support {}; it supports {}",
+            level.name(),
+            names.join(", ")
+        ));
+    }
+    Ok(Some(level))
+}
+
+/// `Err` with one line naming the value when `RIFTCO_SIMD` (or `RIFTCO_FORCE_SCALAR`) asked
+/// for a level that cannot be used: an unknown name, or a level this CPU lacks. Kernels then
+/// run at the best supported level below the request; callers that expose riftco (the Python
+/// module, `riftco info`) turn this into an error so the request is never silently ignored.
+pub fn check_env() -> Result<(), String> {
+    force_scalar();
+    match ENV_ERROR.get() {
+        Some(e) => Err(e.clone()),
+        None => Ok(()),
+    }
+}
 
 /// Whether kernels must take their scalar path.
 pub fn force_scalar() -> bool {
     match MODE.load(Ordering::Relaxed) {
         1 => false,
         2 => true,
-        _ => {
-            let forced = std::env::var("RIFTCO_FORCE_SCALAR")
-                .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes"))
-                .unwrap_or(false);
-            MODE.store(if forced { 2 } else { 1 }, Ordering::Relaxed);
-            forced
-        }
+        _ => read_env() == 2,
     }
 }
 
 /// Force (or stop forcing) the scalar path for the whole process.
 pub fn set_force_scalar(forced: bool) {
+    force_scalar(); // the environment is read first, so it cannot undo this later
     MODE.store(if forced { 2 } else { 1 }, Ordering::Relaxed);
 }
 
@@ -52,10 +132,35 @@ pub enum SimdLevel {
     Neon = 3,
 }
 
+impl SimdLevel {
+    /// The level's name as `RIFTCO_SIMD` spells it: `scalar`, `avx2`, `avx512`, `neon`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Scalar => "scalar",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+            SimdLevel::Neon => "neon",
+        }
+    }
+
+    /// The level named `name` (as [`SimdLevel::name`] spells it), if any.
+    pub fn from_name(name: &str) -> Option<SimdLevel> {
+        [
+            SimdLevel::Scalar,
+            SimdLevel::Avx2,
+            SimdLevel::Avx512,
+            SimdLevel::Neon,
+        ]
+        .into_iter()
+        .find(|l| l.name() == name)
+    }
+}
+
 /// Caps the SIMD level for the whole process: `Some(level)` makes [`arch`] return `level` when
 /// the CPU supports it (and the best supported level below it otherwise), `None` removes the cap.
 /// [`set_force_scalar`] still wins.
 pub fn set_simd_level(level: Option<SimdLevel>) {
+    force_scalar(); // the environment is read first, so it cannot undo this later
     CAP.store(level.map_or(u8::MAX, |l| l as u8), Ordering::Relaxed);
 }
 

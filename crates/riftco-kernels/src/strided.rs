@@ -129,26 +129,25 @@ pub(crate) unsafe fn gemm_into_shared(
     // SAFETY: all three views were bounds-checked above; `gemm` reads A and B through shared
     // borrows and writes only the m×n elements of C, which the caller owns exclusively.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.ptr.add(c_offset),
-            1,
-            c_row_stride as isize,
-            accumulate,
-            a.data.as_ptr().add(a.offset),
-            a.col_stride as isize,
-            a.row_stride as isize,
-            b.data.as_ptr().add(b.offset),
-            b.col_stride as isize,
-            b.row_stride as isize,
-            if accumulate { 1.0 } else { 0.0 },
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
+        crate::gemm_level::gemm(
+            crate::gemm_level::Product {
+                m,
+                n,
+                k,
+                dst: c.ptr.add(c_offset),
+                dst_cs: 1,
+                dst_rs: c_row_stride as isize,
+                read_dst: accumulate,
+                lhs: a.data.as_ptr().add(a.offset),
+                lhs_cs: a.col_stride as isize,
+                lhs_rs: a.row_stride as isize,
+                rhs: b.data.as_ptr().add(b.offset),
+                rhs_cs: b.col_stride as isize,
+                rhs_rs: b.row_stride as isize,
+                alpha: if accumulate { 1.0 } else { 0.0 },
+                beta: 1.0,
+            },
+            gemm_common::Parallelism::None,
         );
     }
 }

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use riftco_kernels::MatmulSpec;
 use riftco_tensor::{Shape, TensorError};
 
-use crate::errors::{compute, tensor_err};
+use crate::errors::{compute, tensor_err, Exc};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
@@ -37,9 +37,12 @@ fn num_threads() -> usize {
     riftco_kernels::num_threads()
 }
 
-/// The instruction-set level the CPU kernels run at, chosen at run time from what this CPU
-/// supports: `"avx512"` (x86-64 AVX-512 F/BW/CD/DQ/VL, 16 f32 lanes), `"avx2"` (AVX2 + FMA,
-/// 8 lanes), `"neon"` (AArch64, 4 lanes) or `"scalar"` (also when `RIFTCO_FORCE_SCALAR=1`).
+/// The instruction-set level the CPU kernels (matrix products included) run at, chosen at run
+/// time from what this CPU supports: `"avx512"` (x86-64 AVX-512 F/BW/CD/DQ/VL, 16 f32 lanes),
+/// `"avx2"` (AVX2 + FMA, 8 lanes), `"neon"` (AArch64, 4 lanes) or `"scalar"`. The environment
+/// variable `RIFTCO_SIMD=scalar|avx2|avx512|neon` forces a level this CPU supports
+/// (`RIFTCO_FORCE_SCALAR=1` is another name for `scalar`); `import riftco` calls this function,
+/// so a level the CPU lacks or an unknown name is refused at import.
 ///
 /// Losses are bitwise reproducible for one level, not across levels: the levels differ in
 /// summation order and fused multiply-adds.
@@ -47,18 +50,18 @@ fn num_threads() -> usize {
 /// Returns:
 ///     str: one of `"avx512"`, `"avx2"`, `"neon"`, `"scalar"`.
 ///
+/// Raises:
+///     ConfigError: `RIFTCO_SIMD` names a level this CPU lacks or no level at all (the message
+///         names the value and the levels this CPU supports).
+///
 /// Example:
 ///     >>> import riftco
 ///     >>> riftco.simd_level() in ("avx512", "avx2", "neon", "scalar")
 ///     True
 #[pyfunction]
-fn simd_level() -> &'static str {
-    match riftco_kernels::simd::current_level() {
-        riftco_kernels::simd::SimdLevel::Avx512 => "avx512",
-        riftco_kernels::simd::SimdLevel::Avx2 => "avx2",
-        riftco_kernels::simd::SimdLevel::Neon => "neon",
-        riftco_kernels::simd::SimdLevel::Scalar => "scalar",
-    }
+fn simd_level() -> PyResult<&'static str> {
+    riftco_kernels::simd::check_env().map_err(|e| Exc::Config.err(e))?;
+    Ok(riftco_kernels::simd::current_level().name())
 }
 
 /// Matrix product `a @ b` of two 2-D float32 arrays, computed by the riftco GEMM kernel.

@@ -198,8 +198,8 @@ impl PyModel {
     /// fused linear cross-entropy, Hsu et al. 2024): the ``[tokens, vocab_size]`` logits and
     /// their gradient are never whole in memory. ``None`` computes whole logits, then the
     /// cross-entropy (the graph keeps the logits until ``backward()``). Both give the same loss
-    /// (bitwise on the CPU in the tests, where the product kernel gives a row the same values
-    /// in a chunk as in the whole product) and gradients within f32 rounding. ``logits()``
+    /// and gradients within f32 rounding (a chunk's products may sum a row in another order
+    /// than the whole product; the bound is derived in docs/memory.md). ``logits()``
     /// always returns whole logits. Not model state.
     ///
     /// Setting it accepts an int of bytes, a size string (``"64MiB"``) or ``None``; ``0``, a

@@ -77,8 +77,9 @@ impl LossChunking {
     /// over the head's weight, as chunks of the budget's maximum, but the workspace holds only
     /// as many tokens' logits as a chunk needs: 1024 tokens at a vocabulary of 49152 under
     /// 64 MiB run as 4 chunks of 256 (48 MiB of logits), not 341 + 341 + 341 + 1 (64 MiB).
-    /// The loss and the hidden states' gradient do not depend on the chunk size; a trainable
-    /// head's gradient sums the chunks in order (another rounding for another chunk size).
+    /// The loss and the hidden states' gradient depend on the chunk size only through the
+    /// rounding of the head's products (a product of fewer rows may sum a row in another
+    /// order); a trainable head's gradient also sums the chunks in order.
     pub fn chunk_tokens_for(bytes: u64, vocab: usize, tokens: usize) -> usize {
         let most = Self::chunk_tokens(bytes, vocab);
         if tokens == 0 {

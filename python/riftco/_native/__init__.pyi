@@ -187,8 +187,10 @@ def num_threads() -> int:
     per logical CPU and at least 64, or the number of physical cores; at least 1)."""
 
 def simd_level() -> str:
-    """The instruction-set level the CPU kernels run at: ``"avx512"``, ``"avx2"`` (AVX2 + FMA),
-    ``"neon"`` or ``"scalar"`` (also under ``RIFTCO_FORCE_SCALAR=1``)."""
+    """The instruction-set level the CPU kernels and matrix products run at: ``"avx512"``,
+    ``"avx2"`` (AVX2 + FMA), ``"neon"`` or ``"scalar"``; ``RIFTCO_SIMD=scalar|avx2|avx512|neon``
+    forces a level this CPU supports (``RIFTCO_FORCE_SCALAR=1``: ``scalar``). Raises
+    ``ConfigError`` when ``RIFTCO_SIMD`` names a level this CPU lacks or no level."""
 
 def matmul(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """``a @ b`` for float32 arrays of shapes ``[m, k]`` and ``[k, n]``; returns ``[m, n]``.
@@ -638,7 +640,7 @@ class DecoderOnlyTransformer:
         loss's logits workspace (default 64 MiB: ``budget // (4 * (vocab_size + 1))`` tokens a
         chunk, at least one; gradients computed in the same pass, so the ``[tokens, vocab]``
         logits and their gradient are never whole), or ``None`` for whole logits. Same loss
-        (bitwise on the CPU in the tests), gradients within f32 rounding; ``logits()`` is always whole. Set
+        and gradients within f32 rounding; ``logits()`` is always whole. Set
         an int, a size string (``"64MiB"``) or ``None``; ``0``, negative, fractional, float or
         bool sizes raise ``ConfigError`` naming ``loss_chunk_bytes``. Not model state."""
     @loss_chunk_bytes.setter

@@ -11,6 +11,7 @@ from typing import Any
 from riftco.cli import fail
 from riftco.data import Corpus, CorpusError, check_corpus_fits
 from riftco.examples_data import ExampleCorpus
+from riftco.run_folder import unfinished_step
 from riftco.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
 
 __all__ = [
@@ -100,7 +101,9 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def check_run_folder(out: str | Path, configuration: dict[str, Any], overwrite: bool) -> None:
     """Refuses (``UsageError``) to write into ``out`` when it holds another configuration's run,
-    unless ``overwrite``.
+    unless ``overwrite``, and one holding an unfinished run (checkpoints but no completed
+    ``training_metadata.json``) whatever its configuration: it would be restarted from step 0
+    and its checkpoints replaced.
 
     ``configuration`` holds the metadata entries that define the run (``stage``,
     ``model_config``, ``training_config``, ``corpus`` description, ``base_model``). A folder
@@ -111,6 +114,13 @@ def check_run_folder(out: str | Path, configuration: dict[str, Any], overwrite: 
     if overwrite:
         return
     path = Path(out)
+    step = unfinished_step(path)
+    if step is not None:
+        fail(
+            f"{str(path)!r} holds an unfinished run (last checkpoint at step {step}); run the "
+            "same command with --resume to continue it, or with --overwrite to start it again "
+            "from step 0"
+        )
     meta_path = path / METADATA_FILE
     state = [p for p in (MODEL_STATE_FILE, ADAPTER_DIR) if (path / p).exists()]
     hint = "pass --overwrite to replace it, or --out with another folder"

@@ -72,8 +72,8 @@ pub fn cross_entropy(logits: &Variable, targets: &[u32]) -> Result<Variable> {
 /// weight-gradient work), and the node keeps them instead of the logits; the VJP scales them by
 /// the upstream gradient (a copy for an upstream gradient of 1, so a second `backward()` gives
 /// the same gradients). The loss and `dx` equal [`cross_entropy`] of [`crate::ops::linear`]
-/// within f32 rounding (bitwise on the CPU where the product kernel gives each row the same
-/// values in a chunk as in the whole product); `dW` sums the rows chunk by chunk.
+/// within the rounding of the products (a chunk's product may sum a row in another order than
+/// the whole product; bitwise with one chunk of all rows); `dW` sums the rows chunk by chunk.
 ///
 /// # Errors
 /// `x` not 2-D, `W` not `[vocab, d]` with `x`'s `d`, `targets.len() != rows`, no rows,
