@@ -59,12 +59,22 @@ build_key="$(
 )"
 if [[ ! -f "$build_stamp" ]] || [[ "$(cat "$build_stamp")" != "$build_key" ]] \
     || ! "$PY" -c 'import riftco._native' >/dev/null 2>&1; then
-    log "building riftco (maturin develop --release)"
+    build_log="$VENV/build.log"
+    log "building riftco in release mode and installing it into $VENV (3 to 10 minutes on 2"
+    log "  cores for a first build; seconds when little changed); cargo's and maturin's output:"
+    log "  $build_log"
     # PIP_QUIET: pip, which maturin runs to install the extras, would otherwise list every
     # requirement already satisfied and every dependency of an extra not asked for
-    # ("Ignoring tokenizers: markers ... don't match your environment").
-    VIRTUAL_ENV="$PWD/$VENV" PIP_QUIET=1 timed "$VENV/bin/maturin" develop --release --quiet \
-        --extras "$EXTRAS"
+    # ("Ignoring tokenizers: markers ... don't match your environment"). maturin prints its
+    # progress lines even under --quiet: everything goes to the log, which is shown on failure.
+    t0=$SECONDS
+    if ! VIRTUAL_ENV="$PWD/$VENV" PIP_QUIET=1 "$VENV/bin/maturin" develop --release \
+        --quiet --extras "$EXTRAS" >"$build_log" 2>&1; then
+        tail -n 40 "$build_log" >&2
+        log "the build failed: the last 40 lines of $build_log are above"
+        exit 1
+    fi
+    log "  ... $((SECONDS - t0)) s"
     printf '%s' "$build_key" >"$build_stamp"
 else
     log "riftco is up to date in $VENV"

@@ -2,7 +2,8 @@
 # Every check the project has: Rust formatting, lints, tests, doc tests and bench builds, the
 # hand-written Python stubs against the built module, mypy, the Python tests (among them
 # tests/python/test_docs.py: every python block of README.md and docs/ runs, and the site builds
-# with `mkdocs build --strict`) and the C tests (tests/c/run.sh). Run it from any folder: it
+# with `mkdocs build --strict`), the C tests (tests/c/run.sh), and the numerics-sensitive tests
+# again under every other SIMD level the CPU has (RIFTCO_SIMD). Run it from any folder: it
 # works in the repository it belongs to.
 #
 # The workspace is compiled in as few configurations as the checks allow, and each cargo
@@ -74,6 +75,22 @@ step "mypy (strict; python/riftco, tests/python, examples)"
 
 step "pytest tests/python"
 .venv/bin/python -m pytest tests/python -q
+
+# The numerics-sensitive tests once more under every other SIMD level this CPU has
+# (RIFTCO_SIMD; the run above used the best one): a bitwise claim or a tolerance that holds on
+# an AVX2 host must hold on an AVX-512 one, and the reverse. The Rust crates' tests compare the
+# levels inside one process too (crates/riftco-kernels/tests/simd_levels.rs, simd_vs_scalar.rs).
+best_level="$(.venv/bin/python -c 'import riftco; print(riftco.simd_level())')"
+for level in scalar avx2 avx512 neon; do
+    [[ "$level" == "$best_level" ]] && continue
+    if ! RIFTCO_SIMD="$level" .venv/bin/python -c 'import riftco' >/dev/null 2>&1; then
+        printf '(this CPU has no %s: its numerics run is skipped)\n' "$level"
+        continue
+    fi
+    step "numerics under RIFTCO_SIMD=$level: nextest (kernels, autograd, transformer), pytest -m numerics"
+    RIFTCO_SIMD="$level" cargo nextest run -p riftco-kernels -p riftco-autograd -p riftco-transformer
+    RIFTCO_SIMD="$level" .venv/bin/python -m pytest tests/python -q -m numerics
+done
 
 steps_summary
 trap - EXIT

@@ -93,7 +93,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Shows descriptions and epilogs (the commands' docstrings, reStructuredText for the API
     docs) as plain text: markup removed (:func:`plain_text`), each prose paragraph re-wrapped to
     the terminal's width, and paragraphs with indented lines (examples) kept line for line.
-    Appends ``(default: X)`` to every flag's help that does not show its default already (none
+    Appends ``(default: X)`` to every flag's help that does not show its default already
+    (``%(default)s`` or its own ``(default: ...)``; none
     for flags whose default is ``None`` or ``False``: their help says what happens without
     them)."""
 
@@ -122,6 +123,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         default = action.default
         if (
             "%(default)" in text
+            or "(default:" in text
             or default is None
             or default is False
             or default is argparse.SUPPRESS
@@ -335,7 +337,7 @@ def add_checkpointing_arguments(group: argparse._ActionsContainer) -> None:
             "workspace of the chunked LM head + cross-entropy: the training loss computes the "
             "logits and their gradient a chunk of tokens at a time within SIZE bytes (e.g. "
             "16MiB), never the whole [tokens, vocab] logits; 'none' computes whole logits "
-            "(same loss, gradients within f32 rounding) (default: 64MiB)"
+            "(same loss and gradients within f32 rounding) (default: 64MiB)"
         ),
     )
 
@@ -483,14 +485,60 @@ def _one_line(e: BaseException) -> str:
     return text or type(e).__name__
 
 
+class _PipeSafe:
+    """A text stream whose reader may go away: once a write or flush finds the pipe closed
+    (``riftco post-train ... | head -1``), later output is dropped and the command goes on, so a
+    closed output never ends a run that writes files. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.closed_by_reader = False
+
+    def write(self, text: str) -> int:
+        if not self.closed_by_reader:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_by_reader:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self.closed_by_reader = True
+        # The interpreter flushes the real stream at exit: point its descriptor at /dev/null
+        # so that flush cannot fail (and print "Exception ignored ... BrokenPipeError") either.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def run_cli(main: Callable[[], None], prog: str) -> NoReturn:
     """Runs ``main`` and exits with 0, 2 (bad input) or 130 (interrupted).
+
+    Standard output and error may be closed by their reader (a pipe into ``head``): the command
+    stops printing there and runs to its end (exit 0 when it succeeds), files written as usual.
 
     SIGINT is handled the same whichever way the process inherited it (a shell starts a
     background job with SIGINT ignored): the first one interrupts ``main`` (exit 130); later
     ones, and any once ``main`` has ended, are ignored, so a second Ctrl-C can neither cut the
     exit short nor kill the process by signal.
     """
+    if not isinstance(sys.stdout, _PipeSafe):
+        sys.stdout = _PipeSafe(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, _PipeSafe):
+        sys.stderr = _PipeSafe(sys.stderr)  # type: ignore[assignment]
     guard = _SigintGuard()
     on_main_thread = threading.current_thread() is threading.main_thread()
     if on_main_thread:

@@ -310,7 +310,7 @@ def resolve_model_state(model_path: str | os.PathLike[str]) -> Path:
     if not path.is_file():
         raise ModelStateError(
             f"no model state at {str(path)!r}: pass the output folder of a pretraining run or a "
-            "model.safetensors file (`python -m riftco pretrain` writes runs/pretrain)"
+            "model.safetensors file (`riftco pretrain` writes runs/pretrain)"
         )
     return path
 

@@ -296,7 +296,7 @@ def test_generate_too_long_names_its_own_arguments(pretrained: Path) -> None:
 
 def test_generate_without_a_model_says_what_to_run(tmp_path: Path) -> None:
     line = one_error_line(riftco_cmd("generate", "hello", cwd=tmp_path), "no model state")
-    assert "python -m riftco pretrain" in line
+    assert "`riftco pretrain`" in line
 
 
 def test_info_reports_version_threads_simd_devices() -> None:
@@ -436,3 +436,21 @@ def test_an_unfinished_run_is_not_restarted_without_resume_or_overwrite(
             riftco.PretrainingConfig(steps=3, batch_size=2, seq_len=16), riftco.load_corpus(
                 [text_file]), out, progress=False, plots=False,
         )
+
+
+def test_a_closed_output_does_not_end_a_run(tmp_path: Path, text_file: Path) -> None:
+    """``riftco pretrain ... | head -1``: stdout and stderr closed by their reader before the run
+    prints anything; the run trains to its end, writes its files and exits 0."""
+    out = tmp_path / "piped"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riftco", "pretrain", *TINY_MODEL, *TINY_TRAIN, "--steps", "3",
+         "--no-plots", "--data", str(text_file), "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    proc.stderr.close()
+    assert proc.wait(timeout=300) == 0
+    meta = json.loads((out / "training_metadata.json").read_text())
+    assert meta["complete"] is True and len(meta["losses"]) == 3
+    assert (out / "model.safetensors").is_file()

@@ -110,9 +110,9 @@ def test_user_files_are_read_byte_for_byte(tmp_path: Path) -> None:
 def test_post_train_without_pretraining_says_to_pretrain(tmp_path: Path) -> None:
     # Was: "no model state at 'runs/pretrain'" without the next step.
     line = error_line(run(POST_TRAIN, "--steps", "1", cwd=tmp_path))
-    assert "run `python -m riftco pretrain`" in line and "--model" in line
+    assert "run `riftco pretrain`" in line and "--model" in line
     line = error_line(run("-m", "riftco", "post-train", "--steps", "1", cwd=tmp_path))
-    assert "run `python -m riftco pretrain`" in line
+    assert "run `riftco pretrain`" in line
 
 
 @pytest.mark.parametrize("script", [PRETRAIN, POST_TRAIN], ids=["pretrain", "post_train"])

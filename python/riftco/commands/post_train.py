@@ -223,7 +223,7 @@ def _resolve_model(path: str) -> Path:
         if path == DEFAULT_MODEL:
             fail(
                 f"no model state at the default --model {DEFAULT_MODEL!r} (no "
-                f"{MODEL_STATE_FILE} there): run `python -m riftco pretrain` (or "
+                f"{MODEL_STATE_FILE} there): run `riftco pretrain` (or "
                 "examples/pretrain.py) first, or pass --model FOLDER"
             )
         folder = Path(path)
