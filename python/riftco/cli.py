@@ -536,9 +536,9 @@ def run_cli(main: Callable[[], None], prog: str) -> NoReturn:
     exit short nor kill the process by signal.
     """
     if not isinstance(sys.stdout, _PipeSafe):
-        sys.stdout = _PipeSafe(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = _PipeSafe(sys.stdout)
     if not isinstance(sys.stderr, _PipeSafe):
-        sys.stderr = _PipeSafe(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = _PipeSafe(sys.stderr)
     guard = _SigintGuard()
     on_main_thread = threading.current_thread() is threading.main_thread()
     if on_main_thread:

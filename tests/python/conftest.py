@@ -34,5 +34,5 @@ NUMERICS_MODULES = frozenset(
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in NUMERICS_MODULES:
+        if item.path.stem in NUMERICS_MODULES:
             item.add_marker(pytest.mark.numerics)

@@ -99,7 +99,7 @@ def loss_bound(m: riftco.DecoderOnlyTransformer, tied: bool, loss: float) -> flo
     lse_max = s + np.log(v)
     lse_rounding = gamma(v) + 2 * U + 2 * s * U + U * np.log(v) + U * lse_max
     row = 4 * gamma(d) * s + 2 * lse_rounding + 2 * U * (lse_max + s)
-    return row + 2 * U * abs(loss)
+    return float(row + 2 * U * abs(loss))
 
 
 def gradient_tolerance(m: riftco.DecoderOnlyTransformer) -> float:
