@@ -87,8 +87,8 @@ for level in scalar avx2 avx512 neon; do
         printf '(this CPU has no %s: its numerics run is skipped)\n' "$level"
         continue
     fi
-    step "numerics under RIFTCO_SIMD=$level: nextest (kernels, autograd, transformer), pytest -m numerics"
-    RIFTCO_SIMD="$level" cargo nextest run -p riftco-kernels -p riftco-autograd -p riftco-transformer
+    step "numerics under RIFTCO_SIMD=$level: cargo nextest run --workspace, pytest -m numerics"
+    RIFTCO_SIMD="$level" cargo nextest run --workspace
     RIFTCO_SIMD="$level" .venv/bin/python -m pytest tests/python -q -m numerics
 done
 

@@ -195,10 +195,15 @@ def test_two_ranks_on_the_gpu_equal_one_process_on_the_cpu(tmp_path: Path) -> No
     assert ranks.returncode == 0, ranks.stderr
     ref, ref_params = _result(tmp_path / "single")
     gpu, gpu_params = _result(tmp_path / "z2")
-    # Measured on llvmpipe (2026-12-05): losses within 1e-7 relative of the CPU's.
-    np.testing.assert_allclose(gpu["losses"], ref["losses"], rtol=1e-6)
+    # The GPU's kernels do the same arithmetic in other orders (its own tiling of every sum):
+    # the same bounds as two CPU ranks (measured on llvmpipe, 2026-12-05: losses within 1e-7
+    # relative of the CPU's).
+    rho = reduction_order_bound()
+    np.testing.assert_allclose(gpu["losses"], ref["losses"], rtol=rho)
     diff = np.concatenate([np.abs(gpu_params[k] - v).ravel() for k, v in ref_params.items()])
-    assert np.quantile(diff, 0.999) <= 1e-6 and diff.max() <= 1e-4, diff.max()
+    conditioned, anywhere = adam_bounds(rho)
+    assert np.quantile(diff, 0.99) <= conditioned, (np.quantile(diff, 0.99), conditioned)
+    assert diff.max() <= anywhere, (diff.max(), anywhere)
 
 
 @needs_mpi

@@ -96,23 +96,100 @@ fn budgets() -> [LossChunking; 3] {
     ]
 }
 
-/// Chunked and unfused agree: the loss bitwise (the same row losses summed in the same order),
-/// every gradient within 2e-6 of its largest element (`dW` of the head sums its rows chunk by
-/// chunk; everything upstream follows from `dx`).
+/// f32 unit roundoff.
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// Higham's `γ_n = n·u / (1 − n·u)`: any order of a sum of `n` products, with or without fused
+/// multiply-adds, is within `γ_n·Σ|terms|` of the exact sum (Higham 2002, §3.1, eq. 3.5).
+fn gamma(n: usize) -> f64 {
+    n as f64 * U / (1.0 - n as f64 * U)
+}
+
+/// How far two computations of the loss of the same hidden states may differ when their head
+/// products sum each logit in another order (a product's row blocking, hence a row's order,
+/// may depend on its number of rows: `gemm`'s one-row, small-product and k-blocked paths).
+/// A logit `Σ_k h_k·W_vk` is within `γ_d·S` of exact in either path, where
+/// `S = max|g|·√d·max_v‖W_v‖₂ >= Σ_k|h_k·W_vk|` for the final RMSNorm's output `h` (norm weight
+/// `g`, `‖h‖₂ <= max|g|·√d`; Cauchy–Schwarz); a row's loss `logsumexp(z) − z_t` moves by at
+/// most twice the logits' difference, plus the roundings of both logsumexps (exp to `2u` and
+/// its argument to `2S·u`, a sum of `V` terms to `γ_V`, the log and the additions to `u` of
+/// their magnitudes, `|lse| <= S + ln V`), of the subtraction, and of the mean's f32 result.
+fn loss_bound(model: &DecoderOnlyTransformer, loss: f32) -> f64 {
+    let named = model.named_parameters();
+    let get = |name: &str| -> Vec<f32> {
+        named
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| p.value().to_vec())
+            .unwrap()
+    };
+    let head_name = if named.iter().any(|(n, _)| n == "lm_head.weight") {
+        "lm_head.weight"
+    } else {
+        "model.embed_tokens.weight"
+    };
+    let w = get(head_name);
+    let g = get("model.norm.weight");
+    let d = g.len();
+    let v = w.len() / d;
+    let g_max = g.iter().fold(0.0f64, |m, x| m.max(x.abs() as f64));
+    let w_row = w
+        .chunks(d)
+        .map(|r| {
+            r.iter()
+                .map(|&x| (x as f64) * (x as f64))
+                .sum::<f64>()
+                .sqrt()
+        })
+        .fold(0.0f64, f64::max);
+    // 1e-3: the norm's own rounding of ‖h‖₂ (d·u = 2e-6 here), with room to spare.
+    let s = g_max * (d as f64).sqrt() * w_row * (1.0 + 1e-3);
+    let lse_max = s + (v as f64).ln();
+    let lse_rounding = gamma(v) + 2.0 * U + 2.0 * s * U + U * (v as f64).ln() + U * lse_max;
+    4.0 * gamma(d) * s + 2.0 * lse_rounding + 2.0 * U * (lse_max + s) + 2.0 * U * loss.abs() as f64
+}
+
+/// A normwise bound, relative to a gradient's largest element, on the two paths' gradients:
+/// each is a chain of sums (the head's `V` terms per hidden-state element, per block the
+/// projections' `d_model` and `d_ff` terms and attention's positions, forward and backward,
+/// then the weight gradients' sums over the tokens), each contributing `γ_n` of its terms'
+/// magnitudes, taken at the gradient's scale; the two paths' errors add.
+fn gradient_tolerance(model: &DecoderOnlyTransformer) -> f64 {
+    let c = &model.weights().config;
+    let per_block = 2.0 * (gamma(c.d_model) + gamma(c.d_ff) + gamma(SEQ)) * 2.0;
+    2.0 * (gamma(c.vocab_size) + c.n_layers as f64 * per_block + gamma(BATCH * SEQ))
+}
+
+/// Chunked and unfused agree: the loss within [`loss_bound`] (bitwise for the default budget,
+/// one chunk of all 39 tokens: the unfused path's products), every gradient within
+/// [`gradient_tolerance`] of its largest element (`dW` of the head also sums its rows chunk by
+/// chunk).
 fn assert_agree(model: &DecoderOnlyTransformer, what: &str) {
     let (loss_ref, grads_ref) = step(model, LossChunking::Unfused, 1.0);
     assert!(loss_ref.is_finite());
+    let bound = loss_bound(model, loss_ref);
+    let tolerance = gradient_tolerance(model);
+    assert!(
+        bound < 1e-4 * loss_ref.abs() as f64,
+        "{what}: the bound must be able to fail"
+    );
     for chunking in budgets() {
         let (loss, grads) = step(model, chunking, 1.0);
-        assert_eq!(
-            loss.to_bits(),
-            loss_ref.to_bits(),
-            "{what}, {chunking:?}: loss {loss} vs unfused {loss_ref}"
-        );
-        let diff = max_relative_gradient_difference(&grads, &grads_ref);
+        if chunking == LossChunking::default() {
+            assert_eq!(
+                loss.to_bits(),
+                loss_ref.to_bits(),
+                "{what}, {chunking:?}: loss {loss} vs unfused {loss_ref}"
+            );
+        }
         assert!(
-            diff <= 2e-6,
-            "{what}, {chunking:?}: gradients differ by {diff}"
+            ((loss - loss_ref).abs() as f64) <= bound,
+            "{what}, {chunking:?}: loss {loss} vs unfused {loss_ref}, bound {bound}"
+        );
+        let diff = max_relative_gradient_difference(&grads, &grads_ref) as f64;
+        assert!(
+            diff <= tolerance,
+            "{what}, {chunking:?}: gradients differ by {diff} (tolerance {tolerance})"
         );
     }
 }
@@ -170,7 +247,7 @@ fn an_upstream_gradient_scales_the_saved_gradients() {
             );
         }
     }
-    assert!(max_relative_gradient_difference(&quarter, &unfused) <= 2e-6);
+    assert!(max_relative_gradient_difference(&quarter, &unfused) as f64 <= gradient_tolerance(&m));
 }
 
 #[test]
@@ -254,7 +331,8 @@ fn chunks_spread_the_tokens_evenly() {
     assert_eq!(LossChunking::chunk_tokens_for(64 << 20, 49152, 0), 341);
 
     // 64 tokens under a budget of 40: two chunks of 32, and the workspace holds 32 tokens'
-    // logits and logsumexps, not 40; the loss is the same to the bit.
+    // logits and logsumexps, not 40; the loss is the same to the bit (products of 32 and of 64
+    // rows with k = d_model = 32 <= 512 take gemm's same microkernel path with one k-block).
     let _guard = lock();
     let (vocab, batch, seq) = (4096usize, 2usize, 32usize);
     let mut cfg = TransformerConfig::new(vocab, 32, 4, 2, 48, seq);
