@@ -336,7 +336,13 @@ def load_rows(
         total += len(data)
         got = _parse_jsonl(data, name) if f.suffix == ".jsonl" else _parse_json(data, name)
         if not got:
-            raise DatasetError(f"{name}: no rows (an empty file; expected at least one row)")
+            if not data:
+                what = "an empty file"
+            elif not data.strip():
+                what = "only blank lines" if b"\n" in data else "only white space"
+            else:
+                what = "no row in it"
+            raise DatasetError(f"{name}: no rows ({what}; expected at least one row)")
         rows.extend(got)
     return rows
 

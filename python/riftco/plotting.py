@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from riftco._native import RiftcoError, write_file_atomic
-from riftco.run_records import CACHED_KEY
+from riftco.run_records import CACHED_KEY, stage_title
 
 __all__ = [
     "LOSS_PLOT",
@@ -117,7 +117,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 def _title(meta: dict[str, Any]) -> str:
     cfg = meta.get("model_config") or {}
-    parts = [str(meta.get("stage", "run"))]
+    parts = [stage_title(meta.get("stage", "run"))]
     if cfg:
         parts.append(
             f"d_model {cfg.get('d_model')}, {cfg.get('n_layers')} layers, "

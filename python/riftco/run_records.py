@@ -34,6 +34,19 @@ MEMORY_CATEGORIES: tuple[str, ...] = (
 CACHED_KEY = "cached"
 """The key of the buffer pool's cached bytes in ``memory_per_step``."""
 
+_STAGE_TITLES = {
+    "pretraining": "pretraining",
+    "post_training_lora": "LoRA post-training",
+    "post_training_full": "full post-training",
+}
+
+
+def stage_title(stage: object) -> str:
+    """How logs, progress lines, plot titles and errors name a run's ``stage`` (the identifier
+    kept in ``training_metadata.json`` and checkpoints, such as ``post_training_lora``):
+    ``"LoRA post-training"``; an unknown identifier as it is."""
+    return _STAGE_TITLES.get(str(stage), str(stage))
+
 
 class StepRecords:
     """Collects the per-step records into the lists of a metadata dict (so that every save of

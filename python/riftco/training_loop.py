@@ -36,7 +36,7 @@ from riftco.data import VOCAB_SIZE, BatchSampler, Corpus
 from riftco.examples_data import ExampleBatchSampler, ExampleCorpus
 from riftco.grad_mode import no_grad
 from riftco.run_folder import METADATA_FILE, Log, TrainingInterrupted, write_json_atomic
-from riftco.run_records import CACHED_KEY, MEMORY_CATEGORIES, StepRecords
+from riftco.run_records import CACHED_KEY, MEMORY_CATEGORIES, StepRecords, stage_title
 from riftco.training_state import (
     CHECKPOINTS_DIR,
     OPTIMIZER_STATE_FILE,
@@ -169,6 +169,7 @@ class _Progress:
         self._bar: Any = None
         self._log = log
         self._log_every = log_every
+        self._act_peak = 0
         if enabled:
             try:
                 tqdm = importlib.import_module("tqdm").tqdm
@@ -194,7 +195,11 @@ class _Progress:
     def update(
         self, step: int, total: int, loss: float, tokens_per_s: float, act_bytes: int
     ) -> None:
-        mib = act_bytes / 2**20
+        """Shows ``step``'s loss and throughput, and the activation peak of the steps this
+        process ran (``act_bytes``: this step's), not of a resumed run's earlier steps, which
+        may have run under another checkpointing policy."""
+        self._act_peak = max(self._act_peak, act_bytes)
+        mib = self._act_peak / 2**20
         if self._bar is not None:
             self._bar.set_postfix_str(
                 f"loss={loss:.3f} tok/s={tokens_per_s:,.0f} act_peak={mib:.1f}MiB", refresh=False
@@ -348,7 +353,14 @@ def _restore(
         else:
             optimizer.load(optimizer_path)
     except (ConfigError, ModelStateError, OSError) as e:
-        raise ModelStateError(f"{str(optimizer_path)!r}: {e}") from None
+        # The native reader words it as a model-state file with its path; this is the
+        # checkpoint's optimizer state, named once.
+        reason = str(e)
+        for named in (f"model state {optimizer_path}: ", f"model state {ck.path}: "):
+            reason = reason.removeprefix(named)
+        raise ModelStateError(
+            f"the optimizer state {str(optimizer_path)!r} cannot be read: {reason}"
+        ) from None
     try:
         sampler.set_state(ck.state["sampler"])
         model.dropout_step = ck.state["dropout_step"]
@@ -490,12 +502,12 @@ def _train_guarded(
         started -= _restore(ck, model, optimizer, sampler, run, metadata, records)
         first_step = ck.step
         if log is not None:
-            log(f"resuming {stage} at step {first_step}/{cfg.steps} from {ck.path}")
+            log(f"resuming {stage_title(stage)} at step {first_step}/{cfg.steps} from {ck.path}")
     else:
         metadata["validation_loss_before"] = _validation_loss(model, val_batches, group)
         records.record_validation(0, metadata["validation_loss_before"])
         if log is not None:
-            log(f"validation loss before {stage}: {metadata['validation_loss_before']:.4f}")
+            log(f"validation loss before {stage_title(stage)}: {metadata['validation_loss_before']:.4f}")
     # Planned after the validation passes (another shape would replace the model's cached plan):
     # the training steps of this shape run exactly the recorded plan. A budget below the smallest
     # achievable peak raises ConfigError here, before any step.
@@ -554,7 +566,7 @@ def _train_guarded(
             )
             publish()
 
-    bar = _Progress(cfg.steps, stage, progress, log, cfg.log_every, first_step)
+    bar = _Progress(cfg.steps, stage_title(stage), progress, log, cfg.log_every, first_step)
     tokens_per_step = cfg.batch_size * cfg.seq_len
     try:
         if first_step == cfg.steps and (group is None or group.is_main):
@@ -595,7 +607,7 @@ def _train_guarded(
         bar.close()
     if log is not None:
         log(
-            f"{stage} done: final loss {metadata['final_loss']:.4f}, validation loss "
+            f"{stage_title(stage)} done: final loss {metadata['final_loss']:.4f}, validation loss "
             f"{metadata['validation_loss_before']:.4f} -> {metadata['validation_loss_after']:.4f}, "
             f"{metadata['tokens_per_s']:,.0f} tokens/s, {metadata['wall_time_s']:.1f} s"
         )
@@ -645,12 +657,13 @@ def _one_step(
         if metadata is not None:
             metadata["communication_s"].append(group.communication_s - communication_s)
     dt = time.perf_counter() - t0
-    for k, v in records.record_step().items():
+    step_peaks = records.record_step()
+    for k, v in step_peaks.items():
         peaks[k] = max(peaks.get(k, 0), v)
     losses.append(value)
     lrs.append(lr)
     step_times_s.append(dt)
-    bar.update(step + 1, cfg.steps, value, tokens_per_step / dt, peaks.get("activation", 0))
+    bar.update(step + 1, cfg.steps, value, tokens_per_step / dt, step_peaks.get("activation", 0))
     if not math.isfinite(value):
         raise RiftcoError(f"the loss became {value} at step {step + 1}; try a smaller lr")
 

@@ -454,3 +454,44 @@ def test_a_closed_output_does_not_end_a_run(tmp_path: Path, text_file: Path) -> 
     meta = json.loads((out / "training_metadata.json").read_text())
     assert meta["complete"] is True and len(meta["losses"]) == 3
     assert (out / "model.safetensors").is_file()
+
+
+def test_a_resume_that_does_not_fit_is_one_error_line(tmp_path: Path, text_file: Path) -> None:
+    """The stage's own refusal comes before anything else is printed (the corpus and model
+    lines are held back until the stage starts)."""
+    out = tmp_path / "run"
+    args: list[str | Path] = [
+        "pretrain", *TINY_MODEL, *TINY_TRAIN, "--steps", "4", "--save-every", "2", "--no-plots",
+        "--data", text_file, "--out", out,
+    ]
+    assert riftco_cmd(*args).returncode == 0
+    one_error_line(riftco_cmd(*args, "--resume", "--lr", "0.5"), "cannot resume", "lr")
+
+
+def test_after_a_resume_the_progress_shows_this_runs_activation_peak(
+    tmp_path: Path, text_file: Path
+) -> None:
+    """Resumed under ``block`` from a run of ``disabled``: the step lines show the peak of the
+    steps run under ``block`` (the metadata's whole-run peak keeps the earlier steps')."""
+    import shutil
+
+    out = tmp_path / "run"
+    args: list[str | Path] = [
+        "pretrain", "--d-model", "64", "--n-heads", "4", "--n-layers", "4", "--d-ff", "128",
+        "--batch-size", "4", "--seq-len", "64", "--warmup-steps", "1", "--no-progress",
+        "--steps", "4", "--save-every", "2", "--no-plots", "--log-every", "1", "--data",
+        text_file, "--out", out,
+    ]
+
+    def peaks(stderr: str) -> list[float]:
+        return [float(line.split("activation peak ")[1].split()[0])
+                for line in stderr.splitlines() if "activation peak " in line]
+
+    first = riftco_cmd(*args, "--activation-checkpointing", "disabled")
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(out / "checkpoints" / "step-00000004")
+    resumed = riftco_cmd(*args, "--activation-checkpointing", "block", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    before, after = peaks(first.stderr), peaks(resumed.stderr)
+    assert len(before) == 4 and len(after) == 2, (first.stderr, resumed.stderr)
+    assert max(after) < min(before), (before, after)

@@ -138,7 +138,7 @@ BAD_JSONL = [
         r"f\.jsonl:3: a 'prompt/completion' row in a file of 'text' rows \(the shape of its first row, .*f\.jsonl:1\)",
     ),
     ("", r"f\.jsonl: no rows \(an empty file"),
-    ("\n  \n", r"f\.jsonl: no rows"),
+    ("\n  \n", r"f\.jsonl: no rows \(only blank lines;"),
 ]
 
 

@@ -188,6 +188,11 @@ def test_a_broken_checkpoint_is_a_model_state_error_naming_the_file(
     with pytest.raises((riftco.ModelStateError, OSError)) as e:
         _run(tmp_path, resume=True)
     assert named in str(e.value)
+    if damage == "truncate_optimizer":
+        # Named once, as the optimizer state (not "model state").
+        message = str(e.value)
+        assert message.count("optimizer.safetensors") == 1, message
+        assert "model state" not in message and "optimizer state" in message, message
     assert (tmp_path / "model.safetensors").read_bytes() == top  # nothing overwritten
     assert (ck / "trainer_state.json").exists()
 

@@ -12,12 +12,14 @@ from riftco.cli import fail
 from riftco.data import Corpus, CorpusError, check_corpus_fits
 from riftco.examples_data import ExampleCorpus
 from riftco.run_folder import unfinished_step
+from riftco.run_records import stage_title
 from riftco.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
 
 __all__ = [
     "check_corpus",
     "check_examples",
     "check_run_folder",
+    "log_later",
     "corpus_line",
     "examples_line",
     "log",
@@ -28,9 +30,22 @@ __all__ = [
 _REPORTING_KEYS = frozenset({"log_every", "save_every", "eval_every"})
 
 
+_pending: list[str] = []
+
+
 def log(line: str) -> None:
-    """A progress line on stderr."""
+    """A progress line on stderr (after the lines :func:`log_later` holds back)."""
+    for held in _pending:
+        print(held, file=sys.stderr, flush=True)
+    _pending.clear()
     print(line, file=sys.stderr, flush=True)
+
+
+def log_later(line: str) -> None:
+    """A progress line that describes the run (its data, its model), printed before the stage's
+    first line: a run refused by the stage's own checks (a folder or a resume that does not
+    fit) then reports one error line, with nothing before it."""
+    _pending.append(line)
 
 
 def stage_log(line: str) -> None:
@@ -142,6 +157,6 @@ def check_run_folder(out: str | Path, configuration: dict[str, Any], overwrite: 
     if diffs:
         shown = ", ".join(diffs[:4]) + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "")
         fail(
-            f"{str(path)!r} holds a {old.get('stage', 'training')} run of another configuration "
+            f"{str(path)!r} holds a {stage_title(old.get('stage', 'training'))} run of another configuration "
             f"({shown}); {hint}"
         )

@@ -11,6 +11,7 @@ import argparse
 
 from riftco import plotting
 from riftco.cli import fail
+from riftco.run_records import stage_title
 
 __all__ = ["add_arguments", "run"]
 
@@ -37,6 +38,6 @@ def run(args: argparse.Namespace, prog: str = "riftco plot") -> None:
     if len(written) == 1:
         fail(
             f"wrote {written[0]} only: {args.run!r} has no per-step memory (stage "
-            f"{meta.get('stage', '?')}, riftco {meta.get('riftco_version', '?')}); train it "
+            f"{stage_title(meta.get('stage', '?'))}, riftco {meta.get('riftco_version', '?')}); train it "
             "again with this version for memory.png"
         )

@@ -38,6 +38,7 @@ from riftco.commands._runs import (
     corpus_line,
     examples_line,
     log,
+    log_later,
     stage_log,
 )
 from riftco.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
@@ -392,9 +393,9 @@ def _train(
 ) -> None:
     unit = "bytes" if tokenizer is None else "tokens"
     if isinstance(corpus, riftco.ExampleCorpus):
-        log(examples_line(corpus, config.validation_fraction))
+        log_later(examples_line(corpus, config.validation_fraction))
     else:
-        log(corpus_line(corpus, config.validation_fraction, unit))
+        log_later(corpus_line(corpus, config.validation_fraction, unit))
 
     held_out = (
         corpus.split(config.validation_fraction)[1]

@@ -28,7 +28,13 @@ from riftco.cli import (
     output_folder,
     start_data_parallel,
 )
-from riftco.commands._runs import check_corpus, check_run_folder, corpus_line, log, stage_log
+from riftco.commands._runs import (
+    check_corpus,
+    check_run_folder,
+    corpus_line,
+    log_later,
+    stage_log,
+)
 
 __all__ = ["DEFAULT_OUT", "add_arguments", "parse_args", "run"]
 
@@ -251,8 +257,8 @@ def _train(
     device_line: str,
     rank: int = 0,
 ) -> None:
-    log(corpus_line(corpus, config.validation_fraction))
-    log(
+    log_later(corpus_line(corpus, config.validation_fraction))
+    log_later(
         f"model: d_model {args.d_model}, {args.n_heads} heads, {args.n_layers} layers, d_ff "
         f"{args.d_ff}; attention {args.attention}, activation checkpointing "
         f"{args.activation_checkpointing}"
