@@ -152,3 +152,11 @@ def test_readme_links_resolve() -> None:
             assert anchor in {slug(h) for h in headings}, f"README.md: no heading #{anchor} in {path}"
         checked += 1
     assert checked >= 10, checked
+
+
+def test_getting_started_names_the_extras_the_setup_installs() -> None:
+    setup = (ROOT / "scripts" / "setup.sh").read_text(encoding="utf-8")
+    extras = re.search(r"^EXTRAS=(\S+)$", setup, re.M)
+    assert extras is not None, "scripts/setup.sh: no EXTRAS= line"
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert f"--extras {extras.group(1)}`" in page, extras.group(1)
