@@ -100,6 +100,24 @@ def test_a_checkpoint_holds_model_optimizer_and_trainer_state(tmp_path: Path) ->
     assert state["sampler"]["bit_generator"] == "PCG64"
 
 
+def test_saves_leave_nothing_in_the_buffer_pool(tmp_path: Path) -> None:
+    # Weights of 16384 elements (the 256 x 64 embeddings, the 64 x 256 feed-forward matrices),
+    # so Adam's moments are of the buffer pool's sizes (64 KiB and more). A save that wrapped
+    # copies of the moments in tensors left them in the pool, where no step takes them back:
+    # the cached bytes grew by the moments' bytes (here 640 KiB) at every save.
+    model = riftco.TransformerConfig(
+        vocab_size=256, d_model=64, n_heads=2, n_layers=1, d_ff=256, max_seq_len=32
+    )
+    meta = riftco.run_pretraining(
+        model, _config(steps=12, save_every=2), TEXT, tmp_path, progress=False, plots=False
+    )
+    cached = meta["memory_per_step"]["cached"]
+    # Recorded during each step: cached[i] is after the saves of steps 2, 4, ... up to i.
+    after_saves = cached[2::2]
+    assert len(after_saves) == 5 and after_saves[0] > 0, cached  # the pool is on
+    assert after_saves == [after_saves[0]] * 5, cached
+
+
 def test_resume_continues_exactly_and_records_where_it_resumed(tmp_path: Path) -> None:
     full = _run(tmp_path / "full")
     _run(tmp_path / "cut")

@@ -34,28 +34,62 @@ pub struct AdamParamState {
     pub exp_avg_sq: Vec<f32>,
 }
 
+/// One trainable parameter's optimizer state with the moments as the optimizer's own tensors
+/// (shared storage, not copies): what a save writes, read in place.
+pub(crate) struct AdamParamMoments {
+    pub(crate) name: String,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) steps: u64,
+    pub(crate) exp_avg: Tensor,
+    pub(crate) exp_avg_sq: Tensor,
+}
+
 impl Adam {
     /// The optimizer's state, copied to host memory.
     ///
     /// # Errors
     /// A device error reading a moment back.
     pub fn state(&self) -> Result<AdamState> {
-        let mut params = Vec::new();
-        for (i, (p, state)) in self.params.iter().zip(&self.state).enumerate() {
-            let Some(state) = state else { continue };
-            params.push(AdamParamState {
-                name: parameter_name(p, i),
-                shape: p.dims().to_vec(),
-                steps: state.steps,
-                exp_avg: state.m.to_host()?,
-                exp_avg_sq: state.v.to_host()?,
-            });
-        }
+        let params = self
+            .param_moments()
+            .into_iter()
+            .map(|p| {
+                Ok(AdamParamState {
+                    exp_avg: p.exp_avg.to_host()?,
+                    exp_avg_sq: p.exp_avg_sq.to_host()?,
+                    name: p.name,
+                    shape: p.shape,
+                    steps: p.steps,
+                })
+            })
+            .collect::<Result<_>>()?;
         Ok(AdamState {
             hyper: self.hyper,
             steps: self.steps,
             params,
         })
+    }
+
+    /// For each trainable parameter, in order, its state without copying the moments: the
+    /// tensors share the optimizer's storage. A save writes these in place, so it allocates no
+    /// moment-sized buffers (copies wrapped in tensors would go to the buffer pool when dropped,
+    /// where nothing takes them back: the pool would grow by the moments' bytes at every save).
+    pub(crate) fn param_moments(&self) -> Vec<AdamParamMoments> {
+        self.params
+            .iter()
+            .zip(&self.state)
+            .enumerate()
+            .filter_map(|(i, (p, state))| {
+                let state = state.as_ref()?;
+                Some(AdamParamMoments {
+                    name: parameter_name(p, i),
+                    shape: p.dims().to_vec(),
+                    steps: state.steps,
+                    exp_avg: state.m.clone(),
+                    exp_avg_sq: state.v.clone(),
+                })
+            })
+            .collect()
     }
 
     /// Puts a snapshot back: the hyper-parameters, the step counts and every moment. The whole

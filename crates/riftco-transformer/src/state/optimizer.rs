@@ -12,7 +12,6 @@ use super::{io_err, state_err};
 use crate::error::Result;
 use crate::optim::{Adam, AdamParamState, AdamState};
 use riftco_tensor::backend::AdamHyper;
-use riftco_tensor::{MemoryCategory, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -90,16 +89,16 @@ struct ParamSteps {
 ///
 /// # Errors
 /// [`crate::TransformerError::Io`] when the folder is missing or not writable,
-/// [`crate::TransformerError::State`] for a path without a file name; a device error reading
-/// a moment.
+/// [`crate::TransformerError::State`] for a path without a file name or a device error reading
+/// a moment (naming the path).
 pub fn save_optimizer_state(adam: &Adam, path: &Path) -> Result<()> {
-    let state = adam.state()?;
-    let h = state.hyper;
+    // The moments are written from the optimizer's own tensors (host ones read in place), not
+    // from copies: copies wrapped in tensors would be left in the buffer pool at every save.
+    let params = adam.param_moments();
     let description = Description {
-        steps: state.steps,
-        hyper: Hyper::from(h),
-        params: state
-            .params
+        steps: adam.steps(),
+        hyper: Hyper::from(adam.hyper),
+        params: params
             .iter()
             .map(|p| ParamSteps {
                 name: p.name.clone(),
@@ -108,12 +107,10 @@ pub fn save_optimizer_state(adam: &Adam, path: &Path) -> Result<()> {
             .collect(),
     };
     let text = serde_json::to_string(&description).map_err(|e| state_err(path, e))?;
-    let mut tensors = Vec::with_capacity(2 * state.params.len());
-    for p in state.params {
-        for (key, v) in [("exp_avg", p.exp_avg), ("exp_avg_sq", p.exp_avg_sq)] {
-            let t = Tensor::from_vec(v, p.shape.clone(), MemoryCategory::Workspace)?;
-            tensors.push((format!("{}.{key}", p.name), t));
-        }
+    let mut tensors = Vec::with_capacity(2 * params.len());
+    for p in params {
+        tensors.push((format!("{}.exp_avg", p.name), p.exp_avg));
+        tensors.push((format!("{}.exp_avg_sq", p.name), p.exp_avg_sq));
     }
     let metadata = HashMap::from([
         ("format".to_string(), "pt".to_string()),
