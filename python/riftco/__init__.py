@@ -78,9 +78,30 @@ from riftco._native import (
     tensor,
     uniform,
 )
-# A RIFTCO_SIMD level this CPU lacks (or an unknown name) is refused here, at import, rather
-# than silently replaced by another level.
-simd_level()
+
+
+def _check_simd_env() -> None:
+    """Refuses a ``RIFTCO_SIMD`` level this CPU lacks (or an unknown name) at import, rather than
+    letting the kernels run at another level: ``ConfigError`` for a program, and for the
+    ``riftco`` command (the console script or ``python -m riftco``) its one error line and exit
+    code 2, as for any bad input."""
+    import os as _os
+    import sys as _sys
+
+    from riftco._native import ConfigError as _ConfigError
+
+    try:
+        simd_level()
+    except _ConfigError as e:
+        argv = list(getattr(_sys, "orig_argv", _sys.argv))
+        command = _os.path.basename(_sys.argv[0]) == "riftco" or argv[1:3] == ["-m", "riftco"]
+        if not command:
+            raise
+        print(f"riftco: error: {e}", file=_sys.stderr)
+        raise SystemExit(2) from None
+
+
+_check_simd_env()
 
 from riftco import (
     chat_template,

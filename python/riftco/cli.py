@@ -486,31 +486,45 @@ def _one_line(e: BaseException) -> str:
 
 
 class _PipeSafe:
-    """A text stream whose reader may go away: once a write or flush finds the pipe closed
-    (``riftco post-train ... | head -1``), later output is dropped and the command goes on, so a
-    closed output never ends a run that writes files. Everything else is the wrapped stream's."""
+    """A text stream whose reader may go away or whose file may fail: once a write or flush
+    finds the pipe closed (``riftco post-train ... | head -1``) or the output unwritable (a full
+    device, an I/O error), later output is dropped and the command goes on, so the terminal's
+    side never ends a run that writes files. A stream that was closed before the process started
+    (``>&-``: ``None`` here) drops everything from the start. Everything else is the wrapped
+    stream's."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
-        self.closed_by_reader = False
+        self.dropped = stream is None
 
     def write(self, text: str) -> int:
-        if not self.closed_by_reader:
+        if not self.dropped:
             try:
                 return int(self._stream.write(text))
-            except BrokenPipeError:
-                self._drop()
+            except OSError as e:
+                self._drop(e)
         return len(text)
 
     def flush(self) -> None:
-        if not self.closed_by_reader:
+        if not self.dropped:
             try:
                 self._stream.flush()
-            except BrokenPipeError:
-                self._drop()
+            except OSError as e:
+                self._drop(e)
 
-    def _drop(self) -> None:
-        self.closed_by_reader = True
+    def isatty(self) -> bool:
+        return not self.dropped and bool(self._stream.isatty())
+
+    def _drop(self, error: OSError) -> None:
+        self.dropped = True
+        if not isinstance(error, BrokenPipeError) and sys.stderr is not self:
+            # A reader that went away is normal (``| head``); a failing file is worth a line.
+            name = "standard output" if sys.stdout is self else "standard error"
+            print(
+                f"riftco: warning: {name} failed ({error.strerror or error}); the run goes on "
+                "without printing there",
+                file=sys.stderr,
+            )
         # The interpreter flushes the real stream at exit: point its descriptor at /dev/null
         # so that flush cannot fail (and print "Exception ignored ... BrokenPipeError") either.
         try:
@@ -521,14 +535,17 @@ class _PipeSafe:
             pass
 
     def __getattr__(self, name: str) -> Any:
+        if self._stream is None:
+            raise AttributeError(name)
         return getattr(self._stream, name)
 
 
 def run_cli(main: Callable[[], None], prog: str) -> NoReturn:
     """Runs ``main`` and exits with 0, 2 (bad input) or 130 (interrupted).
 
-    Standard output and error may be closed by their reader (a pipe into ``head``): the command
-    stops printing there and runs to its end (exit 0 when it succeeds), files written as usual.
+    Standard output and error may be closed by their reader (a pipe into ``head``), closed from
+    the start (``>&-``) or fail (a full device): the command stops printing there and runs to its
+    end (exit 0 when it succeeds), files written as usual.
 
     SIGINT is handled the same whichever way the process inherited it (a shell starts a
     background job with SIGINT ignored): the first one interrupts ``main`` (exit 130); later

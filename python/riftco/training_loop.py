@@ -358,6 +358,12 @@ def _restore(
         reason = str(e)
         for named in (f"model state {optimizer_path}: ", f"model state {ck.path}: "):
             reason = reason.removeprefix(named)
+        if isinstance(e, ConfigError):
+            # Read, but its values do not fit this run (names, shapes, non-finite moments).
+            reason = reason.removeprefix("invalid config: ").removeprefix("optimizer state = ")
+            raise ModelStateError(
+                f"the optimizer state {str(optimizer_path)!r} does not fit this run: {reason}"
+            ) from None
         raise ModelStateError(
             f"the optimizer state {str(optimizer_path)!r} cannot be read: {reason}"
         ) from None

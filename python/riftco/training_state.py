@@ -308,5 +308,5 @@ def check_same_math(saved: dict[str, Any], now: dict[str, Any], checkpoint: Path
         raise ConfigError(
             f"cannot resume from {str(checkpoint)!r}: settings that change what the run "
             f"computes differ ({shown}); resume with the checkpoint's settings, or start a new "
-            "run (overwrite) in this folder or another"
+            "run in this folder (--overwrite; overwrite=True in Python) or in another"
         )

@@ -426,6 +426,12 @@ def test_an_unfinished_run_is_not_restarted_without_resume_or_overwrite(
         riftco_cmd(*args), "unfinished run", f"step {step}", "--resume", "--overwrite"
     )
     assert str(out) in line
+    # Another configuration: --resume would not fit, so only --overwrite is offered.
+    line = one_error_line(
+        riftco_cmd(*args, "--lr", "0.5"), f"unfinished pretraining run (last checkpoint at step "
+        f"{step}) of another configuration", "lr", "--overwrite"
+    )
+    assert "--resume" not in line
     # Nothing was touched.
     assert [p.name for p in riftco.training_state.find_checkpoints(out)] == saved
     # The Python stage refuses the same folder with its own names for the options.
@@ -495,3 +501,26 @@ def test_after_a_resume_the_progress_shows_this_runs_activation_peak(
     before, after = peaks(first.stderr), peaks(resumed.stderr)
     assert len(before) == 4 and len(after) == 2, (first.stderr, resumed.stderr)
     assert max(after) < min(before), (before, after)
+    # The closing summary says the same, and says whose peak it is.
+    assert f"peak activation {max(after):.1f} MiB (steps after the resume at 2)" in resumed.stdout
+
+
+@pytest.mark.parametrize("how", ["stdout closed", "stderr closed", "stdout full"])
+def test_a_closed_or_failing_output_from_the_start_does_not_end_a_run(
+    tmp_path: Path, text_file: Path, how: str
+) -> None:
+    """``riftco pretrain ... >&-``, ``2>&-`` and ``>/dev/full``: the run trains to its end and
+    exits 0; a failing file (not a closed pipe) is said once on stderr."""
+    out = tmp_path / "run"
+    redirect = {"stdout closed": ">&-", "stderr closed": "2>&-", "stdout full": ">/dev/full"}[how]
+    command = " ".join(
+        [sys.executable, "-m", "riftco", "pretrain", *TINY_MODEL, *TINY_TRAIN, "--steps", "3",
+         "--no-plots", "--data", str(text_file), "--out", str(out), redirect]
+    )
+    r = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "training_metadata.json").read_text())["complete"] is True
+    if how == "stdout full":
+        assert r.stderr.count("riftco: warning: standard output failed") == 1, r.stderr
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr

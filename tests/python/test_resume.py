@@ -227,8 +227,11 @@ def test_an_optimizer_state_of_other_parameters_is_refused(tmp_path: Path) -> No
         tmp_path / "b" / "checkpoints" / "step-00000008" / "optimizer.safetensors",
         ck / "optimizer.safetensors",
     )
-    with pytest.raises(riftco.ModelStateError, match="optimizer.safetensors"):
+    with pytest.raises(riftco.ModelStateError, match="optimizer.safetensors") as e:
         _run(tmp_path / "a", resume=True)
+    message = str(e.value)
+    assert "does not fit this run" in message and "invalid config" not in message, message
+    assert message.count("optimizer state") == 1, message
 
 
 def test_a_checkpoint_that_cannot_be_written_stops_the_run_and_keeps_the_previous(

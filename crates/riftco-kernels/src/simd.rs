@@ -32,9 +32,8 @@ pub const SIMD_ENV: &str = "RIFTCO_SIMD";
 
 /// Reads `RIFTCO_SIMD` and `RIFTCO_FORCE_SCALAR` into `MODE` and `CAP` (once).
 fn read_env() -> u8 {
-    let scalar_alias = std::env::var("RIFTCO_FORCE_SCALAR")
-        .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes"))
-        .unwrap_or(false);
+    let alias_value = std::env::var("RIFTCO_FORCE_SCALAR").unwrap_or_default();
+    let scalar_alias = matches!(alias_value.trim(), "1" | "true" | "TRUE" | "yes");
     let requested = std::env::var(SIMD_ENV)
         .ok()
         .filter(|v| !v.trim().is_empty());
@@ -46,7 +45,8 @@ fn read_env() -> u8 {
             Ok(Some(level)) => {
                 if scalar_alias && level != SimdLevel::Scalar {
                     let e = format!(
-                        "{SIMD_ENV}={value:?} contradicts RIFTCO_FORCE_SCALAR=1: set one of them"
+                        "{SIMD_ENV}={value:?} contradicts RIFTCO_FORCE_SCALAR={alias_value:?}: \
+                         set one of them"
                     );
                     (2, Some(e))
                 } else if level == SimdLevel::Scalar {

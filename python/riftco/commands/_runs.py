@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from riftco.cli import fail
 from riftco.data import Corpus, CorpusError, check_corpus_fits
@@ -18,8 +18,10 @@ from riftco.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
 __all__ = [
     "check_corpus",
     "check_examples",
+    "activation_peak",
     "check_run_folder",
     "log_later",
+    "print_later",
     "corpus_line",
     "examples_line",
     "log",
@@ -30,13 +32,15 @@ __all__ = [
 _REPORTING_KEYS = frozenset({"log_every", "save_every", "eval_every"})
 
 
-_pending: list[str] = []
+# Lines held back by log_later / print_later: (True for stdout, the line).
+_pending: list[tuple[bool, str]] = []
 
 
 def log(line: str) -> None:
-    """A progress line on stderr (after the lines :func:`log_later` holds back)."""
-    for held in _pending:
-        print(held, file=sys.stderr, flush=True)
+    """A progress line on stderr (after the lines :func:`log_later` and :func:`print_later`
+    hold back)."""
+    for to_stdout, held in _pending:
+        print(held, file=sys.stdout if to_stdout else sys.stderr, flush=True)
     _pending.clear()
     print(line, file=sys.stderr, flush=True)
 
@@ -45,7 +49,25 @@ def log_later(line: str) -> None:
     """A progress line that describes the run (its data, its model), printed before the stage's
     first line: a run refused by the stage's own checks (a folder or a resume that does not
     fit) then reports one error line, with nothing before it."""
-    _pending.append(line)
+    _pending.append((False, line))
+
+
+def print_later(line: str) -> None:
+    """Like :func:`log_later`, for a line of the command's output on stdout (a sample taken
+    before training)."""
+    _pending.append((True, line))
+
+
+def activation_peak(metadata: dict[str, Any]) -> str:
+    """``peak activation X MiB`` of the steps this command ran: after a resume, the steps since
+    it (the earlier ones may have run under another checkpointing policy), said so."""
+    resumes = metadata.get("resumes") or []
+    per_step = (metadata.get("memory_per_step") or {}).get("activation") or []
+    if resumes and len(per_step) > int(resumes[-1]["step"]):
+        since = int(resumes[-1]["step"])
+        peak_mib = max(per_step[since:]) / 2**20
+        return f"peak activation {peak_mib:.1f} MiB (steps after the resume at {since})"
+    return f"peak activation {metadata['peak_memory_bytes'].get('activation', 0) / 2**20:.1f} MiB"
 
 
 def stage_log(line: str) -> None:
@@ -130,15 +152,11 @@ def check_run_folder(out: str | Path, configuration: dict[str, Any], overwrite: 
         return
     path = Path(out)
     step = unfinished_step(path)
-    if step is not None:
-        fail(
-            f"{str(path)!r} holds an unfinished run (last checkpoint at step {step}); run the "
-            "same command with --resume to continue it, or with --overwrite to start it again "
-            "from step 0"
-        )
     meta_path = path / METADATA_FILE
     state = [p for p in (MODEL_STATE_FILE, ADAPTER_DIR) if (path / p).exists()]
     hint = "pass --overwrite to replace it, or --out with another folder"
+    if step is not None and not meta_path.is_file():
+        _refuse_unfinished(path, step)
     if not meta_path.is_file():
         if state:
             fail(f"{str(path)!r} holds {' and '.join(state)} but no {METADATA_FILE}; {hint}")
@@ -154,9 +172,20 @@ def check_run_folder(out: str | Path, configuration: dict[str, Any], overwrite: 
     if "corpus" in old_conf and isinstance(old_conf["corpus"], dict):
         old_conf["corpus"] = old_conf["corpus"].get("description")
     diffs = _differences(old_conf, new)
+    title = stage_title(old.get("stage", "training"))
     if diffs:
         shown = ", ".join(diffs[:4]) + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "")
-        fail(
-            f"{str(path)!r} holds a {stage_title(old.get('stage', 'training'))} run of another configuration "
-            f"({shown}); {hint}"
+        what = f"a {title} run" if step is None else (
+            f"an unfinished {title} run (last checkpoint at step {step})"
         )
+        fail(f"{str(path)!r} holds {what} of another configuration ({shown}); {hint}")
+    if step is not None:
+        _refuse_unfinished(path, step)
+
+
+def _refuse_unfinished(path: Path, step: int) -> NoReturn:
+    """The one error line for a folder holding an unfinished run of the same configuration."""
+    fail(
+        f"{str(path)!r} holds an unfinished run (last checkpoint at step {step}); run the same "
+        "command with --resume to continue it, or with --overwrite to start it again from step 0"
+    )

@@ -50,9 +50,20 @@ def collect() -> dict[str, Any]:
         "kernel_threads": riftco.num_threads(),
         "kernel_threads_from": _threads_from(threads_env, riftco.num_threads()),
         "simd_level": riftco.simd_level(),
+        "simd_level_from": _simd_from(),
         "devices": riftco.devices(),
         "matplotlib": matplotlib is not None,
     }
+
+
+def _simd_from() -> str:
+    """Why the SIMD level is the one it is: forced by the environment, or the CPU's best."""
+    requested = os.environ.get("RIFTCO_SIMD", "").strip()
+    if requested and requested.lower() != "auto":
+        return f"forced by RIFTCO_SIMD={requested}"
+    if os.environ.get("RIFTCO_FORCE_SCALAR", "").strip() in ("1", "true", "TRUE", "yes"):
+        return "forced by RIFTCO_FORCE_SCALAR"
+    return "the CPU's best; RIFTCO_SIMD=scalar|avx2|avx512|neon forces one the CPU has"
 
 
 def run(args: argparse.Namespace, prog: str = "riftco info") -> None:
@@ -64,8 +75,8 @@ def run(args: argparse.Namespace, prog: str = "riftco info") -> None:
     print(f"riftco {facts['riftco_version']} on {facts['python']} ({facts['executable']})")
     print(f"kernel threads: {facts['kernel_threads']} ({facts['kernel_threads_from']})")
     print(
-        f"SIMD level: {facts['simd_level']} (losses are bitwise reproducible on one SIMD level, "
-        "not across levels)"
+        f"SIMD level: {facts['simd_level']} ({facts['simd_level_from']}; losses are bitwise "
+        "reproducible on one SIMD level, not across levels)"
     )
     for d in facts["devices"]:
         if not d["available"]:

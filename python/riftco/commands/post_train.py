@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal
 
 import riftco
@@ -39,6 +40,7 @@ from riftco.commands._runs import (
     examples_line,
     log,
     log_later,
+    print_later,
     stage_log,
 )
 from riftco.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
@@ -409,8 +411,10 @@ def _train(
     def sample(when: str) -> None:
         if rank:
             return
+        # The sample before training is printed once the stage has started (its checks passed).
+        say: Callable[[str], None] = print_later if when == "before" else print
         if held_out is not None:
-            print(f"--- answers to held-out prompts {when} post-training ---")
+            say(f"--- answers to held-out prompts {when} post-training ---")
             got = answer_samples(
                 model,
                 held_out,
@@ -423,10 +427,10 @@ def _train(
                 seed=args.seed,
             )
             for s in got:
-                print(f"{s['prompt']}{s['generated']}\n    (reference: {s['reference']})")
+                say(f"{s['prompt']}{s['generated']}\n    (reference: {s['reference']})")
                 chat_samples.append({"when": when, **s})
             return
-        print(f"--- sample {when} post-training ---")
+        say(f"--- sample {when} post-training ---")
         if tokenizer is not None:
             ids = tokenizer.encode(riftco.decode_bytes(prompt)).ids
             room = int(model.config.max_seq_len) - len(ids) + 1
@@ -438,12 +442,12 @@ def _train(
                 top_k=args.top_k,
                 seed=args.seed,
             )
-            print(tokenizer.decode(ids + new))
+            say(tokenizer.decode(ids + new))
             return
         text = riftco.generate(
             model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
         )
-        print(riftco.decode_bytes(prompt + text))
+        say(riftco.decode_bytes(prompt + text))
 
     sample("before")
     metadata = riftco.run_post_training(

@@ -29,6 +29,7 @@ from riftco.cli import (
     start_data_parallel,
 )
 from riftco.commands._runs import (
+    activation_peak,
     check_corpus,
     check_run_folder,
     corpus_line,
@@ -284,12 +285,11 @@ def _train(
     )
     if rank:
         return  # rank 0 reports and samples
-    peak_mib = metadata["peak_memory_bytes"].get("activation", 0) / 2**20
     print(
         f"final loss {metadata['final_loss']:.4f} (uniform baseline ln 256 = "
         f"{riftco.stages.UNIFORM_BASELINE_LOSS:.4f}); validation loss "
         f"{metadata['validation_loss_before']:.4f} -> {metadata['validation_loss_after']:.4f}; "
-        f"{metadata['tokens_per_s']:,.0f} tokens/s; peak activation {peak_mib:.1f} MiB; "
+        f"{metadata['tokens_per_s']:,.0f} tokens/s; {activation_peak(metadata)}; "
         f"{metadata['wall_time_s']:.1f} s"
     )
     print(
