@@ -172,10 +172,17 @@ def _resume_checkpoint(
     return read_checkpoint(found[-1])
 
 
-def _clear_checkpoints(out: Path, overwrite: bool) -> None:
-    """With ``overwrite``, removes the replaced run's checkpoints: they must never be resumed
-    into the new run. Otherwise removes the checkpoint temporaries of killed processes."""
+def _clear_checkpoints(out: Path, overwrite: bool, writes_adapter: bool = False) -> None:
+    """With ``overwrite``, removes the replaced run's checkpoints (they must never be resumed
+    into the new run) and, when the new run writes whole weights (not ``writes_adapter``), the
+    replaced run's LoRA ``adapter/`` folder, which would otherwise sit beside the new weights as
+    if it belonged to them. A replaced run's weights are never removed: a LoRA run's base may be
+    those very files. Without ``overwrite``, removes the checkpoint temporaries of killed
+    processes."""
     if overwrite and (out / CHECKPOINTS_DIR).exists():
         shutil.rmtree(out / CHECKPOINTS_DIR)
     else:
         remove_stale_temporaries(out / CHECKPOINTS_DIR)
+    adapter = out / ADAPTER_DIR
+    if overwrite and not writes_adapter and (adapter / ADAPTER_CONFIG).is_file():
+        shutil.rmtree(adapter)

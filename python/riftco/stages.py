@@ -540,7 +540,7 @@ def run_post_training(
         model.activation_checkpointing_plan(cfg.batch_size, cfg.seq_len)
         out = prepare_out_dir(out_dir)
         if _writes_files(cfg):
-            _clear_checkpoints(out, overwrite)
+            _clear_checkpoints(out, overwrite, writes_adapter=cfg.fine_tuning_method == "lora")
     except BaseException:
         if undo is not None:
             undo()

@@ -524,3 +524,22 @@ def test_a_closed_or_failing_output_from_the_start_does_not_end_a_run(
     if how == "stdout full":
         assert r.stderr.count("riftco: warning: standard output failed") == 1, r.stderr
     assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
+
+
+def test_overwrite_with_whole_weights_removes_the_replaced_runs_adapter(
+    tmp_path: Path, pretrained: Path
+) -> None:
+    """A LoRA run replaced (--overwrite) by a full fine-tuning run: its adapter/ does not stay
+    beside the new weights. The base model's own folder is never touched."""
+    out = tmp_path / "tuned"
+    common: list[str | Path] = [
+        "post-train", "--model", pretrained, "--batch-size", "2", "--seq-len", "16", "--steps",
+        "2", "--no-progress", "--no-plots", "--sample-tokens", "4", "--out", out,
+    ]
+    r = riftco_cmd(*common)
+    assert r.returncode == 0, r.stderr
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    r = riftco_cmd(*common, "--fine-tuning-method", "full", "--lr", "1e-4", "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert not (out / "adapter").exists()
+    assert (out / "model.safetensors").is_file() and (pretrained / "model.safetensors").is_file()
