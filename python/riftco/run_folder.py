@@ -22,6 +22,7 @@ from riftco.training_state import (
     CHECKPOINTS_DIR,
     TRAINER_STATE_FILE,
     Checkpoint,
+    checkpoint_step,
     find_checkpoints,
     read_checkpoint,
     remove_stale_temporaries,
@@ -105,8 +106,7 @@ def unfinished_step(out: Path) -> int | None:
         meta = None
     if isinstance(meta, dict) and meta.get("complete") is True:
         return None
-    match = found[-1].name.rsplit("-", 1)[-1]
-    return int(match) if match.isdigit() else None
+    return checkpoint_step(found[-1])
 
 
 def _resume_checkpoint(

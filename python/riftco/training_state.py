@@ -119,6 +119,13 @@ def remove_stale_temporaries(checkpoints: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
+def checkpoint_step(folder: Path) -> int | None:
+    """The step a checkpoint folder's name holds (``step-00000508``: 508), ``None`` for another
+    name."""
+    m = _STEP_DIR.match(folder.name)
+    return int(m.group(1)) if m else None
+
+
 def find_checkpoints(run_dir: Path) -> list[Path]:
     """The complete checkpoint folders of ``run_dir``, oldest first."""
     root = run_dir / CHECKPOINTS_DIR
@@ -128,9 +135,9 @@ def find_checkpoints(run_dir: Path) -> list[Path]:
         return []
     steps = []
     for entry in entries:
-        m = _STEP_DIR.match(entry.name)
-        if m and entry.is_dir():
-            steps.append((int(m.group(1)), entry))
+        step = checkpoint_step(entry)
+        if step is not None and entry.is_dir():
+            steps.append((step, entry))
     return [p for _, p in sorted(steps)]
 
 

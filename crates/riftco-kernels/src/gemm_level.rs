@@ -62,59 +62,58 @@ pub(crate) unsafe fn gemm(p: Product, parallelism: Parallelism) {
     } else {
         p
     };
-    // SAFETY: forwarded from the caller; each arm runs only where its level was detected.
+    let level = crate::simd::current_level();
+    // SAFETY: forwarded from the caller; each level's kernels run only where `try_new` detected
+    // its instruction set. A level whose gemm type is not detected falls to the next one below.
     unsafe {
-        match crate::simd::current_level() {
-            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-            SimdLevel::Avx512 => {
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        {
+            use gemm_f32::microkernel::{avx512f::f32 as v4, fma::f32 as v3};
+            if level == SimdLevel::Avx512 {
                 if let Some(simd) = gemm_common::simd::V4::try_new() {
-                    use gemm_f32::microkernel::avx512f::f32 as k;
                     return run::<
                         _,
                         16,
-                        { k::MR_DIV_N * 16 },
-                        { k::NR },
-                        { k::MR_DIV_N },
-                        { k::H_M },
-                        { k::H_N },
-                    >(simd, p, &k::UKR, &k::H_UKR, parallelism);
+                        { v4::MR_DIV_N * 16 },
+                        { v4::NR },
+                        { v4::MR_DIV_N },
+                        { v4::H_M },
+                        { v4::H_N },
+                    >(simd, p, &v4::UKR, &v4::H_UKR, parallelism);
                 }
             }
-            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-            SimdLevel::Avx2 => {
+            if matches!(level, SimdLevel::Avx512 | SimdLevel::Avx2) {
                 if let Some(simd) = gemm_common::simd::V3::try_new() {
-                    use gemm_f32::microkernel::fma::f32 as k;
                     return run::<
                         _,
                         8,
-                        { k::MR_DIV_N * 8 },
-                        { k::NR },
-                        { k::MR_DIV_N },
-                        { k::H_M },
-                        { k::H_N },
-                    >(simd, p, &k::UKR, &k::H_UKR, parallelism);
+                        { v3::MR_DIV_N * 8 },
+                        { v3::NR },
+                        { v3::MR_DIV_N },
+                        { v3::H_M },
+                        { v3::H_N },
+                    >(simd, p, &v3::UKR, &v3::H_UKR, parallelism);
                 }
             }
-            #[cfg(target_arch = "aarch64")]
-            SimdLevel::Neon => {
-                use gemm_f32::microkernel::neon::f32 as k;
-                return run::<
-                    _,
-                    4,
-                    { k::MR_DIV_N * 4 },
-                    { k::NR },
-                    { k::MR_DIV_N },
-                    { k::H_M },
-                    { k::H_N },
-                >(
-                    gemm_common::simd::Scalar,
-                    p,
-                    &k::UKR,
-                    &k::H_UKR,
-                    parallelism,
-                );
-            }
-            _ => {}
+        }
+        #[cfg(target_arch = "aarch64")]
+        if level == SimdLevel::Neon {
+            use gemm_f32::microkernel::neon::f32 as k;
+            return run::<
+                _,
+                4,
+                { k::MR_DIV_N * 4 },
+                { k::NR },
+                { k::MR_DIV_N },
+                { k::H_M },
+                { k::H_N },
+            >(
+                gemm_common::simd::Scalar,
+                p,
+                &k::UKR,
+                &k::H_UKR,
+                parallelism,
+            );
         }
         use gemm_f32::microkernel::scalar::f32 as k;
         run::<_, 1, { k::MR_DIV_N }, { k::NR }, { k::MR_DIV_N }, { k::H_M }, { k::H_N }>(
