@@ -33,11 +33,13 @@ abort the whole job (``MPI_Abort``), so no rank waits forever.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import importlib
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -151,6 +153,42 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str:
     return f"{path or 'value'}: {a!r} against {b!r}"
 
 
+def _wait_until_read(stream: Any, limit_s: float = 2.0) -> None:
+    """Waits (at most ``limit_s``) until the reader of ``stream``'s pipe or socket has taken
+    everything written to it.
+
+    The launcher (MPICH's Hydra) forwards a rank's stderr through a pipe to its proxy, and the
+    abort through another channel: under load the proxy can act on the abort first and kill
+    the job with the message still in the pipe, so the one line saying why the job ended is
+    lost. Waiting for the pipe to drain (``FIONREAD``: bytes not yet read; ``TIOCOUTQ``: bytes
+    not yet sent on a socket) before ``MPI_Abort`` keeps it. A terminal or a file returns at
+    once."""
+    try:
+        import fcntl
+        import termios
+
+        fd = stream.fileno()
+        mode = os.fstat(fd).st_mode
+    except (ImportError, AttributeError, OSError, ValueError):
+        return
+    if stat.S_ISFIFO(mode):
+        request = termios.FIONREAD
+    elif stat.S_ISSOCK(mode):
+        request = termios.TIOCOUTQ
+    else:
+        return
+    deadline = time.monotonic() + limit_s
+    pending = array.array("i", [0])
+    while time.monotonic() < deadline:
+        try:
+            fcntl.ioctl(fd, request, pending)
+        except OSError:
+            return
+        if pending[0] == 0:
+            return
+        time.sleep(0.005)
+
+
 class ProcessGroup:
     """The ranks of one job (``MPI.COMM_WORLD``), with watched collectives.
 
@@ -211,6 +249,7 @@ class ProcessGroup:
         # The process's own stderr: a command's ranks other than 0 silence sys.stderr.
         stream = sys.__stderr__ or sys.stderr
         print(f"riftco: error: {message}", file=stream, flush=True)
+        _wait_until_read(stream)
         try:
             self.comm.Abort(code)
         finally:

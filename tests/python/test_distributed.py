@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -414,3 +415,23 @@ def test_loss_weights_make_the_mean_over_the_global_batch() -> None:
     labels[1, 0] = 1  # the first column is never a target (shifted labels)
     assert riftco.distributed.target_count((np.zeros((2, 5)), labels)) == 3
     assert riftco.distributed.target_count(np.zeros((4, 17), np.int64)) == 64
+
+
+def test_an_abort_message_waits_until_the_launcher_has_read_it() -> None:
+    """Hydra can act on MPI_Abort before its proxy has read the rank's last stderr line; the
+    abort waits (boundedly) for the pipe to drain so the message reaches the user."""
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(write_fd, "w") as writer, os.fdopen(read_fd, "rb", buffering=0) as reader:
+        writer.write("riftco: error: why\n")
+        writer.flush()
+        started = time.monotonic()
+        riftco.distributed._wait_until_read(writer, limit_s=0.3)  # nobody reads: the limit
+        assert time.monotonic() - started >= 0.3
+        threading.Timer(0.1, reader.read, args=(19,)).start()
+        started = time.monotonic()
+        riftco.distributed._wait_until_read(writer, limit_s=30)  # returns once it is read
+        assert time.monotonic() - started < 10
+    with open(os.devnull, "w") as plain:  # not a pipe or socket: at once
+        started = time.monotonic()
+        riftco.distributed._wait_until_read(plain, limit_s=30)
+        assert time.monotonic() - started < 10
