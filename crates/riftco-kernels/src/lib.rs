@@ -20,6 +20,7 @@ pub mod linear_loss;
 pub mod loss;
 pub mod map;
 pub mod matmul;
+mod matvec;
 pub mod norm;
 mod par;
 pub mod philox;

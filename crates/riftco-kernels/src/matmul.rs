@@ -5,11 +5,14 @@
 //! `op(A) = Aᵀ` means `A` is stored `[k, m]`; likewise for `B`. These are the four variants the
 //! backward passes need (`dA = dC·Bᵀ`, `dB = Aᵀ·dC`). Work runs on the kernel thread pool; `gemm`
 //! splits the output into blocks and reduces each block's `k` axis in a fixed order, so results
-//! do not depend on the thread count.
+//! do not depend on the thread count. A one-row product against a weight stored `[n, k]` (a linear
+//! layer on one token, the decode shape) takes a matrix-vector path instead (`matvec`): one dot
+//! product per contiguous row, so the weight is streamed once.
 
 use gemm_common::Parallelism;
 
 use crate::gemm_level::{self, Product};
+use crate::matvec::matvec_rows;
 
 /// Sizes and transposition flags of one product `C[m, n] (+)= op(A)[m, k] · op(B)[k, n]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,6 +177,13 @@ fn gemm_run(
                 c[row * ld.c..row * ld.c + n].fill(0.0);
             }
         }
+        return;
+    }
+    if m == 1 && !spec.trans_a && spec.trans_b {
+        // One row against a weight stored [n, k]: the decode shape, memory-bound. A dot product
+        // per contiguous row of B streams it once (GEMM would pack it first).
+        let parallel = !matches!(parallelism, Parallelism::None);
+        matvec_rows(&a[..k], b, ld.b, &mut c[..n], spec.accumulate, parallel);
         return;
     }
     // Row-major A[m,k]: column stride 1, row stride lda. Transposed (stored [k,m]): cs = lda,

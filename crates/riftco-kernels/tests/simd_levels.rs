@@ -98,6 +98,11 @@ fn products_at_the_best_level_are_the_gemm_crates() {
     assert_eq!(simd::current_level(), best);
     for &(m, n, k) in &SHAPES {
         for trans_b in [false, true] {
+            if m == 1 && trans_b {
+                // One row against a weight stored [n, k] takes riftco's matrix-vector path
+                // (matvec.rs, tested there), not gemm's.
+                continue;
+            }
             for acc in [false, true] {
                 assert_eq!(
                     product(m, k, n, trans_b, acc),
