@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares a fresh or existing checkout: a virtual environment in .venv with the build and test
-# dependencies (the extras test, plot, examples, docs, chat and mpi of pyproject.toml), and the
+# dependencies (the extras test, plot, examples, docs, chat, mpi, hf and gguf of pyproject.toml), and the
 # riftco package built in release mode and installed into it.
 # Idempotent: each step is skipped when what it would install is already there and unchanged.
 set -euo pipefail
@@ -16,7 +16,7 @@ PY_DEPS=(
     "maturin>=1.9,<2"
     "pip>=23"
 )
-EXTRAS=test,plot,examples,docs,chat,mpi
+EXTRAS=test,plot,examples,docs,chat,mpi,hf,gguf
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 # Runs a command and logs how long it took (whole seconds).

@@ -29,6 +29,9 @@ this package is its Python front:
 - instruction/chat data: :mod:`riftco.instruct` (``load_rows``, ``build_examples``: JSON Lines
   rows tokenized with the loss on the answers) and :mod:`riftco.chat_template` (a model
   folder's Jinja2 chat template, rendered as transformers does);
+- GGUF files (llama.cpp): ``load_model("file.gguf")`` loads a ``llama`` one;
+  ``read_gguf_metadata``, ``gguf_tensor_infos`` and ``read_gguf_tensor`` (dequantized to
+  float32) read any;
 - exceptions rooted at ``RiftcoError`` (input errors also subclass ``ValueError``, state and
   device errors ``RuntimeError``, ``OutOfMemoryError`` the builtin ``MemoryError``).
 """
@@ -62,6 +65,7 @@ from riftco._native import (
     devices,
     empty_cache,
     get_rng_state,
+    gguf_tensor_infos,
     manual_seed,
     matmul,
     memory_stats,
@@ -71,6 +75,8 @@ from riftco._native import (
     parse_activation_checkpointing,
     parse_byte_size,
     peak_memory_breakdown,
+    read_gguf_metadata,
+    read_gguf_tensor,
     reset_peak_memory_stats,
     set_rng_state,
     simd_level,
@@ -169,6 +175,7 @@ __all__ = [
     "enable_grad",
     "functional",
     "get_rng_state",
+    "gguf_tensor_infos",
     "instruct",
     "instruct_corpus",
     "is_grad_enabled",
@@ -185,6 +192,8 @@ __all__ = [
     "parse_activation_checkpointing",
     "parse_byte_size",
     "peak_memory_breakdown",
+    "read_gguf_metadata",
+    "read_gguf_tensor",
     "reset_peak_memory_stats",
     "set_grad_enabled",
     "set_rng_state",

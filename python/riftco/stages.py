@@ -328,7 +328,9 @@ def load_model(
 ) -> DecoderOnlyTransformer:
     """Loads ``model.safetensors`` from a stage output folder, a plain Hugging Face Llama model
     folder (``config.json`` with ``model.safetensors`` or a sharded
-    ``model.safetensors.index.json``; F32, BF16 or F16 tensors), or a given file.
+    ``model.safetensors.index.json``; F32, BF16 or F16 tensors), or a given file: safetensors,
+    or a GGUF file (llama.cpp) of the ``llama`` architecture, dequantized to float32 (see
+    ``DecoderOnlyTransformer.load`` and docs/gguf.md).
 
     ``attention``, ``activation_checkpointing``, ``activation_memory_budget`` and
     ``determinism_check`` (``"off"``, ``"metadata"`` or ``"values"``) are those of

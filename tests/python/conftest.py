@@ -19,6 +19,7 @@ NUMERICS_MODULES = frozenset(
         "test_distributed",
         "test_dropout",
         "test_frozen_dtype",
+        "test_gguf",
         "test_gqa_tied",
         "test_lean_backward",
         "test_ops_math",

@@ -58,8 +58,10 @@ pub unsafe extern "C" fn rt_model_save(model: *const rt_model, path: *const c_ch
     })
 }
 
-/// Loads a model saved by rt_model_save (or a Hugging Face Llama safetensors file with its
-/// config). `attention` (an rt_attention_kind) and `activation_checkpointing` (an
+/// Loads a model saved by rt_model_save, a Hugging Face Llama safetensors file with its
+/// config, or a GGUF file (llama.cpp) of the llama architecture (a .gguf name or the magic
+/// "GGUF": config from its metadata, tensors dequantized to f32 bitwise as llama.cpp's
+/// reference). `attention` (an rt_attention_kind) and `activation_checkpointing` (an
 /// rt_activation_checkpointing without parameters: DISABLED, TRANSFORMER_BLOCK or AUTO) are
 /// chosen by the caller: they are not part of the state.
 /// `*out` receives a new handle owned by the caller (NULL on failure).
@@ -67,7 +69,8 @@ pub unsafe extern "C" fn rt_model_save(model: *const rt_model, path: *const c_ch
 /// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING, RT_ERROR_INVALID_ENUM, RT_ERROR_IO
 /// (unreadable file, a directory), RT_ERROR_FORMAT (truncated or malformed file, a path that is
 /// not a regular file such as a FIFO or /dev/zero, missing or unknown tensors, wrong dtypes or
-/// shapes, invalid config; the message names the tensor).
+/// shapes, invalid config; for GGUF also another architecture, a tensor type riftco does not
+/// dequantize, a missing metadata key; the message names the tensor, the key or the field).
 #[no_mangle]
 pub unsafe extern "C" fn rt_model_load(
     path: *const c_char,

@@ -5,6 +5,9 @@
 //! every kernel, matrix products included, dispatches at run time to AVX-512, AVX2+FMA, NEON or
 //! a scalar fallback. `RIFTCO_SIMD=scalar|avx2|avx512|neon` forces one level the CPU supports
 //! (see [`simd`]), so every level's results can be tested on one machine.
+//!
+//! [`quant`] reads llama.cpp's block formats (GGUF tensor types) into `f32`, bitwise as the
+//! reference dequantization does, at every level.
 
 pub mod adam;
 pub mod attention;
@@ -24,6 +27,7 @@ mod matvec;
 pub mod norm;
 mod par;
 pub mod philox;
+pub mod quant;
 pub mod reduce;
 pub mod rope;
 pub mod simd;

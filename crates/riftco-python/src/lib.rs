@@ -13,6 +13,7 @@
 //!   discovery.
 //! - `config`, `model`: `TransformerConfig`, `DecoderOnlyTransformer`, `DecodeSession`;
 //!   `policy`: activation-checkpointing policy arguments, plans as dicts, the policy tables.
+//! - `gguf`: GGUF metadata, tensor infos and dequantized tensors (`read_gguf_metadata`, ...).
 //! - `optim`: `Adam`, `AdamW`; `memory`: `memory_stats()`; `kernels`: raw kernels on NumPy;
 //!   `devices`: the test backend switch.
 
@@ -29,6 +30,7 @@ mod errors;
 mod functional;
 mod functional_layout;
 mod functional_math;
+mod gguf;
 mod grad_mode;
 mod kernels;
 mod memory;
@@ -58,6 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     rng::register(m)?;
     config::register(m)?;
     model::register(m)?;
+    gguf::register(m)?;
     policy::register(m)?;
     optim::register(m)?;
     memory::register(m)?;

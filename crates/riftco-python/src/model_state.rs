@@ -54,13 +54,19 @@ impl PyModel {
         compute(py, || save_model_as(&self.read(), &path, dtype))
     }
 
-    /// Loads a model saved by ``save()``, or a Hugging Face Llama checkpoint (``config.json``
-    /// beside the weights).
+    /// Loads a model saved by ``save()``, a Hugging Face Llama checkpoint (``config.json``
+    /// beside the weights), or a GGUF file (llama.cpp) of the ``llama`` architecture.
     ///
     /// Args:
     ///     path: the ``.safetensors`` file, or the ``model.safetensors.index.json`` of a sharded
     ///         folder (every shard it names is read). F32, BF16 and F16 tensors are read,
-    ///         converted to f32 exactly.
+    ///         converted to f32 exactly. Or a ``.gguf`` file (or any file starting with the
+    ///         magic ``GGUF``): the config comes from its metadata (``llama.*`` keys; the LM
+    ///         head is tied when the file has no ``output.weight``), every tensor is
+    ///         dequantized to float32 bitwise as llama.cpp's reference (F32, F16, BF16, Q8_0,
+    ///         Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), one tensor at a time, and
+    ///         the rows of the Q and K projections that llama.cpp's converter permutes are put
+    ///         back in Hugging Face order.
     ///     attention: ``"flash"`` or ``"materialized"``.
     ///     activation_checkpointing: any policy form the constructor accepts (the file records
     ///         none).
@@ -77,7 +83,8 @@ impl PyModel {
     ///
     /// Raises:
     ///     ModelStateError: for a truncated, corrupt or mismatching file (names, shapes, a dtype
-    ///         other than F32/BF16/F16), a bad shard index (a missing shard, a tensor mapped
+    ///         other than F32/BF16/F16; for GGUF: another architecture, a tensor type not
+    ///         listed above, a missing metadata key, each named), a bad shard index (a missing shard, a tensor mapped
     ///         twice or not where the index says, a shard path leaving the folder),
     ///         an invalid declared config, or a path that is not a regular file (a FIFO, a
     ///         device such as ``/dev/zero``, a socket).
@@ -134,8 +141,8 @@ impl PyModel {
         Ok(Self::wrap(model))
     }
 
-    /// Overwrites the base weights in place from a file saved by ``save()`` with the same
-    /// architecture. Graphs recorded before become stale.
+    /// Overwrites the base weights in place from a file saved by ``save()`` (or a GGUF file,
+    /// as ``load``) with the same architecture. Graphs recorded before become stale.
     ///
     /// Raises:
     ///     ModelStateError: for a bad file or another architecture.

@@ -9,7 +9,8 @@
 //! - [`DecodeSession`]: incremental `decode_token()` with a per-layer K/V cache; never
 //!   checkpointed, builds no graph.
 //! - [`layout`]: the parameter table (Hugging Face names, shapes, roles, init, LoRA targets).
-//! - [`state`]: model state and LoRA adapters as safetensors (Hugging Face Llama / PEFT names).
+//! - [`state`]: model state and LoRA adapters as safetensors (Hugging Face Llama / PEFT names);
+//!   GGUF files (llama.cpp) read, and loaded for the `llama` architecture.
 
 pub mod block;
 pub mod checkpointing;

@@ -1,6 +1,8 @@
-//! The loaders against mutated model and adapter folders: a fixed budget of deterministic
-//! mutations (seeded; bit flips, truncations, byte edits, header-length and header-JSON edits,
-//! config field edits, splices) of the fuzz corpus in `fuzz/corpus/load_model/`, each through
+//! The loaders against mutated model and adapter folders and GGUF files: a fixed budget of
+//! deterministic mutations (seeded; bit flips, truncations, byte edits, header-length and
+//! header-JSON edits, config field edits, splices; for GGUF, counts, lengths, types, dimensions
+//! and offsets overwritten with extreme values) of the fuzz corpus in
+//! `fuzz/corpus/load_model/`, each through
 //! every loader ([`harness::run_case`]: `Ok` or a clear error, never a panic or an abort), in a
 //! child process under a memory limit and a timeout (`limited`). The same harness runs under
 //! `cargo +nightly fuzz run load_model` (see `fuzz/README.md`).
@@ -12,9 +14,13 @@
 mod harness;
 mod limited;
 
-use harness::{base_config, base_model, encode, run_case, ADAPTER, MODEL};
+use harness::gguf::{self, as_f32, llama_file};
+use harness::{base_config, base_model, encode, run_case, ADAPTER, GGUF, MODEL};
 use limited::limited;
-use riftco_transformer::{save_lora_adapter, save_model, LoraConfig, LoraTargets};
+use riftco_transformer::{
+    save_lora_adapter, save_model, ActivationCheckpointingKind as Ck, DecoderOnlyTransformer,
+    FullSequenceAttentionKind as Attn, LoraConfig, LoraTargets, TransformerConfig,
+};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -78,6 +84,24 @@ fn build_corpus() -> Vec<(&'static str, Vec<u8>)> {
     };
     let (a2, c2) = adapter(2, false, "a2");
     let (a4, c4) = adapter(4, true, "a4");
+    // The base model as llama.cpp's converter writes it, and a d_model-32 model with a tensor
+    // of each block type small enough (Q8_0, Q4_0, BF16, F16, F32).
+    let gguf_f32 = llama_file(&base_model(), as_f32);
+    let mut c = TransformerConfig::new(16, 32, 2, 1, 32, 8);
+    c.n_kv_heads = 1;
+    c.tie_word_embeddings = true;
+    let quantized = llama_file(
+        &DecoderOnlyTransformer::new(c, Attn::Flash, Ck::Disabled).unwrap(),
+        |name, ne, v| match name {
+            "token_embd.weight" | "blk.0.attn_k.weight" | "blk.0.attn_output.weight" => {
+                (gguf::Q8_0, quantize_q8_0(v))
+            }
+            "blk.0.attn_v.weight" | "blk.0.ffn_norm.weight" => (gguf::BF16, bf16_bytes(v)),
+            "blk.0.attn_norm.weight" => (gguf::F16, f16_bytes(v)),
+            "output_norm.weight" => as_f32(name, ne, v),
+            _ => (gguf::Q4_0, quantize_q4_0(v)),
+        },
+    );
     vec![
         ("model_riftco", encode(MODEL, &state, &config)),
         (
@@ -93,7 +117,54 @@ fn build_corpus() -> Vec<(&'static str, Vec<u8>)> {
                 &c4,
             ),
         ),
+        ("gguf_llama_f32", encode(GGUF, &gguf_f32, &[])),
+        ("gguf_llama_quantized", encode(GGUF, &quantized, &[])),
     ]
+}
+
+fn f16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
+        .collect()
+}
+
+fn bf16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes())
+        .collect()
+}
+
+/// Q8_0 blocks of 32: an f16 scale `max|x| / 127` and the values over it, rounded.
+fn quantize_q8_0(v: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for block in v.chunks_exact(32) {
+        let d = block.iter().fold(0f32, |m, x| m.max(x.abs())) / 127.0;
+        out.extend(half::f16::from_f32(d).to_bits().to_le_bytes());
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+        out.extend(
+            block
+                .iter()
+                .map(|x| (x * id).round().clamp(-127.0, 127.0) as i8 as u8),
+        );
+    }
+    out
+}
+
+/// Q4_0 blocks of 32: an f16 scale `m / -8` (`m` the value of largest magnitude) and nibbles
+/// `x / d + 8`, element `j` low and `j + 16` high.
+fn quantize_q4_0(v: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for block in v.chunks_exact(32) {
+        let m = block
+            .iter()
+            .fold(0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
+        let d = m / -8.0;
+        out.extend(half::f16::from_f32(d).to_bits().to_le_bytes());
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+        let q = |x: f32| ((x * id + 8.5) as i32).clamp(0, 15) as u8;
+        out.extend((0..16).map(|j| q(block[j]) | (q(block[j + 16]) << 4)));
+    }
+    out
 }
 
 fn read_corpus() -> Vec<Vec<u8>> {
@@ -117,8 +188,8 @@ fn corpus_is_valid_and_loads() {
     let corpus = read_corpus();
     assert_eq!(
         corpus.len(),
-        4,
-        "the corpus has the four folders of build_corpus"
+        6,
+        "the corpus has the four folders and two GGUF files of build_corpus"
     );
     let dir = scratch("valid");
     for (i, case) in corpus.iter().enumerate() {
@@ -203,8 +274,45 @@ fn with_header(file: &[u8], old_len: usize, text: &str) -> Vec<u8> {
     out
 }
 
-/// One mutation of the folder `(first, second)`; returns its name.
-fn mutate(rng: &mut Rng, first: &mut Vec<u8>, second: &mut Vec<u8>) -> &'static str {
+/// Values a crafted GGUF file would put in a count, length, type, dimension or offset.
+const GGUF_NUMBERS: [u64; 12] = [
+    0,
+    1,
+    3,
+    13,
+    31,
+    33,
+    99,
+    1 << 31,
+    1 << 32,
+    1 << 40,
+    1 << 63,
+    u64::MAX,
+];
+
+/// A GGUF-specific mutation of `file`: a little-endian `u32` or `u64` at a 4-aligned offset of
+/// the header part (counts, string lengths, value types, dimensions, tensor types, offsets)
+/// overwritten with one of [`GGUF_NUMBERS`].
+fn mutate_gguf(rng: &mut Rng, file: &mut [u8]) -> &'static str {
+    let header = file.len().min(2048);
+    if header < 8 {
+        return "gguf number (too short)";
+    }
+    let at = rng.below(header / 4) * 4;
+    let v = *rng.pick(&GGUF_NUMBERS);
+    if rng.below(2) == 0 && at + 8 <= file.len() {
+        file[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    } else if at + 4 <= file.len() {
+        file[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
+    }
+    "gguf number"
+}
+
+/// One mutation of the folder `(first, second)` of kind `kind`; returns its name.
+fn mutate(rng: &mut Rng, kind: u8, first: &mut Vec<u8>, second: &mut Vec<u8>) -> &'static str {
+    if kind == GGUF && rng.below(2) == 0 {
+        return mutate_gguf(rng, first);
+    }
     let target_second = rng.below(4) == 0;
     match rng.below(9) {
         0 => {
@@ -323,7 +431,7 @@ fn mutated_folders_load_or_fail_clearly() {
             let (mut first, mut second) = (first.to_vec(), second.to_vec());
             let mut names = Vec::new();
             for _ in 0..=rng.below(3) {
-                names.push(mutate(&mut rng, &mut first, &mut second));
+                names.push(mutate(&mut rng, kind, &mut first, &mut second));
             }
             let mutated = encode(kind, &first, &second);
             let result = std::panic::catch_unwind(|| run_case(&dir, &mutated));

@@ -68,6 +68,9 @@ __all__ = [
     "empty_cache",
     "peak_memory_breakdown",
     "reset_peak_memory_stats",
+    "read_gguf_metadata",
+    "gguf_tensor_infos",
+    "read_gguf_tensor",
 ]
 
 __version__: str
@@ -230,6 +233,16 @@ def peak_memory_breakdown(device: str = "cpu") -> dict[str, int]:
     the last reset): keys ``parameter``, ``gradient``, ``optimizer_state``, ``activation``,
     ``workspace``; they sum to the total peak."""
 
+def read_gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every metadata key of a GGUF file with its value (int, float, bool, str, or a list of
+    them, nested for arrays of arrays); ``ModelStateError`` naming the field for a malformed
+    header."""
+def gguf_tensor_infos(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """One dict per tensor of a GGUF file: ``name``, ``type`` (GGML type name), ``shape``
+    (NumPy order), ``n_bytes``, ``data_offset`` (in the file)."""
+def read_gguf_tensor(path: str | os.PathLike[str], name: str) -> npt.NDArray[np.float32]:
+    """Tensor ``name`` of a GGUF file dequantized to float32 (bitwise as
+    ``gguf.quants.dequantize``), shape in NumPy order, rows as stored."""
 def reset_peak_memory_stats() -> None:
     """Sets every peak counter of ``memory_stats()`` to its current value."""
 
@@ -744,7 +757,8 @@ class DecoderOnlyTransformer:
         determinism_check: str = "metadata",
         dtype: str = "float32",
     ) -> DecoderOnlyTransformer:
-        """A model from a file written by ``save()``; ``ModelStateError`` / ``OSError``;
+        """A model from a file written by ``save()``, a Hugging Face safetensors checkpoint or a
+        ``llama`` GGUF file (dequantized to float32); ``ModelStateError`` / ``OSError``;
         ``determinism_check`` as for the constructor (not saved); ``dtype="bfloat16"`` /
         ``"float16"`` reads the base straight into frozen 16-bit storage."""
     def load_weights(self, path: str | os.PathLike[str]) -> None: ...

@@ -12,6 +12,10 @@
 //!   `eos_token_id`, `torch_dtype` as information).
 //! - [`save_lora_adapter`] / [`load_lora_adapter`]: PEFT layout, `adapter_model.safetensors` +
 //!   `adapter_config.json`.
+//! - GGUF files (llama.cpp): [`GgufFile`] reads any GGUF file's metadata and tensors with every
+//!   size bounds-checked; [`load_model`] loads one of the `llama` architecture (config from its
+//!   metadata, tensors dequantized to f32 bitwise as llama.cpp's reference, Q and K rows put
+//!   back in Hugging Face order).
 //!
 //! Saves are atomic as a whole: the new folder (the new files plus every other entry of the
 //! current folder, hard-linked) is built under a temporary sibling and exchanged with the live
@@ -27,6 +31,7 @@
 mod atomic;
 mod dtype;
 mod folder;
+mod gguf;
 mod hf_config;
 mod hf_rope;
 mod lora;
@@ -41,6 +46,10 @@ use std::path::{Path, PathBuf};
 
 pub use atomic::write_file_atomic;
 pub use dtype::StateDtype;
+pub use gguf::{
+    is_gguf, GgufArray, GgufFile, GgufTensorInfo, GgufValue,
+    DEFAULT_ALIGNMENT as GGUF_DEFAULT_ALIGNMENT, MAX_GGUF_HEADER_BYTES,
+};
 pub use hf_config::hf_config_json;
 pub use lora::{load_lora_adapter, save_lora_adapter};
 pub use model_file::{

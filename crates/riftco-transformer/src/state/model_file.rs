@@ -5,6 +5,7 @@ use super::atomic::{
 };
 use super::dtype::StateDtype;
 use super::folder::{save_folder_atomic, Exchange, WriteFile};
+use super::gguf::{config_from_gguf, is_gguf, load_llama, load_llama_values, GgufFile};
 use super::hf_config::{attention_dropout, check_dtype, config_from_hf, hf_config_json_as};
 use super::read::{
     check_tensors, copy_into, read_header, read_json, read_json_bytes, read_values, unchanged,
@@ -145,7 +146,10 @@ pub fn save_model_as(model: &DecoderOnlyTransformer, path: &Path, dtype: StateDt
 
 /// Loads a model saved by [`save_model`], or any safetensors file with exactly the Hugging Face
 /// Llama names of the config found in its metadata (`riftco_config`) or, when the metadata lacks
-/// it, in the `config.json` beside it (its `"riftco"` key, else the `LlamaConfig` fields).
+/// it, in the `config.json` beside it (its `"riftco"` key, else the `LlamaConfig` fields), or a
+/// GGUF file of the `llama` architecture (a `.gguf` name or the magic `"GGUF"`: config from its
+/// metadata, every tensor dequantized to f32 bitwise as llama.cpp's reference, the rows of Q and
+/// K put back in Hugging Face order; see [`GgufFile`](super::GgufFile)).
 ///
 /// The dropout probabilities are training settings that the user-facing `config.json` decides:
 /// beside a state with `riftco_config`, a `config.json` of the same architecture whose
@@ -190,6 +194,9 @@ pub fn load_model_as(
     dtype: WeightDtype,
 ) -> Result<DecoderOnlyTransformer> {
     let half = dtype.half();
+    if is_gguf(path) {
+        return load_llama(path, attention, checkpointing, half);
+    }
     if is_shard_index(path) {
         return load_sharded(path, attention, checkpointing, half);
     }
@@ -226,8 +233,8 @@ pub enum ConfigJsonPairing {
 /// # Errors
 /// As [`load_model`] for the state file's header.
 pub fn config_json_pairing(path: &Path) -> Result<ConfigJsonPairing> {
-    // A shard index records no config.json hash (riftco does not write shards).
-    if is_shard_index(path) {
+    // A shard index or a GGUF file records no config.json hash.
+    if is_shard_index(path) || is_gguf(path) {
         return Ok(ConfigJsonPairing::Unrecorded);
     }
     let header = read_header(path)?;
@@ -248,8 +255,12 @@ pub fn config_json_pairing(path: &Path) -> Result<ConfigJsonPairing> {
 /// overwritten (so its version is bumped and graphs recorded before become stale; optimizers
 /// holding the parameters keep working on the new values).
 ///
+/// A GGUF file (see [`load_model`]) loads too, when the config its metadata declares is the
+/// model's.
+///
 /// # Errors
 /// As [`load_model`]; also [`TransformerError::State`](crate::TransformerError::State) when the file's `riftco_config` metadata
+/// (or a GGUF file's metadata)
 /// describes a different architecture than the model's config (the seed is ignored), or `path`
 /// is a shard index (`*.index.json`). Nothing is copied unless every tensor validates.
 pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
@@ -271,8 +282,24 @@ pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<
              sharded checkpoint with load_model",
         ));
     }
-    let header = read_header(path)?;
     let config = model.config();
+    if is_gguf(path) {
+        let file = GgufFile::open(path)?;
+        let file_config = config_from_gguf(&file)?;
+        if !same_architecture(&file_config, config) {
+            return Err(state_err(
+                path,
+                format!(
+                    "the GGUF file's config ({}) differs from the model's config ({})",
+                    config_summary(&file_config),
+                    config_summary(config)
+                ),
+            ));
+        }
+        let values = load_llama_values(&file, config, None)?;
+        return copy_into(path, &model.weights().named_base_parameters(), values);
+    }
+    let header = read_header(path)?;
     if let Some(raw) = header.metadata.get(CONFIG_METADATA_KEY) {
         let file_config = parse_riftco_config(path, raw)?;
         if !same_architecture(&file_config, config) {
