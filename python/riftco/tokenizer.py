@@ -255,7 +255,11 @@ class Tokenizer:
                 raise TokenError(f"the text is not encodable as UTF-8: {e}") from None
         try:
             encoding = self.backend.encode(text, add_special_tokens=add_special_tokens)
-        except (UnicodeEncodeError, TypeError, ValueError) as e:
+        except Exception as e:  # tokenizers raises plain Exceptions (an unknown word, ...)
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as bad:
+                raise TokenError(f"the text is not valid Unicode: {bad}") from None
             raise TokenError(f"{self.name} cannot encode the text: {e}") from None
         if self._may_drop_text:
             _check_covered(text, encoding.offsets, self.name)
