@@ -270,12 +270,16 @@ def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
     n_new = min(DEFAULT_SAMPLE_BYTES, fill) if args.sample_tokens is None else args.sample_tokens
     if not ids:
         fail("the prompt is empty: give at least one character")
-    if len(ids) > max_seq_len or n_new > fill:
-        hint = f"pass --max-new-tokens {fill} or less, or" if fill > 0 else "pass"
+    if len(ids) > max_seq_len:
+        fail(
+            f"the prompt is {len(ids)} {unit}, more than the model's max_seq_len of "
+            f"{max_seq_len}: pass a shorter PROMPT"
+        )
+    if n_new > fill:
         fail(
             f"the prompt ({len(ids)} {unit}) plus {n_new} new {unit} needs "
-            f"{len(ids) + max(n_new - 1, 0)} positions; the model's max_seq_len is "
-            f"{max_seq_len}: {hint} a shorter PROMPT"
+            f"{len(ids) + n_new - 1} positions; the model's max_seq_len is {max_seq_len}: "
+            f"pass --max-new-tokens {fill} or less, or a shorter PROMPT"
         )
     n_vocab = int(model.config.vocab_size)
     try:
@@ -291,9 +295,9 @@ def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
         )
     except riftco.TokenError as e:  # a prompt id the model lacks: another model's tokenizer
         fail(f"{tokenizer.name} does not fit the model ({what}): {e}")
+    source = "" if tokenizer.name == what else f" with {tokenizer.name}"
     print(
-        f"{prog}: {what}; {tokenizer.name}; {len(ids)} prompt {unit}, up to {n_new} {unit} to "
-        "generate",
+        f"{prog}: {what}{source}; {len(ids)} prompt {unit}, up to {n_new} {unit} to generate",
         file=sys.stderr,
     )
     stream = tokenizer.stream(context=[] if shown is None else ids)
