@@ -134,8 +134,6 @@ BYTE_LEVEL_ALPHABET = frozenset(_BYTE_SPELLING.values())
 """The 256 characters of GPT-2's byte-level spelling."""
 
 
-
-
 class _GgufKeys:
     """Typed access to GGUF metadata values, each error naming the file and the key."""
 
@@ -249,7 +247,8 @@ def _vocabulary(tokens: Sequence[str], name: str, respell_bytes: bool) -> dict[s
 
 def _merges(meta: _GgufKeys, vocab: Mapping[str, int]) -> list[tuple[str, str]]:
     """``tokenizer.ggml.merges`` as pairs: each entry is two tokens joined by the first space
-    after its first character (llama.cpp's reading), both in the vocabulary."""
+    after its first character (llama.cpp's reading); both, and the token they form, must be in
+    the vocabulary."""
     merges = []
     for k, entry in enumerate(meta.strings("tokenizer.ggml.merges")):
         cut = entry.find(" ", 1)
@@ -258,6 +257,12 @@ def _merges(meta: _GgufKeys, vocab: Mapping[str, int]) -> list[tuple[str, str]]:
             raise ModelStateError(
                 f"{meta.name}: tokenizer.ggml.merges[{k}] {entry!r:.80} is not two tokens "
                 "separated by a space"
+            )
+        missing = next((t for t in (left, right, left + right) if t not in vocab), None)
+        if missing is not None:
+            raise ModelStateError(
+                f"{meta.name}: tokenizer.ggml.merges[{k}] {entry!r:.80} needs the token "
+                f"{missing!r:.80}, which tokenizer.ggml.tokens lacks"
             )
         merges.append((left, right))
     return merges

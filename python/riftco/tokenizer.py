@@ -185,7 +185,7 @@ class Tokenizer:
     def from_gguf_metadata(cls, metadata: Mapping[str, Any], name: str = "GGUF metadata") -> Tokenizer:
         """A tokenizer rebuilt from a GGUF file's metadata (key -> value, as
         ``gguf.GGUFReader``'s fields give them): ``tokenizer.ggml.model`` (``"gpt2"`` or
-        ``"llama"``, see the module docstring), ``tokens``, ``token_type``, ``merges``,
+        ``"llama"``, see :mod:`riftco.gguf_tokenizer`), ``tokens``, ``token_type``, ``merges``,
         ``scores``, ``pre``, ``bos_token_id``, ``eos_token_id``, ``eot_token_id``,
         ``eom_token_id``, ``unknown_token_id``, ``padding_token_id``, ``add_bos_token``,
         ``add_eos_token``, ``add_space_prefix``, and ``tokenizer.chat_template``. ``name`` (the
@@ -412,6 +412,9 @@ class StreamingDetokenizer:
         tokenizer: the :class:`Tokenizer`.
         context: ids already shown (the prompt), decoded for context only.
         skip_special_tokens: as in :meth:`Tokenizer.decode`.
+
+    Attributes:
+        text: everything returned so far, joined.
     """
 
     _CONTEXT_TOKENS = 5
@@ -428,7 +431,6 @@ class StreamingDetokenizer:
             # A context cut inside a character cannot frame the new text: start afresh.
             self._ids, self._read, self._prefix = [], 0, 0
         self.text = ""
-        """Everything returned so far, joined."""
 
     def _decode(self, start: int, stop: int | None = None) -> str:
         return self._tokenizer.decode(self._ids[start:stop], skip_special_tokens=self._skip)
@@ -455,7 +457,10 @@ class StreamingDetokenizer:
             return ""
         common = len(before)
         if not after.startswith(before):
-            common = next((k for k, (a, b) in enumerate(zip(before, after)) if a != b), 0)
+            common = next(
+                (k for k, (a, b) in enumerate(zip(before, after)) if a != b),
+                min(len(before), len(after)),
+            )
         piece = after[common:]
         self._prefix, self._read = self._read, len(self._ids)
         self.text += piece
@@ -531,7 +536,7 @@ def _recorded_base_model(folder: Path) -> Path | None:
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
-    """The tokenizer of the model at ``path``: a GGUF file (by its ``GGUF`` magic), a Hugging
+    """The tokenizer of the model at ``path``: a GGUF file (``.gguf``, or the ``GGUF`` magic), a Hugging
     Face model folder or a file in one (its ``tokenizer.json``), a riftco run folder or
     ``adapter/`` (the tokenizer of the ``base_model`` its ``training_metadata.json`` records),
     else riftco's byte tokens (with the folder's chat template, or the first one along the
@@ -546,7 +551,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     current = Path(path)
     seen: set[Path] = set()
     for _ in range(_MAX_BASE_MODEL_HOPS):
-        if current.is_file() and _is_gguf(current):
+        if current.is_file() and (current.suffix.lower() == ".gguf" or _is_gguf(current)):
             return Tokenizer.from_gguf(current)
         folder = _existing_folder(current)
         if (folder / TOKENIZER_FILE).is_file():

@@ -179,7 +179,7 @@ def test_gguf_sentencepiece_spaces_as_sentencepiece_writes_them(spm_file: Path) 
         ({"tokenizer.ggml.tokens": "abc"}, "tokenizer.ggml.tokens must be an array of strings"),
         ({"tokenizer.ggml.token_type": [1, 2]}, "token_type has 2 entries for"),
         ({"tokenizer.ggml.merges": ["Ġt", "a b"]}, r"tokenizer.ggml.merges\[0\] 'Ġt' is not two"),
-        ({"tokenizer.ggml.merges": ["zz qq"]}, "the vocabulary and merges do not fit"),
+        ({"tokenizer.ggml.merges": ["zz qq"]}, r"merges\[0\] 'zz qq' needs the token 'zz'"),
         ({"tokenizer.ggml.eos_token_id": 10**9}, "eos_token_id 1000000000 is outside"),
         ({"tokenizer.ggml.bos_token_id": "1"}, "bos_token_id must be an integer"),
         ({"tokenizer.ggml.add_bos_token": 1}, "add_bos_token must be a boolean"),
