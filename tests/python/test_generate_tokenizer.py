@@ -193,6 +193,25 @@ def test_cli_chat_answers_through_the_template(folder: Path) -> None:
     assert f"{len(ids)} prompt tokens" in r.stderr
 
 
+def test_cli_lora_run_uses_the_base_models_tokenizer(folder: Path, tmp_path: Path) -> None:
+    model = riftco.load_model(folder)
+    model.enable_lora(rank=2)
+    run = tmp_path / "run"
+    run.mkdir()
+    model.save_lora(run / "adapter")
+    (run / "training_metadata.json").write_text(
+        json.dumps({"base_model": str(folder / "model.safetensors")})
+    )
+    tok = riftco.load_tokenizer(folder)
+    prompt = "class Stack:"
+    want = riftco.generate(model, prompt, 6, temperature=0.0, tokenizer=tok)
+    for where in (["--model", run], ["--model", run / "adapter", "--base-model", folder]):
+        r = riftco_cmd("generate", *where, "--temperature", "0", "--max-new-tokens", "6", prompt)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == prompt + want + "\n"
+        assert f"with {folder / 'tokenizer.json'}" in r.stderr and "LoRA adapter" in r.stderr
+
+
 def test_cli_bad_input_is_one_error_line(folder: Path, tmp_path: Path) -> None:
     tok = riftco.load_tokenizer(folder)
     one_error_line(

@@ -141,6 +141,15 @@ def _adapter_base(adapter: Path, base: str | None) -> Path:
         fail(f"the adapter's base model is gone ({e}); pass --base-model")
 
 
+def _adapter(path: Path) -> Path | None:
+    """The LoRA adapter folder ``path`` is or holds (a LoRA run), or ``None``."""
+    if (path / ADAPTER_CONFIG).is_file():
+        return path
+    if (path / ADAPTER_DIR / ADAPTER_CONFIG).is_file() and not (path / "model.safetensors").is_file():
+        return path / ADAPTER_DIR
+    return None
+
+
 def load_for_generation(
     model_path: str, base_model: str | None, attention: str, device: str = "cpu"
 ) -> tuple[riftco.DecoderOnlyTransformer, str]:
@@ -153,11 +162,7 @@ def load_for_generation(
             adapter of the GPU asked for.
     """
     path = Path(model_path)
-    adapter = None
-    if (path / ADAPTER_CONFIG).is_file():
-        adapter = path
-    elif (path / ADAPTER_DIR / ADAPTER_CONFIG).is_file() and not (path / "model.safetensors").is_file():
-        adapter = path / ADAPTER_DIR
+    adapter = _adapter(path)
     if adapter is None:
         try:
             state = riftco.stages.resolve_model_state(path)
@@ -172,13 +177,15 @@ def load_for_generation(
 
 _MAX_PROMPT_BYTES_PER_TOKEN = 1024
 """stdin is read up to ``max_seq_len`` times this many bytes for a text tokenizer: a longer
-prompt cannot fit the model's positions (no vocabulary has longer tokens)."""
+prompt cannot fit the model's positions (tokens are far shorter)."""
 
 
 def _tokenizer(args: argparse.Namespace) -> riftco.Tokenizer:
-    """The model's tokenizer: ``--base-model``'s when given (an adapter has none of its own),
-    else ``--model``'s (following a run's recorded base model)."""
-    source = args.base_model if args.base_model is not None else args.model
+    """The model's tokenizer: ``--model``'s (a LoRA run's is its recorded base model's), or
+    ``--base-model``'s for an adapter given one."""
+    adapter = _adapter(Path(args.model))
+    use_base = adapter is not None and args.base_model is not None
+    source = args.base_model if use_base else args.model
     try:
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
