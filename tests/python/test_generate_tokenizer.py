@@ -205,7 +205,10 @@ def test_cli_lora_run_uses_the_base_models_tokenizer(folder: Path, tmp_path: Pat
     tok = riftco.load_tokenizer(folder)
     prompt = "class Stack:"
     want = riftco.generate(model, prompt, 6, temperature=0.0, tokenizer=tok)
-    for where in (["--model", run], ["--model", run / "adapter", "--base-model", folder]):
+    places: list[list[str | Path]] = [
+        ["--model", run], ["--model", run / "adapter", "--base-model", folder]
+    ]
+    for where in places:
         r = riftco_cmd("generate", *where, "--temperature", "0", "--max-new-tokens", "6", prompt)
         assert r.returncode == 0, r.stderr
         assert r.stdout == prompt + want + "\n"
