@@ -26,6 +26,10 @@ this package is its Python front:
   ``run_post_training``, and ``generate``; ``plotting.write_plots`` (``loss.png``,
   ``memory.png`` of a run, with the optional matplotlib); the ``riftco`` command
   (``python -m riftco``, :mod:`riftco.commands`);
+- tokenizers: ``load_tokenizer(path)`` gives the ``Tokenizer`` of a Hugging Face folder
+  (``tokenizer.json``), a GGUF file (:mod:`riftco.gguf_tokenizer`) or a riftco byte-level model
+  (:mod:`riftco.tokenizer`), with ``StreamingDetokenizer`` for printing tokens as they come;
+  ``generate(model, "text", n, tokenizer=...)`` and ``generate_tokens`` use it;
 - instruction/chat data: :mod:`riftco.instruct` (``load_rows``, ``build_examples``: JSON Lines
   rows tokenized with the loss on the answers) and :mod:`riftco.chat_template` (a model
   folder's Jinja2 chat template, rendered as transformers does);
@@ -116,6 +120,7 @@ from riftco import (
     distributed,
     functional,
     generation,
+    gguf_tokenizer,
     instruct,
     instruct_corpus,
     plotting,
@@ -123,6 +128,7 @@ from riftco import (
     run_records,
     examples_data,
     stages,
+    tokenizer,
     training_loop,
     training_state,
 )
@@ -136,6 +142,7 @@ from riftco.data import *  # noqa: F403
 from riftco.generation import *  # noqa: F403
 from riftco.stages import *  # noqa: F403
 from riftco.stages import load_model
+from riftco.tokenizer import StreamingDetokenizer, Tokenizer, load_tokenizer
 
 __all__ = [
     "BLOCK_VALUE_NAMES",
@@ -162,7 +169,9 @@ __all__ = [
     "RiftcoError",
     "ShapeError",
     "StaleGraphError",
+    "StreamingDetokenizer",
     "TokenError",
+    "Tokenizer",
     "TransformerConfig",
     "Variable",
     "__version__",
@@ -202,6 +211,9 @@ __all__ = [
     "tensor",
     "uniform",
     "load_model",
+    "load_tokenizer",
+    "gguf_tokenizer",
+    "tokenizer",
 ]
 __all__ += configs.__all__
 __all__ += data.__all__

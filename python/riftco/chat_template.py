@@ -48,6 +48,8 @@ __all__ = [
     "ChatTemplateError",
     "default_chat_template",
     "load_chat_template",
+    "read_tokenizer_config",
+    "special_token_text",
 ]
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -74,7 +76,13 @@ class ChatTemplateError(RiftcoError, ValueError):
     incremental (see :func:`riftco.instruct.build_examples`)."""
 
 
-def _special_token(value: Any, key: str, where: str) -> str | None:
+def special_token_text(value: Any, key: str, where: str) -> str | None:
+    """The text of a special token entry of ``tokenizer_config.json`` (``key`` in the file
+    ``where``): a string, or an ``{"content": ...}`` object; ``None`` when absent.
+
+    Raises:
+        ChatTemplateError: any other value, naming the key and the file.
+    """
     if value is None:
         return None
     if isinstance(value, str):
@@ -306,6 +314,17 @@ def _pick_template(value: Any, where: str) -> str | None:
     )
 
 
+def read_tokenizer_config(model_folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object of a model folder's ``tokenizer_config.json`` (``{}`` when it has none).
+
+    Raises:
+        ChatTemplateError: unreadable, over 64 MiB, or not a JSON object (naming the file, line
+            and column).
+    """
+    path = Path(model_folder) / TOKENIZER_CONFIG_FILE
+    return _read_json_object(path) if path.is_file() else {}
+
+
 def load_chat_template(model_folder: str | os.PathLike[str]) -> ChatTemplate | None:
     """The chat template of a Hugging Face model folder (or of the folder of a file in it), or
     ``None`` when it has none (no ``chat_template.jinja`` and no ``chat_template`` in
@@ -327,7 +346,7 @@ def load_chat_template(model_folder: str | os.PathLike[str]) -> ChatTemplate | N
             raise ChatTemplateError(f"model folder {str(folder)!r} does not exist")
         folder = folder.parent
     config_path = folder / TOKENIZER_CONFIG_FILE
-    config = _read_json_object(config_path) if config_path.is_file() else {}
+    config = read_tokenizer_config(folder)
     jinja_path = folder / CHAT_TEMPLATE_FILE
     if jinja_path.is_file():
         try:
@@ -342,7 +361,7 @@ def load_chat_template(model_folder: str | os.PathLike[str]) -> ChatTemplate | N
         return None
     return ChatTemplate(
         source,
-        bos_token=_special_token(config.get("bos_token"), "bos_token", str(config_path)),
-        eos_token=_special_token(config.get("eos_token"), "eos_token", str(config_path)),
+        bos_token=special_token_text(config.get("bos_token"), "bos_token", str(config_path)),
+        eos_token=special_token_text(config.get("eos_token"), "eos_token", str(config_path)),
         name=name,
     )

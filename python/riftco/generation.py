@@ -1,6 +1,7 @@
-"""Byte-level text generation on a model's K/V-cache decode session.
+"""Text generation on a model's K/V-cache decode session: riftco's byte tokens by default, or
+the token ids of a :class:`riftco.Tokenizer` (``tokenizer=``).
 
-A prompt is one of:
+Without a tokenizer (a byte-level model) a prompt is one of:
 
 - ``str``: its UTF-8 bytes (a string that cannot be encoded, e.g. with a lone surrogate, is a
   :class:`riftco.TokenError`);
@@ -12,6 +13,13 @@ A prompt is one of:
 Anything else — an ``int`` (``generate(model, 5, ...)``), a float, ``None``, a sequence holding
 non-integers or bools, a float array — is a ``TypeError``. An empty prompt is a
 :class:`riftco.TokenError`.
+
+With ``tokenizer=`` (:func:`riftco.load_tokenizer` of the model's folder or GGUF file) a ``str``
+prompt is encoded by it and gives a ``str`` continuation; a sequence of token ids (or a 1-D
+integer array) gives the list of new ids. Either way generation stops before EOS or the chat
+template's end-of-turn id (:attr:`riftco.Tokenizer.stop_token_ids`) or any id in
+``model.eos_token_ids``. :func:`generate_tokens` yields the new ids one at a time (for
+streaming, with :class:`riftco.StreamingDetokenizer`).
 """
 
 from __future__ import annotations
@@ -19,19 +27,51 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from riftco._native import DecodeError, DecoderOnlyTransformer, ShapeError, TokenError
 from riftco.data import VOCAB_SIZE
+from riftco.tokenizer import Tokenizer
 
-__all__ = ["Prompt", "check_generation_args", "generate", "sample_token"]
+__all__ = ["Prompt", "check_generation_args", "generate", "generate_tokens", "sample_token"]
 
 Prompt = str | bytes | bytearray | memoryview | Sequence[int] | npt.NDArray[np.integer[Any]]
 """What :func:`generate` accepts as a prompt (see the module docstring)."""
+
+
+def _prompt_values(prompt: object, limit: int, where: str) -> list[int] | None:
+    """The values of an integer-sequence prompt (a 1-D integer array, or a sequence of ints),
+    each checked to be in ``[0, limit)`` (``where`` names that range in the message); ``None``
+    for any other type."""
+    if isinstance(prompt, np.ndarray):
+        if prompt.dtype.kind not in "iu":
+            raise TypeError(f"a NumPy prompt must have an integer dtype; got {prompt.dtype}")
+        if prompt.ndim != 1:
+            raise TokenError(f"a NumPy prompt must be 1-D; got shape {prompt.shape}")
+        bad = np.flatnonzero((prompt < 0) | (prompt >= limit))
+        if bad.size:
+            i = int(bad[0])
+            raise TokenError(
+                f"prompt token {int(prompt[i])} at index {i} is outside {where} [0, {limit})"
+            )
+        return [int(v) for v in prompt.tolist()]
+    if isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes, bytearray)):
+        out = []
+        for i, value in enumerate(prompt):
+            if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+                raise TypeError(
+                    f"prompt elements must be ints in [0, {limit}); got {value!r} at index {i}"
+                )
+            v = operator.index(value)
+            if not 0 <= v < limit:
+                raise TokenError(f"prompt token {v} at index {i} is outside {where} [0, {limit})")
+            out.append(v)
+        return out
+    return None
 
 
 def _prompt_bytes(prompt: object) -> bytes:
@@ -49,34 +89,9 @@ def _prompt_bytes(prompt: object) -> bytes:
                 f"with {prompt.itemsize}-byte items"
             )
         return prompt.tobytes()
-    if isinstance(prompt, np.ndarray):
-        if prompt.dtype.kind not in "iu":
-            raise TypeError(f"a NumPy prompt must have an integer dtype; got {prompt.dtype}")
-        if prompt.ndim != 1:
-            raise TokenError(f"a NumPy prompt must be 1-D; got shape {prompt.shape}")
-        bad = np.flatnonzero((prompt < 0) | (prompt >= VOCAB_SIZE))
-        if bad.size:
-            i = int(bad[0])
-            raise TokenError(
-                f"prompt token {int(prompt[i])} at index {i} is outside the byte range [0, "
-                f"{VOCAB_SIZE})"
-            )
-        return prompt.astype(np.uint8).tobytes()
-    if isinstance(prompt, Sequence):
-        out = bytearray()
-        for i, value in enumerate(prompt):
-            if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-                raise TypeError(
-                    f"prompt elements must be ints in [0, {VOCAB_SIZE}); got {value!r} at "
-                    f"index {i}"
-                )
-            v = operator.index(value)
-            if not 0 <= v < VOCAB_SIZE:
-                raise TokenError(
-                    f"prompt token {v} at index {i} is outside the byte range [0, {VOCAB_SIZE})"
-                )
-            out.append(v)
-        return bytes(out)
+    values = _prompt_values(prompt, VOCAB_SIZE, "the byte range")
+    if values is not None:
+        return bytes(values)
     raise TypeError(
         "prompt must be a str, bytes, bytearray, memoryview, or a sequence of ints in "
         f"[0, {VOCAB_SIZE}); got {type(prompt).__name__} {prompt!r}"
@@ -217,6 +232,144 @@ def check_generation_args(
     return data
 
 
+def _sample_loop(
+    model: DecoderOnlyTransformer,
+    prompt: Sequence[int],
+    n_new: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+    stop: frozenset[int],
+    n_sampled: int,
+) -> Iterator[int]:
+    """Feeds ``prompt`` to a fresh decode session, then yields up to ``n_new`` ids sampled from
+    the first ``n_sampled`` logits, stopping before an id in ``stop``."""
+    if n_new == 0:
+        return
+    session = model.decode_session()
+    logits: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
+    for token in prompt:
+        logits = session.decode_token(token)
+    rng = np.random.default_rng(operator.index(seed))
+    for i in range(n_new):
+        z = _finite_logits(
+            logits[:n_sampled],
+            f"the model's logits at position {len(prompt) + i - 1} (for new token {i})",
+            allow_masked=False,
+        )
+        token = sample_token(z, temperature, top_k, rng)
+        if token in stop:
+            return
+        yield token
+        if i + 1 < n_new:
+            logits = session.decode_token(token)
+
+
+def generate_tokens(
+    model: DecoderOnlyTransformer,
+    prompt_ids: Sequence[int] | npt.NDArray[np.integer[Any]],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    *,
+    stop_token_ids: Iterable[int] = (),
+    vocab_size: int | None = None,
+) -> Iterator[int]:
+    """Continues the token ids ``prompt_ids``: yields each new id as it is sampled (from the
+    first ``vocab_size`` logits, default all of the model's; :func:`sample_token` with
+    ``numpy.random.default_rng(seed)``; greedy at ``temperature == 0``), at most
+    ``max_new_tokens``, stopping before the first id in ``stop_token_ids`` or
+    ``model.eos_token_ids``. The arguments are checked when it is called, before the first id.
+
+    Raises:
+        TypeError: arguments of the wrong type (as :func:`check_generation_args`).
+        TokenError: an empty prompt, a prompt id outside the model's vocabulary, bad sampling
+            settings, or a prompt plus continuation longer than ``max_seq_len`` (naming both).
+        DecodeError: (while iterating) a NaN or infinite logit, naming the position.
+    """
+    n_vocab = int(model.config.vocab_size)
+    ids = _prompt_values(prompt_ids, n_vocab, "the model's vocabulary")
+    if ids is None:
+        raise TypeError(
+            f"prompt_ids must be a sequence of ints or a 1-D integer array; got "
+            f"{type(prompt_ids).__name__}"
+        )
+    if not ids:
+        raise TokenError("prompt must contain at least one token")
+    n_new = _check_int("max_new_tokens", max_new_tokens)
+    if n_new < 0:
+        raise TokenError(f"max_new_tokens must be a non-negative integer; got {max_new_tokens!r}")
+    _check_temperature(temperature)
+    _check_top_k(top_k)
+    if _check_int("seed", seed) < 0:
+        raise TokenError(f"seed must be a non-negative integer; got {seed!r}")
+    n_sampled = n_vocab if vocab_size is None else _check_int("vocab_size", vocab_size)
+    if not 1 <= n_sampled <= n_vocab:
+        raise TokenError(f"vocab_size must be in [1, {n_vocab}] (the model's); got {vocab_size!r}")
+    max_seq_len = int(model.config.max_seq_len)
+    positions = len(ids) + max(n_new - 1, 0)
+    if positions > max_seq_len:
+        raise TokenError(
+            f"prompt ({len(ids)} tokens) plus {n_new} new tokens needs {positions} positions; "
+            f"the model's max_seq_len is {max_seq_len}"
+        )
+    stop = frozenset(int(i) for i in (*model.eos_token_ids, *stop_token_ids))
+    return _sample_loop(model, ids, n_new, temperature, top_k, seed, stop, n_sampled)
+
+
+@overload
+def generate(
+    model: DecoderOnlyTransformer,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float = ...,
+    top_k: int | None = ...,
+    seed: int = ...,
+    *,
+    tokenizer: Tokenizer,
+) -> str: ...
+
+
+@overload
+def generate(  # type: ignore[overload-overlap]
+    model: DecoderOnlyTransformer,
+    prompt: bytes | bytearray | memoryview,
+    max_new_tokens: int,
+    temperature: float = ...,
+    top_k: int | None = ...,
+    seed: int = ...,
+    *,
+    tokenizer: Tokenizer,
+) -> bytes: ...
+
+
+@overload
+def generate(
+    model: DecoderOnlyTransformer,
+    prompt: Sequence[int] | npt.NDArray[np.integer[Any]],
+    max_new_tokens: int,
+    temperature: float = ...,
+    top_k: int | None = ...,
+    seed: int = ...,
+    *,
+    tokenizer: Tokenizer,
+) -> list[int]: ...
+
+
+@overload
+def generate(
+    model: DecoderOnlyTransformer,
+    prompt: Prompt,
+    max_new_tokens: int,
+    temperature: float = ...,
+    top_k: int | None = ...,
+    seed: int = ...,
+    *,
+    tokenizer: None = ...,
+) -> bytes: ...
+
+
 def generate(
     model: DecoderOnlyTransformer,
     prompt: Prompt,
@@ -224,22 +377,45 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     seed: int = 0,
-) -> bytes:
-    """Continue ``prompt`` by ``max_new_tokens`` bytes.
+    *,
+    tokenizer: Tokenizer | None = None,
+) -> bytes | str | list[int]:
+    """Continue ``prompt`` by at most ``max_new_tokens`` tokens.
 
-    ``prompt`` is a ``str`` (UTF-8), bytes-like, or a sequence of byte values (see the module
-    docstring). Runs a fresh ``model.decode_session()``: the prompt is fed one token at a time,
-    then each sampled token (see :func:`sample_token`, with ``numpy.random.default_rng(seed)``).
-    Only the first 256 logits (the byte vocabulary) are sampled from. ``temperature == 0`` is
-    greedy; any positive finite temperature is numerically safe (a tiny one approaches greedy).
-    Returns the new bytes only; generation stops early, without returning it, at the first
-    sampled token in ``model.eos_token_ids`` (Hugging Face ``eos_token_id``; none by default).
+    Without ``tokenizer`` the model's tokens are bytes: ``prompt`` is a ``str`` (UTF-8),
+    bytes-like, or a sequence of byte values (see the module docstring); only the first 256
+    logits (the byte vocabulary) are sampled from, and the new bytes are returned.
+
+    With ``tokenizer`` (the model's, :func:`riftco.load_tokenizer`): a ``str`` prompt is
+    ``tokenizer.encode(prompt)`` (BOS added where the tokenizer adds it) and the continuation
+    comes back as ``str`` (decoded after the prompt, so a leading space is kept); a sequence
+    of ids gives the list of new ids; bytes are accepted only by a byte tokenizer (and give
+    bytes). Sampled from the first ``min(model vocab_size, tokenizer.vocab_size)`` logits;
+    stops before an id of ``tokenizer.stop_token_ids`` (EOS, end of turn).
+
+    Runs a fresh ``model.decode_session()``: the prompt is fed one token at a time, then each
+    sampled token (see :func:`sample_token`, with ``numpy.random.default_rng(seed)``).
+    ``temperature == 0`` is greedy; any positive finite temperature is numerically safe (a tiny
+    one approaches greedy). Generation stops early, without returning it, at the first sampled
+    token in ``model.eos_token_ids`` (Hugging Face ``eos_token_id``; none by default).
 
     Raises:
-        TypeError, TokenError: bad arguments, as :func:`check_generation_args` lists.
+        TypeError, TokenError: bad arguments, as :func:`check_generation_args` lists (token
+            ids: as :func:`generate_tokens`); a ``tokenizer`` that is not a
+            :class:`riftco.Tokenizer`; bytes with a tokenizer that is not bytes; a prompt the
+            tokenizer cannot encode, or whose ids the model does not have.
         DecodeError: the model produced a NaN or infinite logit (non-finite weights), naming the
             position.
     """
+    if tokenizer is not None:
+        if not isinstance(tokenizer, Tokenizer):
+            raise TypeError(
+                f"tokenizer must be a riftco.Tokenizer; got {type(tokenizer).__name__}"
+            )
+        if not (tokenizer.is_bytes and isinstance(prompt, (bytes, bytearray, memoryview))):
+            return _generate_with(
+                tokenizer, model, prompt, max_new_tokens, temperature, top_k, seed
+            )
     max_seq_len = int(model.config.max_seq_len)
     data = check_generation_args(
         prompt, max_new_tokens, temperature, top_k, seed, max_seq_len=max_seq_len
@@ -247,23 +423,54 @@ def generate(
     n_new = operator.index(max_new_tokens)
     if n_new == 0:
         return b""
-    eos = frozenset(model.eos_token_ids)
-    session = model.decode_session()
-    logits: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
-    for token in data:
-        logits = session.decode_token(token)
-    rng = np.random.default_rng(operator.index(seed))
-    out = bytearray()
-    for i in range(n_new):
-        z = _finite_logits(
-            logits[:VOCAB_SIZE],
-            f"the model's logits at position {len(data) + i - 1} (for new token {i})",
-            allow_masked=False,
+    eos = frozenset(int(i) for i in model.eos_token_ids)
+    return bytes(_sample_loop(model, data, n_new, temperature, top_k, seed, eos, VOCAB_SIZE))
+
+
+def _generate_with(
+    tokenizer: Tokenizer,
+    model: DecoderOnlyTransformer,
+    prompt: Prompt,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+) -> str | list[int]:
+    n_vocab = int(model.config.vocab_size)
+    if isinstance(prompt, str):
+        ids = tokenizer.encode(prompt)
+        bad = [i for i in ids if i >= n_vocab]
+        if bad:
+            raise TokenError(
+                f"{tokenizer.name} gave token id {bad[0]}, outside the model's vocabulary "
+                f"(vocab_size {n_vocab}): the tokenizer does not belong to the model"
+            )
+    elif isinstance(prompt, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"a bytes prompt is for byte-level models; {tokenizer.name} encodes text: pass a "
+            "str (or token ids)"
         )
-        token = sample_token(z, temperature, top_k, rng)
-        if token in eos:
-            break
-        out.append(token)
-        if i + 1 < n_new:
-            logits = session.decode_token(token)
-    return bytes(out)
+    else:
+        values = _prompt_values(prompt, min(n_vocab, tokenizer.vocab_size), "the vocabulary")
+        if values is None:
+            raise TypeError(
+                "prompt must be a str or a sequence of token ids; got "
+                f"{type(prompt).__name__} {prompt!r:.80}"
+            )
+        ids = values
+    new = list(
+        generate_tokens(
+            model,
+            ids,
+            max_new_tokens,
+            temperature,
+            top_k,
+            seed,
+            stop_token_ids=tokenizer.stop_token_ids,
+            vocab_size=min(n_vocab, tokenizer.vocab_size),
+        )
+    )
+    if not isinstance(prompt, str):
+        return new
+    stream = tokenizer.stream(context=ids)
+    return "".join(stream.add_token(i) for i in new) + stream.finalize()

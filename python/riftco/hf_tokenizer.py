@@ -10,7 +10,6 @@ whatever its size.
 
 from __future__ import annotations
 
-import operator
 import os
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import numpy as np
 
 from riftco._native import DecoderOnlyTransformer, TokenError
 from riftco.data import Corpus
-from riftco.generation import sample_token
+from riftco.generation import generate_tokens
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -82,33 +81,12 @@ def generate_ids(
     seed: int = 0,
 ) -> list[int]:
     """Continue the token ids ``prompt`` by at most ``max_new_tokens`` ids sampled from the whole
-    vocabulary (:func:`riftco.generation.sample_token`, ``numpy.random.default_rng(seed)``),
-    stopping before the first id in ``model.eos_token_ids``. Returns the new ids.
+    vocabulary (:func:`riftco.generation.generate_tokens`: :func:`riftco.generation.sample_token`,
+    ``numpy.random.default_rng(seed)``), stopping before the first id in
+    ``model.eos_token_ids``. Returns the new ids.
 
     Raises:
-        TokenError: an empty prompt, or more positions than ``max_seq_len``.
+        TokenError: an empty prompt, an id outside the model's vocabulary, or more positions
+            than ``max_seq_len``.
     """
-    n_new = operator.index(max_new_tokens)
-    if not prompt:
-        raise TokenError("prompt must contain at least one token")
-    max_seq_len = int(model.config.max_seq_len)
-    if len(prompt) + max(n_new - 1, 0) > max_seq_len:
-        raise TokenError(
-            f"prompt ({len(prompt)} tokens) plus {n_new} new tokens needs more than the model's "
-            f"max_seq_len {max_seq_len} positions"
-        )
-    eos = frozenset(model.eos_token_ids)
-    session = model.decode_session()
-    logits = np.zeros(0, dtype=np.float32)
-    for t in prompt:
-        logits = session.decode_token(t)
-    rng = np.random.default_rng(operator.index(seed))
-    out: list[int] = []
-    for i in range(n_new):
-        token = sample_token(logits, temperature, top_k, rng)
-        if token in eos:
-            break
-        out.append(token)
-        if i + 1 < n_new:
-            logits = session.decode_token(token)
-    return out
+    return list(generate_tokens(model, prompt, max_new_tokens, temperature, top_k, seed))

@@ -288,9 +288,9 @@ def test_generate_default_length_is_capped(pretrained: Path) -> None:
 
 def test_generate_too_long_names_its_own_arguments(pretrained: Path) -> None:
     # generate takes the prompt as PROMPT (positional): the hint must not name a --prompt flag
-    # it does not have.
-    r = riftco_cmd("generate", "--model", pretrained, "--max-new-tokens", "40", "x")
-    line = one_error_line(r, "pass --sample-tokens 32 or less, or a shorter PROMPT")
+    # it does not have; --max-new-tokens is its name for the count (--sample-tokens an alias).
+    r = riftco_cmd("generate", "--model", pretrained, "--sample-tokens", "40", "x")
+    line = one_error_line(r, "pass --max-new-tokens 32 or less, or a shorter PROMPT")
     assert "--prompt" not in line
 
 

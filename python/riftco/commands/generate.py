@@ -1,13 +1,20 @@
 """``riftco generate``: continue a prompt with a saved model, or a base model plus a LoRA adapter.
 
 ``--model`` is a pretraining (or full post-training) output folder or a ``model.safetensors``
-file, a LoRA post-training output folder (its ``adapter/`` is loaded on the base model its
-``training_metadata.json`` names) or an ``adapter/`` folder itself (the base model is then
-``--base-model``, or the one recorded in the metadata of the folder above it).
+file, a Hugging Face model folder, a GGUF file, a LoRA post-training output folder (its
+``adapter/`` is loaded on the base model its ``training_metadata.json`` names) or an
+``adapter/`` folder itself (the base model is then ``--base-model``, or the one recorded in the
+metadata of the folder above it).
 
-The prompt is the PROMPT argument, or the bytes on stdin when PROMPT is ``-`` or absent and
-stdin is not a terminal (one trailing newline, as ``echo`` adds, is dropped). The output is the
-prompt and its continuation, as UTF-8 text (invalid bytes become U+FFFD), on stdout.
+The text goes through the model's own tokenizer (:func:`riftco.load_tokenizer`: the folder's
+``tokenizer.json``, the GGUF file's vocabulary, the base model's for a LoRA run, or riftco's
+byte tokens for a byte-level model). The prompt is the PROMPT argument, or stdin when PROMPT is
+``-`` or absent and stdin is not a terminal (one trailing newline, as ``echo`` adds, is
+dropped). The output, on stdout, is the prompt and its continuation, printed token by token as
+each is decoded (a character split over several tokens is printed once complete); with
+``--chat``, only the answer. Generation stops at the model's end of sequence or end of turn,
+or after ``--max-new-tokens``. Counts on stderr are in the model's tokens (bytes for a
+byte-level model).
 """
 
 from __future__ import annotations
@@ -16,13 +23,13 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import riftco
 from riftco.cli import (
     DEFAULT_SAMPLE_BYTES,
     add_device_argument,
-    check_sample_args,
     fail,
     int_range,
     non_negative_float,
@@ -36,8 +43,10 @@ __all__ = ["add_arguments", "load_for_generation", "read_prompt", "run"]
 EPILOG = """examples:
   riftco generate "def "                                      # runs/pretrain
   riftco generate --model runs/post_train "The "              # base model + LoRA adapter
-  echo "class " | riftco generate --model runs/pretrain --sample-tokens 100 --temperature 0
-  riftco generate --model runs/chat --chat "What does len() do?"  # answer through the template"""
+  echo "class " | riftco generate --model runs/pretrain --max-new-tokens 100 --temperature 0
+  riftco generate --model runs/chat --chat "What does len() do?"  # answer through the template
+  riftco generate --model SmolLM2-135M-Instruct.Q4_1.gguf --chat "What is the capital of France?" \\
+      --temperature 0                                         # a GGUF file, its tokenizer"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,8 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         default="runs/pretrain",
         metavar="PATH",
-        help="model folder or model.safetensors, a LoRA post-training folder, or an adapter "
-        "folder",
+        help="model folder or model.safetensors, a GGUF file, a LoRA post-training folder, or an "
+        "adapter folder",
     )
     p.add_argument(
         "--base-model",
@@ -67,13 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_device_argument(p)
     p.add_argument(
-        "--sample-tokens",
         "--max-new-tokens",
+        "--sample-tokens",
         dest="sample_tokens",
         type=int_range(0),
         default=None,
-        help=f"bytes to generate (default: {DEFAULT_SAMPLE_BYTES}, fewer when the model's "
-        "max_seq_len leaves fewer positions after the prompt)",
+        help=f"most tokens to generate (default: {DEFAULT_SAMPLE_BYTES}, fewer when the model's "
+        "max_seq_len leaves fewer positions after the prompt); --sample-tokens is an alias",
     )
     p.add_argument("--temperature", type=non_negative_float, default=0.8, help="0 is greedy")
     p.add_argument("--top-k", type=int_range(1), default=40, help="sample among the k likeliest")
@@ -81,9 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--chat",
         action="store_true",
-        help="PROMPT is a user message: render it with the model folder's chat template (or "
-        "riftco's default byte template) and the assistant's turn, and print only the answer, "
-        "up to its end of turn",
+        help="PROMPT is a user message: render it with the model's chat template (or riftco's "
+        "default template) and the assistant's turn, and print only the answer, up to its end "
+        "of turn",
     )
     p.add_argument(
         "--system",
@@ -132,6 +141,15 @@ def _adapter_base(adapter: Path, base: str | None) -> Path:
         fail(f"the adapter's base model is gone ({e}); pass --base-model")
 
 
+def _adapter(path: Path) -> Path | None:
+    """The LoRA adapter folder ``path`` is or holds (a LoRA run), or ``None``."""
+    if (path / ADAPTER_CONFIG).is_file():
+        return path
+    if (path / ADAPTER_DIR / ADAPTER_CONFIG).is_file() and not (path / "model.safetensors").is_file():
+        return path / ADAPTER_DIR
+    return None
+
+
 def load_for_generation(
     model_path: str, base_model: str | None, attention: str, device: str = "cpu"
 ) -> tuple[riftco.DecoderOnlyTransformer, str]:
@@ -144,11 +162,7 @@ def load_for_generation(
             adapter of the GPU asked for.
     """
     path = Path(model_path)
-    adapter = None
-    if (path / ADAPTER_CONFIG).is_file():
-        adapter = path
-    elif (path / ADAPTER_DIR / ADAPTER_CONFIG).is_file() and not (path / "model.safetensors").is_file():
-        adapter = path / ADAPTER_DIR
+    adapter = _adapter(path)
     if adapter is None:
         try:
             state = riftco.stages.resolve_model_state(path)
@@ -161,53 +175,162 @@ def load_for_generation(
     return model.to(device), f"{base} + LoRA adapter {adapter}"
 
 
-def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
-    """Loads the model, checks the prompt and settings, prints prompt + continuation."""
-    model, what = load_for_generation(args.model, args.base_model, args.attention, args.device)
-    max_seq_len = int(model.config.max_seq_len)
-    data = read_prompt(args.prompt, max_seq_len)
-    stop: str | None = None
-    if args.system is not None and not args.chat:
-        fail("--system needs --chat")
-    if args.chat:
-        data, stop = _render_chat(args, data)
-    prompt, n_new = check_sample_args(
-        os.fsdecode(data),
-        args.sample_tokens,
-        args.temperature,
-        args.top_k,
-        args.seed,
-        max_seq_len,
-        prompt_flag="PROMPT",
-    )
-    print(f"{prog}: {what}; {n_new} bytes", file=sys.stderr)
-    text = riftco.generate(
-        model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
-    )
-    if stop is not None:
-        sys.stdout.write(riftco.decode_bytes(text).split(stop, 1)[0] + "\n")
-        return
-    sys.stdout.write(riftco.decode_bytes(prompt + text) + "\n")
+_MAX_PROMPT_BYTES_PER_TOKEN = 1024
+"""stdin is read up to ``max_seq_len`` times this many bytes for a text tokenizer: a longer
+prompt cannot fit the model's positions (tokens are far shorter)."""
 
 
-def _render_chat(args: argparse.Namespace, message: bytes) -> tuple[bytes, str]:
-    """The user message rendered as a conversation up to the assistant's turn, and the text
-    that ends that turn (the template's EOS, or the default template's ``<|end|>``)."""
-    folder = Path(args.model)
-    if not folder.is_dir():
-        folder = folder.parent
+def _tokenizer(args: argparse.Namespace) -> riftco.Tokenizer:
+    """The model's tokenizer: ``--model``'s (a LoRA run's is its recorded base model's), or
+    ``--base-model``'s for an adapter given one."""
+    adapter = _adapter(Path(args.model))
+    use_base = adapter is not None and args.base_model is not None
+    source = args.base_model if use_base else args.model
     try:
-        template = riftco.chat_template.load_chat_template(folder)
-    except riftco.chat_template.ChatTemplateError as e:
-        fail(str(e))
-    if template is None:
-        template = riftco.chat_template.default_chat_template()
-    stop = template.eos_token or "<|end|>"
-    messages = [{"role": "user", "content": riftco.decode_bytes(message)}]
-    if args.system is not None:
-        messages.insert(0, {"role": "system", "content": args.system})
-    try:
-        text = template.render(messages, add_generation_prompt=True)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            tokenizer = riftco.load_tokenizer(source)
     except ImportError as e:
         fail(str(e))
-    return text.encode("utf-8"), stop
+    for note in tokenizer.warnings:
+        print(f"riftco: warning: {note}", file=sys.stderr)
+    return tokenizer
+
+
+def _prompt_ids(
+    args: argparse.Namespace, tokenizer: riftco.Tokenizer, data: bytes
+) -> tuple[list[int], str | None]:
+    """The prompt's token ids, and the text to print before the continuation (``None`` with
+    ``--chat``, which prints the answer only, and for bytes, whose prompt is printed through
+    the detokenizer as before)."""
+    if tokenizer.is_bytes:
+        text = riftco.decode_bytes(data)
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            fail(
+                f"the prompt is not UTF-8 text ({e.reason} at byte {e.start}); "
+                f"{tokenizer.name} encodes text"
+            )
+    try:
+        if args.chat:
+            messages = [{"role": "user", "content": text}]
+            if args.system is not None:
+                messages.insert(0, {"role": "system", "content": args.system})
+            rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            return tokenizer.encode(rendered, add_special_tokens=False), None
+        if tokenizer.is_bytes:
+            return list(data), None
+        return tokenizer.encode(text), text
+    except ImportError as e:
+        fail(str(e))
+
+
+class _StopText:
+    """Holds back text that may be the start of a stop text (``<|end|>``), so that the printed
+    answer is exactly the decoded text up to the first stop text."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = [t for t in dict.fromkeys(stops) if t]
+        self.held = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        self.held += text
+        found = [i for i in (self.held.find(t) for t in self.stops) if i >= 0]
+        if found:
+            out, self.held, self.stopped = self.held[: min(found)], "", True
+            return out
+        keep = max(
+            (k for t in self.stops for k in range(1, len(t)) if self.held.endswith(t[:k])),
+            default=0,
+        )
+        out = self.held[: len(self.held) - keep]
+        self.held = self.held[len(self.held) - keep :]
+        return out
+
+    def finish(self) -> str:
+        out, self.held = self.held, ""
+        return out
+
+
+def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
+    """Loads the model and its tokenizer, checks the prompt and settings, and prints the prompt
+    and its continuation as the tokens come (the answer only, with ``--chat``)."""
+    if args.system is not None and not args.chat:
+        fail("--system needs --chat")
+    model, what = load_for_generation(args.model, args.base_model, args.attention, args.device)
+    tokenizer = _tokenizer(args)
+    max_seq_len = int(model.config.max_seq_len)
+    unit = "bytes" if tokenizer.is_bytes else "tokens"
+    limit = max_seq_len * (1 if tokenizer.is_bytes else _MAX_PROMPT_BYTES_PER_TOKEN)
+    data = read_prompt(args.prompt, limit)
+    if len(data) > limit:
+        fail(f"the prompt on stdin is over {limit:,} bytes: more than the model's "
+             f"max_seq_len of {max_seq_len} {unit} can hold")
+    try:
+        ids, shown = _prompt_ids(args, tokenizer, data)
+    except riftco.TokenError as e:
+        fail(f"{tokenizer.name} cannot encode the prompt: {e}")
+    fill = max(max_seq_len - len(ids) + 1, 0)
+    n_new = min(DEFAULT_SAMPLE_BYTES, fill) if args.sample_tokens is None else args.sample_tokens
+    if not ids:
+        fail("the prompt is empty: give at least one character")
+    if len(ids) > max_seq_len:
+        fail(
+            f"the prompt is {len(ids)} {unit}, more than the model's max_seq_len of "
+            f"{max_seq_len}: pass a shorter PROMPT"
+        )
+    if n_new > fill:
+        fail(
+            f"the prompt ({len(ids)} {unit}) plus {n_new} new {unit} needs "
+            f"{len(ids) + n_new - 1} positions; the model's max_seq_len is {max_seq_len}: "
+            f"pass --max-new-tokens {fill} or less, or a shorter PROMPT"
+        )
+    n_vocab = int(model.config.vocab_size)
+    try:
+        tokens = riftco.generate_tokens(
+            model,
+            ids,
+            n_new,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+            stop_token_ids=tokenizer.stop_token_ids,
+            vocab_size=min(n_vocab, tokenizer.vocab_size),
+        )
+    except riftco.TokenError as e:  # a prompt id the model lacks: another model's tokenizer
+        fail(f"{tokenizer.name} does not fit the model ({what}): {e}")
+    source = "" if tokenizer.name == what else f" with {tokenizer.name}"
+    print(
+        f"{prog}: {what}{source}; {len(ids)} prompt {unit}, up to {n_new} {unit} to generate",
+        file=sys.stderr,
+    )
+    stream = tokenizer.stream(context=[] if shown is None else ids)
+    stops = _StopText(
+        [tokenizer.stop_text or "", tokenizer.chat_template.eos_token or ""] if args.chat else []
+    )
+
+    def show(text: str) -> None:
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    if shown is not None:
+        show(shown)
+    elif not args.chat:  # bytes: the prompt's bytes through the same decoder as the answer's
+        for t in ids:
+            show(stream.add_token(t))
+    n_out = 0
+    for t in tokens:
+        n_out += 1
+        show(stops.feed(stream.add_token(t)))
+        if stops.stopped:
+            break
+    if not stops.stopped:
+        show(stops.feed(stream.finalize()))
+    show(stops.finish() if not stops.stopped else "")
+    sys.stdout.write("\n")
+    ended = " (stopped at the end of turn or sequence)" if stops.stopped or n_out < n_new else ""
+    print(f"{prog}: {n_out} {unit} generated{ended}", file=sys.stderr)
