@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from riftco._native import DecodeError, DecoderOnlyTransformer, ShapeError, TokenError
-from riftco.data import VOCAB_SIZE
+from riftco.data.text import VOCAB_SIZE
 
 __all__ = ["Prompt", "check_generation_args", "generate", "sample_token"]
 
