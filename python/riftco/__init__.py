@@ -113,36 +113,18 @@ def _check_simd_env() -> None:
 
 _check_simd_env()
 
-from riftco import (
-    chat_template,
-    configs,
-    data,
-    distributed,
-    functional,
-    generation,
-    gguf_tokenizer,
-    instruct,
-    instruct_corpus,
-    plotting,
-    run_folder,
-    run_records,
-    examples_data,
-    stages,
-    tokenizer,
-    training_loop,
-    training_state,
-)
-from riftco.examples_data import ExampleBatchSampler, ExampleCorpus, examples_from_pairs
-from riftco.instruct_corpus import load_example_corpus
-from riftco.checkpointing import checkpoint, checkpoint_sequential
-from riftco.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from riftco import autograd, data, functional, generation, training  # noqa: E402
+from riftco.autograd.checkpointing import checkpoint, checkpoint_sequential
+from riftco.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from riftco.data.examples import ExampleBatchSampler, ExampleCorpus, examples_from_pairs
+from riftco.data.instruct_corpus import load_example_corpus
 from riftco import nn, optim  # noqa: E402 (they import the names above)
-from riftco.configs import *  # noqa: F403
-from riftco.data import *  # noqa: F403
+from riftco.training.configs import *  # noqa: F403
+from riftco.data.text import *  # noqa: F403
 from riftco.generation import *  # noqa: F403
-from riftco.stages import *  # noqa: F403
-from riftco.stages import load_model
-from riftco.tokenizer import StreamingDetokenizer, Tokenizer, load_tokenizer
+from riftco.training.stages import *  # noqa: F403
+from riftco.training.stages import load_model
+from riftco.data.tokenizer import StreamingDetokenizer, Tokenizer, load_tokenizer
 
 __all__ = [
     "BLOCK_VALUE_NAMES",
@@ -215,7 +197,7 @@ __all__ = [
     "gguf_tokenizer",
     "tokenizer",
 ]
-__all__ += configs.__all__
-__all__ += data.__all__
+__all__ += training.configs.__all__
+__all__ += data.text.__all__
 __all__ += generation.__all__
-__all__ += stages.__all__
+__all__ += training.stages.__all__

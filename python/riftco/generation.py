@@ -34,8 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from riftco._native import DecodeError, DecoderOnlyTransformer, ShapeError, TokenError
-from riftco.data import VOCAB_SIZE
-from riftco.tokenizer import Tokenizer
+from riftco.data.text import VOCAB_SIZE
+from riftco.data.tokenizer import Tokenizer
 
 __all__ = ["Prompt", "check_generation_args", "generate", "generate_tokens", "sample_token"]
 

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import NoReturn
 
-from riftco import __version__
-from riftco.cli import ArgumentParser, run_cli
+from riftco._native import __version__
 from riftco.commands import generate, info, plot, post_train, pretrain
+from riftco.commands.arguments import ArgumentParser
+from riftco.commands.runner import run_cli
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -54,7 +55,7 @@ def build_parser(prog: str = "riftco") -> ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "riftco") -> NoReturn:
     """Parses ``argv`` (``sys.argv[1:]`` when ``None``) and runs the subcommand under
-    :func:`riftco.cli.run_cli` (exit codes 0, 2, 130)."""
+    :func:`riftco.commands.runner.run_cli` (exit codes 0, 2, 130)."""
     args = build_parser(prog).parse_args(argv)
     name = f"{prog} {args.command}"
     command: Callable[[argparse.Namespace, str], None] = args._command

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from riftco.cli import fail
-from riftco.data import Corpus, CorpusError, check_corpus_fits
-from riftco.examples_data import ExampleCorpus
-from riftco.run_folder import unfinished_step
-from riftco.run_records import stage_title
-from riftco.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
+from riftco.commands.arguments import fail
+from riftco.data.text import Corpus, CorpusError, check_corpus_fits
+from riftco.data.examples import ExampleCorpus
+from riftco.training.run_folder import unfinished_step
+from riftco.training.run_records import stage_title
+from riftco.training.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
 
 __all__ = [
     "check_corpus",

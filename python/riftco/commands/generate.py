@@ -27,15 +27,15 @@ import warnings
 from pathlib import Path
 
 import riftco
-from riftco.cli import (
+from riftco.commands.arguments import (
     DEFAULT_SAMPLE_BYTES,
     add_device_argument,
     fail,
     int_range,
     non_negative_float,
 )
-from riftco.run_folder import ADAPTER_CONFIG
-from riftco.stages import ADAPTER_DIR, METADATA_FILE
+from riftco.training.run_folder import ADAPTER_CONFIG
+from riftco.training.stages import ADAPTER_DIR, METADATA_FILE
 
 __all__ = ["add_arguments", "load_for_generation", "read_prompt", "run"]
 

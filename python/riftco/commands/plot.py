@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from riftco import plotting
-from riftco.cli import fail
-from riftco.run_records import stage_title
+from riftco.training import plotting
+from riftco.commands.arguments import fail
+from riftco.training.run_records import stage_title
 
 __all__ = ["add_arguments", "run"]
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace, prog: str = "riftco plot") -> None:
     ``RiftcoError`` with the next step."""
     meta = plotting.load_metadata(args.run)
     if args.out is not None:
-        from riftco.stages import prepare_out_dir
+        from riftco.training.stages import prepare_out_dir
 
         prepare_out_dir(args.out)
     written = plotting.write_plots(args.run, args.out)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import riftco
-from riftco.cli import (
+from riftco.commands.arguments import (
     DEFAULT_SAMPLE_BYTES,
     ArgumentParser,
     add_checkpointing_arguments,
@@ -43,16 +43,16 @@ from riftco.commands._runs import (
     print_later,
     stage_log,
 )
-from riftco.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
-from riftco.instruct_corpus import (
+from riftco.data.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
+from riftco.data.instruct_corpus import (
     RowObjects,
     answer_samples,
     is_example_data,
     load_example_corpus,
 )
-from riftco.run_folder import ADAPTER_CONFIG, ADAPTER_DIR
-from riftco.stages import MODEL_STATE_FILE
-from riftco.stdlib_instructions import stdlib_instructions
+from riftco.training.run_folder import ADAPTER_CONFIG, ADAPTER_DIR
+from riftco.training.stages import MODEL_STATE_FILE
+from riftco.data.stdlib_instructions import stdlib_instructions
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_OUT", "add_arguments", "parse_args", "run"]
 

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 import riftco
-from riftco.cli import (
+from riftco.commands.arguments import (
     DEFAULT_SAMPLE_BYTES,
     ArgumentParser,
     add_checkpointing_arguments,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from riftco._native import RiftcoError, write_file_atomic
-from riftco.run_records import CACHED_KEY, stage_title
+from riftco.training.run_records import CACHED_KEY, stage_title
 
 __all__ = [
     "LOSS_PLOT",

@@ -40,7 +40,7 @@ import numpy as np
 
 import riftco._native as _native
 from riftco._native import ModelStateError, TokenError
-from riftco.chat_template import (
+from riftco.data.chat_template import (
     ChatTemplate,
     ChatTemplateError,
     default_chat_template,
@@ -48,8 +48,8 @@ from riftco.chat_template import (
     read_tokenizer_config,
     special_token_text,
 )
-from riftco.gguf_tokenizer import BYTE_LEVEL_ALPHABET, build_gguf_vocabulary
-from riftco.run_folder import ADAPTER_DIR, METADATA_FILE
+from riftco.data.gguf_tokenizer import BYTE_LEVEL_ALPHABET, build_gguf_vocabulary
+from riftco.training.run_folder import ADAPTER_DIR, METADATA_FILE
 
 __all__ = ["BYTE_VOCAB_SIZE", "StreamingDetokenizer", "Tokenizer", "load_tokenizer"]
 

@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from riftco._native import RiftcoError, TokenError
-from riftco.chat_template import ChatTemplate, ChatTemplateError, default_chat_template
-from riftco.data import LOAD_CORPUS_MAX_BYTES
+from riftco.data.chat_template import ChatTemplate, ChatTemplateError, default_chat_template
+from riftco.data.text import LOAD_CORPUS_MAX_BYTES
 
 __all__ = [
     "IGNORE_INDEX",

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from riftco._native import DecoderOnlyTransformer, TokenError
-from riftco.data import Corpus
+from riftco.data.text import Corpus
 from riftco.generation import generate_tokens
 
 TOKENIZER_FILE = "tokenizer.json"

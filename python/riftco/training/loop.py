@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from riftco import distributed
+from riftco.training import distributed
 from riftco._native import (
     Adam,
     AdamW,
@@ -31,13 +31,13 @@ from riftco._native import (
     reset_peak_memory_stats,
     set_rng_state,
 )
-from riftco.configs import _LoopConfig
-from riftco.data import VOCAB_SIZE, BatchSampler, Corpus
-from riftco.examples_data import ExampleBatchSampler, ExampleCorpus
-from riftco.grad_mode import no_grad
-from riftco.run_folder import METADATA_FILE, Log, TrainingInterrupted, write_json_atomic
-from riftco.run_records import CACHED_KEY, MEMORY_CATEGORIES, StepRecords, stage_title
-from riftco.training_state import (
+from riftco.training.configs import _LoopConfig
+from riftco.data.text import VOCAB_SIZE, BatchSampler, Corpus
+from riftco.data.examples import ExampleBatchSampler, ExampleCorpus
+from riftco.autograd.grad_mode import no_grad
+from riftco.training.run_folder import METADATA_FILE, Log, TrainingInterrupted, write_json_atomic
+from riftco.training.run_records import CACHED_KEY, MEMORY_CATEGORIES, StepRecords, stage_title
+from riftco.training.state import (
     CHECKPOINTS_DIR,
     OPTIMIZER_STATE_FILE,
     TRAINER_STATE_FILE,
@@ -709,7 +709,7 @@ def _data_parallel_step(
 
 def _write_plots(out_dir: Path, metadata: dict[str, Any], log: Log | None) -> None:
     """``loss.png`` and ``memory.png`` of a finished run, or one log line why not."""
-    from riftco import plotting  # which imports matplotlib only when it draws
+    from riftco.training import plotting  # which imports matplotlib only when it draws
 
     try:
         written = plotting.write_plots(metadata, out_dir)

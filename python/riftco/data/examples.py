@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from riftco._native import IGNORE_INDEX
-from riftco.data import CorpusError
+from riftco.data.text import CorpusError
 
 __all__ = ["ExampleBatchSampler", "ExampleCorpus", "examples_from_pairs"]
 

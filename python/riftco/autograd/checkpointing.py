@@ -17,7 +17,7 @@ import numpy as np
 
 import riftco._native as _native
 from riftco._native import CheckpointError, ConfigError, Variable
-from riftco.discovery import discover_leaves
+from riftco.autograd.discovery import discover_leaves
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
 

@@ -18,7 +18,7 @@ from riftco._native import (
     RiftcoError,
     write_file_atomic,
 )
-from riftco.training_state import (
+from riftco.training.state import (
     CHECKPOINTS_DIR,
     TRAINER_STATE_FILE,
     Checkpoint,

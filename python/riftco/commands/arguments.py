@@ -1,19 +1,15 @@
-"""Helpers shared by the command-line examples: clean exits instead of tracebacks.
+"""The argument helpers the ``riftco`` commands share.
 
-:func:`run_cli` runs a ``main`` function and maps the expected failures onto exit codes:
-
-- a bad input (:class:`riftco.RiftcoError`, an ``OSError`` such as an unwritable output folder,
-  or :class:`UsageError`) prints one ``error: ...`` line on stderr and exits with code 2;
-- Ctrl-C (``KeyboardInterrupt``, including :class:`riftco.TrainingInterrupted`) prints one line
-  saying which saved state is intact and exits with code 130 (128 + SIGINT).
-
-Anything else is a bug and keeps its traceback.
-
-:class:`ArgumentParser` reports a malformed flag the same way (one ``error:`` line, exit 2,
-instead of argparse's usage block), and :func:`int_range` / :func:`non_negative_float` are
-argument types that reject out-of-range numbers while the command line is parsed, before any
-work starts. :func:`add_checkpointing_arguments` adds the shared ``--activation-checkpointing``
-and ``--activation-memory-budget`` flags, checked by the native parser the same way.
+:class:`ArgumentParser` reports a malformed flag as one ``error:`` line and exit code 2
+(instead of argparse's usage block) and shows every default; :func:`int_range`,
+:func:`non_negative_float`, :func:`positive_float` and :func:`probability` are argument types
+that reject out-of-range numbers while the command line is parsed, before any work starts.
+:func:`add_checkpointing_arguments` adds the shared ``--activation-checkpointing``,
+``--activation-memory-budget`` and ``--loss-chunk-bytes`` flags, checked by the native parser
+the same way; :func:`add_device_argument`, :func:`add_dropout_arguments`,
+:func:`add_resume_argument` and :func:`add_data_parallel_arguments` the others shared by
+``pretrain`` and ``post-train``. :func:`fail` raises :class:`UsageError`, which
+:func:`riftco.commands.runner.run_cli` prints as one ``error:`` line (exit code 2).
 """
 
 from __future__ import annotations
@@ -23,10 +19,8 @@ import contextlib
 import math
 import os
 import re
-import signal
 import sys
 import textwrap
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -37,18 +31,15 @@ from riftco._native import (
     DEVICES,
     SELECTIVE_POLICIES,
     ConfigError,
-    RiftcoError,
     TokenError,
     parse_activation_checkpointing,
     parse_byte_size,
 )
-from riftco.configs import check_loss_chunk_bytes, check_probability
+from riftco.training.configs import check_loss_chunk_bytes, check_probability
 from riftco.generation import check_generation_args
-from riftco.run_folder import TrainingInterrupted, prepare_out_dir
-from riftco.training_loop import _SigintGuard
+from riftco.training.run_folder import prepare_out_dir
 
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 DEFAULT_SAMPLE_BYTES = 256
 """Bytes sampled when ``--sample-tokens`` is not given (fewer when the prompt leaves fewer of
@@ -57,7 +48,6 @@ the model's ``max_seq_len`` positions), whatever ``max_seq_len`` is."""
 U64_MAX = 2**64 - 1
 
 __all__ = [
-    "EXIT_INTERRUPTED",
     "EXIT_USAGE",
     "ArgumentParser",
     "DEFAULT_SAMPLE_BYTES",
@@ -75,7 +65,6 @@ __all__ = [
     "non_negative_float",
     "output_folder",
     "positive_float",
-    "run_cli",
     "start_data_parallel",
 ]
 
@@ -410,7 +399,7 @@ def start_data_parallel(args: argparse.Namespace) -> int:
         fail(f"--zero {args.zero} shards over data-parallel ranks: it needs --data-parallel")
     if not args.data_parallel:
         return 0
-    from riftco import distributed
+    from riftco.training import distributed
 
     group = distributed.init(args.data_parallel_timeout)
     if group.rank:
@@ -478,120 +467,3 @@ def check_sample_args(
             f"sample settings ({prompt_flag}, --sample-tokens, --temperature, --top-k): {e}{hint}"
         )
     return data, n_new
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text or type(e).__name__
-
-
-class _PipeSafe:
-    """A text stream whose reader may go away or whose file may fail: once a write or flush
-    finds the pipe closed (``riftco post-train ... | head -1``) or the output unwritable (a full
-    device, an I/O error), later output is dropped and the command goes on, so the terminal's
-    side never ends a run that writes files. A stream that was closed before the process started
-    (``>&-``: ``None`` here) drops everything from the start. Everything else is the wrapped
-    stream's."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self.dropped = stream is None
-
-    def write(self, text: str) -> int:
-        if not self.dropped:
-            try:
-                return int(self._stream.write(text))
-            except OSError as e:
-                self._drop(e)
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.dropped:
-            try:
-                self._stream.flush()
-            except OSError as e:
-                self._drop(e)
-
-    def isatty(self) -> bool:
-        return not self.dropped and bool(self._stream.isatty())
-
-    def _drop(self, error: OSError) -> None:
-        self.dropped = True
-        if not isinstance(error, BrokenPipeError) and sys.stderr is not self:
-            # A reader that went away is normal (``| head``); a failing file is worth a line.
-            name = "standard output" if sys.stdout is self else "standard error"
-            print(
-                f"riftco: warning: {name} failed ({error.strerror or error}); the run goes on "
-                "without printing there",
-                file=sys.stderr,
-            )
-        # The interpreter flushes the real stream at exit: point its descriptor at /dev/null
-        # so that flush cannot fail (and print "Exception ignored ... BrokenPipeError") either.
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
-        except (OSError, ValueError, AttributeError):
-            pass
-
-    def __getattr__(self, name: str) -> Any:
-        if self._stream is None:
-            raise AttributeError(name)
-        return getattr(self._stream, name)
-
-
-def run_cli(main: Callable[[], None], prog: str) -> NoReturn:
-    """Runs ``main`` and exits with 0, 2 (bad input) or 130 (interrupted).
-
-    Standard output and error may be closed by their reader (a pipe into ``head``), closed from
-    the start (``>&-``) or fail (a full device): the command stops printing there and runs to its
-    end (exit 0 when it succeeds), files written as usual.
-
-    SIGINT is handled the same whichever way the process inherited it (a shell starts a
-    background job with SIGINT ignored): the first one interrupts ``main`` (exit 130); later
-    ones, and any once ``main`` has ended, are ignored, so a second Ctrl-C can neither cut the
-    exit short nor kill the process by signal.
-    """
-    if not isinstance(sys.stdout, _PipeSafe):
-        sys.stdout = _PipeSafe(sys.stdout)
-    if not isinstance(sys.stderr, _PipeSafe):
-        sys.stderr = _PipeSafe(sys.stderr)
-    guard = _SigintGuard()
-    on_main_thread = threading.current_thread() is threading.main_thread()
-    if on_main_thread:
-        signal.signal(signal.SIGINT, guard)
-    try:
-        code = _run_main(main, prog, guard)
-    except KeyboardInterrupt:  # a first Ctrl-C that landed while reporting another outcome
-        code = EXIT_INTERRUPTED
-    finally:
-        if on_main_thread:
-            # Exiting: nothing may interrupt the exit or the interpreter's shutdown.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.exit(code)
-
-
-def _run_main(main: Callable[[], None], prog: str, guard: _SigintGuard) -> int:
-    try:
-        main()
-    except TrainingInterrupted as e:
-        guard.fired = True
-        if e.saved_step is None:
-            where = "nothing was saved yet"
-        else:
-            where = (
-                f"the checkpoint of step {e.saved_step} in {e.out_dir} is intact; the same "
-                "command with --resume continues from it"
-            )
-        print(f"{prog}: interrupted; {where}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        guard.fired = True
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except (UsageError, RiftcoError, OSError) as e:
-        guard.fired = True
-        print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
-        return EXIT_USAGE
-    guard.fired = True
-    return 0

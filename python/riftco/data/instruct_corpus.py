@@ -19,10 +19,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from riftco.chat_template import ChatTemplate, default_chat_template, load_chat_template
-from riftco.data import decode_bytes
-from riftco.examples_data import ExampleCorpus
-from riftco.instruct import (
+from riftco.data.chat_template import ChatTemplate, default_chat_template, load_chat_template
+from riftco.data.text import decode_bytes
+from riftco.data.examples import ExampleCorpus
+from riftco.data.instruct import (
     IGNORE_INDEX,
     DatasetError,
     ExampleSet,
@@ -235,7 +235,7 @@ def answer_samples(
         ``{"prompt", "reference", "generated"}`` per example, decoded text (bytes decoded as
         UTF-8 with replacement for a byte-token model).
     """
-    from riftco.hf_tokenizer import generate_ids
+    from riftco.data.hf_tokenizer import generate_ids
 
     def decode(ids: Sequence[int]) -> str:
         if tokenizer is None:

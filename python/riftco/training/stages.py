@@ -60,10 +60,10 @@ from riftco._native import (
     num_threads,
     simd_level,
 )
-from riftco.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
-from riftco.data import VOCAB_SIZE, Corpus, CorpusError, check_corpus_fits
-from riftco.examples_data import ExampleBatchSampler, ExampleCorpus
-from riftco.run_folder import (
+from riftco.training.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
+from riftco.data.text import VOCAB_SIZE, Corpus, CorpusError, check_corpus_fits
+from riftco.data.examples import ExampleBatchSampler, ExampleCorpus
+from riftco.training.run_folder import (
     ADAPTER_DIR,
     METADATA_FILE,
     MODEL_STATE_FILE,
@@ -75,14 +75,14 @@ from riftco.run_folder import (
     _resume_checkpoint,
     prepare_out_dir,
 )
-from riftco.training_loop import (
+from riftco.training.loop import (
     UNIFORM_BASELINE_LOSS,
     _group,
     _RunState,
     _train,
     _writes_files,
 )
-from riftco.training_state import (
+from riftco.training.state import (
     CHECKPOINTS_DIR,
     HARMLESS_TRAINING_KEYS,
     CheckpointWriteError,
