@@ -115,6 +115,22 @@ from riftco.generation import *  # noqa: F403
 from riftco.training.stages import *  # noqa: F403
 from riftco.training.stages import load_model
 
+# The module paths from before the package had wings, kept as re-exports of their new homes
+# (docs/architecture.md lists them): ``riftco.stages.run_pretraining`` and the like keep working.
+from riftco import (  # noqa: E402
+    chat_template,
+    checkpointing,
+    configs,
+    discovery,
+    distributed,
+    grad_mode,
+    instruct,
+    instruct_corpus,
+    plotting,
+    stages,
+    training_state,
+)
+
 __all__ = [
     "BLOCK_VALUE_NAMES",
     "DEVICES",
