@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from riftco.commands.arguments import fail
-from riftco.data.text import Corpus, CorpusError, check_corpus_fits
 from riftco.data.examples import ExampleCorpus
+from riftco.data.text import Corpus, CorpusError, check_corpus_fits
 from riftco.training.run_folder import unfinished_step
 from riftco.training.run_records import stage_title
 from riftco.training.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
