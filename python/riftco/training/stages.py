@@ -75,13 +75,8 @@ from riftco.training.run_folder import (
     _resume_checkpoint,
     prepare_out_dir,
 )
-from riftco.training.loop import (
-    UNIFORM_BASELINE_LOSS,
-    _group,
-    _RunState,
-    _train,
-    _writes_files,
-)
+from riftco.training.loop import UNIFORM_BASELINE_LOSS, _RunState, _Trainer
+from riftco.training.replicas import _group, _writes_files
 from riftco.training.state import (
     CHECKPOINTS_DIR,
     HARMLESS_TRAINING_KEYS,
@@ -270,7 +265,7 @@ def run_pretraining(
         "model_config": model_config.to_dict(),
         "files": [MODEL_STATE_FILE, "config.json", METADATA_FILE, CHECKPOINTS_DIR],
     }
-    return _train(
+    return _Trainer(
         stage="pretraining",
         model=model,
         params=list(model.parameters()),
@@ -288,7 +283,7 @@ def run_pretraining(
         progress=progress,
         log=log,
         plots=plots,
-    )
+    ).train()
 
 
 def resolve_model_state(model_path: str | os.PathLike[str]) -> Path:
@@ -545,7 +540,7 @@ def run_post_training(
         if undo is not None:
             undo()
         raise
-    return _train(
+    return _Trainer(
         stage=stage,
         model=model,
         params=list(model.parameters()),
@@ -563,4 +558,4 @@ def run_post_training(
         progress=progress,
         log=log,
         plots=plots,
-    )
+    ).train()
