@@ -23,12 +23,12 @@ this package is its Python front:
   made of), ``reset_peak_memory_stats()``, and the buffer pool's ``cached_bytes()`` /
   ``empty_cache()``; the kernels' ``num_threads()`` and ``simd_level()``;
 - training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
-  ``run_post_training``, and ``generate``; ``plotting.write_plots`` (``loss.png``,
+  ``run_post_training``, and ``generate``; ``training.plotting.write_plots`` (``loss.png``,
   ``memory.png`` of a run, with the optional matplotlib); the ``riftco`` command
   (``python -m riftco``, :mod:`riftco.commands`);
-- instruction/chat data: :mod:`riftco.instruct` (``load_rows``, ``build_examples``: JSON Lines
-  rows tokenized with the loss on the answers) and :mod:`riftco.chat_template` (a model
-  folder's Jinja2 chat template, rendered as transformers does);
+- instruction/chat data: :mod:`riftco.data.instruct` (``load_rows``, ``build_examples``: JSON
+  Lines rows tokenized with the loss on the answers) and :mod:`riftco.data.chat_template` (a
+  model folder's Jinja2 chat template, rendered as transformers does);
 - exceptions rooted at ``RiftcoError`` (input errors also subclass ``ValueError``, state and
   device errors ``RuntimeError``, ``OutOfMemoryError`` the builtin ``MemoryError``).
 """

@@ -90,7 +90,7 @@ def corpus_line(corpus: Corpus, validation_fraction: float, unit: str = "bytes")
 
 
 def check_corpus(corpus: Corpus, seq_len: int, validation_fraction: float) -> None:
-    """:func:`riftco.data.check_corpus_fits` naming ``--seq-len`` and ``--data``."""
+    """:func:`riftco.data.text.check_corpus_fits` naming ``--seq-len`` and ``--data``."""
     try:
         check_corpus_fits(
             corpus, seq_len, validation_fraction, seq_len_name="--seq-len", data_name="--data"

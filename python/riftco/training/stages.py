@@ -16,15 +16,15 @@ a corpus, and writes into ``out_dir``:
   step times, tokens/s, peak
   memory by category (``riftco.memory_stats()``; the peak is reset at the start of every step and
   the maximum over steps is recorded), validation loss before and after, wall time;
-- per step (:mod:`riftco.run_records`): ``memory_per_step`` (each category's peak bytes in that
-  step and the buffer pool's cached bytes after it) and ``validation_losses`` (step 0, every
+- per step (:mod:`riftco.training.run_records`): ``memory_per_step`` (each category's peak bytes
+  in that step and the buffer pool's cached bytes after it) and ``validation_losses`` (step 0, every
   ``eval_every`` steps, the last step);
-- ``loss.png`` and ``memory.png`` (:func:`riftco.plotting.write_plots`) at the end of a complete
-  run when ``plots`` is true and matplotlib is installed (``pip install 'riftco[plot]'``);
+- ``loss.png`` and ``memory.png`` (:func:`riftco.training.plotting.write_plots`) at the end of a
+  complete run when ``plots`` is true and matplotlib is installed (``pip install 'riftco[plot]'``);
   without matplotlib the ``log`` callback gets one line saying so and the run still succeeds.
 
 Saves happen every ``save_every`` steps, at the end and on Ctrl-C: each writes a training-state
-checkpoint ``checkpoints/step-NNNNNNNN/`` (see :mod:`riftco.training_state`; the newest
+checkpoint ``checkpoints/step-NNNNNNNN/`` (see :mod:`riftco.training.state`; the newest
 ``keep_checkpoints`` are kept), then the model files and the metadata at the folder's top level,
 each file written atomically (temporary file, fsync, rename). ``resume=True`` continues a run from
 its newest checkpoint exactly (bitwise, on the same machine and thread count). Ctrl-C takes
@@ -212,7 +212,7 @@ def run_pretraining(
     writes ``loss.png`` and ``memory.png`` at the end when matplotlib is installed.
 
     Every ``save_every`` steps, at the end and on Ctrl-C the run writes a training-state
-    checkpoint into ``out_dir/checkpoints/`` (see :mod:`riftco.training_state`). ``resume=True``
+    checkpoint into ``out_dir/checkpoints/`` (see :mod:`riftco.training.state`). ``resume=True``
     continues from the newest complete one (or starts at step 0 when ``out_dir`` holds no run
     yet); a path resumes from that checkpoint folder or run folder. A resumed run computes
     exactly what the uninterrupted run would have (bitwise, on the same machine with the same
@@ -236,7 +236,8 @@ def run_pretraining(
         CheckpointWriteError: a checkpoint cannot be written (disk full, read-only folder): the
             previous checkpoint stays loadable.
         TrainingInterrupted: on Ctrl-C, after the step in progress and its checkpoint.
-        MPIUnavailableError: ``data_parallel`` without mpi4py (see :mod:`riftco.distributed`).
+        MPIUnavailableError: ``data_parallel`` without mpi4py (see
+            :mod:`riftco.training.distributed`).
         RankMismatchError: the ranks of a data-parallel run differ in a setting or the data.
     """
     cfg = pretraining_config
@@ -477,7 +478,8 @@ def run_post_training(
         DeviceUnavailableError: as :func:`run_pretraining`.
         CheckpointWriteError: as :func:`run_pretraining`.
         TrainingInterrupted: as :func:`run_pretraining`.
-        MPIUnavailableError: ``data_parallel`` without mpi4py (see :mod:`riftco.distributed`).
+        MPIUnavailableError: ``data_parallel`` without mpi4py (see
+            :mod:`riftco.training.distributed`).
         RankMismatchError: the ranks of a data-parallel run differ in a setting or the data.
     """
     cfg = post_training_config
