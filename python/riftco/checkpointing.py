@@ -1,6 +1,7 @@
-"""``riftco.checkpointing`` re-exports :mod:`riftco.autograd.checkpointing` (the module's path
-before the package had wings), so that code written against it keeps working. Code inside riftco
-imports :mod:`riftco.autograd.checkpointing`."""
+"""Re-exports :mod:`riftco.autograd.checkpointing`, this module's home since the package has wings."""
 
+from riftco.autograd import checkpointing as _module
 from riftco.autograd.checkpointing import *  # noqa: F403
 from riftco.autograd.checkpointing import __all__ as __all__
+
+__getattr__ = _module.__getattribute__  # its other names, private helpers too (read only)

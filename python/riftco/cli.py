@@ -1,9 +1,11 @@
-"""``riftco.cli`` re-exports the helpers of the ``riftco`` commands (the module's path before the
-package had wings): the argument helpers of :mod:`riftco.commands.arguments` and
-:func:`~riftco.commands.runner.run_cli` of :mod:`riftco.commands.runner`. Code inside riftco
-imports those modules."""
+"""Re-exports the helpers of the ``riftco`` commands, :mod:`riftco.commands.arguments` (their
+flags and argument types) and :mod:`riftco.commands.runner` (``run_cli``), at their path from
+before the package had wings."""
+
+from typing import Any
 
 from riftco.commands import arguments as _arguments
+from riftco.commands import runner as _runner
 from riftco.commands.arguments import *  # noqa: F403
 from riftco.commands.arguments import (
     add_dropout_arguments,
@@ -24,3 +26,11 @@ __all__ = [
     "run_cli",
 ]
 __all__ += _arguments.__all__
+
+
+def __getattr__(name: str) -> Any:
+    """The other names of the two modules, private helpers too (read only)."""
+    try:
+        return getattr(_arguments, name)
+    except AttributeError:
+        return getattr(_runner, name)

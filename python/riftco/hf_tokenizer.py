@@ -1,7 +1,6 @@
-"""``riftco.hf_tokenizer`` re-exports :mod:`riftco.data.hf_tokenizer` (the module's path before the
-package had wings), so that code written against it keeps working. Code inside riftco imports
-:mod:`riftco.data.hf_tokenizer`."""
+"""Re-exports :mod:`riftco.data.hf_tokenizer`, this module's home since the package has wings."""
 
+from riftco.data import hf_tokenizer as _module
 from riftco.data.hf_tokenizer import (
     TOKENIZER_FILE,
     generate_ids,
@@ -10,3 +9,4 @@ from riftco.data.hf_tokenizer import (
 )
 
 __all__ = ["TOKENIZER_FILE", "generate_ids", "load_folder_tokenizer", "tokenize_corpus"]
+__getattr__ = _module.__getattribute__  # its other names, private helpers too (read only)

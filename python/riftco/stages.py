@@ -1,6 +1,7 @@
-"""``riftco.stages`` re-exports :mod:`riftco.training.stages` (the module's path before the package
-had wings), so that code written against it keeps working. Code inside riftco imports
-:mod:`riftco.training.stages`."""
+"""Re-exports :mod:`riftco.training.stages`, this module's home since the package has wings."""
 
+from riftco.training import stages as _module
 from riftco.training.stages import *  # noqa: F403
 from riftco.training.stages import __all__ as __all__
+
+__getattr__ = _module.__getattribute__  # its other names, private helpers too (read only)
