@@ -21,9 +21,9 @@ category (``riftco.memory_stats()`` categories, largest over ranks and repeats);
 communication buffer (one 25 MiB bucket at most) is not counted there.
 
 Bytes communicated per step (computed, not measured): the trainable parameters in float32,
-padded per bucket to a multiple of N (``riftco.distributed``'s buckets), times the bytes a rank
-sends in the bandwidth-optimal ring algorithms: all-reduce ``2(N-1)/N``, reduce-scatter
-``(N-1)/N``, all-gather ``(N-1)/N``. ZeRO 0: all-reduce; ZeRO 1: all-reduce + all-gather
+padded per bucket to a multiple of N (``riftco.training.distributed``'s buckets), times the
+bytes a rank sends in the bandwidth-optimal ring algorithms: all-reduce ``2(N-1)/N``,
+reduce-scatter ``(N-1)/N``, all-gather ``(N-1)/N``. ZeRO 0: all-reduce; ZeRO 1: all-reduce + all-gather
 (``3(N-1)/N``); ZeRO 2: reduce-scatter + all-gather (``2(N-1)/N``). The two scalars summed per
 step (target count, loss) are left out. MPICH picks its own algorithms (on one machine the
 ranks share memory), so these are the bytes of the cost model, not of the wire.
@@ -74,7 +74,7 @@ def factors(n: int, zero: int) -> tuple[str, float]:
 
 def worker(spec: dict[str, Any]) -> None:
     import riftco
-    from riftco import distributed
+    from riftco.training import distributed
 
     config = riftco.TransformerConfig(**spec["model"], seed=0)
     common = dict(

@@ -87,7 +87,7 @@ def main() -> None:
     if args.data is None:
         corpus = generated_corpus(2000, args.seq_len)
     else:
-        from riftco import instruct
+        from riftco.data import instruct
 
         examples = instruct.build_examples(
             instruct.load_rows(args.data), max_len=args.seq_len + 1, overlong="skip"

@@ -28,7 +28,7 @@ import argparse
 import sys
 
 try:
-    from riftco.cli import run_cli
+    from riftco.commands.runner import run_cli
     from riftco.commands import pretrain
 except ModuleNotFoundError as e:  # run by an interpreter without the package (the system python3)
     print(

@@ -23,16 +23,16 @@ this package is its Python front:
   made of), ``reset_peak_memory_stats()``, and the buffer pool's ``cached_bytes()`` /
   ``empty_cache()``; the kernels' ``num_threads()`` and ``simd_level()``;
 - training stages: ``PretrainingConfig``, ``PostTrainingConfig``, ``run_pretraining``,
-  ``run_post_training``, and ``generate``; ``plotting.write_plots`` (``loss.png``,
+  ``run_post_training``, and ``generate``; ``training.plotting.write_plots`` (``loss.png``,
   ``memory.png`` of a run, with the optional matplotlib); the ``riftco`` command
   (``python -m riftco``, :mod:`riftco.commands`);
 - tokenizers: ``load_tokenizer(path)`` gives the ``Tokenizer`` of a Hugging Face folder
-  (``tokenizer.json``), a GGUF file (:mod:`riftco.gguf_tokenizer`) or a riftco byte-level model
-  (:mod:`riftco.tokenizer`), with ``StreamingDetokenizer`` for printing tokens as they come;
-  ``generate(model, "text", n, tokenizer=...)`` and ``generate_tokens`` use it;
-- instruction/chat data: :mod:`riftco.instruct` (``load_rows``, ``build_examples``: JSON Lines
-  rows tokenized with the loss on the answers) and :mod:`riftco.chat_template` (a model
-  folder's Jinja2 chat template, rendered as transformers does);
+  (``tokenizer.json``), a GGUF file (:mod:`riftco.data.gguf_tokenizer`) or a riftco byte-level
+  model (:mod:`riftco.data.tokenizer`), with ``StreamingDetokenizer`` for printing tokens as
+  they come; ``generate(model, "text", n, tokenizer=...)`` and ``generate_tokens`` use it;
+- instruction/chat data: :mod:`riftco.data.instruct` (``load_rows``, ``build_examples``: JSON
+  Lines rows tokenized with the loss on the answers) and :mod:`riftco.data.chat_template` (a
+  model folder's Jinja2 chat template, rendered as transformers does);
 - GGUF files (llama.cpp): ``load_model("file.gguf")`` loads a ``llama`` one;
   ``read_gguf_metadata``, ``gguf_tensor_infos`` and ``read_gguf_tensor`` (dequantized to
   float32) read any;
@@ -125,6 +125,22 @@ from riftco.generation import *  # noqa: F403
 from riftco.training.stages import *  # noqa: F403
 from riftco.training.stages import load_model
 from riftco.data.tokenizer import StreamingDetokenizer, Tokenizer, load_tokenizer
+
+# The module paths from before the package had wings, kept as re-exports of their new homes
+# (docs/architecture.md lists them): ``riftco.stages.run_pretraining`` and the like keep working.
+from riftco import (  # noqa: E402
+    chat_template,
+    checkpointing,
+    configs,
+    discovery,
+    distributed,
+    grad_mode,
+    instruct,
+    instruct_corpus,
+    plotting,
+    stages,
+    training_state,
+)
 
 __all__ = [
     "BLOCK_VALUE_NAMES",

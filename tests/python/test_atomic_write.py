@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import riftco
-from riftco import run_folder as stages
+from riftco.training import run_folder as stages
 from riftco._native import write_file_atomic
 
 

@@ -14,9 +14,9 @@ import numpy.typing as npt
 import pytest
 
 import riftco
-import riftco.checkpointing
+import riftco.autograd.checkpointing
 import riftco.discovery
-import riftco.grad_mode
+import riftco.autograd.grad_mode
 from riftco import functional as F
 from riftco import nn
 from riftco.discovery import discover_leaves
@@ -345,7 +345,7 @@ def test_checkpoint_sequential_rejects_bad_segments() -> None:
 
 def test_python_layer_docstring_examples_run() -> None:
     ran = 0
-    for module in (riftco.checkpointing, riftco.grad_mode):
+    for module in (riftco.autograd.checkpointing, riftco.autograd.grad_mode):
         result = doctest.testmod(module, extraglobs={"riftco": riftco})
         assert result.failed == 0
         ran += result.attempted

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 import riftco
+import riftco.autograd.discovery
 import riftco.discovery
 from riftco import functional as F
 from riftco import nn
@@ -84,5 +85,5 @@ class WithClassAttribute(nn.Module):
 
 
 def test_class_attributes_are_not_searched_as_documented() -> None:
-    assert "class attributes" in (riftco.discovery.__doc__ or "")
+    assert "class attributes" in (riftco.autograd.discovery.__doc__ or "")
     assert discover_leaves([WithClassAttribute()]) == []

@@ -175,7 +175,7 @@ SAVE_LOOP = """
             riftco.TransformerConfig(n_layers=n_layers, seed=n_layers, **sizes))
     if what == "metadata":
         from pathlib import Path
-        from riftco import run_folder as stages
+        from riftco.training import run_folder as stages
         models = [{"step": 1, "losses": [0.5] * 100_000}, {"step": 2, "losses": [0.25] * 50_000}]
         save = lambda m: stages.write_json_atomic(Path(target), m)
     elif what == "save":
@@ -245,7 +245,7 @@ def test_metadata_writes_killed_at_random_moments_leave_one_whole_file(tmp_path:
         kill_during("metadata", target, rng)
         if target.exists():
             assert json.loads(target.read_text())["step"] in (1, 2)
-    riftco.run_folder.write_json_atomic(target, {"step": 0})
+    riftco.training.run_folder.write_json_atomic(target, {"step": 0})
     assert json.loads(target.read_text()) == {"step": 0}
     assert os.listdir(tmp_path) == [target.name]
 

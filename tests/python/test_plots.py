@@ -1,4 +1,4 @@
-"""``riftco.plotting``: the pictures' size and content source, and the message without
+"""``riftco.training.plotting``: the pictures' size and content source, and the message without
 matplotlib (simulated in a subprocess by making ``import matplotlib`` fail)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import riftco
-from riftco import plotting
+from riftco.training import plotting
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None

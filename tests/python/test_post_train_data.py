@@ -155,7 +155,7 @@ def test_the_builtin_chat_data_is_questions_answered_by_docstrings() -> None:
     assert rows == stdlib_instructions()  # deterministic
     by_question = {r["messages"][0]["content"]: r["messages"][1]["content"] for r in rows}
     # A known answer, checked against the interpreter's own docstring.
-    from riftco.stdlib_instructions import _QUESTIONS
+    from riftco.data.stdlib_instructions import _QUESTIONS
 
     question = next(q for q in (t.format(name="len()") for t in _QUESTIONS) if q in by_question)
     doc = inspect.getdoc(len)

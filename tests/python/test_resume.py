@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import riftco
-from riftco import training_state
+from riftco.training import state as training_state
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -337,7 +337,7 @@ def test_stale_checkpoint_temporaries_of_dead_processes_are_removed(tmp_path: Pa
     """A kill can leave a checkpoint's temporary folder and, inside ``checkpoints/``, the
     temporary of the model save into it (``..step-N.tmp.<pid>.tmp.<pid>.<n>``): both go at the
     next save when their process is gone; a running process's temporaries and other names stay."""
-    from riftco import training_state
+    from riftco.training import state as training_state
 
     child = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],

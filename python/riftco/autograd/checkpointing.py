@@ -4,7 +4,7 @@ forms over the native ``riftco._native.checkpoint``.
 ``checkpoint(fn, *args)`` runs ``fn(*args)`` keeping only its output, and runs it once more
 during ``backward()`` to rebuild what the gradients need. The native checkpoint must know every
 pre-existing leaf ``fn`` reads (``dependencies``); here they are found automatically when not
-given (``riftco.discovery``).
+given (``riftco.autograd.discovery``).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def checkpoint(
     Dependencies (every pre-existing leaf ``function`` reads besides the inputs: parameters,
     frozen weights):
 
-    - ``dependencies=None`` (default): found automatically (``riftco.discovery``): for a
+    - ``dependencies=None`` (default): found automatically (``riftco.autograd.discovery``): for a
       ``riftco.nn.Module`` or a bound method of one, every leaf the module holds; for a plain
       callable, the leaves its closure, defaults, bound ``self``, ``functools.partial``
       arguments and named globals reach. A leaf found that ``function`` does not read (its

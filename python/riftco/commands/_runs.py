@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from riftco.commands.arguments import fail
-from riftco.data.text import Corpus, CorpusError, check_corpus_fits
 from riftco.data.examples import ExampleCorpus
+from riftco.data.text import Corpus, CorpusError, check_corpus_fits
 from riftco.training.run_folder import unfinished_step
 from riftco.training.run_records import stage_title
 from riftco.training.stages import ADAPTER_DIR, METADATA_FILE, MODEL_STATE_FILE
@@ -90,7 +90,7 @@ def corpus_line(corpus: Corpus, validation_fraction: float, unit: str = "bytes")
 
 
 def check_corpus(corpus: Corpus, seq_len: int, validation_fraction: float) -> None:
-    """:func:`riftco.data.check_corpus_fits` naming ``--seq-len`` and ``--data``."""
+    """:func:`riftco.data.text.check_corpus_fits` naming ``--seq-len`` and ``--data``."""
     try:
         check_corpus_fits(
             corpus, seq_len, validation_fraction, seq_len_name="--seq-len", data_name="--data"

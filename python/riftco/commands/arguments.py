@@ -189,8 +189,8 @@ def positive_float(text: str) -> float:
 
 def probability(text: str) -> float:
     """An argparse ``type``: a dropout probability, a number in ``[0, 1)`` by the rule of the
-    configs (:func:`riftco.configs.check_probability`: finite, below 1 also as a 32-bit float,
-    so ``0.99999999`` is refused here, before anything runs)."""
+    configs (:func:`riftco.training.configs.check_probability`: finite, below 1 also as a
+    32-bit float, so ``0.99999999`` is refused here, before anything runs)."""
     try:
         value = float(text)
     except ValueError:

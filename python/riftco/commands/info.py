@@ -14,7 +14,7 @@ import platform
 import sys
 from typing import Any
 
-import riftco
+from riftco._native import __version__, devices, num_threads, simd_level
 
 __all__ = ["add_arguments", "collect", "run"]
 
@@ -43,15 +43,15 @@ def collect() -> dict[str, Any]:
     threads_env = os.environ.get("RIFTCO_NUM_THREADS")
     matplotlib = importlib.util.find_spec("matplotlib")
     return {
-        "riftco_version": riftco.__version__,
+        "riftco_version": __version__,
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "executable": sys.executable,
         "machine": platform.machine(),
-        "kernel_threads": riftco.num_threads(),
-        "kernel_threads_from": _threads_from(threads_env, riftco.num_threads()),
-        "simd_level": riftco.simd_level(),
+        "kernel_threads": num_threads(),
+        "kernel_threads_from": _threads_from(threads_env, num_threads()),
+        "simd_level": simd_level(),
         "simd_level_from": _simd_from(),
-        "devices": riftco.devices(),
+        "devices": devices(),
         "matplotlib": matplotlib is not None,
     }
 

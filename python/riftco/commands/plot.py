@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from riftco.training import plotting
 from riftco.commands.arguments import fail
+from riftco.training import plotting
 from riftco.training.run_records import stage_title
 
 __all__ = ["add_arguments", "run"]

@@ -16,7 +16,18 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Literal
 
-import riftco
+from riftco._native import ATTENTION_KINDS, DecoderOnlyTransformer, ModelStateError, TokenError
+from riftco.commands._runs import (
+    check_corpus,
+    check_examples,
+    check_run_folder,
+    corpus_line,
+    examples_line,
+    log,
+    log_later,
+    print_later,
+    stage_log,
+)
 from riftco.commands.arguments import (
     DEFAULT_SAMPLE_BYTES,
     ArgumentParser,
@@ -32,27 +43,28 @@ from riftco.commands.arguments import (
     output_folder,
     start_data_parallel,
 )
-from riftco.commands._runs import (
-    check_corpus,
-    check_examples,
-    check_run_folder,
-    corpus_line,
-    examples_line,
-    log,
-    log_later,
-    print_later,
-    stage_log,
-)
+from riftco.data.examples import ExampleCorpus
 from riftco.data.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
+from riftco.data.instruct import DatasetError, OverlongExampleError
 from riftco.data.instruct_corpus import (
     RowObjects,
     answer_samples,
     is_example_data,
     load_example_corpus,
 )
-from riftco.training.run_folder import ADAPTER_CONFIG, ADAPTER_DIR
-from riftco.training.stages import MODEL_STATE_FILE
 from riftco.data.stdlib_instructions import stdlib_instructions
+from riftco.data.text import Corpus, decode_bytes, default_post_training_corpus, load_corpus
+from riftco.generation import generate
+from riftco.training import distributed
+from riftco.training.configs import FINE_TUNING_METHODS, PostTrainingConfig
+from riftco.training.run_folder import ADAPTER_CONFIG, ADAPTER_DIR
+from riftco.training.stages import (
+    METADATA_FILE,
+    MODEL_STATE_FILE,
+    load_model,
+    resolve_model_state,
+    run_post_training,
+)
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_OUT", "add_arguments", "parse_args", "run"]
 
@@ -129,7 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="do not write loss.png and memory.png")
     p.add_argument(
         "--fine-tuning-method",
-        choices=riftco.FINE_TUNING_METHODS,
+        choices=FINE_TUNING_METHODS,
         default="lora",
         help="train LoRA adapters only, or every weight",
     )
@@ -137,7 +149,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_device_argument(p)
     add_data_parallel_arguments(p)
     p.add_argument(
-        "--attention", choices=riftco.ATTENTION_KINDS, default="flash", help="attention kind"
+        "--attention", choices=ATTENTION_KINDS, default="flash", help="attention kind"
     )
     p.add_argument("--lora-rank", type=int_range(1), default=8, help="adapter rank r")
     p.add_argument(
@@ -221,8 +233,8 @@ def parse_args(
 def _resolve_model(path: str) -> Path:
     """The model state file, or a ``UsageError`` with the next step."""
     try:
-        return riftco.stages.resolve_model_state(path)
-    except riftco.ModelStateError:
+        return resolve_model_state(path)
+    except ModelStateError:
         if path == DEFAULT_MODEL:
             fail(
                 f"no model state at the default --model {DEFAULT_MODEL!r} (no "
@@ -253,7 +265,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
             f"--frozen-weights-dtype {args.frozen_weights_dtype} stores the base on the CPU "
             f"only; got --device {args.device} (use float32 there)"
         )
-    model = riftco.load_model(
+    model = load_model(
         state,
         attention=args.attention,
         activation_checkpointing=args.activation_checkpointing,
@@ -278,7 +290,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         args.prompt, args.sample_tokens, args.temperature, args.top_k, args.seed, max_seq_len
     )
     lr = args.lr if args.lr is not None else (3e-3 if args.fine_tuning_method == "lora" else 5e-4)
-    config = riftco.PostTrainingConfig(
+    config = PostTrainingConfig(
         fine_tuning_method=args.fine_tuning_method,
         activation_checkpointing=args.activation_checkpointing,
         activation_memory_budget=args.activation_memory_budget,
@@ -309,9 +321,9 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
     )
     try:
         tokenizer = load_folder_tokenizer(args.model)
-    except (ImportError, riftco.TokenError) as e:
+    except (ImportError, TokenError) as e:
         fail(str(e))
-    corpus: riftco.Corpus | riftco.ExampleCorpus
+    corpus: Corpus | ExampleCorpus
     example_data = is_example_data(args.data) if args.data else args.data_format == "chat"
     if args.data and args.data_format == "chat" and not example_data:
         fail(
@@ -322,7 +334,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         corpus = _examples(args, state, seq_len, tokenizer, int(model.config.vocab_size))
         check_examples(corpus, config.validation_fraction)
     else:
-        corpus = riftco.load_corpus(args.data) if args.data else riftco.default_post_training_corpus()
+        corpus = load_corpus(args.data) if args.data else default_post_training_corpus()
         if tokenizer is not None:
             corpus = tokenize_corpus(corpus, tokenizer, int(model.config.vocab_size))
         check_corpus(corpus, seq_len, config.validation_fraction)
@@ -347,7 +359,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
 
 def _examples(
     args: argparse.Namespace, state: Path, seq_len: int, tokenizer: Any | None, vocab_size: int
-) -> riftco.ExampleCorpus:
+) -> ExampleCorpus:
     """The .jsonl/.json rows of ``--data`` as examples, through the model folder's tokenizer
     and chat template (the default byte template for a folder without one)."""
     try:
@@ -366,12 +378,12 @@ def _examples(
         )
     except ImportError as e:
         fail(str(e))
-    except riftco.instruct.OverlongExampleError as e:
+    except OverlongExampleError as e:
         fail(
             f"{e.source}: {e.tokens:,} tokens, more than --seq-len {seq_len:,} + 1 (pass "
             "--overlong truncate or skip, or a larger --seq-len)"
         )
-    except riftco.instruct.DatasetError as e:
+    except DatasetError as e:
         fail(str(e))
     if built.n_truncated or built.n_skipped:
         log(
@@ -384,9 +396,9 @@ def _examples(
 
 def _train(
     args: argparse.Namespace,
-    model: riftco.DecoderOnlyTransformer,
-    config: riftco.PostTrainingConfig,
-    corpus: riftco.Corpus | riftco.ExampleCorpus,
+    model: DecoderOnlyTransformer,
+    config: PostTrainingConfig,
+    corpus: Corpus | ExampleCorpus,
     out: Path,
     prompt: bytes,
     n_new: int,
@@ -394,19 +406,19 @@ def _train(
     tokenizer: Any | None = None,
 ) -> None:
     unit = "bytes" if tokenizer is None else "tokens"
-    if isinstance(corpus, riftco.ExampleCorpus):
+    if isinstance(corpus, ExampleCorpus):
         log_later(examples_line(corpus, config.validation_fraction))
     else:
         log_later(corpus_line(corpus, config.validation_fraction, unit))
 
     held_out = (
         corpus.split(config.validation_fraction)[1]
-        if isinstance(corpus, riftco.ExampleCorpus)
+        if isinstance(corpus, ExampleCorpus)
         else None
     )
     chat_samples: list[dict[str, str]] = []
     # In a data-parallel run rank 0 alone samples and reports.
-    rank = 0 if not args.data_parallel else riftco.distributed.init().rank
+    rank = 0 if not args.data_parallel else distributed.init().rank
 
     def sample(when: str) -> None:
         if rank:
@@ -432,7 +444,7 @@ def _train(
             return
         say(f"--- sample {when} post-training ---")
         if tokenizer is not None:
-            ids = tokenizer.encode(riftco.decode_bytes(prompt)).ids
+            ids = tokenizer.encode(decode_bytes(prompt)).ids
             room = int(model.config.max_seq_len) - len(ids) + 1
             new = generate_ids(
                 model,
@@ -444,13 +456,13 @@ def _train(
             )
             say(tokenizer.decode(ids + new))
             return
-        text = riftco.generate(
+        text = generate(
             model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
         )
-        say(riftco.decode_bytes(prompt + text))
+        say(decode_bytes(prompt + text))
 
     sample("before")
-    metadata = riftco.run_post_training(
+    metadata = run_post_training(
         model,
         config,
         corpus,
@@ -471,10 +483,10 @@ def _train(
         f"{metadata['wall_time_s']:.1f} s"
     )
     if args.fine_tuning_method == "lora":
-        saved = f"{out / riftco.ADAPTER_DIR} (PEFT adapter)"
+        saved = f"{out / ADAPTER_DIR} (PEFT adapter)"
     else:
         saved = f"{out / MODEL_STATE_FILE}, {out / 'config.json'}"
-    print(f"saved {saved} and {out / riftco.METADATA_FILE}")
+    print(f"saved {saved} and {out / METADATA_FILE}")
     sample("after")
     if chat_samples:
         path = out / SAMPLES_FILE

@@ -12,7 +12,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import riftco
+from riftco._native import (
+    ATTENTION_KINDS,
+    TransformerConfig,
+    Variable,
+    num_threads,
+    parse_activation_checkpointing,
+    simd_level,
+)
+from riftco.commands._runs import (
+    activation_peak,
+    check_corpus,
+    check_run_folder,
+    corpus_line,
+    log_later,
+    stage_log,
+)
 from riftco.commands.arguments import (
     DEFAULT_SAMPLE_BYTES,
     ArgumentParser,
@@ -28,13 +43,15 @@ from riftco.commands.arguments import (
     output_folder,
     start_data_parallel,
 )
-from riftco.commands._runs import (
-    activation_peak,
-    check_corpus,
-    check_run_folder,
-    corpus_line,
-    log_later,
-    stage_log,
+from riftco.data.text import VOCAB_SIZE, Corpus, decode_bytes, default_corpus, load_corpus
+from riftco.generation import generate
+from riftco.training.configs import LR_SCHEDULES, PretrainingConfig
+from riftco.training.stages import (
+    METADATA_FILE,
+    MODEL_STATE_FILE,
+    UNIFORM_BASELINE_LOSS,
+    load_model,
+    run_pretraining,
 )
 
 __all__ = ["DEFAULT_OUT", "add_arguments", "parse_args", "run"]
@@ -78,7 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_checkpointing_arguments(train)
     train.add_argument(
         "--attention",
-        choices=riftco.ATTENTION_KINDS,
+        choices=ATTENTION_KINDS,
         default="flash",
         help="full-sequence attention kind",
     )
@@ -95,7 +112,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     train.add_argument(
         "--lr-schedule",
-        choices=riftco.LR_SCHEDULES,
+        choices=LR_SCHEDULES,
         default="cosine",
         help="after the warm-up: cosine decay to lr/10, or constant",
     )
@@ -177,8 +194,8 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
     """Checks every flag, then trains, saves, plots and prints a sample (see the module
     docstring). Bad input raises ``UsageError`` or a ``RiftcoError`` before any folder exists."""
     rank = start_data_parallel(args)
-    model_config = riftco.TransformerConfig(
-        vocab_size=riftco.data.VOCAB_SIZE,
+    model_config = TransformerConfig(
+        vocab_size=VOCAB_SIZE,
         d_model=args.d_model,
         n_heads=args.n_heads,
         n_kv_heads=args.n_kv_heads,
@@ -190,7 +207,7 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         attention_dropout=args.attention_dropout,
         residual_dropout=args.residual_dropout,
     )
-    config = riftco.PretrainingConfig(
+    config = PretrainingConfig(
         attention=args.attention,
         activation_checkpointing=args.activation_checkpointing,
         activation_memory_budget=args.activation_memory_budget,
@@ -221,13 +238,13 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         args.prompt, args.sample_tokens, args.temperature, args.top_k, args.seed, args.max_seq_len
     )
     # The policy against the model's depth before anything is created (exit 2, no folder).
-    riftco.parse_activation_checkpointing(
+    parse_activation_checkpointing(
         args.activation_checkpointing, args.activation_memory_budget, n_layers=args.n_layers
     )
     # The device is opened before the corpus is read or anything logged: a GPU without adapter
     # is one error line (DeviceUnavailableError names what was looked for and what was found).
-    device = str(riftco.Variable(0.0).to(args.device).device)
-    corpus = riftco.load_corpus(args.data) if args.data else riftco.default_corpus()
+    device = str(Variable(0.0).to(args.device).device)
+    corpus = load_corpus(args.data) if args.data else default_corpus()
     check_corpus(corpus, args.seq_len, config.validation_fraction)
     if args.resume and args.overwrite:
         fail("--resume and --overwrite exclude each other: pass one of them")
@@ -249,9 +266,9 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
 
 def _train(
     args: argparse.Namespace,
-    model_config: riftco.TransformerConfig,
-    config: riftco.PretrainingConfig,
-    corpus: riftco.Corpus,
+    model_config: TransformerConfig,
+    config: PretrainingConfig,
+    corpus: Corpus,
     out: Path,
     prompt: bytes,
     n_new: int,
@@ -268,11 +285,11 @@ def _train(
             if args.activation_memory_budget is None
             else f", activation memory budget {args.activation_memory_budget:,} bytes"
         )
-        + f"; device {device_line}; {riftco.num_threads()} kernel "
-        f"thread{'' if riftco.num_threads() == 1 else 's'}, SIMD "
-        f"{riftco.simd_level()}"
+        + f"; device {device_line}; {num_threads()} kernel "
+        f"thread{'' if num_threads() == 1 else 's'}, SIMD "
+        f"{simd_level()}"
     )
-    metadata = riftco.run_pretraining(
+    metadata = run_pretraining(
         model_config,
         config,
         corpus,
@@ -287,18 +304,18 @@ def _train(
         return  # rank 0 reports and samples
     print(
         f"final loss {metadata['final_loss']:.4f} (uniform baseline ln 256 = "
-        f"{riftco.stages.UNIFORM_BASELINE_LOSS:.4f}); validation loss "
+        f"{UNIFORM_BASELINE_LOSS:.4f}); validation loss "
         f"{metadata['validation_loss_before']:.4f} -> {metadata['validation_loss_after']:.4f}; "
         f"{metadata['tokens_per_s']:,.0f} tokens/s; {activation_peak(metadata)}; "
         f"{metadata['wall_time_s']:.1f} s"
     )
     print(
-        f"saved {out / riftco.MODEL_STATE_FILE}, {out / 'config.json'} and "
-        f"{out / riftco.METADATA_FILE}"
+        f"saved {out / MODEL_STATE_FILE}, {out / 'config.json'} and "
+        f"{out / METADATA_FILE}"
     )
-    model = riftco.load_model(out, attention=args.attention).to(args.device)
-    text = riftco.generate(
+    model = load_model(out, attention=args.attention).to(args.device)
+    text = generate(
         model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
     )
     print(f"--- sample (temperature {args.temperature}, top-k {args.top_k}, {n_new} bytes) ---")
-    print(riftco.decode_bytes(prompt + text))
+    print(decode_bytes(prompt + text))

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from riftco._native import RiftcoError
 from riftco.commands.arguments import EXIT_USAGE, UsageError
-from riftco.training.loop import _SigintGuard
+from riftco.training.interrupts import _SigintGuard
 from riftco.training.run_folder import TrainingInterrupted
 
 EXIT_INTERRUPTED = 130

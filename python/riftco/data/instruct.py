@@ -9,7 +9,7 @@ every row of a file has its first row's shape (other keys of a row are ignored):
   template, as TRL does for non-conversational data); the completion is trained
   (:class:`PromptCompletionRow`);
 - ``{"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}`` — a
-  conversation rendered with a chat template (:mod:`riftco.chat_template`); the assistant turns
+  conversation rendered with a chat template (:mod:`riftco.data.chat_template`); the assistant turns
   are trained (:class:`MessagesRow`).
 
 Labels follow the Hugging Face convention: ``labels`` has the length of ``input_ids``, is not
@@ -297,7 +297,7 @@ def load_rows(
     ``.jsonl``/``.json`` files, recursively, sorted by relative path. A single path may be given
     instead of a sequence. Each file's shape is that of its first row (see the module
     docstring); files may differ. No more than ``max_bytes`` bytes are read in all (default
-    :data:`riftco.data.LOAD_CORPUS_MAX_BYTES`, 256 MiB).
+    :data:`riftco.data.text.LOAD_CORPUS_MAX_BYTES`, 256 MiB).
 
     Returns:
         One :class:`TextRow`, :class:`PromptCompletionRow` or :class:`MessagesRow` per row.
@@ -375,7 +375,7 @@ class ByteTokenizer:
 
 class HFTokenizer:
     """A ``tokenizers.Tokenizer`` (from a model folder's ``tokenizer.json``,
-    :func:`riftco.hf_tokenizer.load_folder_tokenizer`) as a :class:`TextEncoder`: ids of
+    :func:`riftco.data.hf_tokenizer.load_folder_tokenizer`) as a :class:`TextEncoder`: ids of
     ``encode(text, add_special_tokens=False)`` — special tokens written in the text (a
     template's ``<|im_end|>``) still map to their ids, none is added around it (as
     transformers' ``apply_chat_template(tokenize=True)`` does)."""
@@ -584,7 +584,7 @@ def build_examples(
     - :class:`PromptCompletionRow`: ``bos_token + prompt + completion + eos_token`` (no chat
       template, as TRL does for non-conversational data); the completion and EOS are trained.
     - :class:`MessagesRow`: rendered with ``chat_template`` (default:
-      :func:`riftco.chat_template.default_chat_template`; ``bos_token``/``eos_token`` do not
+      :func:`riftco.data.chat_template.default_chat_template`; ``bos_token``/``eos_token`` do not
       apply, the template has its own). Each assistant message ``i``'s span is the text that
       ``render(messages[:i + 1])`` adds to ``render(messages[:i], add_generation_prompt=True)``
       — its content and the template's end of turn (``<|end|>\\n`` for the default template,

@@ -1,6 +1,6 @@
 """Instruction and chat files as a post-training corpus: JSON Lines / JSON rows
-(:func:`riftco.instruct.load_rows`), tokenized with a model folder's tokenizer and chat template
-(:func:`riftco.instruct.build_examples`) into an :class:`riftco.ExampleCorpus` that
+(:func:`riftco.data.instruct.load_rows`), tokenized with a model folder's tokenizer and chat
+template (:func:`riftco.data.instruct.build_examples`) into an :class:`riftco.ExampleCorpus` that
 :func:`riftco.run_post_training` trains on with the loss on the answers.
 
 This is what ``riftco post-train --data train.jsonl`` does; the same from Python::
@@ -116,11 +116,11 @@ class RowObjects:
 
 
 def rows_from_objects(objects: Sequence[Any], name: str) -> list[Row]:
-    """Rows from dicts shaped as JSON rows, checked as :func:`riftco.instruct.load_rows` checks
+    """Rows from dicts shaped as JSON rows, checked as :func:`riftco.data.instruct.load_rows` checks
     a file's (errors name ``name[index]``).
 
     Raises:
-        DatasetError: as :func:`riftco.instruct.load_rows`, and for no rows.
+        DatasetError: as :func:`riftco.data.instruct.load_rows`, and for no rows.
     """
     rows = _rows_of(objects, name)
     if not rows:
@@ -144,16 +144,16 @@ def load_example_corpus(
 
     Args:
         paths: ``.jsonl``/``.json`` files or folders of them (see
-            :func:`riftco.instruct.load_rows`), or :class:`RowObjects` (e.g.
-            ``RowObjects(riftco.stdlib_instructions.stdlib_instructions(), "stdlib")``).
+            :func:`riftco.data.instruct.load_rows`), or :class:`RowObjects` (e.g.
+            ``RowObjects(riftco.data.stdlib_instructions.stdlib_instructions(), "stdlib")``).
         model_folder: the model's folder; its chat template (``chat_template.jinja`` or
             ``tokenizer_config.json``) renders ``messages`` rows, and its ``bos_token`` /
             ``eos_token`` frame prompt/completion and text rows. ``None``, or a folder without a
-            template: :func:`riftco.chat_template.default_chat_template`, and rows end with
+            template: :func:`riftco.data.chat_template.default_chat_template`, and rows end with
             :data:`DEFAULT_BYTE_EOS`.
         seq_len: the training sequence length.
         tokenizer: ``None`` for byte tokens, else the folder's tokenizer (see
-            :func:`riftco.instruct.build_examples`).
+            :func:`riftco.data.instruct.build_examples`).
         vocab_size: the model's vocabulary size; every id must be below it.
         chat_template: overrides the folder's template.
         train_on: ``"answers"`` (completions and assistant turns, end of turn included) or
@@ -162,13 +162,13 @@ def load_example_corpus(
             ``"truncate"``-d or ``"skip"``-ped (counted in the returned set).
 
     Returns:
-        The corpus and the :class:`~riftco.instruct.ExampleSet` it came from (its
+        The corpus and the :class:`~riftco.data.instruct.ExampleSet` it came from (its
         ``n_truncated`` and ``n_skipped`` counts, for the log).
 
     Raises:
         DatasetError: bad rows (naming ``file:line``), an over-long example with
             ``overlong="error"``, a bad ``seq_len``.
-        ChatTemplateError, TokenError, ImportError: as :func:`riftco.instruct.build_examples`.
+        ChatTemplateError, TokenError, ImportError: as :func:`riftco.data.instruct.build_examples`.
     """
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
         raise DatasetError(f"seq_len must be a positive integer, got {seq_len!r}")
@@ -226,9 +226,9 @@ def answer_samples(
 ) -> list[dict[str, str]]:
     """Answers the model generates to the first ``count`` examples' prompts: each example's
     tokens before its first target (the rendered conversation up to the assistant's turn, the
-    template's generation prompt included), continued by :func:`riftco.hf_tokenizer.generate_ids`
-    and cut at ``stop`` (the default byte template's end of turn; a tokenizer's EOS id already
-    stops generation). The reference answer (the example's targets) is cut the same way, before
+    template's generation prompt included), continued by
+    :func:`riftco.data.hf_tokenizer.generate_ids` and cut at ``stop`` (the default byte
+    template's end of turn; a tokenizer's EOS id already stops generation). The reference answer (the example's targets) is cut the same way, before
     its first id in ``model.eos_token_ids`` and at ``stop``.
 
     Returns:

@@ -276,7 +276,7 @@ class PretrainingConfig(_LoopConfig):
         log_every: steps between log lines / progress-bar updates of the loss.
         save_every: steps between saves (and always at the end and on Ctrl-C): each writes a
             training-state checkpoint ``checkpoints/step-NNNNNNNN/`` (model or adapters,
-            optimizer state, trainer state; see :mod:`riftco.training_state`) and updates the
+            optimizer state, trainer state; see :mod:`riftco.training.state`) and updates the
             model files and metadata at the folder's top level.
         keep_checkpoints: how many of the newest checkpoints a run keeps (default 3, at least
             1); older ones are removed once a new one is complete.
@@ -290,7 +290,7 @@ class PretrainingConfig(_LoopConfig):
             path). A GPU without adapter raises ``DeviceUnavailableError`` before the output
             folder exists; the metadata's ``device`` records the device resolved to.
         data_parallel: train one replica per MPI process (started by ``mpiexec -n N``,
-            ``mpirun`` or ``srun``; see :mod:`riftco.distributed`): each rank takes
+            ``mpirun`` or ``srun``; see :mod:`riftco.training.distributed`): each rank takes
             ``batch_size / N`` rows of every global batch (``batch_size`` must be a multiple of
             N) and the gradients are averaged. Rank 0 logs and saves. Needs ``mpi4py``
             (``pip install 'riftco[mpi]'``); without a launcher the run is one rank.

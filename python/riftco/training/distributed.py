@@ -1,4 +1,5 @@
-"""``riftco.distributed``: data-parallel training over MPI, with ZeRO-sharded optimizer state.
+"""Data-parallel training over MPI, with ZeRO-sharded optimizer state (also importable as
+``riftco.distributed``).
 
 One model replica per process, launched by any MPI launcher (``mpiexec -n N``, ``mpirun``,
 Slurm's ``srun``); the processes talk through ``mpi4py`` (``pip install 'riftco[mpi]'`` brings

@@ -1,7 +1,7 @@
 """A training run's folder: its file names, the checks before a run writes into it
 (:func:`prepare_out_dir`, which checkpoint a run resumes from, what an overwrite removes), and
 the exceptions a run raises about it (:class:`OutputDirError`, :class:`TrainingInterrupted`).
-:mod:`riftco.stages` re-exports the public names."""
+:mod:`riftco.training.stages` re-exports the public names."""
 
 from __future__ import annotations
 

@@ -16,15 +16,15 @@ a corpus, and writes into ``out_dir``:
   step times, tokens/s, peak
   memory by category (``riftco.memory_stats()``; the peak is reset at the start of every step and
   the maximum over steps is recorded), validation loss before and after, wall time;
-- per step (:mod:`riftco.run_records`): ``memory_per_step`` (each category's peak bytes in that
-  step and the buffer pool's cached bytes after it) and ``validation_losses`` (step 0, every
+- per step (:mod:`riftco.training.run_records`): ``memory_per_step`` (each category's peak bytes
+  in that step and the buffer pool's cached bytes after it) and ``validation_losses`` (step 0, every
   ``eval_every`` steps, the last step);
-- ``loss.png`` and ``memory.png`` (:func:`riftco.plotting.write_plots`) at the end of a complete
-  run when ``plots`` is true and matplotlib is installed (``pip install 'riftco[plot]'``);
+- ``loss.png`` and ``memory.png`` (:func:`riftco.training.plotting.write_plots`) at the end of a
+  complete run when ``plots`` is true and matplotlib is installed (``pip install 'riftco[plot]'``);
   without matplotlib the ``log`` callback gets one line saying so and the run still succeeds.
 
 Saves happen every ``save_every`` steps, at the end and on Ctrl-C: each writes a training-state
-checkpoint ``checkpoints/step-NNNNNNNN/`` (see :mod:`riftco.training_state`; the newest
+checkpoint ``checkpoints/step-NNNNNNNN/`` (see :mod:`riftco.training.state`; the newest
 ``keep_checkpoints`` are kept), then the model files and the metadata at the folder's top level,
 each file written atomically (temporary file, fsync, rename). ``resume=True`` continues a run from
 its newest checkpoint exactly (bitwise, on the same machine and thread count). Ctrl-C takes
@@ -75,13 +75,8 @@ from riftco.training.run_folder import (
     _resume_checkpoint,
     prepare_out_dir,
 )
-from riftco.training.loop import (
-    UNIFORM_BASELINE_LOSS,
-    _group,
-    _RunState,
-    _train,
-    _writes_files,
-)
+from riftco.training.loop import UNIFORM_BASELINE_LOSS, _RunState, _Trainer
+from riftco.training.replicas import _group, _writes_files
 from riftco.training.state import (
     CHECKPOINTS_DIR,
     HARMLESS_TRAINING_KEYS,
@@ -217,7 +212,7 @@ def run_pretraining(
     writes ``loss.png`` and ``memory.png`` at the end when matplotlib is installed.
 
     Every ``save_every`` steps, at the end and on Ctrl-C the run writes a training-state
-    checkpoint into ``out_dir/checkpoints/`` (see :mod:`riftco.training_state`). ``resume=True``
+    checkpoint into ``out_dir/checkpoints/`` (see :mod:`riftco.training.state`). ``resume=True``
     continues from the newest complete one (or starts at step 0 when ``out_dir`` holds no run
     yet); a path resumes from that checkpoint folder or run folder. A resumed run computes
     exactly what the uninterrupted run would have (bitwise, on the same machine with the same
@@ -241,7 +236,8 @@ def run_pretraining(
         CheckpointWriteError: a checkpoint cannot be written (disk full, read-only folder): the
             previous checkpoint stays loadable.
         TrainingInterrupted: on Ctrl-C, after the step in progress and its checkpoint.
-        MPIUnavailableError: ``data_parallel`` without mpi4py (see :mod:`riftco.distributed`).
+        MPIUnavailableError: ``data_parallel`` without mpi4py (see
+            :mod:`riftco.training.distributed`).
         RankMismatchError: the ranks of a data-parallel run differ in a setting or the data.
     """
     cfg = pretraining_config
@@ -270,7 +266,7 @@ def run_pretraining(
         "model_config": model_config.to_dict(),
         "files": [MODEL_STATE_FILE, "config.json", METADATA_FILE, CHECKPOINTS_DIR],
     }
-    return _train(
+    return _Trainer(
         stage="pretraining",
         model=model,
         params=list(model.parameters()),
@@ -288,7 +284,7 @@ def run_pretraining(
         progress=progress,
         log=log,
         plots=plots,
-    )
+    ).train()
 
 
 def resolve_model_state(model_path: str | os.PathLike[str]) -> Path:
@@ -484,7 +480,8 @@ def run_post_training(
         DeviceUnavailableError: as :func:`run_pretraining`.
         CheckpointWriteError: as :func:`run_pretraining`.
         TrainingInterrupted: as :func:`run_pretraining`.
-        MPIUnavailableError: ``data_parallel`` without mpi4py (see :mod:`riftco.distributed`).
+        MPIUnavailableError: ``data_parallel`` without mpi4py (see
+            :mod:`riftco.training.distributed`).
         RankMismatchError: the ranks of a data-parallel run differ in a setting or the data.
     """
     cfg = post_training_config
@@ -547,7 +544,7 @@ def run_post_training(
         if undo is not None:
             undo()
         raise
-    return _train(
+    return _Trainer(
         stage=stage,
         model=model,
         params=list(model.parameters()),
@@ -565,4 +562,4 @@ def run_post_training(
         progress=progress,
         log=log,
         plots=plots,
-    )
+    ).train()
