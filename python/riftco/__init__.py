@@ -124,7 +124,8 @@ from riftco.data.text import *  # noqa: F403
 from riftco.generation import *  # noqa: F403
 from riftco.training.stages import *  # noqa: F403
 from riftco.training.stages import load_model
-from riftco.data.tokenizer import StreamingDetokenizer, Tokenizer, load_tokenizer
+from riftco.data.tokenizer import StreamingDetokenizer, Tokenizer
+from riftco.training.tokenizers import load_tokenizer
 
 # The module paths from before the package had wings, kept as re-exports of their new homes
 # (docs/architecture.md lists them): ``riftco.stages.run_pretraining`` and the like keep working.

@@ -1,5 +1,6 @@
 """One tokenizer object for every model riftco runs: :class:`Tokenizer`, from
-:func:`load_tokenizer`.
+:func:`riftco.load_tokenizer` (:mod:`riftco.training.tokenizers`, which also finds a riftco run's
+tokenizer through the base model it records).
 
 Three sources, one interface (``encode``, ``decode``, ``bos_token_id``, ``eos_token_id``,
 ``stop_token_ids``, ``apply_chat_template``, :class:`StreamingDetokenizer`):
@@ -16,8 +17,8 @@ Three sources, one interface (``encode``, ``decode``, ``bos_token_id``, ``eos_to
   (:func:`riftco.chat_template.default_chat_template`).
 
 A riftco run folder (a LoRA post-training output, its ``adapter/``, or a full post-training
-output) has no tokenizer of its own: :func:`load_tokenizer` follows the ``base_model`` its
-``training_metadata.json`` records to the model it was trained from.
+output) has no tokenizer of its own: :func:`riftco.load_tokenizer` follows the ``base_model``
+its ``training_metadata.json`` records to the model it was trained from.
 
 The end of an assistant turn (:attr:`Tokenizer.end_of_turn`) is read off the chat template
 itself: the text it writes after an assistant message (``<|im_end|>`` for ChatML,
@@ -49,17 +50,22 @@ from riftco.data.chat_template import (
     special_token_text,
 )
 from riftco.data.gguf_tokenizer import BYTE_LEVEL_ALPHABET, build_gguf_vocabulary
-from riftco.training.run_folder import ADAPTER_DIR, METADATA_FILE
 
-__all__ = ["BYTE_VOCAB_SIZE", "StreamingDetokenizer", "Tokenizer", "load_tokenizer"]
+__all__ = [
+    "BYTE_VOCAB_SIZE",
+    "GGUF_MAGIC",
+    "TOKENIZER_FILE",
+    "StreamingDetokenizer",
+    "Tokenizer",
+    "folder_of",
+    "is_gguf",
+]
 
 BYTE_VOCAB_SIZE = 256
 """Vocabulary of riftco's byte tokens: token ``i`` is byte ``i``."""
 
 GGUF_MAGIC = b"GGUF"
 TOKENIZER_FILE = "tokenizer.json"
-_MAX_BASE_MODEL_HOPS = 16
-_MAX_METADATA_BYTES = 64 * 1024 * 1024
 
 
 class Tokenizer:
@@ -136,9 +142,9 @@ class Tokenizer:
             ChatTemplateError: a bad ``tokenizer_config.json`` or template.
             ImportError: ``tokenizers`` is not installed.
         """
-        from riftco.hf_tokenizer import load_folder_tokenizer
+        from riftco.data.hf_tokenizer import load_folder_tokenizer
 
-        folder = _existing_folder(model_folder)
+        folder = folder_of(model_folder)
         template = load_chat_template(folder)
         backend = load_folder_tokenizer(folder)
         if backend is None:
@@ -501,16 +507,8 @@ def _check_covered(text: str, offsets: Sequence[tuple[int, int]], name: str) -> 
 # -- loading -------------------------------------------------------------------------------
 
 
-def _existing_folder(path: str | os.PathLike[str]) -> Path:
-    p = Path(path)
-    if p.is_dir():
-        return p
-    if p.exists():
-        return p.parent
-    raise ModelStateError(f"no model or tokenizer at {os.fspath(path)!r}")
-
-
-def _is_gguf(path: Path) -> bool:
+def is_gguf(path: Path) -> bool:
+    """Whether the file at ``path`` starts with the GGUF magic (False when it cannot be read)."""
     try:
         with open(path, "rb") as f:
             return f.read(len(GGUF_MAGIC)) == GGUF_MAGIC
@@ -518,50 +516,15 @@ def _is_gguf(path: Path) -> bool:
         return False
 
 
-def _recorded_base_model(folder: Path) -> Path | None:
-    """The ``base_model`` a riftco run folder (or its ``adapter/``) records, when it exists."""
-    for run in (folder, folder.parent) if folder.name == ADAPTER_DIR else (folder,):
-        meta = run / METADATA_FILE
-        try:
-            if not meta.is_file() or meta.stat().st_size > _MAX_METADATA_BYTES:
-                continue
-            recorded = json.loads(meta.read_bytes()).get("base_model")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(recorded, dict):
-            recorded = recorded.get("path")
-        if isinstance(recorded, str) and Path(recorded).exists():
-            return Path(recorded)
-    return None
-
-
-def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
-    """The tokenizer of the model at ``path``: a GGUF file (``.gguf``, or the ``GGUF`` magic), a Hugging
-    Face model folder or a file in one (its ``tokenizer.json``), a riftco run folder or
-    ``adapter/`` (the tokenizer of the ``base_model`` its ``training_metadata.json`` records),
-    else riftco's byte tokens (with the folder's chat template, or the first one along the
-    recorded base models, or riftco's default).
+def folder_of(path: str | os.PathLike[str]) -> Path:
+    """``path`` if it is a folder, else the folder of the file at ``path``.
 
     Raises:
-        ModelStateError: nothing at ``path``; a GGUF whose tokenizer metadata is missing,
-            malformed or of a kind riftco does not build; no GGUF reader in this build.
-        TokenError, ChatTemplateError, ImportError: as :meth:`Tokenizer.from_folder`.
+        ModelStateError: nothing exists at ``path``.
     """
-    template: ChatTemplate | None = None
-    current = Path(path)
-    seen: set[Path] = set()
-    for _ in range(_MAX_BASE_MODEL_HOPS):
-        if current.is_file() and (current.suffix.lower() == ".gguf" or _is_gguf(current)):
-            return Tokenizer.from_gguf(current)
-        folder = _existing_folder(current)
-        if (folder / TOKENIZER_FILE).is_file():
-            return Tokenizer.from_folder(folder)
-        if template is None:
-            template = load_chat_template(folder)
-        key = folder.resolve()
-        base = _recorded_base_model(folder)
-        if base is None or key in seen:
-            break
-        seen.add(key)
-        current = base
-    return Tokenizer.byte_tokens(template)
+    p = Path(path)
+    if p.is_dir():
+        return p
+    if p.exists():
+        return p.parent
+    raise ModelStateError(f"no model or tokenizer at {os.fspath(path)!r}")
