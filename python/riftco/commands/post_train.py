@@ -43,6 +43,7 @@ from riftco.commands.arguments import (
     output_folder,
     start_data_parallel,
 )
+from riftco.data.chat_template import ChatTemplate
 from riftco.data.examples import ExampleCorpus
 from riftco.data.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
 from riftco.data.instruct import DatasetError, OverlongExampleError
@@ -54,10 +55,12 @@ from riftco.data.instruct_corpus import (
 )
 from riftco.data.stdlib_instructions import stdlib_instructions
 from riftco.data.text import Corpus, decode_bytes, default_post_training_corpus, load_corpus
+from riftco.data.tokenizer import is_gguf
 from riftco.generation import generate
 from riftco.training import distributed
 from riftco.training.configs import FINE_TUNING_METHODS, PostTrainingConfig
 from riftco.training.run_folder import ADAPTER_CONFIG, ADAPTER_DIR
+from riftco.training.tokenizers import load_tokenizer
 from riftco.training.stages import (
     METADATA_FILE,
     MODEL_STATE_FILE,
@@ -79,12 +82,14 @@ EPILOG = """examples:
   riftco post-train --activation-checkpointing selective:dots
   riftco post-train --model runs/pretrain --data my_notes/ --lora-rank 16
   riftco post-train --model path/to/hf-llama-folder --data my_notes/
+  riftco post-train --model SmolLM2-135M-Instruct.Q4_1.gguf --data-format chat
   riftco post-train --data train.jsonl --train-on answers      # chat / instruction rows
   riftco post-train --data-format chat                        # built-in stdlib Q&A rows
 
---model is a pretraining output folder or a plain Hugging Face Llama folder (config.json with
-model.safetensors or shards, float32/bfloat16/float16). A folder with a tokenizer.json is
-tokenized with it (pip install tokenizers); one without is byte-level.
+--model is a pretraining output folder, a plain Hugging Face Llama folder (config.json with
+model.safetensors or shards, float32/bfloat16/float16) or a llama GGUF file (llama.cpp's types,
+dequantized). A folder with a tokenizer.json is tokenized with it (pip install tokenizers), a
+GGUF with its own tokenizer and chat template; a folder without one is byte-level.
 
 exit codes: 0 done, 2 bad input (one "error:" line on stderr), 130 interrupted with Ctrl-C
 (the last periodic save is left intact)."""
@@ -95,8 +100,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=DEFAULT_MODEL,
-        metavar="DIR",
-        help="pretraining output folder, Hugging Face Llama folder or model.safetensors",
+        metavar="PATH",
+        help="pretraining output folder, Hugging Face Llama folder, model.safetensors or a "
+        "llama .gguf file",
     )
     p.add_argument(
         "--data",
@@ -211,11 +217,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="log lines instead of a progress bar")
     p.add_argument("--prompt", default="The ", help="prompt of the printed samples")
     p.add_argument(
+        "--max-new-tokens",
         "--sample-tokens",
+        dest="sample_tokens",
         type=int_range(0),
         default=None,
-        help=f"bytes to generate (default: {DEFAULT_SAMPLE_BYTES}, fewer when the model's "
-        "max_seq_len leaves fewer positions after the prompt)",
+        help=f"tokens (bytes for a byte-level model) each sample generates (default: "
+        f"{DEFAULT_SAMPLE_BYTES}, fewer when the model's max_seq_len leaves fewer positions "
+        "after the prompt); --sample-tokens is an alias",
     )
     p.add_argument("--temperature", type=non_negative_float, default=0.8, help="0 is greedy")
     p.add_argument("--top-k", type=int_range(1), default=40, help="sample among the k likeliest")
@@ -320,8 +329,8 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         data_parallel_timeout_s=args.data_parallel_timeout,
     )
     try:
-        tokenizer = load_folder_tokenizer(args.model)
-    except (ImportError, TokenError) as e:
+        tokenizer, chat_template = _model_tokenizer(state)
+    except (ImportError, TokenError, ModelStateError) as e:
         fail(str(e))
     corpus: Corpus | ExampleCorpus
     example_data = is_example_data(args.data) if args.data else args.data_format == "chat"
@@ -331,7 +340,9 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
             "(drop --data-format chat to train on it as text)"
         )
     if example_data:
-        corpus = _examples(args, state, seq_len, tokenizer, int(model.config.vocab_size))
+        corpus = _examples(
+            args, state, seq_len, tokenizer, int(model.config.vocab_size), chat_template
+        )
         check_examples(corpus, config.validation_fraction)
     else:
         corpus = load_corpus(args.data) if args.data else default_post_training_corpus()
@@ -357,11 +368,33 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         _train(args, model, config, corpus, out, prompt, n_new, state, tokenizer)
 
 
+def _model_tokenizer(state: Path) -> tuple[Any | None, ChatTemplate | None]:
+    """The ``tokenizers.Tokenizer`` the corpus is tokenized with and the chat template rows are
+    rendered with: a GGUF file's own (rebuilt from its ``tokenizer.ggml.*`` metadata, and its
+    ``tokenizer.chat_template``); else the model folder's ``tokenizer.json`` (``None``: byte
+    tokens) and ``None`` (the folder's template is read with the rows).
+
+    Raises:
+        ModelStateError: a GGUF whose tokenizer metadata is missing or malformed.
+        ImportError, TokenError: as :func:`riftco.data.hf_tokenizer.load_folder_tokenizer`.
+    """
+    if state.is_file() and is_gguf(state):
+        tokenizer = load_tokenizer(state)
+        return tokenizer.backend, tokenizer.chat_template
+    return load_folder_tokenizer(state), None
+
+
 def _examples(
-    args: argparse.Namespace, state: Path, seq_len: int, tokenizer: Any | None, vocab_size: int
+    args: argparse.Namespace,
+    state: Path,
+    seq_len: int,
+    tokenizer: Any | None,
+    vocab_size: int,
+    chat_template: ChatTemplate | None = None,
 ) -> ExampleCorpus:
-    """The .jsonl/.json rows of ``--data`` as examples, through the model folder's tokenizer
-    and chat template (the default byte template for a folder without one)."""
+    """The .jsonl/.json rows of ``--data`` as examples, through the model's tokenizer and chat
+    template (``chat_template``, else the folder's; the default byte template for a folder
+    without one)."""
     try:
         source = args.data or RowObjects(stdlib_instructions(), "riftco.stdlib_instructions")
         overlong: Literal["error", "truncate", "skip"] = args.overlong or (
@@ -373,6 +406,7 @@ def _examples(
             seq_len=seq_len,
             tokenizer=tokenizer,
             vocab_size=vocab_size,
+            chat_template=chat_template,
             train_on=args.train_on,
             overlong=overlong,
         )

@@ -171,11 +171,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sample = p.add_argument_group("sample")
     sample.add_argument("--prompt", default="def ", help="prompt of the printed sample")
     sample.add_argument(
+        "--max-new-tokens",
         "--sample-tokens",
+        dest="sample_tokens",
         type=int_range(0),
         default=None,
         help=f"bytes to generate (default: {DEFAULT_SAMPLE_BYTES}, fewer when "
-        "--max-seq-len leaves fewer positions after the prompt)",
+        "--max-seq-len leaves fewer positions after the prompt); --sample-tokens is an alias",
     )
     sample.add_argument(
         "--temperature", type=non_negative_float, default=0.8, help="0 is greedy"
