@@ -384,7 +384,8 @@ def generate(
 
     Without ``tokenizer`` the model's tokens are bytes: ``prompt`` is a ``str`` (UTF-8),
     bytes-like, or a sequence of byte values (see the module docstring); only the first 256
-    logits (the byte vocabulary) are sampled from, and the new bytes are returned.
+    logits (the byte vocabulary) are sampled from, and the new bytes are returned. A ``str``
+    prompt to a model of more than 256 tokens needs its ``tokenizer`` (``TokenError``).
 
     With ``tokenizer`` (the model's, :func:`riftco.load_tokenizer`): a ``str`` prompt is
     ``tokenizer.encode(prompt)`` (BOS added where the tokenizer adds it) and the continuation
@@ -416,6 +417,15 @@ def generate(
             return _generate_with(
                 tokenizer, model, prompt, max_new_tokens, temperature, top_k, seed
             )
+    n_vocab = int(model.config.vocab_size)
+    if tokenizer is None and isinstance(prompt, str) and n_vocab > VOCAB_SIZE:
+        # Text through byte tokens into a model with a real vocabulary is noise, never an
+        # answer: say what to pass instead of returning it.
+        raise TokenError(
+            f"this model has {n_vocab:,} tokens, not riftco's {VOCAB_SIZE} byte tokens: pass its "
+            "tokenizer, generate(model, text, n, tokenizer=riftco.load_tokenizer(<the model's "
+            "folder or GGUF file>)), or bytes to continue it byte by byte"
+        )
     max_seq_len = int(model.config.max_seq_len)
     data = check_generation_args(
         prompt, max_new_tokens, temperature, top_k, seed, max_seq_len=max_seq_len

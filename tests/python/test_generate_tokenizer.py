@@ -313,3 +313,13 @@ def test_cli_smollm_gguf_answers_the_capital_of_france() -> None:
         warnings.simplefilter("ignore")
         tok = riftco.load_tokenizer(SMOLLM)
     assert "prompt tokens" in r.stderr and tok.name in r.stderr
+
+
+def test_text_without_the_tokenizer_of_a_real_vocabulary_is_refused() -> None:
+    # Byte tokens into a model of 300 tokens would return noise: the error says what to pass.
+    model = riftco.DecoderOnlyTransformer(riftco.TransformerConfig(
+        vocab_size=300, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_seq_len=16
+    ))
+    with pytest.raises(riftco.TokenError, match=r"300 tokens.*tokenizer=riftco.load_tokenizer"):
+        riftco.generate(model, "hello", 4)
+    assert len(riftco.generate(model, b"hello", 4, temperature=0.0)) == 4  # bytes: as asked
