@@ -20,6 +20,7 @@ NUMERICS_MODULES = frozenset(
         "test_dropout",
         "test_frozen_dtype",
         "test_gguf",
+        "test_gguf_transformers",
         "test_gqa_tied",
         "test_lean_backward",
         "test_ops_math",
