@@ -62,3 +62,15 @@ def test_lora_post_training_a_gguf_uses_its_tokenizer_and_template(tmp_path: Pat
     assert "LoRA adapter" in chat.stderr and "tokens" in chat.stderr, chat.stderr
     words = chat.stdout.split()
     assert len(words) >= 3 and chat.stdout.isascii(), chat.stdout
+
+
+def test_the_python_example_runs(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "real_model_lora.py"), "--steps", "2",
+         "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "answer-token validation loss" in r.stdout, r.stdout
+    # The unrelated question, before 2 small steps: the base model's answer.
+    assert "before: The capital of France is Paris." in r.stdout, r.stdout
