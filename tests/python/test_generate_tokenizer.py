@@ -323,3 +323,38 @@ def test_text_without_the_tokenizer_of_a_real_vocabulary_is_refused() -> None:
     with pytest.raises(riftco.TokenError, match=r"300 tokens.*tokenizer=riftco.load_tokenizer"):
         riftco.generate(model, "hello", 4)
     assert len(riftco.generate(model, b"hello", 4, temperature=0.0)) == 4  # bytes: as asked
+
+
+def test_pretraining_with_a_tokenizer_writes_a_run_that_uses_it(
+    folder: Path, reference: Any, tmp_path: Path
+) -> None:
+    # riftco pretrain --tokenizer: the corpus in the tokenizer's ids, the model with its
+    # vocabulary and BOS/EOS ids, the run folder with its tokenizer files.
+    data = tmp_path / "data.txt"
+    data.write_text("def add(a, b):\n    return a + b\n" * 400)
+    out = tmp_path / "run"
+    r = riftco_cmd(
+        "pretrain", "--tokenizer", folder, "--data", data, "--steps", "3", "--d-model", "16",
+        "--n-heads", "2", "--n-layers", "1", "--d-ff", "32", "--max-seq-len", "32",
+        "--seq-len", "32", "--batch-size", "2", "--no-plots", "--no-progress", "--out", out,
+        "--max-new-tokens", "4",
+    )
+    assert r.returncode == 0, r.stderr
+    vocab_size = reference.get_vocab_size(with_added_tokens=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["vocab_size"] == vocab_size
+    assert config["eos_token_id"] == reference.token_to_id("<|im_end|>")
+    expected = len(reference.encode(data.read_text()).ids)
+    meta = json.loads((out / "training_metadata.json").read_text())
+    assert f"{expected:,} tokens" in meta["corpus"]["description"]
+    assert (out / "tokenizer.json").is_file()
+    tok = riftco.load_tokenizer(out)
+    assert tok.encode("def add") == reference.encode("def add").ids
+    assert tok.chat_template.source == tt.CHATML
+    assert f"ln {vocab_size}" in r.stdout and "tokens) ---" in r.stdout
+    gen = riftco_cmd("generate", "--model", out, "def", "--max-new-tokens", "3",
+                     "--temperature", "0")
+    assert gen.returncode == 0 and "tokenizer.json" in gen.stderr, gen.stderr
+    bad = riftco_cmd("pretrain", "--tokenizer", tmp_path / "missing", "--out", tmp_path / "x")
+    one_error_line(bad, "--tokenizer", "missing")
+    assert not (tmp_path / "x").exists()

@@ -10,10 +10,14 @@ prints a generated sample. ``--data PATH...`` trains on given text files or fold
 from __future__ import annotations
 
 import argparse
+import json
+import math
 from pathlib import Path
 
 from riftco._native import (
     ATTENTION_KINDS,
+    ModelStateError,
+    TokenError,
     TransformerConfig,
     Variable,
     num_threads,
@@ -43,9 +47,13 @@ from riftco.commands.arguments import (
     output_folder,
     start_data_parallel,
 )
+from riftco.data.chat_template import TOKENIZER_CONFIG_FILE, ChatTemplateError
+from riftco.data.hf_tokenizer import tokenize_corpus
 from riftco.data.text import VOCAB_SIZE, Corpus, decode_bytes, default_corpus, load_corpus
+from riftco.data.tokenizer import TOKENIZER_FILE, Tokenizer
 from riftco.generation import generate
 from riftco.training.configs import LR_SCHEDULES, PretrainingConfig
+from riftco.training.tokenizers import load_tokenizer
 from riftco.training.stages import (
     METADATA_FILE,
     MODEL_STATE_FILE,
@@ -64,6 +72,7 @@ EPILOG = """examples:
   riftco pretrain --device gpu --out runs/pretrain-gpu        # on the best GPU adapter
   riftco pretrain --activation-memory-budget 64MiB --out runs/pretrain-budget
   riftco pretrain --data notes/ book.txt --out runs/mine
+  riftco pretrain --tokenizer SmolLM2-135M-Instruct.Q4_1.gguf --out runs/bpe   # its vocabulary
 
 exit codes: 0 done, 2 bad input (one "error:" line on stderr), 130 interrupted with Ctrl-C
 (the last periodic save is left intact)."""
@@ -78,6 +87,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="text files or folders, read byte for byte (default: the embedded stdlib-source "
         "corpus)",
+    )
+    data.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenize the corpus with this model's tokenizer (a Hugging Face folder with "
+        "tokenizer.json, or a GGUF file): the new model gets its vocabulary and BOS/EOS ids, and "
+        "the run folder its tokenizer.json and tokenizer_config.json (default: byte tokens)",
     )
     data.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="output folder")
     data.add_argument(
@@ -104,7 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--batch-size", type=int_range(1), default=16, help="sequences per step"
     )
     train.add_argument(
-        "--seq-len", type=int_range(1), default=128, help="bytes per sequence (<= --max-seq-len)"
+        "--seq-len", type=int_range(1), default=128, help="tokens (bytes without --tokenizer) per sequence (<= --max-seq-len)"
     )
     train.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     train.add_argument(
@@ -196,8 +212,11 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
     """Checks every flag, then trains, saves, plots and prints a sample (see the module
     docstring). Bad input raises ``UsageError`` or a ``RiftcoError`` before any folder exists."""
     rank = start_data_parallel(args)
+    tokenizer = _tokenizer(args.tokenizer)
     model_config = TransformerConfig(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=VOCAB_SIZE if tokenizer is None else tokenizer.vocab_size,
+        bos_token_id=None if tokenizer is None else tokenizer.bos_token_id,
+        eos_token_ids=None if tokenizer is None else sorted(tokenizer.stop_token_ids),
         d_model=args.d_model,
         n_heads=args.n_heads,
         n_kv_heads=args.n_kv_heads,
@@ -247,6 +266,11 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
     # is one error line (DeviceUnavailableError names what was looked for and what was found).
     device = str(Variable(0.0).to(args.device).device)
     corpus = load_corpus(args.data) if args.data else default_corpus()
+    if tokenizer is not None:
+        try:
+            corpus = tokenize_corpus(corpus, tokenizer.backend, tokenizer.vocab_size)
+        except TokenError as e:
+            fail(str(e))
     check_corpus(corpus, args.seq_len, config.validation_fraction)
     if args.resume and args.overwrite:
         fail("--resume and --overwrite exclude each other: pass one of them")
@@ -263,7 +287,43 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
     with output_folder(args.out) as out:
         # The device opened, for the log ("gpu" is vulkan or metal).
         device_line = device if device == args.device else f"{device} (--device {args.device})"
-        _train(args, model_config, config, corpus, out, prompt, n_new, device_line, rank)
+        if tokenizer is not None and not rank:
+            _save_tokenizer(tokenizer, out)
+        _train(
+            args, model_config, config, corpus, out, prompt, n_new, device_line, rank, tokenizer
+        )
+
+
+def _tokenizer(path: str | None) -> Tokenizer | None:
+    """The tokenizer of ``--tokenizer`` (``None`` without it: byte tokens); one error line when
+    it cannot be loaded or is byte tokens itself."""
+    if path is None:
+        return None
+    try:
+        tokenizer = load_tokenizer(path)
+    except (ImportError, TokenError, ModelStateError, ChatTemplateError) as e:
+        fail(f"--tokenizer {path}: {e}")
+    if tokenizer.backend is None:
+        fail(
+            f"--tokenizer {path} has no tokenizer of its own (no tokenizer.json, not a GGUF): "
+            "leave --tokenizer out for byte tokens"
+        )
+    return tokenizer
+
+
+def _save_tokenizer(tokenizer: Tokenizer, out: Path) -> None:
+    """``tokenizer.json`` and ``tokenizer_config.json`` (BOS, EOS and the chat template) in the
+    run folder, so that the run is a Hugging Face folder with its tokenizer: ``riftco generate``
+    and ``riftco post-train`` on it (and transformers) tokenize as the training did."""
+    backend = tokenizer.backend
+    assert backend is not None  # checked by _tokenizer
+    backend.save(str(out / TOKENIZER_FILE))
+    config = {
+        "bos_token": tokenizer.bos_token,
+        "eos_token": tokenizer.eos_token,
+        "chat_template": tokenizer.chat_template.source,
+    }
+    (out / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 def _train(
@@ -276,8 +336,10 @@ def _train(
     n_new: int,
     device_line: str,
     rank: int = 0,
+    tokenizer: Tokenizer | None = None,
 ) -> None:
-    log_later(corpus_line(corpus, config.validation_fraction))
+    unit = "bytes" if tokenizer is None else "tokens"
+    log_later(corpus_line(corpus, config.validation_fraction, unit))
     log_later(
         f"model: d_model {args.d_model}, {args.n_heads} heads, {args.n_layers} layers, d_ff "
         f"{args.d_ff}; attention {args.attention}, activation checkpointing "
@@ -304,9 +366,11 @@ def _train(
     )
     if rank:
         return  # rank 0 reports and samples
+    vocab = model_config.vocab_size
+    baseline = UNIFORM_BASELINE_LOSS if tokenizer is None else math.log(vocab)
     print(
-        f"final loss {metadata['final_loss']:.4f} (uniform baseline ln 256 = "
-        f"{UNIFORM_BASELINE_LOSS:.4f}); validation loss "
+        f"final loss {metadata['final_loss']:.4f} (uniform baseline ln {vocab} = "
+        f"{baseline:.4f}); validation loss "
         f"{metadata['validation_loss_before']:.4f} -> {metadata['validation_loss_after']:.4f}; "
         f"{metadata['tokens_per_s']:,.0f} tokens/s; {activation_peak(metadata)}; "
         f"{metadata['wall_time_s']:.1f} s"
@@ -316,8 +380,17 @@ def _train(
         f"{out / METADATA_FILE}"
     )
     model = load_model(out, attention=args.attention).to(args.device)
-    text = generate(
-        model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+    if tokenizer is None:
+        text = generate(
+            model, prompt, n_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+        )
+        print(f"--- sample (temperature {args.temperature}, top-k {args.top_k}, {n_new} bytes) ---")
+        print(decode_bytes(prompt + text))
+        return
+    prompt_text = decode_bytes(prompt)
+    continuation = generate(
+        model, prompt_text, n_new, temperature=args.temperature, top_k=args.top_k,
+        seed=args.seed, tokenizer=tokenizer,
     )
-    print(f"--- sample (temperature {args.temperature}, top-k {args.top_k}, {n_new} bytes) ---")
-    print(decode_bytes(prompt + text))
+    print(f"--- sample (temperature {args.temperature}, top-k {args.top_k}, {n_new} tokens) ---")
+    print(f"{prompt_text}{continuation}")
