@@ -4,43 +4,19 @@
 //! RoPE scaling keys and Llama 3.1's `rope_freqs`), and each file that does not fit riftco's
 //! model refused naming the key, the tensor, the type or the architecture.
 
+mod gguf_files;
 #[path = "../../../fuzz/harness.rs"]
 mod harness;
 
+use gguf_files::{state_error, write};
 use harness::gguf::{self, as_f32, llama_file, llama_metadata, Builder};
 use riftco_transformer::state::GgufFile;
 use riftco_transformer::{
     load_model, load_model_as, load_weights_into, ActivationCheckpointingKind as Ck,
     DecoderOnlyTransformer, FullSequenceAttentionKind as Attn, RopeScaling, TransformerConfig,
-    TransformerError, WeightDtype,
+    WeightDtype,
 };
-use std::fs;
 use std::path::{Path, PathBuf};
-
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("riftco-gguf-{}-{name}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write(name: &str, bytes: &[u8]) -> PathBuf {
-    let path = scratch(name).join("model.gguf");
-    fs::write(&path, bytes).unwrap();
-    path
-}
-
-/// The `State` error of `r`, as text, checked to name `path`.
-fn state_error<T: std::fmt::Debug>(r: Result<T, TransformerError>, path: &Path) -> String {
-    match r {
-        Err(e @ TransformerError::State { .. }) => {
-            let text = e.to_string();
-            assert!(text.contains(&path.display().to_string()), "{text}");
-            text
-        }
-        other => panic!("expected a State error, got {other:?}"),
-    }
-}
 
 /// A random model: vocab 40, d_model 16, 4 heads of 4 over 2 K/V heads, 2 blocks, d_ff 24.
 fn model(tied: bool) -> DecoderOnlyTransformer {

@@ -4,41 +4,16 @@
 //! error naming the file and the field, run under a memory limit: none may allocate without
 //! bound. The `llama` loader's tests are in `gguf_llama.rs`.
 
+mod gguf_files;
 #[path = "../../../fuzz/harness.rs"]
 mod harness;
 mod limited;
 
+use gguf_files::{state_error, write};
 use harness::gguf::{self, Builder};
 use limited::limited;
 use riftco_transformer::state::{GgufArray, GgufFile, GgufValue, MAX_GGUF_HEADER_BYTES};
-use riftco_transformer::TransformerError;
 use std::fs;
-use std::path::{Path, PathBuf};
-
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("riftco-gguf-{}-{name}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write(name: &str, bytes: &[u8]) -> PathBuf {
-    let path = scratch(name).join("model.gguf");
-    fs::write(&path, bytes).unwrap();
-    path
-}
-
-/// The `State` error of `r`, as text, checked to name `path`.
-fn state_error<T: std::fmt::Debug>(r: Result<T, TransformerError>, path: &Path) -> String {
-    match r {
-        Err(e @ TransformerError::State { .. }) => {
-            let text = e.to_string();
-            assert!(text.contains(&path.display().to_string()), "{text}");
-            text
-        }
-        other => panic!("expected a State error, got {other:?}"),
-    }
-}
 
 #[test]
 fn every_metadata_value_type_reads_back() {

@@ -93,6 +93,28 @@ pub enum GgufArray {
     Array(Vec<GgufArray>),
 }
 
+/// The GGUF type id of a value or of an array's elements: [`GgufValue`] and [`GgufArray`] have
+/// one variant per GGUF type, with the same names.
+macro_rules! gguf_type_id {
+    ($v:expr) => {
+        match $v {
+            Self::U8(_) => type_id::UINT8,
+            Self::I8(_) => type_id::INT8,
+            Self::U16(_) => type_id::UINT16,
+            Self::I16(_) => type_id::INT16,
+            Self::U32(_) => type_id::UINT32,
+            Self::I32(_) => type_id::INT32,
+            Self::U64(_) => type_id::UINT64,
+            Self::I64(_) => type_id::INT64,
+            Self::F32(_) => type_id::FLOAT32,
+            Self::F64(_) => type_id::FLOAT64,
+            Self::Bool(_) => type_id::BOOL,
+            Self::String(_) => type_id::STRING,
+            Self::Array(_) => type_id::ARRAY,
+        }
+    };
+}
+
 impl GgufArray {
     /// The number of elements.
     pub fn len(&self) -> usize {
@@ -120,42 +142,14 @@ impl GgufArray {
 
     /// The GGUF name of the element type.
     pub fn element_type(&self) -> &'static str {
-        type_name(match self {
-            Self::U8(_) => type_id::UINT8,
-            Self::I8(_) => type_id::INT8,
-            Self::U16(_) => type_id::UINT16,
-            Self::I16(_) => type_id::INT16,
-            Self::U32(_) => type_id::UINT32,
-            Self::I32(_) => type_id::INT32,
-            Self::U64(_) => type_id::UINT64,
-            Self::I64(_) => type_id::INT64,
-            Self::F32(_) => type_id::FLOAT32,
-            Self::F64(_) => type_id::FLOAT64,
-            Self::Bool(_) => type_id::BOOL,
-            Self::String(_) => type_id::STRING,
-            Self::Array(_) => type_id::ARRAY,
-        })
+        type_name(gguf_type_id!(self))
     }
 }
 
 impl GgufValue {
     /// The GGUF name of the value's type (`"UINT32"`, `"ARRAY"`).
     pub fn type_name(&self) -> &'static str {
-        type_name(match self {
-            Self::U8(_) => type_id::UINT8,
-            Self::I8(_) => type_id::INT8,
-            Self::U16(_) => type_id::UINT16,
-            Self::I16(_) => type_id::INT16,
-            Self::U32(_) => type_id::UINT32,
-            Self::I32(_) => type_id::INT32,
-            Self::U64(_) => type_id::UINT64,
-            Self::I64(_) => type_id::INT64,
-            Self::F32(_) => type_id::FLOAT32,
-            Self::F64(_) => type_id::FLOAT64,
-            Self::Bool(_) => type_id::BOOL,
-            Self::String(_) => type_id::STRING,
-            Self::Array(_) => type_id::ARRAY,
-        })
+        type_name(gguf_type_id!(self))
     }
 
     /// An integer value (any of the eight integer types) as `u64`; `None` for a negative
