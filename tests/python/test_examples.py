@@ -198,7 +198,7 @@ def test_pretrain_bad_number(tmp_path: Path) -> None:
         (["--top-k", "1.5"], ["argument --top-k", "'1.5'"]),
         (["--prompt="], ["--prompt", "at least one byte"]),
         (["--sample-tokens", "40"], ["--sample-tokens", "43 positions", "max_seq_len is 32"]),
-        (["--sample-tokens", "-1"], ["argument --sample-tokens", "got -1"]),
+        (["--sample-tokens", "-1"], ["argument --max-new-tokens/--sample-tokens", "got -1"]),
         (["--steps", "abc"], ["argument --steps", "'abc'"]),
         (["--steps", "0"], ["argument --steps", "got 0"]),
         (["--d-model", "-3"], ["argument --d-model", "got -3"]),
