@@ -360,7 +360,7 @@ def generate(
 @overload
 def generate(
     model: DecoderOnlyTransformer,
-    prompt: Prompt,
+    prompt: str | bytes | bytearray | memoryview,
     max_new_tokens: int,
     temperature: float = ...,
     top_k: int | None = ...,
@@ -368,6 +368,19 @@ def generate(
     *,
     tokenizer: None = ...,
 ) -> bytes: ...
+
+
+@overload
+def generate(
+    model: DecoderOnlyTransformer,
+    prompt: Sequence[int] | npt.NDArray[np.integer[Any]],
+    max_new_tokens: int,
+    temperature: float = ...,
+    top_k: int | None = ...,
+    seed: int = ...,
+    *,
+    tokenizer: None = ...,
+) -> bytes | list[int]: ...
 
 
 def generate(
@@ -384,8 +397,9 @@ def generate(
 
     Without ``tokenizer`` the model's tokens are bytes: ``prompt`` is a ``str`` (UTF-8),
     bytes-like, or a sequence of byte values (see the module docstring); only the first 256
-    logits (the byte vocabulary) are sampled from, and the new bytes are returned. A ``str``
-    prompt to a model of more than 256 tokens needs its ``tokenizer`` (``TokenError``).
+    logits (the byte vocabulary) are sampled from, and the new bytes are returned. A model of
+    more than 256 tokens is not a byte model: without its ``tokenizer`` a ``str`` or bytes
+    prompt is a ``TokenError``, and token ids give the new ids (sampled from every logit).
 
     With ``tokenizer`` (the model's, :func:`riftco.load_tokenizer`): a ``str`` prompt is
     ``tokenizer.encode(prompt)`` (BOS added where the tokenizer adds it) and the continuation
@@ -418,13 +432,17 @@ def generate(
                 tokenizer, model, prompt, max_new_tokens, temperature, top_k, seed
             )
     n_vocab = int(model.config.vocab_size)
-    if tokenizer is None and isinstance(prompt, str) and n_vocab > VOCAB_SIZE:
-        # Text through byte tokens into a model with a real vocabulary is noise, never an
-        # answer: say what to pass instead of returning it.
-        raise TokenError(
-            f"this model has {n_vocab:,} tokens, not riftco's {VOCAB_SIZE} byte tokens: pass its "
-            "tokenizer, generate(model, text, n, tokenizer=riftco.load_tokenizer(<the model's "
-            "folder or GGUF file>)), or bytes to continue it byte by byte"
+    if tokenizer is None and n_vocab > VOCAB_SIZE:
+        # Text or bytes read as byte tokens by a model with a real vocabulary is noise, never
+        # an answer: say what to pass instead of returning it. Token ids are ids.
+        if isinstance(prompt, (str, bytes, bytearray, memoryview)):
+            raise TokenError(
+                f"this model has {n_vocab:,} tokens, not riftco's {VOCAB_SIZE} byte tokens: pass "
+                "its tokenizer, generate(model, text, n, tokenizer=riftco.load_tokenizer(<the "
+                "model's folder or GGUF file>)), or token ids"
+            )
+        return list(
+            generate_tokens(model, prompt, max_new_tokens, temperature, top_k, seed)
         )
     max_seq_len = int(model.config.max_seq_len)
     data = check_generation_args(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import warnings
@@ -320,9 +321,18 @@ def test_text_without_the_tokenizer_of_a_real_vocabulary_is_refused() -> None:
     model = riftco.DecoderOnlyTransformer(riftco.TransformerConfig(
         vocab_size=300, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_seq_len=16
     ))
-    with pytest.raises(riftco.TokenError, match=r"300 tokens.*tokenizer=riftco.load_tokenizer"):
-        riftco.generate(model, "hello", 4)
-    assert len(riftco.generate(model, b"hello", 4, temperature=0.0)) == 4  # bytes: as asked
+    for prompt in ("hello", b"hello"):
+        with pytest.raises(riftco.TokenError, match=r"300 tokens.*tokenizer=riftco.load_tokenizer"):
+            riftco.generate(model, prompt, 4)
+    # Token ids are ids: the continuation is ids from the whole vocabulary (the greedy ones).
+    ids = riftco.generate(model, [1, 280, 299], 4, temperature=0.0)
+    assert isinstance(ids, list) and len(ids) == 4
+    session = model.decode_session()
+    for t in [1, 280, 299]:
+        logits = session.decode_token(t)
+    for t in ids:
+        assert t == int(np.argmax(logits))
+        logits = session.decode_token(t)
 
 
 def test_pretraining_with_a_tokenizer_writes_a_run_that_uses_it(
@@ -358,3 +368,53 @@ def test_pretraining_with_a_tokenizer_writes_a_run_that_uses_it(
     bad = riftco_cmd("pretrain", "--tokenizer", tmp_path / "missing", "--out", tmp_path / "x")
     one_error_line(bad, "--tokenizer", "missing")
     assert not (tmp_path / "x").exists()
+
+
+def test_a_runs_tokenizer_whose_base_is_gone_is_an_error_not_byte_tokens(
+    folder: Path, tmp_path: Path
+) -> None:
+    # A full post-training run of a model with its own vocabulary, its base moved away: byte
+    # tokens would read its 49k-token ids as bytes (noise, exit 0). Say what is missing.
+    run = tmp_path / "run"
+    run.mkdir()
+    riftco.load_model(folder).save(run / "model.safetensors")
+    gone = tmp_path / "moved" / "model.safetensors"
+    (run / "training_metadata.json").write_text(json.dumps({"base_model": str(gone)}))
+    with pytest.raises(riftco.ModelStateError, match=r"moved/model.safetensors.*is gone"):
+        riftco.load_tokenizer(run)
+    one_error_line(riftco_cmd("generate", "--model", run, "hi"), "is gone")
+    # A byte-level run needs no base for its tokens.
+    byte_run = tmp_path / "byte_run"
+    byte_run.mkdir()
+    riftco.DecoderOnlyTransformer(riftco.TransformerConfig(
+        vocab_size=256, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_seq_len=16
+    )).save(byte_run / "model.safetensors")
+    (byte_run / "training_metadata.json").write_text(json.dumps({"base_model": str(gone)}))
+    assert riftco.load_tokenizer(byte_run).is_bytes
+
+
+def test_full_post_training_carries_the_tokenizer_and_records_an_absolute_base(
+    folder: Path, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(
+        json.dumps({"messages": [{"role": "user", "content": f"Say {i}."},
+                                 {"role": "assistant", "content": f"{i}."}]}) + "\n"
+        for i in range(40)
+    ))
+    # From another folder, with a relative --model: the run records where the base really is.
+    rel = os.path.relpath(folder, tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "riftco", "post-train", "--model", rel, "--data", str(rows),
+         "--fine-tuning-method", "full", "--steps", "1", "--batch-size", "2",
+         "--no-plots", "--no-progress", "--max-new-tokens", "2", "--out", "run"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((tmp_path / "run" / "training_metadata.json").read_text())
+    assert Path(meta["base_model"]).is_absolute() and Path(meta["base_model"]).is_file()
+    assert (tmp_path / "run" / "tokenizer.json").is_file()
+    # A whole model with its own tokenizer: it no longer needs the base.
+    tok = riftco.load_tokenizer(tmp_path / "run")
+    assert str(tmp_path / "run") in tok.name, tok.name
+    assert tok.encode("Say 3.") == riftco.load_tokenizer(folder).encode("Say 3.")

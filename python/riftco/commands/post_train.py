@@ -43,7 +43,7 @@ from riftco.commands.arguments import (
     output_folder,
     start_data_parallel,
 )
-from riftco.data.chat_template import ChatTemplate
+from riftco.data.chat_template import ChatTemplate, ChatTemplateError
 from riftco.data.examples import ExampleCorpus
 from riftco.data.hf_tokenizer import generate_ids, load_folder_tokenizer, tokenize_corpus
 from riftco.data.instruct import DatasetError, OverlongExampleError
@@ -60,7 +60,7 @@ from riftco.generation import generate
 from riftco.training import distributed
 from riftco.training.configs import FINE_TUNING_METHODS, PostTrainingConfig
 from riftco.training.run_folder import ADAPTER_CONFIG, ADAPTER_DIR
-from riftco.training.tokenizers import load_tokenizer
+from riftco.training.tokenizers import load_tokenizer, save_tokenizer
 from riftco.training.stages import (
     METADATA_FILE,
     MODEL_STATE_FILE,
@@ -73,6 +73,9 @@ __all__ = ["DEFAULT_MODEL", "DEFAULT_OUT", "add_arguments", "parse_args", "run"]
 
 DEFAULT_MODEL = "runs/pretrain"
 DEFAULT_OUT = "runs/post_train"
+DEFAULT_MAX_SEQ_LEN = 512
+"""The default ``--seq-len`` cap: a real model's whole context (8192 for SmolLM2) would make
+every step's rows that long on a CPU."""
 SAMPLES_FILE = "samples.jsonl"
 """Where a run on instruction/chat data saves its answers to held-out prompts, before and after."""
 
@@ -180,7 +183,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int_range(1), default=200, help="optimizer steps")
     p.add_argument("--batch-size", type=int_range(1), default=8, help="sequences per step")
     p.add_argument(
-        "--seq-len", type=int_range(1), default=None, help="default: the model's max_seq_len"
+        "--seq-len",
+        type=int_range(1),
+        default=None,
+        help=f"tokens per training row (default: the model's max_seq_len, at most "
+        f"{DEFAULT_MAX_SEQ_LEN}; a real model's context, e.g. 8192, would make every step "
+        "that long)",
     )
     p.add_argument(
         "--lr",
@@ -262,8 +270,9 @@ def _resolve_model(path: str) -> Path:
 def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
     """Checks every flag, then samples, fine-tunes, saves, plots and samples again (see the
     module docstring). Bad input raises before any folder exists."""
-    start_data_parallel(args)
-    state = _resolve_model(args.model)
+    rank = start_data_parallel(args)
+    # Absolute: the run records it as its base model, read again from any folder.
+    state = _resolve_model(args.model).absolute()
     if args.frozen_weights_dtype != "float32" and args.fine_tuning_method != "lora":
         fail(
             f"--frozen-weights-dtype {args.frozen_weights_dtype} needs --fine-tuning-method lora "
@@ -283,7 +292,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         dtype=args.frozen_weights_dtype,
     ).to(args.device)
     max_seq_len = int(model.config.max_seq_len)
-    seq_len = max_seq_len if args.seq_len is None else args.seq_len
+    seq_len = min(max_seq_len, DEFAULT_MAX_SEQ_LEN) if args.seq_len is None else args.seq_len
     if seq_len > max_seq_len:
         fail(
             f"--seq-len {seq_len} exceeds the model's max_seq_len {max_seq_len}; pass a "
@@ -365,6 +374,12 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         args.overwrite or args.resume,
     )
     with output_folder(args.out) as out:
+        if args.fine_tuning_method == "full" and not rank:
+            # The run is a whole model: it carries its tokenizer, as the base did.
+            try:
+                save_tokenizer(load_tokenizer(state), out)
+            except (ImportError, TokenError, ModelStateError, ChatTemplateError) as e:
+                fail(str(e))
         _train(args, model, config, corpus, out, prompt, n_new, state, tokenizer)
 
 

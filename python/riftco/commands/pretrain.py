@@ -10,7 +10,6 @@ prints a generated sample. ``--data PATH...`` trains on given text files or fold
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
@@ -47,13 +46,13 @@ from riftco.commands.arguments import (
     output_folder,
     start_data_parallel,
 )
-from riftco.data.chat_template import TOKENIZER_CONFIG_FILE, ChatTemplateError
+from riftco.data.chat_template import ChatTemplateError
 from riftco.data.hf_tokenizer import tokenize_corpus
 from riftco.data.text import VOCAB_SIZE, Corpus, decode_bytes, default_corpus, load_corpus
-from riftco.data.tokenizer import TOKENIZER_FILE, Tokenizer
+from riftco.data.tokenizer import Tokenizer
 from riftco.generation import generate
 from riftco.training.configs import LR_SCHEDULES, PretrainingConfig
-from riftco.training.tokenizers import load_tokenizer
+from riftco.training.tokenizers import load_tokenizer, save_tokenizer
 from riftco.training.stages import (
     METADATA_FILE,
     MODEL_STATE_FILE,
@@ -288,7 +287,7 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         # The device opened, for the log ("gpu" is vulkan or metal).
         device_line = device if device == args.device else f"{device} (--device {args.device})"
         if tokenizer is not None and not rank:
-            _save_tokenizer(tokenizer, out)
+            save_tokenizer(tokenizer, out)
         _train(
             args, model_config, config, corpus, out, prompt, n_new, device_line, rank, tokenizer
         )
@@ -309,21 +308,6 @@ def _tokenizer(path: str | None) -> Tokenizer | None:
             "leave --tokenizer out for byte tokens"
         )
     return tokenizer
-
-
-def _save_tokenizer(tokenizer: Tokenizer, out: Path) -> None:
-    """``tokenizer.json`` and ``tokenizer_config.json`` (BOS, EOS and the chat template) in the
-    run folder, so that the run is a Hugging Face folder with its tokenizer: ``riftco generate``
-    and ``riftco post-train`` on it (and transformers) tokenize as the training did."""
-    backend = tokenizer.backend
-    assert backend is not None  # checked by _tokenizer
-    backend.save(str(out / TOKENIZER_FILE))
-    config = {
-        "bos_token": tokenizer.bos_token,
-        "eos_token": tokenizer.eos_token,
-        "chat_template": tokenizer.chat_template.source,
-    }
-    (out / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 def _train(
