@@ -247,9 +247,8 @@ def _sample_loop(
     if n_new == 0:
         return
     session = model.decode_session()
-    logits: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
-    for token in prompt:
-        logits = session.decode_token(token)
+    # The prompt as one sequence (about one forward of its length, not one step per token).
+    logits = session.decode_tokens(list(prompt))
     rng = np.random.default_rng(operator.index(seed))
     for i in range(n_new):
         z = _finite_logits(

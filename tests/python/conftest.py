@@ -25,6 +25,7 @@ NUMERICS_MODULES = frozenset(
         "test_lean_backward",
         "test_ops_math",
         "test_packing",
+        "test_prefill",
         "test_policies",
         "test_policy_stages",
         "test_resume",

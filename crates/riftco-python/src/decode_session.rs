@@ -68,6 +68,58 @@ impl PyDecodeSession {
         Ok(logits.into_pyarray(py))
     }
 
+    /// Feeds ``tokens`` at the next positions and returns the next-token logits after the last.
+    ///
+    /// Into an empty session (a prompt) the tokens run as one sequence, as the full forward
+    /// runs them: a prompt of ``T`` tokens costs about one forward of ``T`` tokens instead of
+    /// ``T`` one-token steps (the logits agree with feeding them one by one within f32
+    /// rounding, not bitwise: the products sum in another order). Into a session holding
+    /// positions already they are fed one at a time.
+    ///
+    /// Args:
+    ///     tokens: a non-empty sequence of ids in ``[0, vocab_size)``.
+    ///
+    /// Returns:
+    ///     numpy.ndarray: float32 ``[vocab_size]``.
+    ///
+    /// Raises:
+    ///     TokenError: an id outside the vocabulary or not an int (naming its index), or no
+    ///         tokens; nothing is fed then.
+    ///     DecodeError: as :meth:`decode_token` (the cache would hold more than
+    ///         ``max_seq_len`` positions; the model changed structurally).
+    fn decode_tokens<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        let vocab = self.lock().vocab_size();
+        let mut ids = Vec::new();
+        for (i, item) in tokens.try_iter()?.enumerate() {
+            let item = item?;
+            let value: i128 = item.extract().map_err(|_| {
+                Exc::Token.err(format!(
+                    "invalid tokens: token {i} must be an int in [0, vocab_size); got {}",
+                    item.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                ))
+            })?;
+            let id = u32::try_from(value)
+                .ok()
+                .filter(|&t| (t as usize) < vocab)
+                .ok_or_else(|| {
+                    Exc::Token.err(format!(
+                        "invalid tokens: token {i} (id {value}) is outside the vocabulary \
+                         (vocab_size {vocab})"
+                    ))
+                })?;
+            ids.push(id);
+        }
+        if ids.is_empty() {
+            return Err(Exc::Token.err("invalid tokens: no tokens to decode"));
+        }
+        let logits = compute(py, || self.lock().decode_tokens(&ids))?;
+        Ok(logits.into_pyarray(py))
+    }
+
     /// Tokens decoded so far (the position of the next token).
     #[getter]
     fn position(&self) -> usize {

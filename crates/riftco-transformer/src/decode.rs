@@ -87,6 +87,20 @@ impl DecodeSession {
     /// session was opened (see the module
     /// documentation; [`DecodeSession::reset`] does not lift it).
     pub fn decode_token(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.decode_tokens(&[token])
+    }
+
+    /// Feeds `tokens` at the next positions and returns the next-token logits `[vocab]` after
+    /// the last of them. Into an empty cache (a prompt) the tokens run as one sequence: every
+    /// product is a matrix product over all of them and causal attention runs over the block,
+    /// as the full forward does (a prompt of `T` tokens costs about one forward of `T` tokens,
+    /// not `T` one-token steps); only the last row goes through the final norm and the LM head.
+    /// Into a cache that holds positions already they are fed one at a time.
+    ///
+    /// # Errors
+    /// As [`Self::decode_token`], checked for every token before any is fed (an error leaves
+    /// the session unchanged); [`TransformerError::Decode`] for an empty `tokens`.
+    pub fn decode_tokens(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         if let Some((revision, opened)) = &self.revision {
             let (now, change) = revision.get();
             if now != *opened {
@@ -101,31 +115,64 @@ impl DecodeSession {
         }
         let w = self.weights.clone();
         let c = &w.config;
-        if token as usize >= c.vocab_size {
-            return Err(TransformerError::TokenOutOfVocabulary {
-                token,
-                index: None,
-                vocab_size: c.vocab_size,
+        if tokens.is_empty() {
+            return Err(TransformerError::Decode {
+                message: "no tokens to decode: pass at least one token id".into(),
             });
         }
-        let pos = self.len;
-        if pos >= c.max_seq_len {
+        for (i, &token) in tokens.iter().enumerate() {
+            if token as usize >= c.vocab_size {
+                return Err(TransformerError::TokenOutOfVocabulary {
+                    token,
+                    index: (tokens.len() > 1).then_some(i),
+                    vocab_size: c.vocab_size,
+                });
+            }
+        }
+        if self.len + tokens.len() > c.max_seq_len {
             return Err(TransformerError::DecodeCacheFull {
                 max_seq_len: c.max_seq_len,
             });
         }
-        let ctx = BlockContext::new(c, &w.rope, 1, 1, self.attention);
+        if self.len > 0 && tokens.len() > 1 {
+            let mut logits = Vec::new();
+            for &token in tokens {
+                logits = self.feed(&w, &[token])?;
+            }
+            return Ok(logits);
+        }
+        self.feed(&w, tokens)
+    }
+
+    /// Runs `tokens` (checked) at positions `self.len..` as one sequence; the last row's logits.
+    fn feed(&mut self, w: &Arc<Weights>, tokens: &[u32]) -> Result<Vec<f32>> {
+        let c = &w.config;
+        let (pos, t) = (self.len, tokens.len());
+        let ctx = BlockContext::new(c, &w.rope, 1, t, self.attention);
         let logits = no_grad(|| -> Result<Vec<f32>> {
-            let x = ops::embedding(&w.embed, &[token])?;
-            let mut x = ops::reshape(&x, [1, 1, c.d_model])?;
+            let x = ops::embedding(&w.embed, tokens)?;
+            let mut x = ops::reshape(&x, [1, t, c.d_model])?;
             for (layer, cache) in w.layers.iter().zip(&self.cache) {
                 x = block_forward_cached(&x, layer, &ctx, cache, pos)?;
             }
-            let x = ops::rms_norm(&x, &w.final_norm, c.rms_norm_eps)?;
-            let x = ops::reshape(&x, [1, c.d_model])?;
+            let last = if t == 1 {
+                ops::reshape(&x, [1, c.d_model])?
+            } else {
+                let x = ops::reshape(&x, [t, c.d_model])?;
+                let row = ops::index(
+                    &x,
+                    &[ops::IndexItem::Slice {
+                        start: Some(t as isize - 1),
+                        stop: None,
+                        step: None,
+                    }],
+                )?;
+                ops::reshape(&row, [1, c.d_model])?
+            };
+            let x = ops::rms_norm(&last, &w.final_norm, c.rms_norm_eps)?;
             Ok(ops::linear(&x, &w.lm_head)?.value().to_host()?)
         })?;
-        self.len += 1;
+        self.len += t;
         Ok(logits)
     }
 }

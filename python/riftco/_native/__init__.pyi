@@ -604,6 +604,12 @@ class DecodeSession:
         Raises ``TokenError`` (id outside the vocabulary) or ``DecodeError`` (cache full, or the
         model changed structurally after the session was opened: ``enable_lora``,
         ``set_lora_active``, ``merge_lora``, ``load_lora``; open a new session)."""
+    def decode_tokens(self, tokens: Sequence[int]) -> npt.NDArray[np.float32]:
+        """Feeds ``tokens`` at the next positions and returns the next-token logits after the
+        last, float32 ``[vocab_size]``. Into an empty session (a prompt) they run as one
+        sequence (about one forward of ``T`` tokens); into one holding positions, one at a time.
+        ``TokenError`` for an id outside the vocabulary or no tokens (nothing fed);
+        ``DecodeError`` as :meth:`decode_token`."""
     @property
     def position(self) -> int:
         """Tokens decoded so far."""
