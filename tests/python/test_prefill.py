@@ -39,7 +39,8 @@ def head_bound(model: riftco.DecoderOnlyTransformer) -> npt.NDArray[np.float64]:
     gain = np.abs(params["model.norm.weight"].numpy()).max()
     head = params.get("lm_head.weight", params["model.embed_tokens.weight"]).numpy()
     norms = np.linalg.norm(head.astype(np.float64), axis=1)
-    return 2 * gamma(d) * float(gain) * math.sqrt(d) * norms
+    bound: npt.NDArray[np.float64] = 2 * gamma(d) * float(gain) * math.sqrt(d) * norms
+    return bound
 
 
 def test_the_prompt_at_once_is_the_full_forwards_last_row(
@@ -90,7 +91,7 @@ def test_bad_tokens_feed_nothing(model: riftco.DecoderOnlyTransformer) -> None:
     with pytest.raises(riftco.TokenError, match="no tokens"):
         session.decode_tokens([])
     with pytest.raises(riftco.TokenError, match="token 1 must be an int"):
-        session.decode_tokens([1, "x"])
+        session.decode_tokens([1, "x"])  # type: ignore[list-item]  # the bad input tested
     assert session.position == 0
     with pytest.raises(riftco.DecodeError):
         session.decode_tokens([1] * 65)  # past max_seq_len 64
