@@ -107,8 +107,8 @@ impl PyDecodeSession {
                 .filter(|&t| (t as usize) < vocab)
                 .ok_or_else(|| {
                     Exc::Token.err(format!(
-                        "invalid tokens: token {i} (id {value}) is outside the vocabulary \
-                         (vocab_size {vocab})"
+                        "invalid tokens: token id {value} is outside the vocabulary \
+                         (vocab_size {vocab}), at index {i}"
                     ))
                 })?;
             ids.push(id);
