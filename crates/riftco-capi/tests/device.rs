@@ -5,6 +5,8 @@
 //! `riftco-gpu` tests: with no adapter it prints why and passes, except under `CI=true`, where
 //! it fails (CI installs Mesa's software Vulkan).
 
+mod common;
+use common::last_error;
 use riftco::*;
 use std::ffi::{c_char, CStr, CString};
 use std::ptr::{null, null_mut};
@@ -115,14 +117,6 @@ impl Drop for AdamHandle {
     fn drop(&mut self) {
         unsafe { rt_adam_free(self.0) };
     }
-}
-
-fn last_error() -> String {
-    let mut buf = [0 as c_char; 1024];
-    unsafe { rt_last_error_message(buf.as_mut_ptr(), buf.len(), null_mut()) };
-    unsafe { CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn tokens() -> Vec<u32> {

@@ -3,18 +3,12 @@
 //! converter writes it) loads with its config, and a truncated copy is RT_ERROR_FORMAT with a
 //! message naming the file and what is wrong.
 
+mod common;
+use common::last_error;
 use riftco::*;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
-
-fn last_error() -> String {
-    let mut buf = [0 as c_char; 1024];
-    unsafe { rt_last_error_message(buf.as_mut_ptr(), buf.len(), null_mut()) };
-    unsafe { CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 /// The GGUF file of the corpus entry (byte 0 the kind, bytes 1..5 the file's length).
 fn corpus_file() -> Vec<u8> {

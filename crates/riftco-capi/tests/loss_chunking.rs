@@ -1,17 +1,10 @@
 //! The chunked loss's setting through the C ABI (2.6): the default budget, setting and reading
 //! it, `0` refused with the setting unchanged, the unfused form, and the same loss either way.
 
+mod common;
+use common::last_error;
 use riftco::*;
-use std::ffi::{c_char, CStr};
 use std::ptr::{null, null_mut};
-
-fn last_error() -> String {
-    let mut buf = [0 as c_char; 1024];
-    unsafe { rt_last_error_message(buf.as_mut_ptr(), buf.len(), null_mut()) };
-    unsafe { CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 fn model() -> *mut rt_model {
     let mut c = std::mem::MaybeUninit::<rt_transformer_config>::uninit();
