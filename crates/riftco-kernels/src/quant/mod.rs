@@ -16,8 +16,12 @@
 //! Each block format is a type implementing [`BlockFormat`] (its layout and the dequantization
 //! of one block); quantized storage and fused mat-vec kernels can be added to the same types.
 
+pub mod format;
 pub mod k_quants;
 pub mod legacy;
+pub mod nf4;
+
+pub use format::{dequantize_range, matvec, QuantFormat};
 
 use std::fmt;
 
@@ -317,6 +321,20 @@ pub enum QuantError {
         /// Elements asked for.
         elements: usize,
     },
+    /// A range of a quantized tensor that is not whole blocks inside it, or storage of the
+    /// wrong length for the tensor.
+    Range {
+        /// The format.
+        format: QuantFormat,
+        /// Bytes given.
+        bytes: usize,
+        /// Elements of the tensor.
+        numel: usize,
+        /// First element asked for.
+        start: usize,
+        /// Elements asked for.
+        len: usize,
+    },
 }
 
 impl fmt::Display for QuantError {
@@ -341,6 +359,21 @@ impl fmt::Display for QuantError {
                      same count"
                 )
             }
+            Self::Range {
+                format,
+                bytes,
+                numel,
+                start,
+                len,
+            } => write!(
+                f,
+                "elements {start}..{} of a {format} tensor of {numel} elements in {bytes} bytes: \
+                 {format} keeps whole blocks of {} elements ({:?} bytes for {numel} elements), \
+                 and a range must be whole blocks inside the tensor",
+                start.saturating_add(*len),
+                format.block_elements(),
+                format.storage_bytes(*numel),
+            ),
         }
     }
 }
