@@ -27,6 +27,7 @@ pub use memory::{
     CategoryStats, MemoryCategory, MemoryStats, ThreadMemoryScope,
 };
 pub use random::Rng;
+pub use riftco_kernels::quant::QuantFormat;
 pub use shape::{Shape, MAX_ELEMENTS};
-pub use storage::{Buffer, DeviceBuffer, HalfDtype};
+pub use storage::{Buffer, DeviceBuffer, HalfDtype, QuantizedBytes};
 pub use tensor::Tensor;

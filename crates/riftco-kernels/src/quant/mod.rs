@@ -21,7 +21,7 @@ pub mod k_quants;
 pub mod legacy;
 pub mod nf4;
 
-pub use format::{dequantize_range, matvec, QuantFormat};
+pub use format::{dequantize_range, matvec, quantize, QuantFormat};
 
 use std::fmt;
 
@@ -321,6 +321,8 @@ pub enum QuantError {
         /// Elements asked for.
         elements: usize,
     },
+    /// A format riftco does not quantize to (it reads it only).
+    NotQuantized(QuantFormat),
     /// A range of a quantized tensor that is not whole blocks inside it, or storage of the
     /// wrong length for the tensor.
     Range {
@@ -359,6 +361,16 @@ impl fmt::Display for QuantError {
                      same count"
                 )
             }
+            Self::NotQuantized(format) => write!(
+                f,
+                "riftco does not quantize to {format}; it quantizes to {}",
+                QuantFormat::ALL
+                    .into_iter()
+                    .filter(|f| quantize(*f, &[0.0; 256]).is_ok())
+                    .map(QuantFormat::name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Self::Range {
                 format,
                 bytes,

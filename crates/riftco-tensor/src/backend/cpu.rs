@@ -65,6 +65,11 @@ impl Backend for CpuBackend {
                 out.extend(bits.iter().map(|&b| dtype.to_f32(b)));
                 Ok(out)
             }
+            Buffer::Quantized(q) => {
+                let mut out = buf(op, q.numel)?;
+                q.dequantize_range(op, 0, &mut out)?;
+                Ok(out)
+            }
             Buffer::Device(_) => Err(TensorError::InvalidArgument {
                 op,
                 message: "the CPU backend cannot read a device buffer".into(),

@@ -174,7 +174,9 @@ impl MirrorAccess for Buffer {
     fn as_mut(&mut self) -> Option<&mut MirrorBuffer> {
         match self {
             Buffer::Device(b) => b.as_any_mut().downcast_mut(),
-            Buffer::Host(_) | Buffer::Half(..) | Buffer::Placeholder(_) => None,
+            Buffer::Host(_) | Buffer::Half(..) | Buffer::Quantized(_) | Buffer::Placeholder(_) => {
+                None
+            }
         }
     }
 }
@@ -204,7 +206,7 @@ impl Backend for MirrorBackend {
         let b = match buffer {
             Buffer::Device(b) => b,
             Buffer::Placeholder(_) => return Err(TensorError::NoData { op }),
-            Buffer::Host(_) | Buffer::Half(..) => return Err(foreign(op)),
+            Buffer::Host(_) | Buffer::Half(..) | Buffer::Quantized(_) => return Err(foreign(op)),
         };
         let m: &MirrorBuffer = b.as_any().downcast_ref().ok_or_else(|| foreign(op))?;
         let mut out = crate::alloc::try_vec_with_capacity(op, m.0.len())?;
