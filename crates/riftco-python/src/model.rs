@@ -591,21 +591,35 @@ impl PyModel {
     }
 
     /// Stores every frozen base weight (the base under LoRA) in ``dtype`` while every op keeps
-    /// computing in float32: each op reads such a weight upcast to float32 (exactly) in a
-    /// transient copy of that one weight, counted as ``workspace`` while it lives, and
+    /// computing in float32.
+    ///
+    /// 16 bits: each op reads such a weight upcast to float32 (exactly) in a transient copy of
+    /// that one weight, counted as ``workspace`` while it lives, and
     /// ``memory_stats()["parameter"]`` shows the frozen bytes halved. Logits, losses and adapter
     /// gradients are bitwise those of a float32 model holding the same rounded weights.
+    ///
+    /// Quantized (QLoRA, Dettmers et al. 2023; llama.cpp's block formats): every frozen matrix
+    /// is quantized (the RMSNorm gains stay float32) and the products against it dequantize a
+    /// block of rows (or, for ``dY · W``, of columns) at a time into a workspace of at most
+    /// 4 MiB, reading the quantized blocks directly when decoding one token.
+    /// ``memory_stats()["parameter"]`` shows the quantized bytes. A product whose weight fits
+    /// one block is bitwise that of a float32 model holding the dequantized weights (all of
+    /// SmolLM2-135M's projections); larger ones are split along output columns only.
+    ///
     /// Trainable weights (adapters; fully trained weights) and their Adam state stay float32.
-    /// Saving writes the rounded values (as float32, or exactly with ``dtype="bfloat16"``).
+    /// Saving writes the stored values (as float32, or exactly with ``dtype="bfloat16"``).
     ///
     /// Args:
-    ///     dtype: ``"bfloat16"``, ``"float16"`` (finite up to 65504) or ``"float32"`` (back to
-    ///         4 bytes, an exact upcast); case-insensitive.
+    ///     dtype: ``"bfloat16"``, ``"float16"`` (finite up to 65504), ``"float32"`` (back to
+    ///         4 bytes, exact), or a quantized format: ``"nf4"`` (blocks of 64, double-quantized
+    ///         absmax), ``"q8_0"``, ``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q5_1"`` (blocks of
+    ///         32), ``"q2_k"`` ... ``"q6_k"`` (blocks of 256); case-insensitive.
     ///
     /// Raises:
-    ///     ConfigError: naming ``dtype`` for another name, for a 16-bit dtype when no weight is
-    ///         frozen (enable LoRA first) or when the model is not on the CPU (16-bit storage is
-    ///         CPU-only for now); the model is unchanged then.
+    ///     ConfigError: naming ``dtype`` for another name (listing the accepted ones), for a
+    ///         compressed dtype when no weight is frozen (enable LoRA first) or when the model is
+    ///         not on the CPU, and naming the tensor whose rows are not whole blocks of the
+    ///         format; the model is unchanged then.
     ///
     /// Example:
     ///     >>> import riftco
@@ -622,7 +636,9 @@ impl PyModel {
     }
 
     /// How the frozen base weights are stored: ``"float32"`` (default, and when none is
-    /// frozen), ``"bfloat16"`` or ``"float16"`` (see ``set_frozen_weights_dtype``).
+    /// frozen), ``"bfloat16"``, ``"float16"`` or a quantized format such as ``"nf4"`` or
+    /// ``"q4_1"`` (the first quantized one, for a GGUF of mixed types; see
+    /// ``set_frozen_weights_dtype``).
     #[getter]
     fn frozen_weights_dtype(&self) -> &'static str {
         self.read().frozen_weights_dtype().name()
@@ -634,8 +650,9 @@ impl PyModel {
     /// Raises:
     ///     LoraError: when the model has no adapters, when they are inactive
     ///         (``set_lora_active(False)``: merging would drop them unmerged;
-    ///         ``set_lora_active(True)`` first), or when the frozen base is stored in 16 bits
-    ///         (``set_frozen_weights_dtype("float32")`` first); the model is unchanged.
+    ///         ``set_lora_active(True)`` first), or when the frozen base is stored in 16 bits or
+    ///         quantized (``set_frozen_weights_dtype("float32")`` first, or export the merged
+    ///         model with ``riftco export``); the model is unchanged.
     fn merge_lora(&self, py: Python<'_>) -> PyResult<()> {
         compute(py, || self.write().merge_lora())
     }

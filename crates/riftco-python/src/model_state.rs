@@ -8,7 +8,8 @@ use riftco_transformer::state::{
     config_json_pairing, save_model_as, ConfigJsonPairing, StateDtype,
 };
 use riftco_transformer::{
-    load_lora_adapter, load_model_as, load_weights_into, save_lora_adapter, WeightDtype,
+    load_lora_adapter, load_model_as, load_model_as_stored, load_weights_into, save_lora_adapter,
+    WeightDtype,
 };
 
 use crate::errors::{compute, transformer_err, Exc};
@@ -72,11 +73,18 @@ impl PyModel {
     ///         none).
     ///     activation_memory_budget: bytes (int) or a size string, as for the constructor.
     ///     determinism_check: ``"off"``, ``"metadata"`` (default) or ``"values"`` (not saved).
-    ///     dtype: ``"float32"`` (default), or ``"bfloat16"`` / ``"float16"``: every base weight
-    ///         is read straight into 16-bit storage, tensor by tensor (a file of that format
-    ///         keeps its bits, others are rounded to nearest even), and frozen (train LoRA
-    ///         adapters on it; see ``set_frozen_weights_dtype``); loading never holds an f32
-    ///         copy then.
+    ///     dtype: ``None`` (default): as stored — a GGUF file's quantized matrices stay in
+    ///         their blocks (Q4_0 ... Q6_K) and its F16/BF16 tensors in 16 bits, the base then
+    ///         frozen (train LoRA adapters on it; ``"float32"`` dequantizes for full
+    ///         fine-tuning); a safetensors state loads as float32. ``"float32"``;
+    ///         ``"bfloat16"`` / ``"float16"``: every base weight is read straight into 16-bit
+    ///         storage, tensor by tensor (a file of that format keeps its bits, others are
+    ///         rounded to nearest even), and frozen (see ``set_frozen_weights_dtype``); loading
+    ///         never holds an f32 copy then. ``"nf4"`` (QLoRA's NF4, blocks of 64, double
+    ///         quantized absmax), ``"q8_0"``, ``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q5_1"``,
+    ///         ``"q4_k"``, ...: the base is read as float32, frozen, and every matrix quantized
+    ///         (the RMSNorm gains stay float32); a matrix whose rows are not whole blocks of the
+    ///         format is a ``ConfigError`` naming it.
     ///
     /// Returns:
     ///     DecoderOnlyTransformer: a new model with the saved config and weights.
@@ -100,10 +108,10 @@ impl PyModel {
     #[pyo3(
         signature = (path, attention = "flash", activation_checkpointing = None,
                      activation_memory_budget = None, *, determinism_check = "metadata",
-                     dtype = "float32"),
+                     dtype = None),
         text_signature = "(path, attention='flash', activation_checkpointing='disabled', \
                           activation_memory_budget=None, *, determinism_check='metadata', \
-                          dtype='float32')"
+                          dtype=None)"
     )]
     fn load(
         py: Python<'_>,
@@ -112,17 +120,23 @@ impl PyModel {
         activation_checkpointing: Option<Bound<'_, PyAny>>,
         activation_memory_budget: Option<Bound<'_, PyAny>>,
         determinism_check: &str,
-        dtype: &str,
+        dtype: Option<&str>,
     ) -> PyResult<Self> {
         let attention = attention_kind(attention)?;
         let check = parse_determinism_check(determinism_check)?;
-        let dtype: WeightDtype = dtype.parse().map_err(transformer_err)?;
+        let dtype: Option<WeightDtype> = dtype
+            .map(|d| d.parse())
+            .transpose()
+            .map_err(transformer_err)?;
         let checkpointing = policy_from(
             activation_checkpointing.as_ref(),
             activation_memory_budget.as_ref(),
         )?;
         let (model, pairing) = compute(py, move || {
-            let mut model = load_model_as(&path, attention, checkpointing, dtype)?;
+            let mut model = match dtype {
+                Some(dtype) => load_model_as(&path, attention, checkpointing, dtype)?,
+                None => load_model_as_stored(&path, attention, checkpointing)?,
+            };
             model.set_determinism_check(check);
             Ok::<_, riftco_transformer::TransformerError>((model, config_json_pairing(&path)?))
         })?;

@@ -9,7 +9,7 @@ use crate::error::{Result, TransformerError};
 use crate::layout;
 use crate::model::DecoderOnlyTransformer;
 use riftco_autograd::Variable;
-use riftco_tensor::{Device, HalfDtype};
+use riftco_tensor::{Device, HalfDtype, QuantFormat};
 use std::fmt;
 use std::str::FromStr;
 
@@ -24,26 +24,43 @@ pub enum WeightDtype {
     /// IEEE float16: 2 bytes, 11 significant bits, finite up to 65504 (larger weights become
     /// infinite).
     Float16,
+    /// A block-quantized format (QLoRA's NF4, GGML's Q8_0, Q4_0, Q4_K, ...): the frozen
+    /// matrices are kept in it and dequantized a block at a time by the ops that read them;
+    /// 1-D weights (the RMSNorm gains) stay float32.
+    Quantized(QuantFormat),
 }
 
 impl WeightDtype {
-    /// Every dtype, by its PyTorch name.
-    pub const NAMES: [&'static str; 3] = ["float32", "bfloat16", "float16"];
+    /// Every dtype's name: PyTorch's for the floating-point ones, then the quantized formats'.
+    pub const NAMES: [&'static str; 14] = [
+        "float32", "bfloat16", "float16", "nf4", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
+        "q3_k", "q4_k", "q5_k", "q6_k",
+    ];
 
-    /// The PyTorch name: `"float32"`, `"bfloat16"` or `"float16"`.
+    /// The name: `"float32"`, `"bfloat16"`, `"float16"`, or the quantized format's (`"nf4"`,
+    /// `"q4_0"`, `"q4_k"`, ...).
     pub fn name(self) -> &'static str {
         match self {
             WeightDtype::Float32 => "float32",
             WeightDtype::BFloat16 => "bfloat16",
             WeightDtype::Float16 => "float16",
+            WeightDtype::Quantized(f) => f.name(),
         }
     }
 
     pub(crate) fn half(self) -> Option<HalfDtype> {
         match self {
-            WeightDtype::Float32 => None,
+            WeightDtype::Float32 | WeightDtype::Quantized(_) => None,
             WeightDtype::BFloat16 => Some(HalfDtype::BFloat16),
             WeightDtype::Float16 => Some(HalfDtype::Float16),
+        }
+    }
+
+    /// The quantized format, if this is one.
+    pub fn quant_format(self) -> Option<QuantFormat> {
+        match self {
+            WeightDtype::Quantized(f) => Some(f),
+            _ => None,
         }
     }
 }
@@ -57,12 +74,15 @@ impl fmt::Display for WeightDtype {
 impl FromStr for WeightDtype {
     type Err = TransformerError;
 
-    /// `"float32"`, `"bfloat16"` or `"float16"` (case-insensitive).
+    /// A name of [`WeightDtype::NAMES`] (case-insensitive).
     fn from_str(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
             "float32" => Ok(WeightDtype::Float32),
             "bfloat16" => Ok(WeightDtype::BFloat16),
             "float16" => Ok(WeightDtype::Float16),
+            other if QuantFormat::from_name(other).is_some() => Ok(WeightDtype::Quantized(
+                QuantFormat::from_name(other).unwrap_or(QuantFormat::Nf4),
+            )),
             _ => Err(TransformerError::Config {
                 field: "dtype",
                 value: format!("{s:?}"),
@@ -76,10 +96,16 @@ impl DecoderOnlyTransformer {
     /// How the frozen base weights are stored: the format of the first frozen one (all are
     /// converted together), float32 when none is frozen.
     pub fn frozen_weights_dtype(&self) -> WeightDtype {
-        self.weights()
-            .base_parameters()
-            .find(|(_, v)| !v.requires_grad())
-            .and_then(|(_, v)| v.value().half_dtype())
+        let frozen = || {
+            self.weights()
+                .base_parameters()
+                .filter(|(_, v)| !v.requires_grad())
+        };
+        if let Some(f) = frozen().find_map(|(_, v)| v.value().quant_format()) {
+            return WeightDtype::Quantized(f);
+        }
+        frozen()
+            .find_map(|(_, v)| v.value().half_dtype())
             .map_or(WeightDtype::Float32, |h| match h {
                 HalfDtype::BFloat16 => WeightDtype::BFloat16,
                 HalfDtype::Float16 => WeightDtype::Float16,
@@ -107,8 +133,9 @@ impl DecoderOnlyTransformer {
                 field: "dtype",
                 value: format!("{:?}", dtype.name()),
                 reason: format!(
-                    "16-bit frozen weights are stored on the CPU only; this model is on device \
-                     {device} (keep float32 there, or move the model to the CPU first)"
+                    "{} frozen weights are stored on the CPU only; this model is on device \
+                     {device} (keep float32 there, or move the model to the CPU first)",
+                    dtype.name()
                 ),
             });
         }
@@ -121,18 +148,25 @@ impl DecoderOnlyTransformer {
             if v.requires_grad() {
                 continue;
             }
-            let value = match dtype.half() {
-                Some(h) if v.value().half_dtype() == Some(h) => continue,
-                Some(h) => v
-                    .value()
-                    .to_half(h)
-                    .map_err(|err| TransformerError::Config {
-                        field: "dtype",
-                        value: format!("{:?}", dtype.name()),
-                        reason: format!("cannot store {} in {}: {err}", e.hf_name(), dtype.name()),
-                    })?,
-                None if v.value().half_dtype().is_none() => continue,
-                None => v.value().to_float32()?,
+            let cannot = |err: riftco_tensor::TensorError| TransformerError::Config {
+                field: "dtype",
+                value: format!("{:?}", dtype.name()),
+                reason: format!("cannot store {} in {}: {err}", e.hf_name(), dtype.name()),
+            };
+            let value = match dtype {
+                WeightDtype::Float32 if !v.value().is_compressed() => continue,
+                WeightDtype::Float32 => v.value().to_float32()?,
+                WeightDtype::Quantized(f) if v.value().quant_format() == Some(f) => continue,
+                // Vectors (the RMSNorm gains) stay as they are: formats quantize matrices.
+                WeightDtype::Quantized(_) if v.value().dims().len() != 2 => continue,
+                WeightDtype::Quantized(f) => v.value().to_quantized(f).map_err(cannot)?,
+                WeightDtype::BFloat16 | WeightDtype::Float16 => {
+                    let h = dtype.half().unwrap_or(HalfDtype::BFloat16);
+                    if v.value().half_dtype() == Some(h) {
+                        continue;
+                    }
+                    v.value().to_half(h).map_err(cannot)?
+                }
             };
             *v = Variable::named_leaf(value, false, e.hf_name());
             converted += 1;
@@ -145,9 +179,11 @@ impl DecoderOnlyTransformer {
             return Err(TransformerError::Config {
                 field: "dtype",
                 value: format!("{:?}", dtype.name()),
-                reason: "the model has no frozen weights to store in 16 bits: trainable weights \
-                         stay float32 (enable LoRA first, which freezes the base weights)"
-                    .into(),
+                reason: format!(
+                    "the model has no frozen weights to store in {}: trainable weights stay \
+                     float32 (enable LoRA first, which freezes the base weights)",
+                    dtype.name()
+                ),
             });
         }
         if converted > 0 {
@@ -157,10 +193,10 @@ impl DecoderOnlyTransformer {
         Ok(())
     }
 
-    /// Whether any base weight is stored in 16 bits.
+    /// Whether any base weight is stored in 16 bits or quantized.
     pub fn has_half_weights(&self) -> bool {
         self.weights()
             .base_parameters()
-            .any(|(_, v)| v.value().half_dtype().is_some())
+            .any(|(_, v)| v.value().is_compressed())
     }
 }

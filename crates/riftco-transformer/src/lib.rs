@@ -50,6 +50,6 @@ pub use policy::{
 };
 pub use rope_scaling::RopeScaling;
 pub use state::{
-    load_lora_adapter, load_model, load_model_as, load_optimizer_state, load_weights_into,
-    save_lora_adapter, save_model, save_optimizer_state,
+    load_lora_adapter, load_model, load_model_as, load_model_as_stored, load_optimizer_state,
+    load_weights_into, save_lora_adapter, save_model, save_optimizer_state,
 };

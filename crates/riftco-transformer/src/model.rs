@@ -6,6 +6,7 @@ use crate::block::{BlockContext, Layer};
 use crate::checkpointing::{planner, ActivationCheckpointing, CheckpointPlan};
 use crate::config::TransformerConfig;
 use crate::error::{Result, TransformerError};
+use crate::frozen_dtype::WeightDtype;
 use crate::head::LossChunking;
 use crate::layout::{self, Entry, Init, ModelParam, Place, Slot};
 use crate::linear::{Linear, LoraAdapter, LoraConfig};
@@ -661,6 +662,14 @@ impl DecoderOnlyTransformer {
         Ok(())
     }
 
+    /// Freezes every base weight (`requires_grad = false`), as enabling LoRA does, so a
+    /// compressed storage format can be set for them. Decode sessions opened before refuse to
+    /// decode afterwards.
+    pub fn freeze_base(&mut self) {
+        let w = freeze(&self.weights, true);
+        self.set_weights(w, "freeze_base");
+    }
+
     /// Merges active adapters into the base weights (`W ← W + (alpha/r)·B·A`), removes them and
     /// makes every base parameter trainable again. Decode sessions opened before refuse to
     /// decode afterwards ([`TransformerError::Decode`]).
@@ -674,6 +683,17 @@ impl DecoderOnlyTransformer {
         if !self.has_lora() {
             return Err(TransformerError::Lora {
                 message: "the model has no adapters".into(),
+            });
+        }
+        if let WeightDtype::Quantized(f) = self.frozen_weights_dtype() {
+            return Err(TransformerError::Lora {
+                message: format!(
+                    "the frozen base weights are quantized ({f}): merging writes them and makes \
+                     them trainable, which needs float32. Dequantize first \
+                     (set_frozen_weights_dtype(\"float32\"), or load the model with \
+                     dtype=\"float32\"), then merge; or keep the adapter apart and export the \
+                     merged model as GGUF (riftco export)"
+                ),
             });
         }
         if self.has_half_weights() {

@@ -761,12 +761,14 @@ class DecoderOnlyTransformer:
         activation_memory_budget: _Budget | None = None,
         *,
         determinism_check: str = "metadata",
-        dtype: str = "float32",
+        dtype: str | None = None,
     ) -> DecoderOnlyTransformer:
         """A model from a file written by ``save()``, a Hugging Face safetensors checkpoint or a
-        ``llama`` GGUF file (dequantized to float32); ``ModelStateError`` / ``OSError``;
-        ``determinism_check`` as for the constructor (not saved); ``dtype="bfloat16"`` /
-        ``"float16"`` reads the base straight into frozen 16-bit storage."""
+        ``llama`` GGUF file (its quantized blocks kept as stored, the base frozen, unless
+        ``dtype="float32"``); ``ModelStateError`` / ``OSError``; ``determinism_check`` as for
+        the constructor (not saved); ``dtype="bfloat16"`` / ``"float16"`` reads the base
+        straight into frozen 16-bit storage, ``"nf4"``, ``"q8_0"``, ``"q4_k"``, ... quantizes
+        every base matrix."""
     def load_weights(self, path: str | os.PathLike[str]) -> None: ...
     def save_lora(self, dir: str | os.PathLike[str]) -> None:
         """PEFT ``adapter_model.safetensors`` + ``adapter_config.json`` into ``dir``, which is

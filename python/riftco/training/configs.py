@@ -44,7 +44,24 @@ from riftco._native import check_probability as _check_probability
 # Rust policy spellings; default first. The options below exist only in this package's stage
 # runners; each tuple is their one table.
 FINE_TUNING_METHODS: tuple[str, ...] = ("lora", "full")
-FROZEN_WEIGHTS_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+FROZEN_WEIGHTS_DTYPES: tuple[str, ...] = (
+    "float32",
+    "bfloat16",
+    "float16",
+    "nf4",
+    "q8_0",
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+    "q2_k",
+    "q3_k",
+    "q4_k",
+    "q5_k",
+    "q6_k",
+)
+"""The storage formats of a frozen base: float32, 16 bits, or a block-quantized format (QLoRA's
+NF4, llama.cpp's Q8_0 ... Q6_K)."""
 LR_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
 
 __all__ = [
@@ -323,12 +340,15 @@ class PostTrainingConfig(_LoopConfig):
         residual_dropout: dropout probability on the attention and MLP outputs before the
             residual adds, in ``[0, 1)``, or ``None`` (default, the model's); as
             ``attention_dropout``.
-        frozen_weights_dtype: ``None`` (default: keep the model's format; float32 for a path),
-            ``"float32"``, ``"bfloat16"`` or ``"float16"``: the storage of the frozen base
-            weights under LoRA (16 bits only with ``"lora"`` on the CPU); 16 bits halve their
-            bytes while every op computes in float32 (see
-            ``DecoderOnlyTransformer.set_frozen_weights_dtype``); a path loads straight into
-            that storage. A passed-in model keeps the format afterwards, like its adapters.
+        frozen_weights_dtype: ``None`` (default: keep the model's format; for a path, the
+            file's: a GGUF's quantized blocks stay quantized under LoRA, anything else loads as
+            float32), ``"float32"``, ``"bfloat16"``, ``"float16"``, or a quantized format
+            (``"nf4"``, ``"q8_0"``, ``"q4_0"``, ``"q4_k"``, ...; see
+            ``FROZEN_WEIGHTS_DTYPES``): the storage of the frozen base weights under LoRA
+            (anything but float32 only with ``"lora"`` on the CPU); every op still computes in
+            float32, dequantizing a block of a weight at a time (see
+            ``DecoderOnlyTransformer.set_frozen_weights_dtype``); a path loads into that
+            storage. A passed-in model keeps the format afterwards, like its adapters.
         lora_dropout: dropout probability on the adapters' inputs (PEFT's ``lora_dropout``,
             written to ``adapter_config.json``), in ``[0, 1)``, default 0; only with ``"lora"``.
         packing: with an instruction/chat dataset, pack several whole examples into each

@@ -320,20 +320,23 @@ def load_model(
     activation_memory_budget: int | str | None = None,
     *,
     determinism_check: str = "metadata",
-    dtype: str = "float32",
+    dtype: str | None = None,
 ) -> DecoderOnlyTransformer:
     """Loads ``model.safetensors`` from a stage output folder, a plain Hugging Face Llama model
     folder (``config.json`` with ``model.safetensors`` or a sharded
     ``model.safetensors.index.json``; F32, BF16 or F16 tensors), or a given file: safetensors,
-    or a GGUF file (llama.cpp) of the ``llama`` architecture, dequantized to float32 (see
-    ``DecoderOnlyTransformer.load`` and docs/gguf.md).
+    or a GGUF file (llama.cpp) of the ``llama`` architecture (see ``DecoderOnlyTransformer.load``
+    and docs/gguf.md).
 
     ``attention``, ``activation_checkpointing``, ``activation_memory_budget`` and
     ``determinism_check`` (``"off"``, ``"metadata"`` or ``"values"``) are those of
-    :class:`riftco.DecoderOnlyTransformer` (the file records none of them). ``dtype``
-    ``"bfloat16"`` / ``"float16"`` reads the base weights straight into frozen 16-bit storage
-    (for LoRA; see ``DecoderOnlyTransformer.set_frozen_weights_dtype``), never holding an f32
-    copy of the model.
+    :class:`riftco.DecoderOnlyTransformer` (the file records none of them). ``dtype``: ``None``
+    (default) keeps a GGUF file's quantized blocks and 16-bit tensors as stored, the base then
+    frozen (for LoRA), and reads anything else as float32; ``"float32"`` dequantizes (for full
+    fine-tuning); ``"bfloat16"`` / ``"float16"`` reads the base weights straight into frozen
+    16-bit storage; ``"nf4"``, ``"q8_0"``, ``"q4_0"``, ``"q4_k"``, ... quantize every base
+    matrix on load, the base frozen (QLoRA; see
+    ``DecoderOnlyTransformer.set_frozen_weights_dtype``).
 
     Raises:
         ModelStateError: no or invalid model state at the path.
@@ -500,8 +503,10 @@ def run_post_training(
             cfg.attention,
             cfg.activation_checkpointing,
             activation_memory_budget=cfg.activation_memory_budget,
-            # 16-bit frozen weights (LoRA only) load straight into 16-bit storage.
-            dtype=cfg.frozen_weights_dtype or "float32",
+            # A compressed frozen base (LoRA only) loads into its storage; by default a GGUF's
+            # quantized blocks stay as stored under LoRA, and full fine-tuning reads float32.
+            dtype=cfg.frozen_weights_dtype
+            or (None if cfg.fine_tuning_method == "lora" else "float32"),
         )
         _check_fits(model.config, cfg, byte_tokens)
         undo = None

@@ -16,6 +16,7 @@
 //! Each block format is a type implementing [`BlockFormat`] (its layout and the dequantization
 //! of one block); quantized storage and fused mat-vec kernels can be added to the same types.
 
+pub mod blocked;
 pub mod format;
 pub mod k_quants;
 pub mod legacy;

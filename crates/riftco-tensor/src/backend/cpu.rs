@@ -435,6 +435,34 @@ impl Backend for CpuBackend {
         c: MemoryCategory,
     ) -> Result<Tensor> {
         let mut o = buf(op, shape.numel())?;
+        if let (Buffer::Quantized(q), false) = (&*b.buffer(), spec.trans_a) {
+            // A quantized weight: dequantized a block at a time (or read by the fused mat-vec),
+            // the block counted as workspace while it lives.
+            let (rows, cols) = match spec.trans_b {
+                true => (spec.n, spec.k),
+                false => (spec.k, spec.n),
+            };
+            let w = k::quant::blocked::QuantMatrix {
+                format: q.format,
+                bytes: &q.bytes,
+                rows,
+                cols,
+            };
+            let ws_len = k::quant::blocked::workspace_len(spec, &w);
+            let workspace = out(buf(op, ws_len)?, [ws_len].into(), MemoryCategory::Workspace);
+            k::quant::blocked::matmul_quantized(
+                spec,
+                &a.read()?,
+                &w,
+                &mut o,
+                &mut workspace.write()?,
+            )
+            .map_err(|e| TensorError::InvalidArgument {
+                op,
+                message: e.to_string(),
+            })?;
+            return Ok(out(o, shape, c));
+        }
         k::matmul(spec, &a.read()?, &b.read()?, &mut o);
         Ok(out(o, shape, c))
     }
@@ -538,6 +566,26 @@ impl Backend for CpuBackend {
                     dtype.upcast(&bits[id * d..(id + 1) * d], row);
                 }
             }
+            _ if table.quant_format().is_some() && d > 0 => {
+                // A quantized table: only the rows looked up are dequantized.
+                let guard = table.buffer();
+                let Buffer::Quantized(q) = &*guard else {
+                    return Err(TensorError::NoData { op });
+                };
+                let vocab = q.numel / d;
+                for (row, &id) in o.chunks_exact_mut(d).zip(ids) {
+                    let id = id as usize;
+                    if id >= vocab {
+                        return Err(TensorError::IndexOutOfRange {
+                            op,
+                            what: "token id",
+                            index: id,
+                            bound: vocab,
+                        });
+                    }
+                    q.dequantize_range(op, id * d, row)?;
+                }
+            }
             _ => k::embedding::embedding(&table.read()?, d, ids, &mut o),
         }
         Ok(out(o, shape, c))
@@ -608,8 +656,13 @@ impl Backend for CpuBackend {
         if let (Some(dtype), true) = (half, want_dw) {
             return Err(crate::storage::half_is_read_only(op, dtype));
         }
+        let quant = w.quant_format();
+        if let (Some(format), true) = (quant, want_dw) {
+            return Err(crate::storage::quantized_is_read_only(op, format));
+        }
+        let converted = half.is_some() || quant.is_some();
         let ws_len =
-            k::linear_loss::workspace_len(rows, vocab, d, chunk_rows, vocab_block, half.is_some());
+            k::linear_loss::workspace_len(rows, vocab, d, chunk_rows, vocab_block, converted);
         let workspace = out(buf(op, ws_len)?, [ws_len].into(), MemoryCategory::Workspace);
         let mut dx = match want_dx {
             true => Some(buf(op, rows * d)?),
@@ -644,6 +697,19 @@ impl Backend for CpuBackend {
                     return Err(TensorError::NoData { op });
                 };
                 let fill = |v0: usize, out: &mut [f32]| dtype.upcast(&bits[v0 * d..], out);
+                let head = k::linear_loss::HeadWeight::Converted { vocab, fill: &fill };
+                run(head, &mut ws)
+            }
+            None if quant.is_some() => {
+                // A quantized W is dequantized a block of rows at a time, never whole.
+                let guard = w.buffer();
+                let Buffer::Quantized(q) = &*guard else {
+                    return Err(TensorError::NoData { op });
+                };
+                let fill = |v0: usize, out: &mut [f32]| {
+                    // Rows are whole blocks (checked when the tensor was made), so this holds.
+                    let _ = q.dequantize_range(op, v0 * d, out);
+                };
                 let head = k::linear_loss::HeadWeight::Converted { vocab, fill: &fill };
                 run(head, &mut ws)
             }

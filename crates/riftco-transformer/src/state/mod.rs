@@ -53,8 +53,8 @@ pub use gguf::{
 pub use hf_config::hf_config_json;
 pub use lora::{load_lora_adapter, save_lora_adapter};
 pub use model_file::{
-    config_json_pairing, expected_base_shapes, load_model, load_model_as, load_weights_into,
-    save_model, save_model_as, ConfigJsonPairing,
+    config_json_pairing, expected_base_shapes, load_model, load_model_as, load_model_as_stored,
+    load_weights_into, save_model, save_model_as, ConfigJsonPairing,
 };
 pub use optimizer::{load_optimizer_state, save_optimizer_state, OPTIMIZER_METADATA_KEY};
 pub use read::{MAX_HEADER_BYTES, MAX_JSON_BYTES};

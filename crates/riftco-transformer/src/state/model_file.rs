@@ -193,9 +193,16 @@ pub fn load_model_as(
     checkpointing: impl Into<ActivationCheckpointing>,
     dtype: WeightDtype,
 ) -> Result<DecoderOnlyTransformer> {
+    if let WeightDtype::Quantized(format) = dtype {
+        // Read as float32, then freeze the base and quantize it matrix by matrix.
+        let mut model = load_model_as(path, attention, checkpointing, WeightDtype::Float32)?;
+        model.freeze_base();
+        model.set_frozen_weights_dtype(WeightDtype::Quantized(format))?;
+        return Ok(model);
+    }
     let half = dtype.half();
     if is_gguf(path) {
-        return load_llama(path, attention, checkpointing, half);
+        return load_llama(path, attention, checkpointing, half, false);
     }
     if is_shard_index(path) {
         return load_sharded(path, attention, checkpointing, half);
@@ -207,6 +214,25 @@ pub fn load_model_as(
     let values = untie_values(path, &config, read_values(path, header, &expected, half)?)?;
     // The parameters take the values read (no initialised model to copy them into).
     DecoderOnlyTransformer::from_parameter_values(config, attention, checkpointing, values)
+}
+
+/// [`load_model`] keeping the file's storage formats: a GGUF file's block-quantized matrices
+/// stay in their blocks (Q4_0 ... Q6_K; ops dequantize a block at a time) and its F16 / BF16
+/// tensors in 16 bits, and then the whole base is frozen (train LoRA adapters on it); a file of
+/// only F32 tensors, and any safetensors state, loads as [`load_model`] does (float32,
+/// trainable).
+///
+/// # Errors
+/// As [`load_model`].
+pub fn load_model_as_stored(
+    path: &Path,
+    attention: FullSequenceAttentionKind,
+    checkpointing: impl Into<ActivationCheckpointing>,
+) -> Result<DecoderOnlyTransformer> {
+    if is_gguf(path) {
+        return load_llama(path, attention, checkpointing, None, true);
+    }
+    load_model_as(path, attention, checkpointing, WeightDtype::Float32)
 }
 
 /// Whether the `config.json` beside a model-state file is the one saved with it.
@@ -296,7 +322,7 @@ pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<
                 ),
             ));
         }
-        let values = load_llama_values(&file, config, None)?;
+        let values = load_llama_values(&file, config, None, false)?;
         return copy_into(path, &model.weights().named_base_parameters(), values);
     }
     let header = read_header(path)?;

@@ -197,6 +197,8 @@ pub fn load_optimizer_state(adam: &mut Adam, path: &Path) -> Result<()> {
     let mut values = values.into_iter().map(|(_, v)| match v {
         ParamValues::F32(v) => v,
         ParamValues::Half(dtype, bits) => bits.iter().map(|&b| dtype.to_f32(b)).collect(),
+        // read_values never makes quantized values (only the GGUF reader does).
+        ParamValues::Quantized(..) => Vec::new(),
     });
     let mut params = Vec::with_capacity(d.params.len());
     for p in d.params {

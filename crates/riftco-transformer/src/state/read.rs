@@ -485,6 +485,16 @@ pub(super) fn copy_into(
                 let v: Vec<f32> = bits.iter().map(|&b| dtype.to_f32(b)).collect();
                 p.value().copy_from_slice(&v)?
             }
+            ParamValues::Quantized(format, bytes, numel) => {
+                let mut v = vec![0.0f32; numel];
+                riftco_tensor::QuantizedBytes {
+                    format,
+                    bytes,
+                    numel,
+                }
+                .dequantize_range("load_weights_into", 0, &mut v)?;
+                p.value().copy_from_slice(&v)?
+            }
         }
     }
     Ok(())

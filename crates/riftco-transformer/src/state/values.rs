@@ -14,6 +14,8 @@ use riftco_tensor::{MemoryCategory, Tensor};
 pub(crate) enum ParamValues {
     F32(Vec<f32>),
     Half(riftco_tensor::HalfDtype, Vec<u16>),
+    /// A frozen matrix kept in a block-quantized format (`numel` elements in `bytes`).
+    Quantized(riftco_tensor::QuantFormat, Vec<u8>, usize),
 }
 
 impl ParamValues {
@@ -21,6 +23,7 @@ impl ParamValues {
         match self {
             ParamValues::F32(v) => v.len(),
             ParamValues::Half(_, v) => v.len(),
+            ParamValues::Quantized(_, _, n) => *n,
         }
     }
 
@@ -29,6 +32,7 @@ impl ParamValues {
         match self {
             ParamValues::F32(v) => v.get(i).map(|x| x.to_bits()),
             ParamValues::Half(_, v) => v.get(i).map(|&b| u32::from(b)),
+            ParamValues::Quantized(..) => None,
         }
     }
 
@@ -37,6 +41,7 @@ impl ParamValues {
         match self {
             ParamValues::F32(v) => v.get(i).copied().unwrap_or(f32::NAN),
             ParamValues::Half(d, v) => v.get(i).map_or(f32::NAN, |&b| d.to_f32(b)),
+            ParamValues::Quantized(..) => f32::NAN,
         }
     }
 }
@@ -54,6 +59,10 @@ pub(crate) fn weights_from_values(
     config: &TransformerConfig,
     values: Vec<(String, ParamValues)>,
 ) -> Result<Weights> {
+    // A base holding any compressed (16-bit or quantized) weight is frozen whole.
+    let compressed = values
+        .iter()
+        .any(|(_, v)| !matches!(v, ParamValues::F32(_)));
     let mut by_name: std::collections::HashMap<String, ParamValues> = values.into_iter().collect();
     Weights::try_from_entries(config, rope_table(config)?, |e| {
         let name = e.hf_name();
@@ -63,9 +72,13 @@ pub(crate) fn weights_from_values(
                 Tensor::from_half_bits(dtype, bits, shape, MemoryCategory::Parameter)?,
                 false,
             ),
+            Some(ParamValues::Quantized(format, bytes, _)) => (
+                Tensor::from_quantized_bytes(format, bytes, shape, MemoryCategory::Parameter)?,
+                false,
+            ),
             Some(ParamValues::F32(data)) => (
                 Tensor::from_vec(data, shape, MemoryCategory::Parameter)?,
-                true,
+                !compressed,
             ),
             None => (
                 Tensor::from_vec(Vec::new(), shape, MemoryCategory::Parameter)?,

@@ -29,7 +29,7 @@ use crate::rope_scaling::RopeScaling;
 use crate::state::model_file::config_summary;
 use crate::state::state_err;
 use crate::state::values::ParamValues;
-use riftco_kernels::quant::{dequantize, GgmlType};
+use riftco_kernels::quant::{dequantize, GgmlType, QuantFormat};
 use riftco_tensor::HalfDtype;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -332,6 +332,7 @@ pub(crate) fn load_llama_values(
     file: &GgufFile,
     config: &TransformerConfig,
     half: Option<HalfDtype>,
+    as_stored: bool,
 ) -> Result<Vec<(String, ParamValues)>> {
     let entries: Vec<_> = layout::entries_for(config).collect();
     let expected: Vec<(String, &GgufTensorInfo, Vec<usize>, Option<usize>)> = {
@@ -417,7 +418,7 @@ pub(crate) fn load_llama_values(
         .map_err(|_| state_err(file.path(), "cannot allocate the tensor list"))?;
     let mut bytes = Vec::new();
     for (hf_name, info, shape, heads) in expected {
-        let v = tensor_values(file, info, &shape, heads, half, &mut bytes)?;
+        let v = tensor_values(file, info, &shape, heads, half, as_stored, &mut bytes)?;
         values.push((hf_name, v));
     }
     Ok(values)
@@ -425,13 +426,17 @@ pub(crate) fn load_llama_values(
 
 /// The values of one tensor of row-major `shape`: its rows dequantized (or, for F16 / BF16
 /// stored as the same `half`, copied bit for bit) into their Hugging Face places (rows
-/// unpermuted in `heads` heads when given), as f32 or rounded to `half`.
+/// unpermuted in `heads` heads when given), as f32 or rounded to `half`. With `as_stored`, a
+/// block-quantized tensor keeps its blocks (its rows moved whole) and an F16 / BF16 one its
+/// bits.
+#[allow(clippy::too_many_arguments)]
 fn tensor_values(
     file: &GgufFile,
     info: &GgufTensorInfo,
     shape: &[usize],
     heads: Option<usize>,
     half: Option<HalfDtype>,
+    as_stored: bool,
     bytes: &mut Vec<u8>,
 ) -> Result<ParamValues> {
     file.read_tensor_bytes(info, bytes)?;
@@ -441,6 +446,23 @@ fn tensor_values(
         .product::<usize>();
     let row_bytes = bytes.len().checked_div(rows).unwrap_or(0);
     let dest = |r: usize| heads.map_or(r, |h| hf_row(r, rows, h));
+    let format = QuantFormat::from_ggml(info.ggml_type);
+    if let (true, Some(format), true) = (as_stored, format, shape.len() == 2) {
+        let mut kept: Vec<u8> = Vec::new();
+        kept.try_reserve_exact(bytes.len())
+            .map_err(|_| state_err(file.path(), format!("cannot allocate tensor {}", info.name)))?;
+        kept.resize(bytes.len(), 0);
+        for r in 0..rows {
+            kept[dest(r) * row_bytes..(dest(r) + 1) * row_bytes]
+                .copy_from_slice(&bytes[r * row_bytes..(r + 1) * row_bytes]);
+        }
+        return Ok(ParamValues::Quantized(format, kept, rows * cols));
+    }
+    let half = match (as_stored, info.ggml_type) {
+        (true, GgmlType::F16) => Some(HalfDtype::Float16),
+        (true, GgmlType::BF16) => Some(HalfDtype::BFloat16),
+        _ => half,
+    };
     let same_bits = matches!(
         (half, info.ggml_type),
         (Some(HalfDtype::Float16), GgmlType::F16) | (Some(HalfDtype::BFloat16), GgmlType::BF16)
@@ -499,10 +521,11 @@ pub(crate) fn load_llama(
     attention: FullSequenceAttentionKind,
     checkpointing: impl Into<ActivationCheckpointing>,
     half: Option<HalfDtype>,
+    as_stored: bool,
 ) -> Result<DecoderOnlyTransformer> {
     let file = GgufFile::open(path)?;
     let config = config_from_gguf(&file)?;
-    let values = load_llama_values(&file, &config, half)?;
+    let values = load_llama_values(&file, &config, half, as_stored)?;
     DecoderOnlyTransformer::from_parameter_values(config, attention, checkpointing, values)
 }
 

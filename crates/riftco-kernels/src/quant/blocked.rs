@@ -1,0 +1,183 @@
+//! Products against a block-quantized weight: the weight is dequantized into a transient f32
+//! workspace one block of rows (or, for `dY · W`, one block of columns) at a time, and each
+//! block's product runs through the same GEMM as an f32 weight, so no op holds a whole f32
+//! copy of a large weight.
+//!
+//! A block spans at most [`WORKSPACE_ELEMENTS`] f32 values. A weight that fits in one block (all
+//! of SmolLM2-135M's projections) is dequantized whole and multiplied by exactly the call an f32
+//! weight gets, so the result is bitwise that of the f32 model holding the dequantized values. A
+//! larger weight is split along the output columns only (never along the reduced axis `k`): each
+//! output element is still one reduction over the whole of `k`, computed by `gemm` with a
+//! blocking chosen from the block's `(m, k, n)`; the split changes which kernel tiles an element
+//! falls in, not the order of its sum in the cases measured (see the tests), and otherwise stays
+//! within GEMM's own rounding bound.
+
+use rayon::prelude::*;
+
+use super::format::{dequantize_range, QuantFormat};
+use super::QuantError;
+use crate::matmul::{matmul_strided, MatmulSpec, Strides};
+
+/// Elements of f32 workspace a product against a quantized weight uses at most (4 MiB), unless
+/// one row (or one block of columns) of the weight is longer.
+pub const WORKSPACE_ELEMENTS: usize = 1 << 20;
+
+/// A quantized matrix `[rows, cols]` stored row-major in `bytes`.
+#[derive(Clone, Copy, Debug)]
+pub struct QuantMatrix<'a> {
+    /// The block format.
+    pub format: QuantFormat,
+    /// The bytes ([`QuantFormat::storage_bytes`] of `rows * cols`).
+    pub bytes: &'a [u8],
+    /// Rows.
+    pub rows: usize,
+    /// Columns (a multiple of the format's block).
+    pub cols: usize,
+}
+
+impl QuantMatrix<'_> {
+    fn numel(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// Dequantizes rows `r0 .. r0 + out.len() / cols` into `out`, rows in parallel.
+    pub fn dequantize_rows(&self, r0: usize, out: &mut [f32]) -> Result<(), QuantError> {
+        let cols = self.cols;
+        let numel = self.numel();
+        let rows_per_task = (64 * 1024 / cols.max(1)).max(1);
+        crate::threading::thread_pool().install(|| {
+            out.par_chunks_mut(rows_per_task * cols)
+                .enumerate()
+                .try_for_each(|(t, chunk)| {
+                    let start = (r0 + t * rows_per_task) * cols;
+                    dequantize_range(self.format, self.bytes, numel, start, chunk)
+                })
+        })
+    }
+
+    /// Dequantizes columns `c0 .. c0 + width` of every row into `out` (`[rows, width]`), rows in
+    /// parallel; `c0` and `width` are whole blocks.
+    pub fn dequantize_columns(
+        &self,
+        c0: usize,
+        width: usize,
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
+        let (cols, numel) = (self.cols, self.numel());
+        crate::threading::thread_pool().install(|| {
+            out.par_chunks_mut(width)
+                .enumerate()
+                .try_for_each(|(r, row)| {
+                    dequantize_range(self.format, self.bytes, numel, r * cols + c0, row)
+                })
+        })
+    }
+}
+
+/// The workspace (f32 elements) [`matmul_quantized`] needs for `spec` against `w`.
+pub fn workspace_len(spec: MatmulSpec, w: &QuantMatrix<'_>) -> usize {
+    if spec.m == 1 && spec.trans_b {
+        return 0;
+    }
+    match spec.trans_b {
+        true => rows_per_block(w) * w.cols,
+        false => columns_per_block(w) * w.rows,
+    }
+}
+
+/// Rows of `W` per block: the weight split into equal blocks of at most
+/// [`WORKSPACE_ELEMENTS`], each a multiple of 64 rows (so no block is a thin remainder: GEMM
+/// picks its kernels from the block's shape).
+fn rows_per_block(w: &QuantMatrix<'_>) -> usize {
+    let most = (WORKSPACE_ELEMENTS / w.cols.max(1)).max(1);
+    if w.rows <= most {
+        return w.rows.max(1);
+    }
+    let blocks = w.rows.div_ceil(most);
+    let even = w.rows.div_ceil(blocks);
+    (even.div_ceil(64) * 64).min(most.max(64))
+}
+
+fn columns_per_block(w: &QuantMatrix<'_>) -> usize {
+    let block = w.format.block_elements();
+    let blocks = (WORKSPACE_ELEMENTS / w.rows.max(1) / block).max(1);
+    (blocks * block).min(w.cols)
+}
+
+/// `C[m, n] (+)= A[m, k] · op(W)` for a quantized weight `W` stored `[rows, cols]`:
+/// `op(W) = Wᵀ` (`spec.trans_b`, `W` is `[n, k]`: a linear layer's forward, `x · Wᵀ`) or `W`
+/// (`W` is `[k, n]`: the input gradient `dY · W`). `A` is not transposed. One-row products
+/// with `Wᵀ` (decoding) take the fused mat-vec [`super::matvec`]; the others dequantize a
+/// block of `W` at a time into `workspace` ([`workspace_len`] elements).
+///
+/// # Errors
+/// [`QuantError::Range`] when the weight's bytes do not match its shape.
+///
+/// # Panics
+/// When the spec's sizes disagree with the slices or the weight (callers validate shapes), or
+/// `spec.trans_a` is set.
+pub fn matmul_quantized(
+    spec: MatmulSpec,
+    a: &[f32],
+    w: &QuantMatrix<'_>,
+    c: &mut [f32],
+    workspace: &mut [f32],
+) -> Result<(), QuantError> {
+    let MatmulSpec { m, k, n, .. } = spec;
+    assert!(!spec.trans_a, "matmul_quantized: A transposed");
+    let (w_rows, w_cols) = if spec.trans_b { (n, k) } else { (k, n) };
+    assert!(
+        w.rows == w_rows && w.cols == w_cols,
+        "matmul_quantized: W shape"
+    );
+    assert!(
+        a.len() == m * k && c.len() == m * n,
+        "matmul_quantized: lengths"
+    );
+    assert!(
+        workspace.len() >= workspace_len(spec, w),
+        "matmul_quantized: workspace"
+    );
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if m == 1 && spec.trans_b {
+        return match spec.accumulate {
+            false => super::matvec(w.format, w.bytes, a, c),
+            true => {
+                let mut y = vec![0.0f32; n];
+                super::matvec(w.format, w.bytes, a, &mut y)?;
+                c.iter_mut().zip(y).for_each(|(c, y)| *c += y);
+                Ok(())
+            }
+        };
+    }
+    if spec.trans_b {
+        // C[:, r0..r0+nr] (+)= A · W[r0..r0+nr, :]ᵀ
+        let per = rows_per_block(w);
+        let mut r0 = 0;
+        while r0 < n {
+            let nr = per.min(n - r0);
+            let ws = &mut workspace[..nr * k];
+            w.dequantize_rows(r0, ws)?;
+            let block = MatmulSpec { n: nr, ..spec };
+            let strides = Strides { a: k, b: k, c: n };
+            matmul_strided(block, a, ws, &mut c[r0..], strides);
+            r0 += nr;
+        }
+    } else {
+        // C[:, c0..c0+nc] (+)= A · W[:, c0..c0+nc]
+        let per = columns_per_block(w);
+        let mut c0 = 0;
+        while c0 < n {
+            let nc = per.min(n - c0);
+            let ws = &mut workspace[..k * nc];
+            w.dequantize_columns(c0, nc, ws)?;
+            let block = MatmulSpec { n: nc, ..spec };
+            let strides = Strides { a: k, b: nc, c: n };
+            matmul_strided(block, a, ws, &mut c[c0..], strides);
+            c0 += nc;
+        }
+    }
+    Ok(())
+}
