@@ -1,0 +1,163 @@
+"""A block-quantized frozen base (QLoRA's setting, llama.cpp's formats): a GGUF file's quantized
+tensors loaded as stored compute bitwise as the float32 model holding the dequantized weights
+(the same file loaded with ``dtype="float32"``), for the logits, the LoRA loss, gradients and
+Adam steps, under every checkpointing policy, and while decoding with the K/V cache; the
+parameter bytes are the quantized ones; what would write a quantized weight is refused with
+what to do instead.
+
+The small files are written with the ``gguf`` package (llama.cpp's own writer and quantizers);
+skipped, with the reason, when it is absent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import riftco
+
+pytest.importorskip(
+    "gguf",
+    reason="the gguf package is not installed (pip install 'riftco[gguf]'): these tests write "
+    "their quantized models with it",
+)
+
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+
+from test_gguf import TINY, bits, tiny_llama  # noqa: E402
+
+PROJECTIONS = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
+# Every block type riftco keeps quantized, spread over the projections and the embedding.
+QUANTIZED = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+TOKENS = (np.arange(2 * 13).reshape(2, 13) * 7 % TINY["vocab_size"]).astype(np.int64)
+POLICIES: list[Any] = ["disabled", "block", "selective", "selective:q+k+v", ["block", "disabled"], "auto"]
+
+
+def mixed_file(tmp_path: Path, tied: bool = True) -> Path:
+    names = [f"blk.{i}.{p}.weight" for i in range(TINY["n_layers"]) for p in PROJECTIONS]
+    types = {name: QUANTIZED[k % len(QUANTIZED)] for k, name in enumerate(names)}
+    types["token_embd.weight"] = Q.Q8_0
+    if not tied:
+        types["output.weight"] = Q.Q6_K
+    path, _ = tiny_llama(tmp_path, types, tied=tied)
+    return path
+
+
+def lora(model: riftco.DecoderOnlyTransformer) -> riftco.DecoderOnlyTransformer:
+    model.enable_lora(rank=4, alpha=8.0, mlp=True, seed=1)
+    return model
+
+
+def step_outputs(model: riftco.DecoderOnlyTransformer, steps: int = 2) -> tuple[Any, ...]:
+    """Logits, then the losses, LoRA gradients and LoRA weights over ``steps`` Adam steps."""
+    with riftco.no_grad():
+        logits = model.logits(TOKENS[:, :-1]).numpy()
+    opt = riftco.optim.Adam([p for _, p in model.named_lora_parameters()], lr=1e-2)
+    losses, grads = [], []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model.loss(TOKENS)
+        loss.backward()
+        losses.append(loss.item())
+        grad = [p.grad for _, p in model.named_lora_parameters()]
+        assert all(g is not None for g in grad)
+        grads.append([bits(np.asarray(g)) for g in grad])
+        opt.step()
+    weights = [bits(p.numpy()) for _, p in model.named_lora_parameters()]
+    return logits, losses, grads, weights
+
+
+def assert_same(a: tuple[Any, ...], b: tuple[Any, ...]) -> None:
+    (la, sa, ga, wa), (lb, sb, gb, wb) = a, b
+    assert np.array_equal(bits(la), bits(lb))
+    assert sa == sb
+    for x, y in zip(ga, gb):
+        for u, v in zip(x, y):
+            assert np.array_equal(u, v)
+    for u, v in zip(wa, wb):
+        assert np.array_equal(u, v)
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_a_gguf_loads_as_stored_and_computes_as_its_dequantized_float32_model(
+    tmp_path: Path, tied: bool
+) -> None:
+    path = mixed_file(tmp_path, tied)
+    quantized = riftco.load_model(path)
+    assert quantized.frozen_weights_dtype in {t.name.lower() for t in QUANTIZED}
+    assert not any(p.requires_grad for _, p in quantized.named_parameters())
+    reference = riftco.load_model(path, dtype="float32")
+    assert reference.frozen_weights_dtype == "float32"
+    assert all(p.requires_grad for _, p in reference.named_parameters())
+    # The parameters read back (dequantized) are the float32 model's, bit for bit.
+    for (name, a), (_, b) in zip(quantized.named_parameters(), reference.named_parameters()):
+        assert np.array_equal(bits(a.numpy()), bits(b.numpy())), name
+    assert_same(step_outputs(lora(quantized)), step_outputs(lora(reference)))
+
+
+def test_every_policy_is_bitwise_equal_to_disabled_on_a_quantized_base(tmp_path: Path) -> None:
+    path = mixed_file(tmp_path)
+    runs = []
+    for policy in POLICIES:
+        model = riftco.load_model(path, activation_checkpointing=policy)
+        runs.append(step_outputs(lora(model)))
+    for run in runs[1:]:
+        assert_same(run, runs[0])
+
+
+def test_the_parameter_bytes_are_the_quantized_bytes(tmp_path: Path) -> None:
+    path = mixed_file(tmp_path)
+    infos = riftco.gguf_tensor_infos(path)
+    stored = sum(int(i["n_bytes"]) for i in infos)
+    before = riftco.memory_stats()["parameter"]["current_bytes"]
+    model = riftco.load_model(path)
+    held = riftco.memory_stats()["parameter"]["current_bytes"] - before
+    assert held == stored
+    f32 = sum(p.numpy().nbytes for _, p in model.named_parameters())
+    assert held < f32 / 3
+
+
+def test_decoding_a_quantized_base_follows_the_float32_model(tmp_path: Path) -> None:
+    path = mixed_file(tmp_path)
+    quantized, reference = riftco.load_model(path), riftco.load_model(path, dtype="float32")
+    prompt = [1, 5, 63, 0, 17]
+    sq, sr = quantized.decode_session(), reference.decode_session()
+    lq, lr = sq.decode_tokens(prompt), sr.decode_tokens(prompt)
+    # A prompt is one sequence through the same products: bitwise.
+    assert np.array_equal(bits(lq), bits(lr))
+    for _ in range(8):
+        token = int(np.argmax(lr))
+        lq, lr = sq.decode_token(token), sr.decode_token(token)
+        # One token: the quantized mat-vec against the f32 one on the same values. Both sum
+        # the d_model (or d_ff) products of one row in f32; the bound is that of two f32 dot
+        # products of n terms: 2 * n * eps * sum |w x|, far above what is seen.
+        assert np.allclose(lq, lr, rtol=0, atol=1e-4 * float(np.abs(lr).max()))
+        assert int(np.argmax(lq)) == int(np.argmax(lr))
+
+
+def test_writes_to_a_quantized_base_are_refused_with_what_to_do(tmp_path: Path) -> None:
+    path = mixed_file(tmp_path)
+    model = lora(riftco.load_model(path))
+    with pytest.raises(riftco.LoraError, match="(?i)quantized .*dequantize"):
+        model.merge_lora()
+    assert model.has_lora
+    with pytest.raises(riftco.ModelStateError, match="read-only"):
+        model.load_weights(path)
+    # Dequantized, it merges: the model then equals the float32 load with the same merge.
+    model.set_frozen_weights_dtype("float32")
+    assert model.frozen_weights_dtype == "float32"
+    model.merge_lora()
+    reference = lora(riftco.load_model(path, dtype="float32"))
+    reference.merge_lora()
+    for (name, a), (_, b) in zip(model.named_parameters(), reference.named_parameters()):
+        assert np.array_equal(bits(a.numpy()), bits(b.numpy())), name
+
+
+def test_an_unknown_dtype_lists_the_accepted_ones(tmp_path: Path) -> None:
+    path = mixed_file(tmp_path)
+    with pytest.raises(riftco.ConfigError, match="int4.*nf4.*q4_k"):
+        riftco.load_model(path, dtype="int4")
+    with pytest.raises(riftco.ConfigError, match="frozen_weights_dtype"):
+        riftco.PostTrainingConfig(frozen_weights_dtype="q4_9")
