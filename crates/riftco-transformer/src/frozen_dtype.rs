@@ -93,15 +93,27 @@ impl FromStr for WeightDtype {
 }
 
 impl DecoderOnlyTransformer {
-    /// How the frozen base weights are stored: the format of the first frozen one (all are
-    /// converted together), float32 when none is frozen.
+    /// How the frozen base weights are stored: the quantized format holding the most elements
+    /// when any is quantized (a GGUF file may mix formats), else the format of the first frozen
+    /// one (all are converted together), float32 when none is frozen.
     pub fn frozen_weights_dtype(&self) -> WeightDtype {
         let frozen = || {
             self.weights()
                 .base_parameters()
                 .filter(|(_, v)| !v.requires_grad())
         };
-        if let Some(f) = frozen().find_map(|(_, v)| v.value().quant_format()) {
+        // A GGUF file mixes formats (a Q4_1 file keeps its embedding in Q8_0): the one holding
+        // the most elements names the base.
+        let mut counts: Vec<(QuantFormat, usize)> = Vec::new();
+        for (_, v) in frozen() {
+            if let Some(f) = v.value().quant_format() {
+                match counts.iter_mut().find(|(g, _)| *g == f) {
+                    Some((_, n)) => *n += v.value().numel(),
+                    None => counts.push((f, v.value().numel())),
+                }
+            }
+        }
+        if let Some(&(f, _)) = counts.iter().max_by_key(|(_, n)| *n) {
             return WeightDtype::Quantized(f);
         }
         frozen()

@@ -58,7 +58,7 @@ from riftco.data.text import Corpus, decode_bytes, default_post_training_corpus,
 from riftco.data.tokenizer import is_gguf
 from riftco.generation import generate
 from riftco.training import distributed
-from riftco.training.configs import FINE_TUNING_METHODS, PostTrainingConfig
+from riftco.training.configs import FINE_TUNING_METHODS, FROZEN_WEIGHTS_DTYPES, PostTrainingConfig
 from riftco.training.run_folder import ADAPTER_CONFIG, ADAPTER_DIR
 from riftco.training.tokenizers import load_tokenizer, save_tokenizer
 from riftco.training.stages import (
@@ -174,10 +174,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--frozen-weights-dtype",
         type=str.lower,
-        choices=("float32", "bfloat16", "float16"),
-        default="float32",
-        help="store the frozen base weights in this format (lora only): bfloat16/float16 halve "
-        "their bytes while every op computes in float32 (default: %(default)s)",
+        choices=FROZEN_WEIGHTS_DTYPES,
+        default=None,
+        help="store the frozen base weights in this format (lora only) while every op computes "
+        "in float32: bfloat16/float16 halve their bytes; nf4 (QLoRA), q8_0, q4_0, q4_k, ... "
+        "quantize every base matrix (about 4.1 to 8.5 bits per weight). Default: as the model "
+        "is stored (a GGUF file's quantized blocks stay quantized under lora on the CPU; "
+        "anything else, and full fine-tuning, float32)",
     )
     add_dropout_arguments(p, lora=True, keep_model=True)
     p.add_argument("--steps", type=int_range(1), default=200, help="optimizer steps")
@@ -273,12 +276,12 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
     rank = start_data_parallel(args)
     # Absolute: the run records it as its base model, read again from any folder.
     state = _resolve_model(args.model).absolute()
-    if args.frozen_weights_dtype != "float32" and args.fine_tuning_method != "lora":
+    if args.frozen_weights_dtype not in (None, "float32") and args.fine_tuning_method != "lora":
         fail(
             f"--frozen-weights-dtype {args.frozen_weights_dtype} needs --fine-tuning-method lora "
             "(trainable weights stay float32)"
         )
-    if args.frozen_weights_dtype != "float32" and args.device != "cpu":
+    if args.frozen_weights_dtype not in (None, "float32") and args.device != "cpu":
         fail(
             f"--frozen-weights-dtype {args.frozen_weights_dtype} stores the base on the CPU "
             f"only; got --device {args.device} (use float32 there)"
@@ -288,8 +291,10 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         attention=args.attention,
         activation_checkpointing=args.activation_checkpointing,
         activation_memory_budget=args.activation_memory_budget,
-        # Read straight into 16-bit storage: no f32 copy of the base is ever held.
-        dtype=args.frozen_weights_dtype,
+        # Read straight into the storage asked for; by default a GGUF's quantized blocks stay
+        # as stored under LoRA on the CPU, and anything else reads float32.
+        dtype=args.frozen_weights_dtype
+        or (None if args.fine_tuning_method == "lora" and args.device == "cpu" else "float32"),
     ).to(args.device)
     max_seq_len = int(model.config.max_seq_len)
     seq_len = min(max_seq_len, DEFAULT_MAX_SEQ_LEN) if args.seq_len is None else args.seq_len
