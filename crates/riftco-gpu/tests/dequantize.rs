@@ -257,6 +257,41 @@ fn quantized_matvec_is_within_the_summation_bound_of_the_cpu() {
 }
 
 #[test]
+fn quantized_matvec_spreads_more_than_65535_rows_over_the_grid() {
+    let Some(ctx) = gpu_or_skip("quantized_matvec_spreads_more_than_65535_rows_over_the_grid")
+    else {
+        return;
+    };
+    // One workgroup per row: rows past 65535 go to the grid's second dimension.
+    let (rows, cols) = (65_537, 32);
+    let format = QuantFormat::Q4_0;
+    let data = random_storage(format, rows * cols, 9);
+    let x = values(cols, 4, -1.0, 1.0);
+    let mut want = vec![0.0f32; rows];
+    matvec(format, &data, &x, &mut want).unwrap();
+    let mut w = vec![0.0f32; rows * cols];
+    dequantize_range(format, &data, rows * cols, 0, &mut w).unwrap();
+    let bounds = matvec_bounds(&w, &x);
+    let q = GpuQuantized::upload(&ctx, format, &data, rows * cols).unwrap();
+    let gx = ctx.upload(&x).unwrap();
+    let got = ctx
+        .download(&kernels::quantized_matvec(&ctx, &q, &gx).unwrap())
+        .unwrap();
+    for r in [0, 1, 65_534, 65_535, 65_536] {
+        let diff = (f64::from(got[r]) - f64::from(want[r])).abs();
+        assert!(
+            diff <= bounds[r],
+            "row {r}: gpu {} vs cpu {} (bound {})",
+            got[r],
+            want[r],
+            bounds[r]
+        );
+    }
+    let off = (0..rows).find(|&r| (f64::from(got[r]) - f64::from(want[r])).abs() > bounds[r]);
+    assert_eq!(off, None, "a row outside its bound");
+}
+
+#[test]
 fn bad_ranges_and_storage_are_errors_naming_the_values() {
     let Some(ctx) = gpu_or_skip("bad_ranges_and_storage_are_errors_naming_the_values") else {
         return;
