@@ -317,22 +317,32 @@ impl GpuContext {
                 message: format!("{} values for a buffer of {} values", data.len(), buf.len()),
             });
         }
-        if data.is_empty() {
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.write_bytes(buf, &bytes)
+    }
+
+    /// Overwrite the first `bytes.len()` bytes of `buf` with `bytes` (a whole number of 4-byte
+    /// words, at most [`GpuBuffer::bytes`]; the caller checks both), recorded in order with
+    /// pending kernels: how data that is not f32 (token ids, quantized blocks) reaches a
+    /// buffer.
+    pub(crate) fn write_bytes(&self, buf: &GpuBuffer, bytes: &[u8]) -> Result<()> {
+        self.check_owner("write", "the buffer", buf)?;
+        if bytes.is_empty() {
             return Ok(());
         }
-        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let size = bytes.len() as u64;
         let staging = self.scoped(
             || format!("staging an upload of {} bytes", bytes.len()),
             || {
                 self.device
                     .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                         label: Some("riftco upload"),
-                        contents: &bytes,
+                        contents: bytes,
                         usage: wgpu::BufferUsages::COPY_SRC,
                     })
             },
         )?;
-        self.record(|enc| enc.copy_buffer_to_buffer(&staging, 0, buf.raw(), 0, buf.bytes()));
+        self.record(|enc| enc.copy_buffer_to_buffer(&staging, 0, buf.raw(), 0, size));
         Ok(())
     }
 

@@ -42,11 +42,14 @@ pub enum Family {
     /// `shaders/strided.wgsl`: fill, add_assign/axpy, broadcasting binary, keepdims reduce,
     /// strided gather/scatter (the GPU backend's index-mapping kernels).
     Strided,
+    /// `shaders/dequantize.wgsl`: dequantization of quantized frozen weights (the GGML block
+    /// formats and NF4) and their fused mat-vec product.
+    Dequantize,
 }
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 15] = [
+    pub const ALL: [Family; 16] = [
         Family::Elementwise,
         Family::Unary,
         Family::Reduce,
@@ -62,6 +65,7 @@ impl Family {
         Family::FlashAttention,
         Family::Dropout,
         Family::Strided,
+        Family::Dequantize,
     ];
 
     /// The file name under `shaders/`.
@@ -82,6 +86,7 @@ impl Family {
             Family::FlashAttention => "flash_attention.wgsl",
             Family::Dropout => "dropout.wgsl",
             Family::Strided => "strided.wgsl",
+            Family::Dequantize => "dequantize.wgsl",
         }
     }
 
@@ -129,6 +134,7 @@ impl Family {
             Family::FlashAttention => include_str!("../../../shaders/flash_attention.wgsl"),
             Family::Dropout => include_str!("../../../shaders/dropout.wgsl"),
             Family::Strided => include_str!("../../../shaders/strided.wgsl"),
+            Family::Dequantize => include_str!("../../../shaders/dequantize.wgsl"),
         }
     }
 }

@@ -193,3 +193,7 @@ pub use flash_attention::{
 };
 mod dropout;
 pub use dropout::{dropout, philox4x32_10_blocks};
+mod dequantize;
+pub use dequantize::{
+    dequantize, dequantize_into, quantized_entry_points, quantized_matvec, GpuQuantized,
+};
