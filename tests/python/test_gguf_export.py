@@ -544,7 +544,8 @@ def test_command_bad_input_exits_2_with_one_line_and_writes_nothing(base: Path, 
         (["--model", run, "--out", exists], "exists: pass --overwrite"),
         (["--model", run, "--out", out, "--base-model", other],
          "does not match the adapter .*d_ff is 512, the adapter was trained on 256"),
-        (["--model", hf, "--out", out], "no tokenizer in llama.cpp's form"),
+        (["--model", hf, "--out", out], "has no tokenizer \\(a riftco byte-level model\\)"),
+        (["--model", hf, "--out", out, "--type", "base"], "has no tokenizer"),
         (["--model", base, "--adapter", "--out", out], "has no LoRA adapter to export"),
         (["--model", run, "--adapter", "--type", "Q8_0", "--out", out], "an adapter is written in F32"),
         (["--model", run, "--out", tmp_path / "missing" / "x.gguf"], "does not exist"),
@@ -557,6 +558,46 @@ def test_command_bad_input_exits_2_with_one_line_and_writes_nothing(base: Path, 
         assert re.search(message, lines[0]), (message, lines[0])
         assert sorted(p.name for p in tmp_path.rglob("*")) == before, args
     assert exists.read_bytes() == b"keep"
+
+
+def hf_folder(folder: Path, gguf_file: Path) -> Path:
+    """A Hugging Face model folder of a GGUF file: the weights (``model.save``), the tokenizer
+    riftco rebuilds from the file as ``tokenizer.json``, BOS/EOS and the chat template in
+    ``tokenizer_config.json``."""
+    folder.mkdir()
+    riftco.load_model(gguf_file).save(str(folder / "model.safetensors"))
+    backend: Any = riftco.load_tokenizer(gguf_file).backend
+    backend.save(str(folder / "tokenizer.json"))
+    meta = riftco.read_gguf_metadata(gguf_file)
+    tokens = meta["tokenizer.ggml.tokens"]
+    config = {
+        "bos_token": tokens[meta["tokenizer.ggml.bos_token_id"]],
+        "eos_token": tokens[meta["tokenizer.ggml.eos_token_id"]],
+        "chat_template": meta["tokenizer.chat_template"],
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_hugging_face_base_gets_its_tokenizer_json_as_llama_cpp_keys(base: Path, tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers", reason="tokenizer.json is read with the tokenizers package")
+    hf = hf_folder(tmp_path / "hf", base)
+    model = riftco.load_model(hf)
+    with_lora(model)
+    run = lora_run(tmp_path / "run", hf / "model.safetensors", model)
+    out = tmp_path / "merged.gguf"
+    r = riftco_cmd("--model", run, "--out", out, "--type", "Q8_0")
+    assert r.returncode == 0, r.stderr
+    fields, base_fields = fields_of(out), fields_of(base)
+    for key in TOKENIZER_KV:
+        if key != "tokenizer.ggml.pre":
+            assert fields[key].contents() == base_fields[key].contents(), key
+    assert fields["tokenizer.ggml.token_type"].types == base_fields["tokenizer.ggml.token_type"].types
+    # The pre-tokenizer picked splits as the base's (both are GPT-2's here).
+    assert fields["tokenizer.ggml.pre"].contents() == "gpt-2"
+    text = "the tty 123 4567 they're  here!\n"
+    assert riftco.load_tokenizer(out).encode(text) == riftco.load_tokenizer(base).encode(text)
+    assert tensors_of(out)["blk.1.ffn_up.weight"].tensor_type == Q.Q8_0
 
 
 # -- the real model --------------------------------------------------------------------------

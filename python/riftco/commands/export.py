@@ -9,9 +9,9 @@ Without ``--adapter`` the file is the whole model, LoRA adapters merged into the
 ``llama`` architecture's metadata and every tensor under llama.cpp's name, the matrices in
 ``--type`` (F32, F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0; the norms stay F32), or ``--type base``
 for each tensor in the type it has in the base GGUF file. The tokenizer is the base GGUF file's
-(its ``tokenizer.*`` keys); a model whose base is not a GGUF file has none in llama.cpp's form
-and is refused (export the adapter and convert the base with llama.cpp's
-``convert_hf_to_gguf.py``). Run it with ``llama-cli -m OUT.gguf`` or an Ollama ``Modelfile``
+(its ``tokenizer.*`` keys), or the base folder's byte-level BPE ``tokenizer.json`` written as
+llama.cpp's converter writes it (GPT-2, Llama 3, SmolLM, Qwen2 tokenizers); a riftco byte-level
+model has none llama.cpp knows and is refused. Run it with ``llama-cli -m OUT.gguf`` or an Ollama ``Modelfile``
 (``FROM ./OUT.gguf``).
 
 With ``--adapter`` the file is the LoRA adapter alone, as llama.cpp's GGUF LoRA adapter
@@ -44,12 +44,13 @@ from riftco.data.gguf_export import (
     GgufExport,
     export_lora_adapter,
     export_merged_model,
+    hf_tokenizer_metadata,
 )
-from riftco.data.tokenizer import is_gguf
+from riftco.data.tokenizer import TOKENIZER_FILE, is_gguf
 from riftco.training.run_folder import METADATA_FILE
 from riftco.training.stages import load_model, resolve_model_state
 
-__all__ = ["add_arguments", "gguf_base_of", "run"]
+__all__ = ["add_arguments", "tokenizer_source_of", "run"]
 
 EPILOG = """examples:
   riftco export --model runs/post_train --out tuned.gguf             # merged, F32
@@ -118,15 +119,19 @@ def _recorded_config(adapter: Path) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
-def gguf_base_of(path: str | os.PathLike[str]) -> Path | None:
-    """The GGUF file a model comes from: ``path`` itself when it is one, else the GGUF file at
-    the end of the ``base_model`` chain its run folders record; ``None`` when there is none."""
+def tokenizer_source_of(path: str | os.PathLike[str]) -> Path | None:
+    """Where a model's tokenizer is: ``path`` itself when it is a GGUF file, a folder with a
+    ``tokenizer.json`` (the model's, or the file's folder), else the same for the base model
+    its run folders record (``base_model`` of ``training_metadata.json``, followed); ``None``
+    when there is none (a riftco byte-level model)."""
     current = Path(path)
     for _ in range(_MAX_HOPS):
         if current.is_file():
             if current.suffix.lower() == ".gguf" or is_gguf(current):
                 return current
             current = current.parent
+        if (current / TOKENIZER_FILE).is_file():
+            return current
         base = _recorded_base(current)
         if base is None and current.name == "adapter":
             base = _recorded_base(current.parent)
@@ -152,7 +157,8 @@ def _check_adapter_base(adapter: Path, base: Path, model: DecoderOnlyTransformer
 
 
 def _load(args: argparse.Namespace) -> tuple[DecoderOnlyTransformer, str, Path | None]:
-    """The model (adapters loaded), what it is, and its base GGUF file (or ``None``)."""
+    """The model (adapters loaded), what it is, and where its tokenizer is (a GGUF file, a
+    folder with ``tokenizer.json``, or ``None``)."""
     path = Path(args.model)
     adapter = _adapter(path)
     if adapter is None:
@@ -163,7 +169,7 @@ def _load(args: argparse.Namespace) -> tuple[DecoderOnlyTransformer, str, Path |
         except ModelStateError as e:
             fail(f"{e}; or a LoRA post-training folder (runs/post_train)")
         model = load_model(state)
-        return model, str(state), gguf_base_of(state)
+        return model, str(state), tokenizer_source_of(state)
     base = _adapter_base(adapter, args.base_model)
     model = load_model(base)
     _check_adapter_base(adapter, base, model)
@@ -171,7 +177,7 @@ def _load(args: argparse.Namespace) -> tuple[DecoderOnlyTransformer, str, Path |
         model.load_lora(str(adapter))
     except (LoraError, ModelStateError) as e:
         fail(f"the adapter {str(adapter)!r} does not fit the base model {str(base)!r}: {e}")
-    return model, f"{base} + LoRA adapter {adapter}", gguf_base_of(base)
+    return model, f"{base} + LoRA adapter {adapter}", tokenizer_source_of(base)
 
 
 def _summary(result: GgufExport) -> str:
@@ -197,24 +203,32 @@ def run(args: argparse.Namespace, prog: str = "riftco export") -> None:
         fail(f"--out {str(out)!r} exists: pass --overwrite to replace it, or another path")
     if not out.parent.is_dir():
         fail(f"the folder of --out {str(out)!r} does not exist")
-    model, what, base_gguf = _load(args)
+    model, what, source = _load(args)
     if args.adapter:
         if not model.has_lora:
             fail(f"{what} has no LoRA adapter to export: pass a LoRA post-training folder")
         result = export_lora_adapter(model, out, overwrite=args.overwrite, name=args.name)
         kind = "LoRA adapter"
     else:
-        if base_gguf is None:
+        if source is None:
             fail(
-                f"{what} does not come from a GGUF file, so riftco has no tokenizer in "
-                "llama.cpp's form to write: export the adapter alone (--adapter) and convert the "
-                "base model with llama.cpp's convert_hf_to_gguf.py, or fine-tune a GGUF base"
+                f"{what} has no tokenizer (a riftco byte-level model): a GGUF model needs one "
+                "llama.cpp knows; export a model fine-tuned from a GGUF file or a Hugging Face "
+                "folder with tokenizer.json"
             )
+        base_gguf = source if source.is_file() else None
+        tokenizer = None
+        if base_gguf is None:
+            try:
+                tokenizer = hf_tokenizer_metadata(source, int(model.config.vocab_size))
+            except ImportError as e:
+                fail(str(e))
         result = export_merged_model(
             model,
             out,
             tensor_type=tensor_type,
             base_gguf=base_gguf,
+            tokenizer_metadata=tokenizer,
             overwrite=args.overwrite,
             name=args.name,
         )

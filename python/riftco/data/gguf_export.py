@@ -14,7 +14,8 @@ hyperparameters (``llama.block_count``, ``context_length``, ``embedding_length``
 ``feed_forward_length``, ``attention.head_count`` / ``head_count_kv``,
 ``attention.layer_norm_rms_epsilon``, ``rope.freq_base``, ``rope.dimension_count``,
 ``vocab_size``, RoPE scaling) and the tokenizer's ``tokenizer.*`` keys, copied from the base GGUF
-file. Weights are stored as ``tensor_type``: one of :data:`GGUF_EXPORT_TYPES` for every matrix
+file or, for a Hugging Face base, the ``tokenizer.json`` written as llama.cpp's converter writes
+it (:func:`hf_tokenizer_metadata`). Weights are stored as ``tensor_type``: one of :data:`GGUF_EXPORT_TYPES` for every matrix
 (the norms stay F32, as llama.cpp's converter keeps them), or ``"base"``: each tensor in the type
 it has in the base GGUF file. Quantized bytes are ``gguf.quants.quantize``'s
 (:data:`QUANTIZED_TYPES`); a type it does not implement (the K-quants) is an error listing
@@ -66,6 +67,7 @@ __all__ = [
     "export_lora_adapter",
     "export_merged_model",
     "gguf_name",
+    "hf_tokenizer_metadata",
     "permute_qk_rows",
 ]
 
@@ -492,7 +494,7 @@ def export_merged_model(
     the projections; the norms and ``rope_freqs`` stay F32), or ``"base"``: every tensor in the
     type it has in ``base_gguf``. The tokenizer: ``base_gguf``'s ``tokenizer.*`` keys (and its
     ``general.*`` description), or ``tokenizer_metadata`` (GGUF key -> value, for a base that
-    is not a GGUF file). ``name`` goes to ``general.name``.
+    is not a GGUF file: :func:`hf_tokenizer_metadata`). ``name`` goes to ``general.name``.
 
     Raises:
         ConfigError: an unknown ``tensor_type``, ``"base"`` without ``base_gguf``, a base type
@@ -636,3 +638,128 @@ def _add_metadata(writer: Any, metadata: Mapping[str, Any]) -> None:
                 writer.add_array(key, list(value))
         else:
             raise ModelStateError(f"metadata {key!r}: cannot write a {type(value).__name__}")
+
+
+# -- a Hugging Face tokenizer.json as GGUF tokenizer metadata --------------------------------
+
+# Text whose tokens tell llama.cpp's pre-tokenizers apart (digit runs, contractions in either
+# case, runs of spaces, tabs and newlines, punctuation runs, letters outside ASCII), as
+# llama.cpp's converter identifies a pre-tokenizer by the tokens of a check text.
+_CHECK_TEXT = (
+    "Hello world! I'M sure you're right, they'll see... 3 33 333 3333 12345678 1.25e-3 $42\n"
+    "\n\n  two  spaces\tand\ttabs   \n    indented = {'a': [1, 2]};  // code?!\n"
+    "Ünïcödé café naïve — “quotes” 日本語のテキスト 한국어 ελληνικά 🦙🦙 ...!!! ?? ~~~ <|x|>"
+)
+_UNUSED = 5  # llama_token_type: UNUSED (a [PADn] filler)
+
+
+def _looks_special(token: str) -> bool:
+    """Added tokens llama.cpp's converter marks CONTROL although not ``special``
+    (``does_token_look_special``)."""
+    return token in ("<pad>", "<mask>", "<2mass>", "[@BOS@]") or (
+        token.startswith("<|") and token.endswith("|>")
+    ) or (token.startswith("<unused") and token.endswith(">"))
+
+
+def hf_tokenizer_metadata(
+    model_folder: str | os.PathLike[str], vocab_size: int
+) -> dict[str, Any]:
+    """The ``tokenizer.*`` GGUF keys of a Hugging Face folder's byte-level BPE ``tokenizer.json``
+    (GPT-2, Llama 3, SmolLM, Qwen2, ...), for a model of ``vocab_size`` tokens, as llama.cpp's
+    converter writes them (``get_vocab_base``): every token by id (``[PADn]`` for unused ids),
+    its type (added special tokens, and added tokens that look special, ``<|...|>``, are control
+    tokens, other added tokens user-defined), the merges, BOS/EOS from
+    ``tokenizer_config.json``, whether the post-processor adds BOS, the chat template.
+    ``tokenizer.ggml.pre`` is the first of riftco's rebuilds of llama.cpp's pre-tokenizers
+    (:data:`riftco.data.gguf_tokenizer.GGUF_PRE_TOKENIZERS`) whose tokens of a check text equal
+    the ``tokenizer.json``'s.
+
+    Raises:
+        ModelStateError: no ``tokenizer.json`` (a riftco byte-level model), a tokenizer that is
+            not byte-level BPE, more tokens than ``vocab_size``, or a pre-tokenizer none of
+            llama.cpp's reproduces.
+        ImportError: the ``tokenizers`` package is not installed.
+    """
+    import warnings
+
+    from riftco.data.chat_template import read_tokenizer_config
+    from riftco.data.gguf_tokenizer import GGUF_PRE_TOKENIZERS
+    from riftco.data.tokenizer import TOKENIZER_FILE, Tokenizer
+
+    folder = Path(model_folder)
+    file = folder / TOKENIZER_FILE
+    if not file.is_file():
+        raise ModelStateError(
+            f"{str(folder)!r} has no {TOKENIZER_FILE}: a GGUF model needs a tokenizer llama.cpp "
+            "knows (riftco's byte-level models have none)"
+        )
+    data = json.loads(file.read_text(encoding="utf-8"))
+    model = data.get("model") if isinstance(data, dict) else None
+    byte_level = "ByteLevel" in json.dumps(data.get("pre_tokenizer")) or "ByteLevel" in json.dumps(
+        data.get("decoder")
+    )
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not byte_level:
+        kind = model.get("type") if isinstance(model, dict) else None
+        raise ModelStateError(
+            f"{file}: riftco writes GGUF tokenizers for byte-level BPE only (GPT-2, Llama 3, "
+            f"SmolLM, Qwen2); this one is {kind!r}{'' if byte_level else ' without ByteLevel'}: "
+            "convert the model with llama.cpp's convert_hf_to_gguf.py"
+        )
+    tokenizer = Tokenizer.from_folder(folder)
+    backend: Any = tokenizer.backend
+    vocab: dict[str, int] = backend.get_vocab(with_added_tokens=True)
+    reverse = {i: t for t, i in vocab.items()}
+    if max(reverse) >= vocab_size:
+        raise ModelStateError(
+            f"{file} has token id {max(reverse)}, beyond the model's vocab_size of {vocab_size}"
+        )
+    added = {
+        int(t["id"]): bool(t.get("special"))
+        for t in data.get("added_tokens") or []
+        if isinstance(t, dict) and "id" in t
+    }
+    tokens: list[str] = []
+    types: list[int] = []
+    for i in range(vocab_size):
+        if i not in reverse:
+            tokens.append(f"[PAD{i}]")
+            types.append(_UNUSED)
+        elif i in added:
+            tokens.append(reverse[i])
+            types.append(3 if added[i] or _looks_special(reverse[i]) else 4)
+        else:
+            tokens.append(reverse[i])
+            types.append(1)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    meta: dict[str, Any] = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": merges,
+    }
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    if bos is not None:
+        meta["tokenizer.ggml.bos_token_id"] = int(bos)
+    if eos is not None:
+        meta["tokenizer.ggml.eos_token_id"] = int(eos)
+    first = backend.encode("a", add_special_tokens=True).ids[:1]
+    meta["tokenizer.ggml.add_bos_token"] = bos is not None and first == [bos]
+    template = read_tokenizer_config(folder).get("chat_template")
+    if isinstance(template, str):
+        meta["tokenizer.chat_template"] = template
+    want = backend.encode(_CHECK_TEXT, add_special_tokens=False).ids
+    tried: list[str] = []
+    for name, pre in GGUF_PRE_TOKENIZERS.items():
+        if pre in (GGUF_PRE_TOKENIZERS[t] for t in tried):
+            continue
+        tried.append(name)
+        candidate = {**meta, "tokenizer.ggml.pre": name}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rebuilt = Tokenizer.from_gguf_metadata(candidate, name=str(file))
+        if rebuilt.encode(_CHECK_TEXT, add_special_tokens=False) == want:
+            return candidate
+    raise ModelStateError(
+        f"{file}: its pre-tokenizer splits text as none of llama.cpp's that riftco rebuilds "
+        f"({', '.join(tried)}): convert the model with llama.cpp's convert_hf_to_gguf.py"
+    )
