@@ -600,6 +600,19 @@ def test_a_hugging_face_base_gets_its_tokenizer_json_as_llama_cpp_keys(base: Pat
     assert tensors_of(out)["blk.1.ffn_up.weight"].tensor_type == Q.Q8_0
 
 
+def test_a_tokenizer_json_llama_cpp_cannot_take_is_refused_by_kind(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers", reason="tokenizer.json is written with tokenizers")
+    from riftco.data.gguf_export import hf_tokenizer_metadata
+
+    word = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    word.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    word.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(riftco.ModelStateError, match="byte-level BPE only.*'WordLevel'.*convert_hf_to_gguf"):
+        hf_tokenizer_metadata(tmp_path, 8)
+    with pytest.raises(riftco.ModelStateError, match="has no tokenizer.json"):
+        hf_tokenizer_metadata(tmp_path / "missing", 8)
+
+
 # -- the real model --------------------------------------------------------------------------
 
 needs_smollm2 = pytest.mark.skipif(not SMOLLM2.is_file(), reason=SMOLLM2_MISSING)

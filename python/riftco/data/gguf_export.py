@@ -661,6 +661,34 @@ def _looks_special(token: str) -> bool:
     ) or (token.startswith("<unused") and token.endswith(">"))
 
 
+def _regexes(node: Any) -> set[str]:
+    """Every ``{"Regex": ...}`` pattern in a ``tokenizer.json`` pre-tokenizer."""
+    if isinstance(node, dict):
+        found = {node["Regex"]} if isinstance(node.get("Regex"), str) else set()
+        return found.union(*(_regexes(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_regexes(v) for v in node))
+    return set()
+
+
+def _pre_candidates(pre_tokenizer: Any, known: Mapping[str, Any]) -> list[str]:
+    """One name per distinct pre-tokenizer of ``known``, those whose every expression the
+    ``tokenizer.json`` spells first (the most expressions first), then GPT-2's and the rest in
+    order, llama.cpp's ``default`` last."""
+    names: list[str] = []
+    for name, pre in known.items():
+        if all(known[n] != pre for n in names):
+            names.append(name)
+    spelled = _regexes(pre_tokenizer)
+    exact = sorted(
+        (n for n in names if all(r in spelled for r in known[n].splits)),
+        key=lambda n: -len(known[n].splits),
+    )
+    rest = [n for n in names if n not in exact and n != "default"]
+    rest.sort(key=lambda n: n != "gpt-2")
+    return [*exact, *rest, *(["default"] if "default" not in exact else [])]
+
+
 def hf_tokenizer_metadata(
     model_folder: str | os.PathLike[str], vocab_size: int
 ) -> dict[str, Any]:
@@ -672,7 +700,9 @@ def hf_tokenizer_metadata(
     ``tokenizer_config.json``, whether the post-processor adds BOS, the chat template.
     ``tokenizer.ggml.pre`` is the first of riftco's rebuilds of llama.cpp's pre-tokenizers
     (:data:`riftco.data.gguf_tokenizer.GGUF_PRE_TOKENIZERS`) whose tokens of a check text equal
-    the ``tokenizer.json``'s.
+    the ``tokenizer.json``'s, those whose split expressions the ``tokenizer.json`` spells tried
+    first (as llama.cpp's converter, which names the pre-tokenizer from the tokens of a check
+    text).
 
     Raises:
         ModelStateError: no ``tokenizer.json`` (a riftco byte-level model), a tokenizer that is
@@ -749,9 +779,7 @@ def hf_tokenizer_metadata(
         meta["tokenizer.chat_template"] = template
     want = backend.encode(_CHECK_TEXT, add_special_tokens=False).ids
     tried: list[str] = []
-    for name, pre in GGUF_PRE_TOKENIZERS.items():
-        if pre in (GGUF_PRE_TOKENIZERS[t] for t in tried):
-            continue
+    for name in _pre_candidates(data.get("pre_tokenizer"), GGUF_PRE_TOKENIZERS):
         tried.append(name)
         candidate = {**meta, "tokenizer.ggml.pre": name}
         with warnings.catch_warnings():
