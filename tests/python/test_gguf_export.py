@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -537,6 +538,8 @@ def test_command_bad_input_exits_2_with_one_line_and_writes_nothing(base: Path, 
     riftco.load_model(base).save(str(hf / "model.safetensors"))
     exists = tmp_path / "exists.gguf"
     exists.write_bytes(b"keep")
+    bare = tmp_path / "bare"  # an adapter folder alone: no run metadata to compare with
+    shutil.copytree(run / "adapter", bare)
     before = sorted(p.name for p in tmp_path.rglob("*"))
     out = tmp_path / "out.gguf"
     cases: list[tuple[list[str | Path], str]] = [
@@ -544,6 +547,8 @@ def test_command_bad_input_exits_2_with_one_line_and_writes_nothing(base: Path, 
         (["--model", run, "--out", exists], "exists: pass --overwrite"),
         (["--model", run, "--out", out, "--base-model", other],
          "does not match the adapter .*d_ff is 512, the adapter was trained on 256"),
+        (["--model", bare, "--base-model", other, "--out", out],
+         "adapter .*bare' does not fit the base model .*other.gguf'.*ffn|gate_proj"),
         (["--model", hf, "--out", out], "has no tokenizer \\(a riftco byte-level model\\)"),
         (["--model", hf, "--out", out, "--type", "base"], "has no tokenizer"),
         (["--model", base, "--adapter", "--out", out], "has no LoRA adapter to export"),
