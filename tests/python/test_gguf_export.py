@@ -478,6 +478,39 @@ def test_rows_not_a_multiple_of_the_block_are_named(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "rope_scaling",
+    [
+        {"rope_type": "linear", "factor": 4.0},
+        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 8192},
+    ],
+    ids=lambda s: str(s["rope_type"]),
+)
+def test_rope_scaling_is_written_as_llama_cpp_reads_it(tmp_path: Path, rope_scaling: dict[str, Any]) -> None:
+    """Linear scaling as ``llama.rope.scaling.*`` keys, Llama 3.1's as the ``rope_freqs.weight``
+    factors (riftco's reader checks them against the config's to 1e-5): the file reads back to
+    the same config and logits."""
+    config = riftco.TransformerConfig(vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=1, d_ff=64,
+                                      max_seq_len=64, rope_theta=500000.0, rope_scaling=rope_scaling)
+    model = riftco.DecoderOnlyTransformer(config)
+    kv = {k: (v[0] if isinstance(v, tuple) else v) for k, v in TOKENIZER_KV.items()}
+    out = tmp_path / "scaled.gguf"
+    export_merged_model(model, out, tokenizer_metadata=kv)
+    fields = fields_of(out)
+    if rope_scaling["rope_type"] == "linear":
+        assert fields["llama.rope.scaling.type"].contents() == "linear"
+        assert fields["llama.rope.scaling.factor"].contents() == 4.0
+        assert "rope_freqs.weight" not in tensors_of(out)
+    else:
+        assert "llama.rope.scaling.type" not in fields
+        assert tensors_of(out)["rope_freqs.weight"].shape.tolist() == [8]
+    back = riftco.load_model(out)
+    assert back.config.rope_scaling == model.config.rope_scaling
+    ids = np.array([[1, 5, 9, 40, 41]])
+    assert np.array_equal(bits(back.logits(ids).numpy()), bits(model.logits(ids).numpy()))
+
+
 # -- the command -----------------------------------------------------------------------------
 
 

@@ -413,14 +413,16 @@ def _rope_freqs(config: TransformerConfig) -> npt.NDArray[np.float32] | None:
     return np.asarray(out, dtype=np.float32)
 
 
-def _copy_keys(writer: Any, base_gguf: Path, prefixes: tuple[str, ...]) -> set[str]:
+def _copy_keys(
+    writer: Any, base_gguf: Path, prefixes: tuple[str, ...], skip: tuple[str, ...] = ()
+) -> set[str]:
     """Copies the base file's keys that start with one of ``prefixes`` (with their value types)
-    into ``writer``; returns the keys copied."""
+    into ``writer``, but those in ``skip``; returns the keys copied."""
     gguf = _import_gguf()
     reader = gguf.GGUFReader(base_gguf)
     copied: set[str] = set()
     for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key in _OWN_KEYS or not key.startswith(prefixes):
+        if key.startswith("GGUF.") or key in (*_OWN_KEYS, *skip) or not key.startswith(prefixes):
             continue
         vtype = field.types[0]
         value = field.contents()
@@ -467,9 +469,11 @@ def _check_base(config: TransformerConfig, base_gguf: Path) -> None:
         "llama.block_count": int(config.n_layers),
         "llama.feed_forward_length": int(config.d_ff),
         "llama.attention.head_count": int(config.n_heads),
+        "llama.attention.head_count_kv": int(config.n_kv_heads),
     }
+    defaults = {"llama.attention.head_count_kv": meta.get("llama.attention.head_count")}
     for key, value in expected.items():
-        if meta.get(key) != value:
+        if meta.get(key, defaults.get(key)) != value:
             raise ModelStateError(
                 f"the base GGUF {str(base_gguf)!r} does not match the model: {key} is "
                 f"{meta.get(key)!r} there, {value} in the model"
@@ -595,7 +599,7 @@ def export_merged_model(
     def keys(w: Any) -> None:
         w.add_type("model")
         if base is not None:
-            _copy_keys(w, base, ("general.", "tokenizer."))
+            _copy_keys(w, base, ("general.", "tokenizer."), ("general.name",) if name else ())
         if name:
             w.add_name(name)
         _llama_keys(w, config)
