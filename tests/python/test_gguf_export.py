@@ -13,7 +13,7 @@ code under test.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import json
 import os
 import re
@@ -699,16 +699,24 @@ def test_smollm2_adapter_and_merged_f32(tmp_path: Path) -> None:
 
 # -- llama.cpp -------------------------------------------------------------------------------
 
-llama_cpp: Any
-try:
-    llama_cpp = importlib.import_module("llama_cpp")
-except ImportError:  # pragma: no cover - depends on the environment
-    llama_cpp = None
 
+def llama_cpp_python() -> str | None:
+    """A Python that imports ``llama_cpp``: this one, or ``RIFTCO_LLAMA_CPP_PYTHON`` (a
+    reference environment's interpreter); ``None`` when there is none."""
+    if importlib.util.find_spec("llama_cpp") is not None:
+        return sys.executable
+    other = os.environ.get("RIFTCO_LLAMA_CPP_PYTHON")
+    if other and subprocess.run([other, "-c", "import llama_cpp"], capture_output=True).returncode == 0:
+        return other
+    return None
+
+
+LLAMA_CPP_PYTHON = llama_cpp_python()
 needs_llama_cpp = pytest.mark.skipif(
-    llama_cpp is None,
-    reason="llama-cpp-python is not installed (pip install --no-binary llama-cpp-python "
-    "llama-cpp-python): the check that llama.cpp runs the exported files",
+    LLAMA_CPP_PYTHON is None,
+    reason="llama-cpp-python is not installed here (pip install --no-binary llama-cpp-python "
+    "llama-cpp-python) and RIFTCO_LLAMA_CPP_PYTHON names no Python that has it: the check that "
+    "llama.cpp runs the exported files",
 )
 
 PROMPTS = [
@@ -718,21 +726,57 @@ PROMPTS = [
 ]
 N_NEW = 16
 
-
-def llama_greedy(path: Path, ids: list[int], lora: Path | None = None) -> list[int]:
-    """llama.cpp's greedy continuation of token ids (``N_NEW`` tokens, no stop)."""
-    assert llama_cpp is not None
-    kwargs: dict[str, Any] = {} if lora is None else {"lora_path": str(lora)}
-    llm = llama_cpp.Llama(
-        model_path=str(path), n_ctx=128, n_threads=2, verbose=False, seed=0, **kwargs
-    )
-    out: list[int] = []
-    for token in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0):
-        out.append(int(token))
-        if len(out) == N_NEW:
+# Greedy continuations by llama.cpp (llama-cpp-python's Llama.generate with top_k=1, no
+# repetition penalty), in a separate process: argv = model, LoRA adapter or "", N, then a JSON
+# list of prompts as token ids, then a JSON list of texts; prints a JSON object: the
+# continuations, and llama.cpp's tokens of the texts (parse_special). With an adapter the model's
+# weights stay in the plain CPU buffers (use_extra_bufts = false, llama-cli's --no-repack): on a
+# CPU with AMX, llama.cpp 0.3.36 repacks the Q4_1 weights into its AMX buffer type, moves the
+# LoRA tensors out of it ("cannot use buft 'AMX', fallback to CPU"), and then crashes with a
+# segmentation fault in llama_decode, whatever the adapter holds.
+LLAMA_CPP_SCRIPT = """
+import json, sys
+import llama_cpp
+import llama_cpp.llama_cpp as lib
+model, lora, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+prompts, texts = json.loads(sys.argv[4]), json.loads(sys.argv[5])
+kwargs = {}
+if lora:
+    kwargs["lora_path"] = lora
+    default_params = lib.llama_model_default_params
+    def no_repack():
+        params = default_params()
+        params.use_extra_bufts = False
+        return params
+    lib.llama_model_default_params = no_repack
+llm = llama_cpp.Llama(model_path=model, n_ctx=256, n_threads=2, verbose=False, seed=0, **kwargs)
+out = []
+for ids in prompts:
+    llm.reset()
+    new = []
+    for token in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+        new.append(int(token))
+        if len(new) == n:
             break
-    llm.close()
-    return out
+    out.append(new)
+tokens = [llm.tokenize(t.encode(), add_bos=False, special=True) for t in texts]
+print(json.dumps({"continuations": out, "tokens": tokens}))
+"""
+
+
+def llama_greedy(
+    model: Path, prompts: list[list[int]], lora: Path | None = None, texts: list[str] | None = None
+) -> tuple[list[list[int]], list[list[int]]]:
+    """llama.cpp's greedy continuations of ``prompts`` and its tokens of ``texts``."""
+    assert LLAMA_CPP_PYTHON is not None
+    r = subprocess.run(
+        [LLAMA_CPP_PYTHON, "-c", LLAMA_CPP_SCRIPT, str(model), "" if lora is None else str(lora),
+         str(N_NEW), json.dumps(prompts), json.dumps(texts or [])],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    return result["continuations"], result["tokens"]
 
 
 @needs_llama_cpp
@@ -743,11 +787,33 @@ def test_llama_cpp_continues_the_merged_file_as_riftco_and_the_adapter_as_the_me
     export_lora_adapter(model, tmp_path / "adapter.gguf")
     export_merged_model(model, tmp_path / "merged.gguf", base_gguf=SMOLLM2)
     tokenizer = riftco.load_tokenizer(SMOLLM2)
-    for prompt in PROMPTS:
-        ids = tokenizer.encode(prompt, add_special_tokens=False)
-        ours = riftco.generate(model, ids, N_NEW, temperature=0.0, tokenizer=tokenizer)
-        assert len(ours) == N_NEW, (prompt, tokenizer.decode(ours))  # no end of turn before
-        theirs = llama_greedy(tmp_path / "merged.gguf", ids)
-        assert theirs == ours, (prompt, tokenizer.decode(ours), tokenizer.decode(theirs))
-        with_adapter = llama_greedy(SMOLLM2, ids, lora=tmp_path / "adapter.gguf")
-        assert with_adapter == theirs, (prompt, tokenizer.decode(with_adapter), tokenizer.decode(theirs))
+    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS]
+    ours = [riftco.generate(model, ids, N_NEW, temperature=0.0, tokenizer=tokenizer) for ids in prompts]
+    merged, tokens = llama_greedy(tmp_path / "merged.gguf", prompts, texts=PROMPTS)
+    with_adapter, _ = llama_greedy(SMOLLM2, prompts, lora=tmp_path / "adapter.gguf")
+    assert tokens == prompts  # llama.cpp reads the copied tokenizer keys as riftco does
+    for prompt, mine, theirs, adapted in zip(PROMPTS, ours, merged, with_adapter):
+        assert len(mine) == N_NEW, (prompt, tokenizer.decode(mine))  # no end of turn before
+        assert theirs == mine, (prompt, tokenizer.decode(mine), tokenizer.decode(theirs))
+        assert adapted == theirs, (prompt, tokenizer.decode(adapted), tokenizer.decode(theirs))
+
+
+@needs_llama_cpp
+@needs_smollm2
+def test_llama_cpp_runs_a_hugging_face_base_export_with_its_tokenizer_json(tmp_path: Path) -> None:
+    """SmolLM2 as a Hugging Face folder (weights and tokenizer.json) exported through the
+    command: llama.cpp tokenizes the prompts with the written keys as riftco's tokenizer.json
+    does, and continues them as riftco does."""
+    pytest.importorskip("tokenizers", reason="tokenizer.json is read with the tokenizers package")
+    hf = hf_folder(tmp_path / "hf", SMOLLM2)
+    out = tmp_path / "from-hf.gguf"
+    r = riftco_cmd("--model", hf, "--out", out, "--type", "F32")
+    assert r.returncode == 0, r.stderr
+    assert fields_of(out)["tokenizer.ggml.pre"].contents() == "smollm"
+    tokenizer = riftco.load_tokenizer(hf)
+    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS]
+    model = riftco.load_model(hf)
+    ours = [riftco.generate(model, ids, N_NEW, temperature=0.0, tokenizer=tokenizer) for ids in prompts]
+    theirs, tokens = llama_greedy(out, prompts, texts=PROMPTS)
+    assert tokens == prompts
+    assert theirs == ours
