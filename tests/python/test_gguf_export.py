@@ -729,26 +729,23 @@ N_NEW = 16
 # Greedy continuations by llama.cpp (llama-cpp-python's Llama.generate with top_k=1, no
 # repetition penalty), in a separate process: argv = model, LoRA adapter or "", N, then a JSON
 # list of prompts as token ids, then a JSON list of texts; prints a JSON object: the
-# continuations, and llama.cpp's tokens of the texts (parse_special). With an adapter the model's
-# weights stay in the plain CPU buffers (use_extra_bufts = false, llama-cli's --no-repack): on a
-# CPU with AMX, llama.cpp 0.3.36 repacks the Q4_1 weights into its AMX buffer type, moves the
-# LoRA tensors out of it ("cannot use buft 'AMX', fallback to CPU"), and then crashes with a
-# segmentation fault in llama_decode, whatever the adapter holds.
+# continuations, and llama.cpp's tokens of the texts (parse_special). The weights stay in the
+# plain CPU buffers (use_extra_bufts = false, llama-cli's --no-repack): llama-cpp-python 0.3.36
+# built from source on a CPU with AMX repacks quantized weights into its AMX buffer type and then
+# crashes with a segmentation fault in llama_decode, on the downloaded SmolLM2 Q4_1 file itself.
 LLAMA_CPP_SCRIPT = """
 import json, sys
 import llama_cpp
 import llama_cpp.llama_cpp as lib
 model, lora, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 prompts, texts = json.loads(sys.argv[4]), json.loads(sys.argv[5])
-kwargs = {}
-if lora:
-    kwargs["lora_path"] = lora
-    default_params = lib.llama_model_default_params
-    def no_repack():
-        params = default_params()
-        params.use_extra_bufts = False
-        return params
-    lib.llama_model_default_params = no_repack
+kwargs = {"lora_path": lora} if lora else {}
+default_params = lib.llama_model_default_params
+def no_repack():
+    params = default_params()
+    params.use_extra_bufts = False
+    return params
+lib.llama_model_default_params = no_repack
 llm = llama_cpp.Llama(model_path=model, n_ctx=256, n_threads=2, verbose=False, seed=0, **kwargs)
 out = []
 for ids in prompts:
