@@ -11,8 +11,8 @@ Without ``--adapter`` the file is the whole model, LoRA adapters merged into the
 for each tensor in the type it has in the base GGUF file. The tokenizer is the base GGUF file's
 (its ``tokenizer.*`` keys), or the base folder's byte-level BPE ``tokenizer.json`` written as
 llama.cpp's converter writes it (GPT-2, Llama 3, SmolLM, Qwen2 tokenizers); a riftco byte-level
-model has none llama.cpp knows and is refused. Run it with ``llama-cli -m OUT.gguf`` or an Ollama ``Modelfile``
-(``FROM ./OUT.gguf``).
+model has none llama.cpp knows and is refused. Run it with ``llama-cli -m OUT.gguf`` or an
+Ollama ``Modelfile`` (``FROM ./OUT.gguf``).
 
 With ``--adapter`` the file is the LoRA adapter alone, as llama.cpp's GGUF LoRA adapter
 (``general.type`` ``adapter``, ``adapter.lora.alpha``, ``blk.N.attn_q.weight.lora_a`` /
@@ -56,7 +56,7 @@ EPILOG = """examples:
   riftco export --model runs/post_train --out tuned.gguf             # merged, F32
   riftco export --model runs/post_train --out tuned-q8.gguf --type Q8_0
   riftco export --model runs/post_train --out tuned-q4.gguf --type base  # the base GGUF's types
-  riftco export --model runs/post_train --adapter --out adapter.gguf # llama-cli --lora adapter.gguf"""
+  riftco export --model runs/post_train --adapter --out adapter.gguf  # llama-cli --lora"""
 
 # The config fields an adapter's base must share with the model it was trained on.
 _SHAPE_FIELDS = ("vocab_size", "d_model", "n_heads", "n_kv_heads", "n_layers", "d_ff")

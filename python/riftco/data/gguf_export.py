@@ -15,16 +15,16 @@ hyperparameters (``llama.block_count``, ``context_length``, ``embedding_length``
 ``attention.layer_norm_rms_epsilon``, ``rope.freq_base``, ``rope.dimension_count``,
 ``vocab_size``, RoPE scaling) and the tokenizer's ``tokenizer.*`` keys, copied from the base GGUF
 file or, for a Hugging Face base, the ``tokenizer.json`` written as llama.cpp's converter writes
-it (:func:`hf_tokenizer_metadata`). Weights are stored as ``tensor_type``: one of :data:`GGUF_EXPORT_TYPES` for every matrix
-(the norms stay F32, as llama.cpp's converter keeps them), or ``"base"``: each tensor in the type
-it has in the base GGUF file. Quantized bytes are ``gguf.quants.quantize``'s
-(:data:`QUANTIZED_TYPES`); a type it does not implement (the K-quants) is an error listing
-what can be written.
+it (:func:`hf_tokenizer_metadata`). Weights are stored as ``tensor_type``: one of
+:data:`GGUF_EXPORT_TYPES` for every matrix (the norms stay F32, as llama.cpp's converter keeps
+them), or ``"base"``: each tensor in the type it has in the base GGUF file. Quantized bytes are
+``gguf.quants.quantize``'s (:data:`QUANTIZED_TYPES`); a type it does not implement (the
+K-quants) is an error listing what can be written.
 
 **Q and K rows.** llama.cpp's converter (``convert_hf_to_gguf.py``, ``LlamaModel.permute``)
 reorders the rows of ``q_proj`` (in ``n_heads`` heads) and ``k_proj`` (in ``n_kv_heads``)
 within each head so that its RoPE rotates adjacent pairs: file row ``h·d + 2i + j`` is Hugging
-Face row ``h·d + j·d/2 + i`` (``d = d_head``), the inverse of what riftco's GGUF reader undoes.
+Face row ``h·d + j·d/2 + i`` (``d = d_head``): the order riftco's GGUF reader undoes.
 The export applies it to the merged ``attn_q`` / ``attn_k`` weights and to the rows of the
 adapters' ``lora_b`` of those projections (``B`` maps into the permuted rows; ``A`` is
 unchanged), as ``convert_lora_to_gguf.py`` does.
@@ -652,7 +652,8 @@ def _add_metadata(writer: Any, metadata: Mapping[str, Any]) -> None:
 _CHECK_TEXT = (
     "Hello world! I'M sure you're right, they'll see... 3 33 333 3333 12345678 1.25e-3 $42\n"
     "\n\n  two  spaces\tand\ttabs   \n    indented = {'a': [1, 2]};  // code?!\n"
-    "Ünïcödé café naïve — “quotes” 日本語のテキスト 한국어 ελληνικά 🦙🦙 ...!!! ?? ~~~ <|x|>"
+    "Ünïcödé café naïve — “quotes” 日本語のテキスト 한국어 ελληνικά 🦙🦙 "
+    "...!!! ?? ~~~ <|x|>"
 )
 _UNUSED = 5  # llama_token_type: UNUSED (a [PADn] filler)
 
