@@ -326,7 +326,8 @@ def test_adapter_on_the_base_file_gives_the_merged_file(base: Path, tmp_path: Pa
 
 def test_merged_f32_is_riftco_merged_weights_with_metadata_and_tokenizer(base: Path, tmp_path: Path) -> None:
     model = tuned(base)
-    reference = riftco.load_model(base)
+    # The export merges into the base dequantized: the reference merges into the float32 load.
+    reference = riftco.load_model(base, dtype="float32")
     with_lora(reference)
     reference.merge_lora()
     merged = dict(reference.named_parameters())
@@ -543,6 +544,7 @@ def test_command_writes_the_merged_model_and_the_adapter(base: Path, tmp_path: P
     assert r.stdout == "" and "model (adapters merged)" in r.stderr and "Q4_1" in r.stderr
     types = {n: t.tensor_type for n, t in tensors_of(out).items()}
     assert types == {n: t.tensor_type for n, t in tensors_of(base).items()}
+    model.set_frozen_weights_dtype("float32")
     model.merge_lora()
     back = riftco.load_model(out)
     ids = np.array([[1, 70, 80, 90]])

@@ -168,10 +168,11 @@ def _load(args: argparse.Namespace) -> tuple[DecoderOnlyTransformer, str, Path |
             state = resolve_model_state(path)
         except ModelStateError as e:
             fail(f"{e}; or a LoRA post-training folder (runs/post_train)")
-        model = load_model(state)
+        # float32: merging writes the base weights (a GGUF's quantized blocks are dequantized).
+        model = load_model(state, dtype="float32")
         return model, str(state), tokenizer_source_of(state)
     base = _adapter_base(adapter, args.base_model)
-    model = load_model(base)
+    model = load_model(base, dtype="float32")
     _check_adapter_base(adapter, base, model)
     try:
         model.load_lora(str(adapter))

@@ -492,7 +492,8 @@ def export_merged_model(
 ) -> GgufExport:
     """Writes ``model`` as a ``llama`` GGUF model file that llama.cpp and Ollama run. A model
     with LoRA adapters has them merged first, in place (``model.merge_lora()``: the weights
-    written are riftco's merged weights).
+    written are riftco's merged weights; a 16-bit or quantized frozen base is dequantized to
+    float32 first, exactly).
 
     ``tensor_type``: one of :data:`GGUF_EXPORT_TYPES` for every matrix (the token embedding and
     the projections; the norms and ``rope_freqs`` stay F32), or ``"base"``: every tensor in the
@@ -572,6 +573,9 @@ def export_merged_model(
         freqs = np.asarray(read_gguf_tensor(base, _ROPE_FREQS), dtype=np.float32)
 
     if model.has_lora:
+        if model.frozen_weights_dtype != "float32":
+            # Merging writes the base: a 16-bit or quantized one is dequantized first (exactly).
+            model.set_frozen_weights_dtype("float32")
         model.merge_lora()
     variables = dict(model.named_parameters())
 
