@@ -3,7 +3,9 @@
 //! weight bytes read (quantized bytes for the quantized product, 4 bytes per weight for f32),
 //! and the speed-up (f32 time / quantized time). The two run interleaved, round after round,
 //! and each figure is the median over the rounds, so a load change on a shared machine hits
-//! both alike.
+//! both alike. Next to wall time, the process's CPU time per product (all threads; Unix only):
+//! on a machine shared with other work it shows the cost of a product when it runs, which wall
+//! time mixes with the time the threads wait for a core.
 //!
 //! Run: `cargo bench -p riftco-kernels --bench quant_matvec` (honours `RIFTCO_NUM_THREADS` and
 //! `RIFTCO_SIMD`); `-- q4_1` keeps only the formats whose name contains the argument.
@@ -60,13 +62,36 @@ fn weight(format: QuantFormat, numel: usize, state: &mut u64) -> Vec<u8> {
     data
 }
 
-/// Seconds per call of `f`: `reps` calls timed together.
-fn per_call(reps: usize, f: &mut impl FnMut()) -> f64 {
-    let t = Instant::now();
+/// Seconds of CPU time this process has used (all threads).
+#[cfg(unix)]
+fn cpu_s() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+#[cfg(not(unix))]
+fn cpu_s() -> f64 {
+    f64::NAN
+}
+
+/// (wall, CPU) seconds per call of `f`: `reps` calls timed together.
+fn per_call2(reps: usize, f: &mut impl FnMut()) -> (f64, f64) {
+    let (t, c) = (Instant::now(), cpu_s());
     for _ in 0..reps {
         f();
     }
-    t.elapsed().as_secs_f64() / reps as f64
+    let n = reps as f64;
+    (t.elapsed().as_secs_f64() / n, (cpu_s() - c) / n)
+}
+
+/// Wall seconds per call of `f`.
+fn per_call(reps: usize, f: &mut impl FnMut()) -> f64 {
+    per_call2(reps, f).0
 }
 
 /// Calls per timing so that one takes about 20 ms.
@@ -92,8 +117,17 @@ fn main() {
         riftco_kernels::simd::current_level()
     );
     println!(
-        "{:<6} {:>13} {:>10} {:>8} {:>10} {:>8} {:>8}",
-        "format", "rows x cols", "quant us", "GB/s", "f32 us", "GB/s", "speedup"
+        "{:<6} {:>13} {:>10} {:>8} {:>10} {:>8} {:>8} | {:>8} {:>8} {:>8}",
+        "format",
+        "rows x cols",
+        "quant us",
+        "GB/s",
+        "f32 us",
+        "GB/s",
+        "speedup",
+        "cpu q us",
+        "f32 us",
+        "speedup"
     );
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
     for (rows, cols) in SHAPES {
@@ -129,21 +163,28 @@ fn main() {
             let mut quant_product =
                 || quant::matvec(format, black_box(&data), black_box(&x), &mut yq).unwrap();
             let (rf, rq) = (reps_for(&mut f32_product), reps_for(&mut quant_product));
-            let (mut tf, mut tq) = (Vec::new(), Vec::new());
+            let (mut tf, mut tq, mut cf, mut cq) = (vec![], vec![], vec![], vec![]);
             for _ in 0..ROUNDS {
-                tf.push(per_call(rf, &mut f32_product));
-                tq.push(per_call(rq, &mut quant_product));
+                let (t, c) = per_call2(rf, &mut f32_product);
+                tf.push(t);
+                cf.push(c);
+                let (t, c) = per_call2(rq, &mut quant_product);
+                tq.push(t);
+                cq.push(c);
             }
-            let (tf, tq) = (median(tf), median(tq));
+            let (tf, tq, cf, cq) = (median(tf), median(tq), median(cf), median(cq));
             println!(
-                "{:<6} {:>13} {:>10.1} {:>8.2} {:>10.1} {:>8.2} {:>7.2}x",
+                "{:<6} {:>13} {:>10.1} {:>8.2} {:>10.1} {:>8.2} {:>7.2}x | {:>8.1} {:>8.1} {:>7.2}x",
                 format.name(),
                 format!("{rows}x{cols}"),
                 tq * 1e6,
                 data.len() as f64 / tq / 1e9,
                 tf * 1e6,
                 (4 * numel) as f64 / tf / 1e9,
-                tf / tq
+                tf / tq,
+                cq * 1e6,
+                cf * 1e6,
+                cf / cq
             );
         }
     }

@@ -86,6 +86,16 @@ pub(crate) trait Rows: Sync {
     /// The integer codes of chunk `c` of block `k` of row `r`, in element order.
     #[cfg(target_arch = "x86_64")]
     fn codes<L: Level>(&self, l: L, r: usize, k: usize, c: usize) -> [L::I; 2];
+    /// For the 4-bit formats whose 32-element chunks share one scale and offset: the bias
+    /// subtracted from a 4-bit index to give the code (so the weights can be looked up in a
+    /// 16-entry table per chunk); `None` for the others.
+    const TABLE_BIAS: Option<i32> = None;
+    /// With [`Rows::TABLE_BIAS`]: 32-bit lanes whose low 4 bits are the chunk's indices.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn indices<L: Level>(&self, l: L, r: usize, k: usize, c: usize) -> [L::I; 2] {
+        self.codes(l, r, k, c)
+    }
     /// The first byte of block `k` of row `r` (for prefetching; may point past the data).
     fn block_ptr(&self, r: usize, k: usize) -> *const u8;
 }
@@ -224,6 +234,27 @@ fn dot_fused<L: Level, R: Rows, const N: usize>(l: L, rows: &R, r0: usize, x: &[
             prefetch_block::<R>(rows.block_ptr(r0 + i, k).wrapping_add(4 * row_bytes));
         }
         let prep: [R::Prep; N] = rows.prep_rows(l, r0, k);
+        if let (true, Some(bias)) = (L::TABLES, R::TABLE_BIAS) {
+            // The chunk's 16 possible weights computed once, then looked up.
+            for c in 0..R::BLOCK / CHUNK {
+                let first = (k * R::BLOCK + c * CHUNK) / lanes;
+                let xs = &xv[first..first + CHUNK / lanes];
+                for (i, (a, p)) in acc.iter_mut().zip(&prep).enumerate() {
+                    let (scale, offset) = R::affine(p, c, 0);
+                    let table = l.table16(R::OP, scale, offset, bias, &NF4);
+                    let idx = rows.indices(l, r0 + i, k, c);
+                    for (h, &q) in idx.iter().enumerate() {
+                        let w = l.lookup(q, table);
+                        let w = w.as_ref();
+                        for (j, &wv) in w.iter().enumerate() {
+                            let v = h * w.len() + j;
+                            a[v % 2] = s.mul_add_e_f32s(xs[v], wv, a[v % 2]);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
         for c in 0..R::BLOCK / CHUNK {
             let first = (k * R::BLOCK + c * CHUNK) / lanes;
             let xs = &xv[first..first + CHUNK / lanes];
@@ -368,6 +399,14 @@ trait GgmlFused: BlockFormat + Sync {
     /// values from the widened f16 at bytes 0..2 and 2..4 (for the formats without `m`, the
     /// second is a widened pair of quant bytes, unused).
     const PAIR: Option<fn(f32, f32) -> Self::Prep> = None;
+    /// See [`Rows::TABLE_BIAS`].
+    const TABLE_BIAS: Option<i32> = None;
+    /// See [`Rows::indices`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn indices<L: Level>(l: L, block: &[u8], c: usize) -> [L::I; 2] {
+        Self::codes(l, block, c)
+    }
     fn affine(p: &Self::Prep, c: usize, h: usize) -> (f32, f32);
     #[cfg(target_arch = "x86_64")]
     fn codes<L: Level>(l: L, block: &[u8], c: usize) -> [L::I; 2];
@@ -423,6 +462,12 @@ impl<B: GgmlFused> Rows for Ggml<'_, B> {
     fn codes<L: Level>(&self, l: L, r: usize, k: usize, c: usize) -> [L::I; 2] {
         B::codes(l, self.block(r, k), c)
     }
+    const TABLE_BIAS: Option<i32> = B::TABLE_BIAS;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn indices<L: Level>(&self, l: L, r: usize, k: usize, c: usize) -> [L::I; 2] {
+        B::indices(l, self.block(r, k), c)
+    }
     #[inline(always)]
     fn block_ptr(&self, r: usize, k: usize) -> *const u8 {
         self.data
@@ -475,6 +520,14 @@ impl GgmlFused for BlockQ4_0 {
     fn codes<L: Level>(l: L, block: &[u8], _: usize) -> [L::I; 2] {
         nibbles(l, block, 2, 8)
     }
+    const TABLE_BIAS: Option<i32> = Some(8);
+    /// Byte `j` as is (its low nibble is element `j`) and shifted by 4 (element `j + 16`).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn indices<L: Level>(l: L, block: &[u8], _: usize) -> [L::I; 2] {
+        let q = l.u8x16(bytes16(block, 2));
+        [q, l.shr(q, 4)]
+    }
 }
 
 impl GgmlFused for BlockQ4_1 {
@@ -493,6 +546,14 @@ impl GgmlFused for BlockQ4_1 {
     #[inline(always)]
     fn codes<L: Level>(l: L, block: &[u8], _: usize) -> [L::I; 2] {
         nibbles(l, block, 4, 0)
+    }
+    const TABLE_BIAS: Option<i32> = Some(0);
+    /// Byte `j` as is (its low nibble is element `j`) and shifted by 4 (element `j + 16`).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn indices<L: Level>(l: L, block: &[u8], _: usize) -> [L::I; 2] {
+        let q = l.u8x16(bytes16(block, 4));
+        [q, l.shr(q, 4)]
     }
 }
 
@@ -638,6 +699,18 @@ impl GgmlFused for BlockQ4K {
             field(l, block, at + 16, 4 * h, 0x0F),
         ]
     }
+    const TABLE_BIAS: Option<i32> = Some(0);
+    /// `qs[32·g + l] >> 4·h`: nibble `h` in the low 4 bits.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn indices<L: Level>(l: L, block: &[u8], c: usize) -> [L::I; 2] {
+        let (g, h) = (c / 2, (c % 2) as u32);
+        let at = 16 + 32 * g;
+        [
+            l.shr(l.u8x16(bytes16(block, at)), 4 * h),
+            l.shr(l.u8x16(bytes16(block, at + 16)), 4 * h),
+        ]
+    }
 }
 
 /// `[f(0), …, f(M - 1)]` (a loop the compiler inlines, unlike `std::array::from_fn`'s).
@@ -769,6 +842,7 @@ impl Rows for Nf4Rows<'_> {
     const BLOCK: usize = QuantFormat::NF4_BLOCK;
     const BLOCK_BYTES: usize = QuantFormat::NF4_BLOCK / 2;
     const OP: Affine = Affine::Table;
+    const TABLE_BIAS: Option<i32> = Some(0);
     type Prep = f32;
     fn row_bytes(&self) -> usize {
         self.blocks_per_row * Self::BLOCK / 2

@@ -47,6 +47,16 @@ pub(crate) trait Level: Copy {
     /// The 16 f16 `h` widened to f32 exactly (as `half::f16::to_f32`; a NaN gets the quiet
     /// bit).
     fn widen_f16(self, h: [u16; 16]) -> [f32; 16];
+    /// Whether [`Level::table16`] and [`Level::lookup`] are faster than [`Level::weights`]
+    /// (AVX-512's one-instruction 16-entry permute).
+    const TABLES: bool;
+    /// A 16-entry table of weights: entry `t` is what [`Level::weights`] gives for the code
+    /// `t - bias`, with the same operations (so the same bits).
+    type T: Copy;
+    /// The table of the codes `-bias .. 16 - bias`.
+    fn table16(self, op: Affine, scale: f32, offset: f32, bias: i32, nf4: &[f32; 16]) -> Self::T;
+    /// The weights `t[idx & 15]` of 16 lanes.
+    fn lookup(self, idx: Self::I, t: Self::T) -> Self::W;
     /// The 16 weights of codes `q` (see [`Affine`]).
     fn weights(self, q: Self::I, op: Affine, scale: f32, offset: f32, table: &[f32; 16])
         -> Self::W;
@@ -81,6 +91,8 @@ impl Level for L4 {
     type S = V4;
     type I = __m512i;
     type W = [<V4 as Simd>::f32s; 1];
+    type T = __m512;
+    const TABLES: bool = true;
 
     #[inline(always)]
     fn simd(self) -> V4 {
@@ -144,6 +156,18 @@ impl Level for L4 {
         self.and(v, 1)
     }
     #[inline(always)]
+    fn table16(self, op: Affine, scale: f32, offset: f32, bias: i32, nf4: &[f32; 16]) -> __m512 {
+        let f = self.0.avx512f;
+        let codes = f._mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        let [w] = self.weights(self.sub(codes, bias), op, scale, offset, nf4);
+        pulp::cast(w)
+    }
+    #[inline(always)]
+    fn lookup(self, idx: __m512i, t: __m512) -> Self::W {
+        // VPERMPS reads the low 4 bits of each index.
+        [pulp::cast(self.0.avx512f._mm512_permutexvar_ps(idx, t))]
+    }
+    #[inline(always)]
     fn widen_f16(self, h: [u16; 16]) -> [f32; 16] {
         // VCVTPH2PS: exact, subnormals kept (riftco never sets DAZ), signalling NaNs quietened.
         pulp::cast(self.0.avx512f._mm512_cvtph_ps(pulp::cast(h)))
@@ -192,6 +216,8 @@ impl Level for L3 {
     type S = V3;
     type I = [__m256i; 2];
     type W = [<V3 as Simd>::f32s; 2];
+    type T = [__m256; 2];
+    const TABLES: bool = false;
 
     #[inline(always)]
     fn simd(self) -> V3 {
@@ -258,6 +284,33 @@ impl Level for L3 {
         let s0 = x._mm256_setr_epi32(j(0), j(1), j(2), j(3), j(4), j(5), j(6), j(7));
         let s1 = x._mm256_setr_epi32(j(8), j(9), j(10), j(11), j(12), j(13), j(14), j(15));
         self.and([a._mm256_srlv_epi32(v, s0), a._mm256_srlv_epi32(v, s1)], 1)
+    }
+    #[inline(always)]
+    fn table16(
+        self,
+        op: Affine,
+        scale: f32,
+        offset: f32,
+        bias: i32,
+        nf4: &[f32; 16],
+    ) -> [__m256; 2] {
+        let x = self.0.avx;
+        let codes = [
+            x._mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            x._mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15),
+        ];
+        pulp::cast(self.weights(self.sub(codes, bias), op, scale, offset, nf4))
+    }
+    #[inline(always)]
+    fn lookup(self, idx: [__m256i; 2], t: [__m256; 2]) -> Self::W {
+        let (x, a) = (self.0.avx, self.0.avx2);
+        let one = |q: __m256i| -> <V3 as Simd>::f32s {
+            let lo = a._mm256_permutevar8x32_ps(t[0], q);
+            let hi = a._mm256_permutevar8x32_ps(t[1], q);
+            let pick = x._mm256_castsi256_ps(a._mm256_slli_epi32::<28>(q));
+            pulp::cast(x._mm256_blendv_ps(lo, hi, pick))
+        };
+        [one(idx[0]), one(idx[1])]
     }
     #[inline(always)]
     fn widen_f16(self, h: [u16; 16]) -> [f32; 16] {
