@@ -234,49 +234,67 @@ fn dot_fused<L: Level, R: Rows, const N: usize>(l: L, rows: &R, r0: usize, x: &[
             prefetch_block::<R>(rows.block_ptr(r0 + i, k).wrapping_add(4 * row_bytes));
         }
         let prep: [R::Prep; N] = rows.prep_rows(l, r0, k);
-        if let (true, Some(bias)) = (L::TABLES, R::TABLE_BIAS) {
-            // The chunk's 16 possible weights computed once, then looked up.
-            for c in 0..R::BLOCK / CHUNK {
-                let first = (k * R::BLOCK + c * CHUNK) / lanes;
-                let xs = &xv[first..first + CHUNK / lanes];
-                for (i, (a, p)) in acc.iter_mut().zip(&prep).enumerate() {
-                    let (scale, offset) = R::affine(p, c, 0);
-                    let table = l.table16(R::OP, scale, offset, bias, &NF4);
-                    let idx = rows.indices(l, r0 + i, k, c);
-                    for (h, &q) in idx.iter().enumerate() {
-                        let w = l.lookup(q, table);
-                        let w = w.as_ref();
-                        for (j, &wv) in w.iter().enumerate() {
-                            let v = h * w.len() + j;
-                            a[v % 2] = s.mul_add_e_f32s(xs[v], wv, a[v % 2]);
-                        }
-                    }
+        let xb = &xv[k * R::BLOCK / lanes..(k + 1) * R::BLOCK / lanes];
+        // The chunks with literal indices, so that every shift count and byte offset is a
+        // constant after inlining (a K-quant block has 8 chunks).
+        macro_rules! chunks {
+            ($($c:literal)*) => {$(
+                if $c < R::BLOCK / CHUNK {
+                    chunk::<L, R, N>(l, rows, r0, k, $c, xb, &prep, &mut acc);
                 }
-            }
-            continue;
+            )*};
         }
-        for c in 0..R::BLOCK / CHUNK {
-            let first = (k * R::BLOCK + c * CHUNK) / lanes;
-            let xs = &xv[first..first + CHUNK / lanes];
-            for (i, (a, p)) in acc.iter_mut().zip(&prep).enumerate() {
-                let codes = rows.codes(l, r0 + i, k, c);
-                for (h, &q) in codes.iter().enumerate() {
-                    let (scale, offset) = R::affine(p, c, h);
-                    let w = l.weights(q, R::OP, scale, offset, &NF4);
-                    let w = w.as_ref();
-                    for (j, &wv) in w.iter().enumerate() {
-                        let v = h * w.len() + j;
-                        a[v % 2] = s.mul_add_e_f32s(xs[v], wv, a[v % 2]);
-                    }
-                }
-            }
-        }
+        chunks!(0 1 2 3 4 5 6 7);
     }
     let mut out = [0.0f32; N];
     for (o, a) in out.iter_mut().zip(acc) {
         *o = s.reduce_sum_f32s(s.add_f32s(a[0], a[1]));
     }
     out
+}
+
+/// Accumulates chunk `c` of block `k` of rows `r0 .. r0 + N` (`xb`: the block's part of `x`).
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn chunk<L: Level, R: Rows, const N: usize>(
+    l: L,
+    rows: &R,
+    r0: usize,
+    k: usize,
+    c: usize,
+    xb: &[<L::S as Simd>::f32s],
+    prep: &[R::Prep; N],
+    acc: &mut [[<L::S as Simd>::f32s; 2]; N],
+) {
+    let s = l.simd();
+    let per_chunk = CHUNK / <L::S as Simd>::F32_LANES;
+    let xs = &xb[c * per_chunk..(c + 1) * per_chunk];
+    let add = |a: &mut [<L::S as Simd>::f32s; 2], h: usize, w: L::W| {
+        let w = w.as_ref();
+        for (j, &wv) in w.iter().enumerate() {
+            let v = h * w.len() + j;
+            a[v % 2] = s.mul_add_e_f32s(xs[v], wv, a[v % 2]);
+        }
+    };
+    if let (true, Some(bias)) = (L::TABLES, R::TABLE_BIAS) {
+        // The chunk's 16 possible weights computed once, then looked up.
+        for (i, (a, p)) in acc.iter_mut().zip(prep).enumerate() {
+            let (scale, offset) = R::affine(p, c, 0);
+            let table = l.table16(R::OP, scale, offset, bias, &NF4);
+            let [q0, q1] = rows.indices(l, r0 + i, k, c);
+            add(a, 0, l.lookup(q0, table));
+            add(a, 1, l.lookup(q1, table));
+        }
+    } else {
+        for (i, (a, p)) in acc.iter_mut().zip(prep).enumerate() {
+            let [q0, q1] = rows.codes(l, r0 + i, k, c);
+            let (scale, offset) = R::affine(p, c, 0);
+            add(a, 0, l.weights(q0, R::OP, scale, offset, &NF4));
+            let (scale, offset) = R::affine(p, c, 1);
+            add(a, 1, l.weights(q1, R::OP, scale, offset, &NF4));
+        }
+    }
 }
 
 /// Prefetches the bytes of a block (a hint: the address is never dereferenced).
