@@ -16,8 +16,17 @@
 //!   chunk always starts at an even vector.
 //!
 //! At AVX-512 and AVX2 the integer codes are unpacked with x86 instructions behind `pulp`'s
-//! tokens ([`super::simd_x86`]); at other levels (scalar, NEON) each block is dequantized by the
-//! scalar code into a block-sized buffer on the stack and then accumulated with `pulp`'s vectors.
+//! tokens ([`super::simd_x86`]; `pulp`'s generic `Simd` has no byte widening nor int-to-float
+//! conversion), 32 weights (a chunk) at a time, the f16 scales of four rows widened by one vector
+//! conversion. At AVX-512 the 4-bit formats whose chunk shares one scale (Q4_0, Q4_1, Q4_K, NF4)
+//! compute the chunk's 16 possible weights once, with the same operations, and look each weight
+//! up with one permute (VPERMPS reads the low 4 bits of each index, so a code needs no masking).
+//! At other levels (scalar, NEON) each block is dequantized by the scalar code into a
+//! block-sized buffer on the stack and then accumulated with `pulp`'s vectors.
+//!
+//! Rows go four at a time (four memory streams), the next four rows' blocks prefetched, and the
+//! rows are split over the kernel pool like the f32 product's; a row's value never depends on
+//! the rows beside it, so it does not depend on the split nor on the thread count.
 
 // Off x86-64 only the buffered kernel runs; the fused kernel's items stay for the next port.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
