@@ -233,3 +233,27 @@ fn partial_blocks_and_wrong_lengths_are_refused() {
         assert_eq!(y, [0.0, 0.0]);
     }
 }
+
+#[test]
+fn any_bytes_multiply_without_panicking_and_as_the_f32_product() {
+    // Every byte pattern is valid storage (NaN and infinite scales included): the product never
+    // panics, and agrees with the f32 product of the dequantized weight (NaN where it is NaN).
+    let _guard = LEVEL.lock().unwrap_or_else(|e| e.into_inner());
+    simd::set_force_scalar(false);
+    simd::set_simd_level(None);
+    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    for format in QuantFormat::ALL {
+        let (rows, cols) = (6, 2 * format.block_elements());
+        let data = rng.bytes(format.storage_bytes(rows * cols).unwrap());
+        let x: Vec<f32> = (0..cols).map(|_| rng.unit()).collect();
+        let mut y = vec![0.0f32; rows];
+        matvec(format, &data, &x, &mut y).unwrap();
+        let want = reference(format, &data, &x, rows);
+        for (r, (&got, &want)) in y.iter().zip(&want).enumerate() {
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{format} row {r}: {got} vs {want}"
+            );
+        }
+    }
+}
