@@ -827,13 +827,20 @@ impl GgmlFused for BlockQ6K {
     }
 }
 
+/// bitsandbytes' signed dynamic map ([`dynamic_map`]), built once: it costs microseconds, the
+/// size of a small product.
+fn dynamic() -> &'static [f32; 256] {
+    static MAP: std::sync::OnceLock<[f32; 256]> = std::sync::OnceLock::new();
+    MAP.get_or_init(dynamic_map)
+}
+
 /// An NF4 weight (layout in [`super::format`]).
 struct Nf4Rows<'a> {
     codes: &'a [u8],
     qabsmax: &'a [u8],
     scales: &'a [u8],
     offset: f32,
-    dynamic: [f32; 256],
+    dynamic: &'static [f32; 256],
     blocks_per_row: usize,
 }
 
@@ -850,7 +857,7 @@ impl<'a> Nf4Rows<'a> {
             qabsmax,
             scales,
             offset: f32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]),
-            dynamic: dynamic_map(),
+            dynamic: dynamic(),
             blocks_per_row: cols / QuantFormat::NF4_BLOCK,
         }
     }
