@@ -21,7 +21,7 @@ pub mod k_quants;
 pub mod legacy;
 pub mod nf4;
 
-pub use format::{dequantize_range, matvec, QuantFormat};
+pub use format::{dequantize_range, matvec, quantize, QuantFormat};
 
 use std::fmt;
 
@@ -307,7 +307,7 @@ pub trait BlockFormat {
     fn dequantize_block(block: &[u8], out: &mut [f32]);
 }
 
-/// Why [`dequantize`] refused its input.
+/// Why [`dequantize`], [`dequantize_range`] or [`quantize`] refused its input.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum QuantError {
     /// The type is not one [`dequantize`] reads.
@@ -334,6 +334,23 @@ pub enum QuantError {
         start: usize,
         /// Elements asked for.
         len: usize,
+    },
+    /// Values to quantize that are not a whole number of the format's blocks.
+    NotWholeBlocks {
+        /// The format.
+        format: QuantFormat,
+        /// Elements given.
+        numel: usize,
+    },
+    /// A value to quantize that is NaN or infinite (the first one).
+    NonFinite {
+        /// The format.
+        format: QuantFormat,
+        /// Its index in the values.
+        index: usize,
+        /// The value's f32 bits (`f32::from_bits(bits)` is the value; kept as bits so the
+        /// error compares with `Eq`).
+        bits: u32,
     },
 }
 
@@ -373,6 +390,22 @@ impl fmt::Display for QuantError {
                 start.saturating_add(*len),
                 format.block_elements(),
                 format.storage_bytes(*numel),
+            ),
+            Self::NotWholeBlocks { format, numel } => write!(
+                f,
+                "{numel} values cannot be quantized to {format}: {format} stores whole blocks of \
+                 {} elements, and {numel} is not a multiple of {}",
+                format.block_elements(),
+                format.block_elements(),
+            ),
+            Self::NonFinite {
+                format,
+                index,
+                bits,
+            } => write!(
+                f,
+                "value {index} is {}: only finite values can be quantized to {format}",
+                f32::from_bits(*bits)
             ),
         }
     }
@@ -430,6 +463,13 @@ fn blocks<B: BlockFormat>(bytes: &[u8], out: &mut [f32]) -> Result<(), QuantErro
         B::dequantize_block(block, values);
     }
     Ok(())
+}
+
+/// The little-endian bytes of `x` rounded to f16 (to nearest, ties to even; out of range to
+/// infinity), as numpy's `astype(np.float16)` and ggml's `GGML_FP32_TO_FP16` round it.
+#[inline]
+pub(crate) fn f16_bytes(x: f32) -> [u8; 2] {
+    half::f16::from_f32(x).to_bits().to_le_bytes()
 }
 
 /// The f16 at `bytes[at..at + 2]` (little endian), widened to f32 exactly.
