@@ -8,13 +8,13 @@
 //! `(d * sc) * q - (dmin * m)`, each product and difference rounded to f32 in that order.
 
 //!
-//! The quantizers ([`quantize_blocks`]) are llama.cpp's reference quantizers
-//! (`quantize_row_q2_K_ref` ... `quantize_row_q6_K_ref` of `ggml/src/ggml-quants.c`, the ones
-//! `llama-quantize` runs without an importance matrix) ported operation for operation: the same
-//! float32 operations in the same order, never fused (the C compiled with `-ffp-contract=off`),
-//! `nearest_int` by its float bit trick, and C's integer narrowing (`uint8_t` and `int8_t`
-//! stores wrap). `gguf.quants` (gguf-py 0.19) has no K-quant quantizer; the bytes are checked
-//! against the C functions by `scripts/kquant_fixtures.py`.
+//! The quantizers (`quantize_blocks`, behind [`super::quantize`]) are llama.cpp's reference
+//! quantizers (`quantize_row_q2_K_ref` ... `quantize_row_q6_K_ref` of `ggml/src/ggml-quants.c`, the
+//! ones `llama-quantize` runs without an importance matrix) ported operation for operation: the
+//! same float32 operations in the same order, never fused (the C compiled with
+//! `-ffp-contract=off`), `nearest_int` by its float bit trick, and C's integer narrowing (`uint8_t`
+//! and `int8_t` stores wrap). `gguf.quants` (gguf-py 0.19) has no K-quant quantizer; the bytes are
+//! checked against the C functions by `scripts/kquant_fixtures.py`.
 
 use super::{f16_at, f16_bytes, BlockFormat, GgmlType, QK_K};
 

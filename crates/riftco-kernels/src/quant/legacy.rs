@@ -7,12 +7,12 @@
 //! `d * q` (Q4_0, Q5_0, Q8_0) or `(d * q) + m` (Q4_1, Q5_1) in f32, `d` and `m` widened from
 //! f16, exactly as `gguf.quants` computes them.
 //!
-//! The quantizers ([`quantize_blocks`]) produce the bytes of `gguf.quants.quantize` (gguf-py's
-//! `quants.py`, numpy) bit for bit: the same float32 operations in the same order, numpy's
-//! reductions (`argmax` of `|x|` takes the first maximum; `max` and `min` take the last of equal
-//! values, which decides the sign of a zero), and numpy's float-to-integer casts on x86-64 (the
-//! truncation to `int32` of `cvttss2si`, whose out-of-range and NaN result `i32::MIN` keeps a
-//! low byte of 0, then the low byte).
+//! The quantizers (`quantize_blocks`, behind [`super::quantize`]) produce the bytes of
+//! `gguf.quants.quantize` (gguf-py's `quants.py`, numpy) bit for bit: the same float32 operations
+//! in the same order, numpy's reductions (`argmax` of `|x|` takes the first maximum; `max` and
+//! `min` take the last of equal values, which decides the sign of a zero), and numpy's
+//! float-to-integer casts on x86-64 (the truncation to `int32` of `cvttss2si`, whose out-of-range
+//! and NaN result `i32::MIN` keeps a low byte of 0, then the low byte).
 
 use super::{f16_at, f16_bytes, BlockFormat, GgmlType};
 

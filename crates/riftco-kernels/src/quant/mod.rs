@@ -14,7 +14,9 @@
 //! scalar (no run-time SIMD dispatch), so the result is the same at every SIMD level.
 //!
 //! Each block format is a type implementing [`BlockFormat`] (its layout and the dequantization
-//! of one block); quantized storage and fused mat-vec kernels can be added to the same types.
+//! of one block). [`quantize`] writes a whole tensor in any [`QuantFormat`] with the bytes of
+//! the format's reference quantizer (`gguf.quants`, llama.cpp's `quantize_row_*_ref`,
+//! bitsandbytes' `quantize_4bit`; see [`format::quantize`]).
 
 pub mod format;
 pub mod k_quants;
