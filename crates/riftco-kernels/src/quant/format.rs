@@ -217,8 +217,9 @@ pub fn dequantize_range(
 ///   multi-threaded PyTorch (more than 32768 blocks and more than one thread) splits that sum
 ///   per thread and may differ in the offset's last bits.
 ///
-/// The code is scalar, with no fused multiply-add, so the bytes are the same at every SIMD level
-/// and on every machine.
+/// The code is scalar, with no fused multiply-add, so the bytes are the same at every SIMD level,
+/// thread count and machine (the GGML formats' blocks are quantized in parallel on the kernel
+/// pool, each block on its own).
 ///
 /// # Errors
 /// [`QuantError::NotWholeBlocks`] when `values.len()` is not a multiple of
@@ -239,12 +240,22 @@ pub fn quantize(format: QuantFormat, values: &[f32]) -> Result<Vec<u8>, QuantErr
     let out = match format.ggml_type() {
         None => super::nf4::quantize(values),
         Some(t) => {
-            let mut out = vec![0u8; bytes];
-            if format.block_elements() == super::QK_K {
-                super::k_quants::quantize_blocks(t, values, &mut out);
+            // Blocks are independent: chunks of them run on the kernel pool, each block's bytes
+            // the same whatever thread computes them.
+            use rayon::prelude::*;
+            const CHUNK_BLOCKS: usize = 64;
+            let (block, block_bytes) = t.block_layout();
+            let quantize_blocks = if block == super::QK_K {
+                super::k_quants::quantize_blocks
             } else {
-                super::legacy::quantize_blocks(t, values, &mut out);
-            }
+                super::legacy::quantize_blocks
+            };
+            let mut out = vec![0u8; bytes];
+            crate::threading::thread_pool().install(|| {
+                out.par_chunks_mut(CHUNK_BLOCKS * block_bytes)
+                    .zip(values.par_chunks(CHUNK_BLOCKS * block))
+                    .for_each(|(o, v)| quantize_blocks(t, v, o));
+            });
             out
         }
     };
@@ -432,6 +443,24 @@ mod quantize_tests {
                     assert!((a - b).abs() <= 2.0 * amax, "{format}: {a} -> {b}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn blocks_are_quantized_on_their_own() {
+        // Many chunks of the parallel loop against one block at a time.
+        for format in QuantFormat::ALL {
+            let Some(t) = format.ggml_type() else {
+                continue;
+            };
+            let block = format.block_elements();
+            let x = gaussian(block * 150, 4);
+            let whole = quantize(format, &x).unwrap();
+            let one_by_one: Vec<u8> = x
+                .chunks(block)
+                .flat_map(|b| quantize(format, b).unwrap())
+                .collect();
+            assert_eq!(whole, one_by_one, "{t}");
         }
     }
 
