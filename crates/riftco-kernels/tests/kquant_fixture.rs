@@ -4,7 +4,8 @@
 //! outlier, negative only, positive only, subnormals, a grid with ties, a constant, mixed
 //! scales) followed by the C's bytes for Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, written by
 //! `scripts/kquant_fixtures.py --write` (which also checks thousands of random super-blocks
-//! against the C with `--check`).
+//! against the C with `--check`) from `src/ggml-quants.c` of ggml-org/ggml at d99724f2
+//! (August 2026; the same `_ref` functions as llama.cpp's `ggml/src/ggml-quants.c`).
 
 use riftco_kernels::quant::{quantize, QuantFormat};
 
