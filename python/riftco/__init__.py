@@ -36,6 +36,9 @@ this package is its Python front:
 - GGUF files (llama.cpp): ``load_model("file.gguf")`` loads a ``llama`` one;
   ``read_gguf_metadata``, ``gguf_tensor_infos`` and ``read_gguf_tensor`` (dequantized to
   float32) read any;
+- block quantization of a tensor: ``quantize(values, "nf4" | "q4_0" | ...)`` returns the bytes of
+  the format's reference quantizer (gguf, llama.cpp, bitsandbytes), ``dequantize(data, dtype,
+  shape)`` reads them back to float32;
 - exceptions rooted at ``RiftcoError`` (input errors also subclass ``ValueError``, state and
   device errors ``RuntimeError``, ``OutOfMemoryError`` the builtin ``MemoryError``).
 """
@@ -79,6 +82,8 @@ from riftco._native import (
     parse_activation_checkpointing,
     parse_byte_size,
     peak_memory_breakdown,
+    dequantize,
+    quantize,
     read_gguf_metadata,
     read_gguf_tensor,
     reset_peak_memory_stats,
@@ -200,6 +205,8 @@ __all__ = [
     "parse_activation_checkpointing",
     "parse_byte_size",
     "peak_memory_breakdown",
+    "quantize",
+    "dequantize",
     "read_gguf_metadata",
     "read_gguf_tensor",
     "reset_peak_memory_stats",

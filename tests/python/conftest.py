@@ -28,6 +28,7 @@ NUMERICS_MODULES = frozenset(
         "test_prefill",
         "test_policies",
         "test_policy_stages",
+        "test_quantize",
         "test_resume",
         "test_training",
         "test_variable_parity",

@@ -39,6 +39,7 @@ mod model_state;
 mod optim;
 mod optim_state;
 mod policy;
+mod quant;
 mod rng;
 mod tokens;
 mod transfer;
@@ -65,5 +66,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     optim::register(m)?;
     memory::register(m)?;
     devices::register(m)?;
+    quant::register(m)?;
     Ok(())
 }

@@ -71,6 +71,8 @@ __all__ = [
     "read_gguf_metadata",
     "gguf_tensor_infos",
     "read_gguf_tensor",
+    "quantize",
+    "dequantize",
 ]
 
 __version__: str
@@ -243,6 +245,18 @@ def gguf_tensor_infos(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def read_gguf_tensor(path: str | os.PathLike[str], name: str) -> npt.NDArray[np.float32]:
     """Tensor ``name`` of a GGUF file dequantized to float32 (bitwise as
     ``gguf.quants.dequantize``), shape in NumPy order, rows as stored."""
+def quantize(values: npt.ArrayLike, dtype: str) -> bytes:
+    """``values`` (any shape, last axis a multiple of the block: 32, 64 for ``nf4``, 256 for
+    ``q*_k``; converted to float32, C order) quantized to ``dtype`` (``"nf4"``, ``"q4_0"``,
+    ``"q4_1"``, ``"q5_0"``, ``"q5_1"``, ``"q8_0"``, ``"q2_k"`` ... ``"q6_k"``): the bytes of the
+    format's reference quantizer. Raises ``ConfigError`` (unknown dtype), ``ShapeError`` (last
+    axis not whole blocks), ``ValueError`` (a NaN or infinite value)."""
+
+def dequantize(data: bytes, dtype: str, shape: Sequence[int]) -> npt.NDArray[np.float32]:
+    """The float32 values (shape ``shape``) of a tensor ``quantize`` stored in ``data``, bitwise
+    as the reference dequantization. Raises ``ConfigError`` (unknown dtype), ``ShapeError``
+    (last axis not whole blocks, or ``len(data)`` not the storage of ``prod(shape)``)."""
+
 def reset_peak_memory_stats() -> None:
     """Sets every peak counter of ``memory_stats()`` to its current value."""
 

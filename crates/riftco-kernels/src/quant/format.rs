@@ -203,6 +203,66 @@ pub fn dequantize_range(
     }
 }
 
+/// Quantizes `values` (a whole tensor, row-major, `values.len()` elements) to `format`, returning
+/// its storage ([`QuantFormat::storage_bytes`] long, the layout of the module docs).
+///
+/// The bytes are those of the reference quantizer of each format, bit for bit:
+/// - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: `gguf.quants.quantize(values, GGMLQuantizationType.X)` of
+///   llama.cpp's `gguf` Python package (0.19);
+/// - Q2_K ... Q6_K: llama.cpp's `quantize_row_qX_K_ref` (`ggml-quants.c`, the quantizer of
+///   `llama-quantize` without an importance matrix; `gguf.quants` has none for them);
+/// - NF4: bitsandbytes' `quantize_4bit(values, blocksize=64, quant_type="nf4",
+///   compress_statistics=True)` on the CPU (codes, quantized absmax, group scales, offset), with
+///   the offset (the mean of the block absmaxes) summed in PyTorch's order on one thread: a
+///   multi-threaded PyTorch (more than 32768 blocks and more than one thread) splits that sum
+///   per thread and may differ in the offset's last bits.
+///
+/// The code is scalar, with no fused multiply-add, so the bytes are the same at every SIMD level,
+/// thread count and machine (the GGML formats' blocks are quantized in parallel on the kernel
+/// pool, each block on its own).
+///
+/// # Errors
+/// [`QuantError::NotWholeBlocks`] when `values.len()` is not a multiple of
+/// [`QuantFormat::block_elements`]; [`QuantError::NonFinite`] naming the first NaN or infinite
+/// value (the references give format-specific garbage for them).
+pub fn quantize(format: QuantFormat, values: &[f32]) -> Result<Vec<u8>, QuantError> {
+    let numel = values.len();
+    let bytes = format
+        .storage_bytes(numel)
+        .ok_or(QuantError::NotWholeBlocks { format, numel })?;
+    if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+        return Err(QuantError::NonFinite {
+            format,
+            index,
+            bits: values[index].to_bits(),
+        });
+    }
+    let out = match format.ggml_type() {
+        None => super::nf4::quantize(values),
+        Some(t) => {
+            // Blocks are independent: chunks of them run on the kernel pool, each block's bytes
+            // the same whatever thread computes them.
+            use rayon::prelude::*;
+            const CHUNK_BLOCKS: usize = 64;
+            let (block, block_bytes) = t.block_layout();
+            let quantize_blocks = if block == super::QK_K {
+                super::k_quants::quantize_blocks
+            } else {
+                super::legacy::quantize_blocks
+            };
+            let mut out = vec![0u8; bytes];
+            crate::threading::thread_pool().install(|| {
+                out.par_chunks_mut(CHUNK_BLOCKS * block_bytes)
+                    .zip(values.par_chunks(CHUNK_BLOCKS * block))
+                    .for_each(|(o, v)| quantize_blocks(t, v, o));
+            });
+            out
+        }
+    };
+    debug_assert_eq!(out.len(), bytes);
+    Ok(out)
+}
+
 /// `y[r] = Σ_c W[r, c] · x[c]` for a quantized `W[rows, cols]` stored in `data`, with
 /// `cols = x.len()` and `rows = y.len()`: the mat-vec product of decoding, reading the quantized
 /// blocks directly (dequantized in registers, never as an f32 row in memory), rows split over
@@ -240,20 +300,227 @@ pub fn matvec(
     Ok(())
 }
 
-/// Quantizes a whole tensor's `values` (whole blocks of `format`) into its bytes.
-///
-/// # Errors
-/// [`QuantError::Range`] when `values` is not whole blocks; [`QuantError::NotQuantized`] for a
-/// format without a quantizer.
-pub fn quantize(format: QuantFormat, values: &[f32]) -> Result<Vec<u8>, QuantError> {
-    if format.storage_bytes(values.len()).is_none() {
-        return Err(QuantError::Range {
-            format,
-            bytes: 0,
-            numel: values.len(),
-            start: 0,
-            len: values.len(),
-        });
+#[cfg(test)]
+mod quantize_tests {
+    use super::*;
+
+    /// Deterministic N(0, 1)-like values (Box-Muller on an xorshift stream).
+    fn gaussian(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut uniform = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        (0..n)
+            .map(|_| {
+                let (u, v) = (uniform(), uniform());
+                ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+            })
+            .collect()
     }
-    Err(QuantError::NotQuantized(format))
+
+    fn round_trip(format: QuantFormat, x: &[f32]) -> Vec<f32> {
+        let data = quantize(format, x).unwrap();
+        assert_eq!(Some(data.len()), format.storage_bytes(x.len()), "{format}");
+        let mut out = vec![0.0f32; x.len()];
+        dequantize_range(format, &data, x.len(), 0, &mut out).unwrap();
+        out
+    }
+
+    /// Half an f16 ulp, relative: the error of rounding a stored scale to f16.
+    const F16_HALF_ULP: f32 = 1.0 / 2048.0;
+    /// Slack for the f32 roundings of the quantizer and the dequantization, relative to the
+    /// block's largest magnitude.
+    const F32_SLACK: f32 = 1e-6;
+
+    /// The legacy formats' worst case per block, from their definitions: symmetric (`_0`) with
+    /// `d = max / -half`, `q` rounded half up and clipped at `half - 1` (so `-max` lands one step
+    /// off): `|d| · (1 + half · 2^-11)`; affine (`_1`) with `d = (max - min) / levels`, `q`
+    /// rounded: `d / 2 + levels · d · 2^-11 + |min| · 2^-11`; Q8_0 with `d = amax / 127`, `q`
+    /// rounded: `d · (1/2 + 127 · 2^-11)`.
+    #[test]
+    fn legacy_round_trips_are_within_a_step() {
+        let x = gaussian(32 * 64, 1);
+        for format in [
+            QuantFormat::Q4_0,
+            QuantFormat::Q5_0,
+            QuantFormat::Q4_1,
+            QuantFormat::Q5_1,
+            QuantFormat::Q8_0,
+        ] {
+            let y = round_trip(format, &x);
+            for (b, (xs, ys)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
+                let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let max = xs.iter().copied().fold(f32::MIN, f32::max);
+                let min = xs.iter().copied().fold(f32::MAX, f32::min);
+                let bound = match format {
+                    QuantFormat::Q4_0 => amax / 8.0 * (1.0 + 8.0 * F16_HALF_ULP),
+                    QuantFormat::Q5_0 => amax / 16.0 * (1.0 + 16.0 * F16_HALF_ULP),
+                    QuantFormat::Q4_1 | QuantFormat::Q5_1 => {
+                        let levels = if format == QuantFormat::Q4_1 {
+                            15.0
+                        } else {
+                            31.0
+                        };
+                        let d = (max - min) / levels;
+                        d / 2.0 + levels * d * F16_HALF_ULP + min.abs() * F16_HALF_ULP
+                    }
+                    _ => amax / 127.0 * (0.5 + 127.0 * F16_HALF_ULP),
+                } + amax * F32_SLACK;
+                for (j, (a, b2)) in xs.iter().zip(ys).enumerate() {
+                    assert!(
+                        (a - b2).abs() <= bound,
+                        "{format} block {b} element {j}: {a} -> {b2}, bound {bound}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// NF4: a value is `NF4[c] · absmax'`, `c` the nearest code (at most half the widest gap of
+    /// the NF4 values, `(1 - 0.6961928) / 2 < 0.152`, times the absmax), and `absmax'` the block
+    /// absmax through the 8-bit dynamic map (at most half its widest gap, `0.0141 / 2`, plus a
+    /// bin of `2 / 65535`, times the group's scale `max |absmax - offset|`).
+    #[test]
+    fn nf4_round_trip_is_within_half_a_code_and_the_absmax_error() {
+        let mut x = gaussian(64 * 600, 2);
+        for (b, block) in x.chunks_mut(64).enumerate() {
+            let s = 1.0 + (b % 7) as f32 * 3.0;
+            block.iter_mut().for_each(|v| *v *= s);
+        }
+        let y = round_trip(QuantFormat::Nf4, &x);
+        let absmax: Vec<f32> = x
+            .chunks(64)
+            .map(|b| b.iter().fold(0.0f32, |m, v| m.max(v.abs())))
+            .collect();
+        let offset = absmax.iter().map(|&a| f64::from(a)).sum::<f64>() / absmax.len() as f64;
+        for (g, group) in absmax.chunks(256).enumerate() {
+            let scale = group
+                .iter()
+                .fold(0.0f64, |m, &a| m.max((f64::from(a) - offset).abs()))
+                as f32;
+            for (k, &am) in group.iter().enumerate() {
+                let b = 256 * g + k;
+                let bound =
+                    0.152 * am + (0.0141 / 2.0 + 2.0 / 65535.0) * scale * 1.01 + am * F32_SLACK;
+                for j in 0..64 {
+                    let (a, d) = (x[64 * b + j], y[64 * b + j]);
+                    assert!(
+                        (a - d).abs() <= bound,
+                        "block {b} [{j}]: {a} -> {d}, absmax {am}, scale {scale}, bound {bound}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The K-quants on Gaussian data: the root-mean-square error of uniform quantization with
+    /// step `s` is `s / sqrt(12)`; with the group's step (range over levels: Q2_K 2 bits over
+    /// about 4σ in 16, Q3_K `amax / 4`, Q4_K 4σ / 15, Q5_K 4σ / 31, Q6_K `amax / 32`) that is at
+    /// most 0.35σ, 0.15σ, 0.08σ, 0.04σ and 0.02σ; the bound is twice that. No element is off by
+    /// more than twice its super-block's largest magnitude.
+    #[test]
+    fn k_quant_round_trips_have_the_error_of_their_bits() {
+        let x = gaussian(256 * 64, 3);
+        for (format, rms_bound) in [
+            (QuantFormat::Q2_K, 0.7),
+            (QuantFormat::Q3_K, 0.3),
+            (QuantFormat::Q4_K, 0.16),
+            (QuantFormat::Q5_K, 0.08),
+            (QuantFormat::Q6_K, 0.04),
+        ] {
+            let y = round_trip(format, &x);
+            let sq: f64 = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| f64::from(a - b).powi(2))
+                .sum();
+            let rms = (sq / x.len() as f64).sqrt();
+            assert!(rms <= rms_bound, "{format}: rms error {rms}");
+            for (xs, ys) in x.chunks(256).zip(y.chunks(256)) {
+                let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                for (a, b) in xs.iter().zip(ys) {
+                    assert!((a - b).abs() <= 2.0 * amax, "{format}: {a} -> {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_are_quantized_on_their_own() {
+        // Many chunks of the parallel loop against one block at a time.
+        for format in QuantFormat::ALL {
+            let Some(t) = format.ggml_type() else {
+                continue;
+            };
+            let block = format.block_elements();
+            let x = gaussian(block * 150, 4);
+            let whole = quantize(format, &x).unwrap();
+            let one_by_one: Vec<u8> = x
+                .chunks(block)
+                .flat_map(|b| quantize(format, b).unwrap())
+                .collect();
+            assert_eq!(whole, one_by_one, "{t}");
+        }
+    }
+
+    #[test]
+    fn zeros_round_trip_exactly() {
+        for format in QuantFormat::ALL {
+            let n = format.block_elements() * 3;
+            let y = round_trip(format, &vec![0.0; n]);
+            assert!(y.iter().all(|&v| v == 0.0), "{format}: {y:?}");
+        }
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_the_reason() {
+        for format in QuantFormat::ALL {
+            let block = format.block_elements();
+            let err = quantize(format, &vec![1.0; block + 1]).unwrap_err();
+            assert_eq!(
+                err,
+                QuantError::NotWholeBlocks {
+                    format,
+                    numel: block + 1
+                }
+            );
+            let msg = err.to_string();
+            assert!(
+                msg.contains(&format!("blocks of {block} elements")),
+                "{msg}"
+            );
+            let mut x = vec![0.5f32; 2 * block];
+            x[block + 3] = f32::NAN;
+            x[block + 1] = f32::NEG_INFINITY;
+            let err = quantize(format, &x).unwrap_err();
+            assert_eq!(
+                err,
+                QuantError::NonFinite {
+                    format,
+                    index: block + 1,
+                    bits: f32::NEG_INFINITY.to_bits()
+                }
+            );
+            assert!(err
+                .to_string()
+                .contains(&format!("value {} is -inf", block + 1)));
+            assert_eq!(
+                quantize(format, &[]).unwrap().len(),
+                format.storage_bytes(0).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn nf4_tables_are_bitsandbytes() {
+        let map = super::super::nf4::dynamic_map();
+        assert!(map.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!((map[0], map[127], map[255]), (-0.992_968_75, 0.0, 1.0));
+        let nf4 = super::super::nf4::NF4;
+        assert!(nf4.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!((nf4[0], nf4[7], nf4[15]), (-1.0, 0.0, 1.0));
+    }
 }

@@ -7,7 +7,548 @@
 //! scale is `d * sc` in f32 (`sc` an integer), a value `(d * sc) * q` or
 //! `(d * sc) * q - (dmin * m)`, each product and difference rounded to f32 in that order.
 
-use super::{f16_at, BlockFormat, GgmlType, QK_K};
+//!
+//! The quantizers (`quantize_blocks`, behind [`super::quantize`]) are llama.cpp's reference
+//! quantizers (`quantize_row_q2_K_ref` ... `quantize_row_q6_K_ref` of `ggml/src/ggml-quants.c`, the
+//! ones `llama-quantize` runs without an importance matrix) ported operation for operation: the
+//! same float32 operations in the same order, never fused (the C compiled with
+//! `-ffp-contract=off`), `nearest_int` by its float bit trick, and C's integer narrowing (`uint8_t`
+//! and `int8_t` stores wrap). `gguf.quants` (gguf-py 0.19) has no K-quant quantizer; the bytes are
+//! checked against the C functions by `scripts/kquant_fixtures.py`.
+
+use super::{f16_at, f16_bytes, BlockFormat, GgmlType, QK_K};
+
+/// `GROUP_MAX_EPS` of ggml-quants.c: a group whose largest magnitude is below it is all zeros.
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// ggml's `nearest_int`: `fval + 12582912` (1.5 * 2^23) in f32, the low 23 bits of the result
+/// less 2^22; round half to even for `|fval| <= 4194303`, the same bits as the C otherwise.
+#[inline]
+fn nearest_int(fval: f32) -> i32 {
+    let val = fval + 12_582_912.0;
+    (val.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
+}
+
+/// f16 bits of `x` widened back to f32 (`GGML_FP16_TO_FP32(GGML_FP32_TO_FP16(x))`).
+#[inline]
+fn f16_round(x: f32) -> f32 {
+    f16_at(&f16_bytes(x), 0)
+}
+
+/// ggml's `make_qx_quants` with `rmse_type = 1` and no importance weights (weights `x * x`):
+/// symmetric quants in `[-nmax, nmax)` stored offset by `nmax` in `l`; returns the scale.
+fn make_qx_quants(x: &[f32], nmax: i32, l: &mut [i8]) -> f32 {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l.fill(0);
+        return 0.0;
+    }
+    let nmaxf = nmax as f32;
+    let clamp = |q: i32| q.clamp(-nmax, nmax - 1);
+    let mut iscale = -nmaxf / max;
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for (li, &v) in l.iter_mut().zip(x) {
+        let q = clamp(nearest_int(iscale * v));
+        *li = (q + nmax) as i8;
+        let w = v * v;
+        sumlx += w * v * q as f32;
+        suml2 += w * q as f32 * q as f32;
+    }
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in -9..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(nmaxf + 0.1 * is as f32) / max;
+        sumlx = 0.0;
+        suml2 = 0.0;
+        for &v in x {
+            let q = clamp(nearest_int(iscale * v));
+            let w = v * v;
+            sumlx += w * v * q as f32;
+            suml2 += w * q as f32 * q as f32;
+        }
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for (li, &v) in l.iter_mut().zip(x) {
+                *li = (nmax + clamp(nearest_int(iscale * v))) as i8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// ggml's `make_q3_quants` with `do_rmse`: symmetric quants in `[-nmax, nmax)` refined by up to
+/// 5 passes of coordinate descent on the weighted error (weights `x * x`), stored offset by
+/// `nmax`; returns the scale.
+fn make_q3_quants(x: &[f32], nmax: i32, l: &mut [i8]) -> f32 {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l.fill(0);
+        return 0.0;
+    }
+    let clamp = |q: i32| q.clamp(-nmax, nmax - 1);
+    let iscale = -(nmax as f32) / max;
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for (li, &v) in l.iter_mut().zip(x) {
+        let q = clamp(nearest_int(iscale * v));
+        *li = q as i8;
+        let w = v * v;
+        sumlx += w * v * q as f32;
+        suml2 += w * q as f32 * q as f32;
+    }
+    for _ in 0..5 {
+        let mut changed = 0;
+        for (li, &v) in l.iter_mut().zip(x) {
+            let w = v * v;
+            let old = f32::from(*li);
+            let mut slx = sumlx - w * v * old;
+            if slx > 0.0 {
+                let mut sl2 = suml2 - w * old * old;
+                let new_l = clamp(nearest_int(v * sl2 / slx));
+                if new_l != i32::from(*li) {
+                    slx += w * v * new_l as f32;
+                    sl2 += w * new_l as f32 * new_l as f32;
+                    if sl2 > 0.0 && slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        *li = new_l as i8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        changed += 1;
+                    }
+                }
+            }
+        }
+        if changed == 0 {
+            break;
+        }
+    }
+    for li in l.iter_mut() {
+        *li += nmax as i8;
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// ggml's `make_qkx2_quants`: affine quants in `[0, nmax]` (`x ≈ scale * l - the_min`) with
+/// weights `weights`, searching `nstep + 1` scales around `nmax / (max - min)` for the least
+/// weighted squared (or, `use_mad`, absolute) error. Returns `(scale, the_min)`.
+#[allow(clippy::too_many_arguments)]
+fn make_qkx2_quants(
+    x: &[f32],
+    nmax: i32,
+    weights: &[f32],
+    l: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+) -> (f32, f32) {
+    let n = x.len();
+    let (mut min, mut max) = (x[0], x[0]);
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        l.fill(0);
+        return (0.0, -min);
+    }
+    let nmaxf = nmax as f32;
+    let err = |diff: f32| if use_mad { diff.abs() } else { diff * diff };
+    let mut iscale = nmaxf / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0.0f32;
+    for i in 0..n {
+        let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+        l[i] = q as u8;
+        let diff = scale * f32::from(l[i]) + min - x[i];
+        best_error += weights[i] * err(diff);
+    }
+    if nstep < 1 {
+        return (scale, -min);
+    }
+    let mut aux = [0u8; 32];
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for i in 0..n {
+            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            aux[i] = q as u8;
+            let (w, qf) = (weights[i], q as f32);
+            sum_l += w * qf;
+            sum_l2 += w * qf * qf;
+            sum_xl += w * qf * x[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0.0f32;
+            for i in 0..n {
+                let diff = this_scale * f32::from(aux[i]) + this_min - x[i];
+                cur_error += weights[i] * err(diff);
+            }
+            if cur_error < best_error {
+                l[..n].copy_from_slice(&aux[..n]);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// Packs 2-bit quants `l` (256) as Q2_K and Q3_K store them: element `128·g + 32·s + j` at bits
+/// `2s..2s + 2` of byte `32·g + j`.
+fn pack_2bit(l: &[u8], qs: &mut [u8]) {
+    for g in 0..2 {
+        for j in 0..32 {
+            let b = 128 * g + j;
+            qs[32 * g + j] = l[b] | (l[b + 32] << 2) | (l[b + 64] << 4) | (l[b + 96] << 6);
+        }
+    }
+}
+
+/// `quantize_row_q2_K_ref`.
+fn quantize_q2_k(x: &[f32], y: &mut [u8]) {
+    let mut l = [0u8; QK_K];
+    let mut mins = [0.0f32; 16];
+    let mut scales = [0.0f32; 16];
+    let q4scale = 15.0f32;
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for j in 0..16 {
+        let xs = &x[16 * j..16 * j + 16];
+        let weights: [f32; 16] = std::array::from_fn(|i| xs[i].abs());
+        let (scale, min) = make_qkx2_quants(
+            xs,
+            3,
+            &weights,
+            &mut l[16 * j..16 * j + 16],
+            -0.5,
+            0.1,
+            15,
+            true,
+        );
+        scales[j] = scale;
+        mins[j] = min;
+        if scale > max_scale {
+            max_scale = scale;
+        }
+        if min > max_min {
+            max_min = min;
+        }
+    }
+    let (sc, rest) = y.split_at_mut(16);
+    let (qs, dd) = rest.split_at_mut(64);
+    if max_scale > 0.0 {
+        let iscale = q4scale / max_scale;
+        for j in 0..16 {
+            sc[j] = nearest_int(iscale * scales[j]) as u8;
+        }
+        dd[..2].copy_from_slice(&f16_bytes(max_scale / q4scale));
+    } else {
+        sc.fill(0);
+        dd[..2].copy_from_slice(&f16_bytes(0.0));
+    }
+    if max_min > 0.0 {
+        let iscale = q4scale / max_min;
+        for j in 0..16 {
+            let q = nearest_int(iscale * mins[j]);
+            sc[j] |= (q << 4) as u8;
+        }
+        dd[2..4].copy_from_slice(&f16_bytes(max_min / q4scale));
+    } else {
+        dd[2..4].copy_from_slice(&f16_bytes(0.0));
+    }
+    let (d_all, m_all) = (f16_at(dd, 0), f16_at(dd, 2));
+    for j in 0..16 {
+        let d = d_all * f32::from(sc[j] & 0xF);
+        if d == 0.0 {
+            continue;
+        }
+        let dm = m_all * f32::from(sc[j] >> 4);
+        for ii in 0..16 {
+            l[16 * j + ii] = nearest_int((x[16 * j + ii] + dm) / d).clamp(0, 3) as u8;
+        }
+    }
+    pack_2bit(&l, qs);
+}
+
+/// `quantize_row_q3_K_ref`.
+fn quantize_q3_k(x: &[f32], y: &mut [u8]) {
+    let mut l = [0i8; QK_K];
+    let mut scales = [0.0f32; 16];
+    let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
+    for j in 0..16 {
+        scales[j] = make_q3_quants(&x[16 * j..16 * j + 16], 4, &mut l[16 * j..16 * j + 16]);
+        let scale = scales[j].abs();
+        if scale > amax {
+            amax = scale;
+            max_scale = scales[j];
+        }
+    }
+    let (hmask, rest) = y.split_at_mut(32);
+    let (qs, rest) = rest.split_at_mut(64);
+    let (sc, dd) = rest.split_at_mut(12);
+    sc.fill(0);
+    if max_scale != 0.0 {
+        let iscale = -32.0f32 / max_scale;
+        for j in 0..16 {
+            let q = nearest_int(iscale * scales[j]) as i8;
+            let q = (i32::from(q).clamp(-32, 31) + 32) as u8;
+            if j < 8 {
+                sc[j] = q & 0xF;
+            } else {
+                sc[j - 8] |= (q & 0xF) << 4;
+            }
+            sc[j % 4 + 8] |= (q >> 4) << (2 * (j / 4));
+        }
+        dd.copy_from_slice(&f16_bytes(1.0 / iscale));
+    } else {
+        dd.copy_from_slice(&f16_bytes(0.0));
+    }
+    let d_all = f16_at(dd, 0);
+    for j in 0..16 {
+        let low = if j < 8 { sc[j] & 0xF } else { sc[j - 8] >> 4 };
+        let s = (low | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) as i8 - 32;
+        let d = d_all * f32::from(s);
+        if d == 0.0 {
+            continue;
+        }
+        for ii in 0..16 {
+            let q = nearest_int(x[16 * j + ii] / d).clamp(-4, 3);
+            l[16 * j + ii] = (q + 4) as i8;
+        }
+    }
+    hmask.fill(0);
+    let mut lu = [0u8; QK_K];
+    for (j, (u, &v)) in lu.iter_mut().zip(&l).enumerate() {
+        let mut v = v as u8;
+        if v > 3 {
+            hmask[j % 32] |= 1 << (j / 32);
+            v -= 4;
+        }
+        *u = v;
+    }
+    pack_2bit(&lu, qs);
+}
+
+/// The weights, scales and minimums of the eight 32-element groups of a Q4_K or Q5_K super-block
+/// (`make_qkx2_quants` with weights `sqrt(mean(x²)) + |x|`), then the 6-bit scales and minimums
+/// packed into `scales` (12 bytes) and `d`, `dmin` into `dd` (4 bytes), as
+/// `quantize_row_q4_K_ref` and `quantize_row_q5_K_ref` do; returns the final quants (in
+/// `[0, nmax]`) requantized with the packed scales.
+fn quantize_k4_scales(
+    x: &[f32],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+    dd: &mut [u8],
+    packed: &mut [u8],
+) -> [u8; QK_K] {
+    let mut l = [0u8; QK_K];
+    let mut mins = [0.0f32; 8];
+    let mut scales = [0.0f32; 8];
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for j in 0..8 {
+        let xs = &x[32 * j..32 * j + 32];
+        let mut sum_x2 = 0.0f32;
+        for &v in xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        let weights: [f32; 32] = std::array::from_fn(|i| av_x + xs[i].abs());
+        let (scale, min) = make_qkx2_quants(
+            xs,
+            nmax,
+            &weights,
+            &mut l[32 * j..32 * j + 32],
+            rmin,
+            0.1,
+            nstep,
+            false,
+        );
+        scales[j] = scale;
+        mins[j] = min;
+        if scale > max_scale {
+            max_scale = scale;
+        }
+        if min > max_min {
+            max_min = min;
+        }
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    packed.fill(0);
+    for j in 0..8 {
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            packed[j - 4] |= (ls >> 4) << 6;
+            packed[j] |= (lm >> 4) << 6;
+        }
+    }
+    dd[..2].copy_from_slice(&f16_bytes(max_scale / 63.0));
+    dd[2..4].copy_from_slice(&f16_bytes(max_min / 63.0));
+    let (d_all, m_all) = (f16_at(dd, 0), f16_at(dd, 2));
+    let (sc, mn) = scale_min_k4(packed);
+    for j in 0..8 {
+        let d = d_all * f32::from(sc[j]);
+        if d == 0.0 {
+            continue;
+        }
+        let dm = m_all * f32::from(mn[j]);
+        for ii in 0..32 {
+            l[32 * j + ii] = nearest_int((x[32 * j + ii] + dm) / d).clamp(0, nmax) as u8;
+        }
+    }
+    l
+}
+
+/// `quantize_row_q4_K_ref`.
+fn quantize_q4_k(x: &[f32], y: &mut [u8]) {
+    let (head, qs) = y.split_at_mut(16);
+    let (dd, packed) = head.split_at_mut(4);
+    let l = quantize_k4_scales(x, 15, -1.0, 20, dd, packed);
+    for g in 0..4 {
+        for j in 0..32 {
+            qs[32 * g + j] = l[64 * g + j] | (l[64 * g + j + 32] << 4);
+        }
+    }
+}
+
+/// `quantize_row_q5_K_ref`.
+fn quantize_q5_k(x: &[f32], y: &mut [u8]) {
+    let (head, rest) = y.split_at_mut(16);
+    let (dd, packed) = head.split_at_mut(4);
+    let (qh, ql) = rest.split_at_mut(32);
+    let l = quantize_k4_scales(x, 31, -0.5, 15, dd, packed);
+    qh.fill(0);
+    for g in 0..4 {
+        let (m1, m2) = (1u8 << (2 * g), 2u8 << (2 * g));
+        for j in 0..32 {
+            let mut l1 = l[64 * g + j];
+            if l1 > 15 {
+                l1 -= 16;
+                qh[j] |= m1;
+            }
+            let mut l2 = l[64 * g + j + 32];
+            if l2 > 15 {
+                l2 -= 16;
+                qh[j] |= m2;
+            }
+            ql[32 * g + j] = l1 | (l2 << 4);
+        }
+    }
+}
+
+/// `quantize_row_q6_K_ref`.
+fn quantize_q6_k(x: &[f32], y: &mut [u8]) {
+    let mut l = [0i8; QK_K];
+    let mut scales = [0.0f32; 16];
+    let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+    for ib in 0..16 {
+        let scale = make_qx_quants(&x[16 * ib..16 * ib + 16], 32, &mut l[16 * ib..16 * ib + 16]);
+        scales[ib] = scale;
+        if scale.abs() > max_abs_scale {
+            max_abs_scale = scale.abs();
+            max_scale = scale;
+        }
+    }
+    if max_abs_scale < GROUP_MAX_EPS {
+        y.fill(0);
+        return;
+    }
+    let (ql, rest) = y.split_at_mut(128);
+    let (qh, rest) = rest.split_at_mut(64);
+    let (sc, dd) = rest.split_at_mut(16);
+    let iscale = -128.0f32 / max_scale;
+    dd.copy_from_slice(&f16_bytes(1.0 / iscale));
+    for ib in 0..16 {
+        sc[ib] = nearest_int(iscale * scales[ib]).min(127) as i8 as u8;
+    }
+    let d_all = f16_round(1.0 / iscale);
+    for j in 0..16 {
+        let d = d_all * f32::from(sc[j] as i8);
+        if d == 0.0 {
+            continue;
+        }
+        for ii in 0..16 {
+            let q = nearest_int(x[16 * j + ii] / d).clamp(-32, 31);
+            l[16 * j + ii] = (q + 32) as i8;
+        }
+    }
+    for g in 0..2 {
+        for j in 0..32 {
+            let b = 128 * g + j;
+            let q = |k: usize| l[b + 32 * k] as u8;
+            ql[64 * g + j] = (q(0) & 0xF) | ((q(2) & 0xF) << 4);
+            ql[64 * g + j + 32] = (q(1) & 0xF) | ((q(3) & 0xF) << 4);
+            qh[32 * g + j] =
+                (q(0) >> 4) | ((q(1) >> 4) << 2) | ((q(2) >> 4) << 4) | ((q(3) >> 4) << 6);
+        }
+    }
+}
+
+/// Quantizes `values` (whole 256-element super-blocks) into `out` (the same number of
+/// `ggml_type`'s blocks) with llama.cpp's reference quantizer; `ggml_type` is one of Q2_K ...
+/// Q6_K (checked by the caller, as are the lengths and that the values are finite).
+pub(crate) fn quantize_blocks(ggml_type: GgmlType, values: &[f32], out: &mut [u8]) {
+    let quantize_block: fn(&[f32], &mut [u8]) = match ggml_type {
+        GgmlType::Q2_K => quantize_q2_k,
+        GgmlType::Q3_K => quantize_q3_k,
+        GgmlType::Q4_K => quantize_q4_k,
+        GgmlType::Q5_K => quantize_q5_k,
+        GgmlType::Q6_K => quantize_q6_k,
+        other => unreachable!("{other} is not a K-quant"),
+    };
+    let bytes = ggml_type.block_layout().1;
+    for (x, y) in values.chunks_exact(QK_K).zip(out.chunks_exact_mut(bytes)) {
+        quantize_block(x, y);
+    }
+}
 
 /// `{scales: [u8; 16], qs: [u8; 64], d: f16, dmin: f16}`: 2-bit quants in 16 groups of 16, a
 /// group's scale the low nibble of its `scales` byte and its minimum the high nibble.

@@ -6,8 +6,15 @@
 //! bit `j` of the little-endian `u32` `qh` as the fifth bit of element `j`. Values are
 //! `d * q` (Q4_0, Q5_0, Q8_0) or `(d * q) + m` (Q4_1, Q5_1) in f32, `d` and `m` widened from
 //! f16, exactly as `gguf.quants` computes them.
+//!
+//! The quantizers (`quantize_blocks`, behind [`super::quantize`]) produce the bytes of
+//! `gguf.quants.quantize` (gguf-py's `quants.py`, numpy) bit for bit: the same float32 operations
+//! in the same order, numpy's reductions (`argmax` of `|x|` takes the first maximum; `max` and
+//! `min` take the last of equal values, which decides the sign of a zero), and numpy's
+//! float-to-integer casts on x86-64 (the truncation to `int32` of `cvttss2si`, whose out-of-range
+//! and NaN result `i32::MIN` keeps a low byte of 0, then the low byte).
 
-use super::{f16_at, BlockFormat, GgmlType};
+use super::{f16_at, f16_bytes, BlockFormat, GgmlType};
 
 /// Elements of a legacy block (`QK4_0 = QK4_1 = QK5_0 = QK5_1 = QK8_0 = 32`).
 const QK: usize = 32;
@@ -104,6 +111,165 @@ impl BlockFormat for BlockQ8_0 {
         let d = f16_at(block, 0);
         for (o, &q) in out.iter_mut().zip(&block[2..2 + QK]) {
             *o = f32::from(q as i8) * d;
+        }
+    }
+}
+
+/// numpy's `astype(np.uint8)` (or `np.int8`, the same byte) of a float32 that is already a
+/// whole number or not finite, on x86-64: NaN and values outside `i32` give 0, others their low
+/// byte.
+#[inline]
+fn np_byte(x: f32) -> u8 {
+    const LIMIT: f32 = 2_147_483_648.0;
+    if x.is_nan() || !(-LIMIT..LIMIT).contains(&x) {
+        0
+    } else {
+        (x as i32) as u8
+    }
+}
+
+/// `np.trunc(x).astype(np.uint8)`.
+#[inline]
+fn trunc_byte(x: f32) -> u8 {
+    np_byte(x.trunc())
+}
+
+/// `np_roundf` of gguf-py (round half away from zero, in float32 operations:
+/// `sign(x) * (floor(|x|) + floor(2 * (|x| - floor(|x|))))`), then `astype(np.int8)`.
+#[inline]
+fn roundf_byte(x: f32) -> u8 {
+    let a = x.abs();
+    let floored = a.floor();
+    let b = floored + (2.0 * (a - floored)).floor();
+    let sign = if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else {
+        x
+    };
+    np_byte(sign * b)
+}
+
+/// The value of largest magnitude (the first one), as `take_along_axis(x, argmax(|x|))`.
+#[inline]
+fn signed_absmax(x: &[f32]) -> f32 {
+    let mut best = 0;
+    for (j, v) in x.iter().enumerate() {
+        if v.abs() > x[best].abs() {
+            best = j;
+        }
+    }
+    x[best]
+}
+
+/// `(max, min)` as numpy's `max` and `min` reductions return them: of equal values (`0.0` and
+/// `-0.0`) the last one.
+#[inline]
+fn max_min(x: &[f32]) -> (f32, f32) {
+    let (mut max, mut min) = (x[0], x[0]);
+    for &v in &x[1..] {
+        if v >= max {
+            max = v;
+        }
+        if v <= min {
+            min = v;
+        }
+    }
+    (max, min)
+}
+
+/// `where(d == 0, 0, 1 / d)`.
+#[inline]
+fn inverse(d: f32) -> f32 {
+    if d == 0.0 {
+        0.0
+    } else {
+        1.0 / d
+    }
+}
+
+/// The 4- or 5-bit quants of a `_0` format: `trunc(x * id + offset)` clipped to `max`.
+fn quants_symmetric(x: &[f32], divisor: f32, offset: f32, max: u8) -> (f32, [u8; QK]) {
+    let d = signed_absmax(x) / divisor;
+    let id = inverse(d);
+    let mut q = [0u8; QK];
+    for (q, &v) in q.iter_mut().zip(x) {
+        *q = trunc_byte(v * id + offset).min(max);
+    }
+    (d, q)
+}
+
+/// The 4- or 5-bit quants of a `_1` format: `trunc((x - min) * id + 0.5)` clipped to `levels`.
+fn quants_affine(x: &[f32], levels: f32, max_q: u8) -> (f32, f32, [u8; QK]) {
+    let (max, min) = max_min(x);
+    let d = (max - min) / levels;
+    let id = inverse(d);
+    let mut q = [0u8; QK];
+    for (q, &v) in q.iter_mut().zip(x) {
+        *q = trunc_byte((v - min) * id + 0.5).min(max_q);
+    }
+    (d, min, q)
+}
+
+/// Nibbles: element `j` in the low half of byte `j`, element `j + 16` in the high half (higher
+/// bits of the quant shifted out, as numpy's `uint8` shift drops them).
+fn pack_nibbles(q: &[u8; QK], out: &mut [u8]) {
+    for j in 0..QK / 2 {
+        out[j] = (q[j] & 0x0F) | (q[j + QK / 2] << 4);
+    }
+}
+
+/// Bit 4 of each quant, element `j` at bit `j` of a little-endian `u32`.
+fn fifth_bits(q: &[u8; QK]) -> [u8; 4] {
+    let mut qh = 0u32;
+    for (j, &v) in q.iter().enumerate() {
+        qh |= u32::from(v >> 4 != 0) << j;
+    }
+    qh.to_le_bytes()
+}
+
+/// Quantizes `values` (whole 32-element blocks) into `out` (the same number of `ggml_type`'s
+/// blocks) as `gguf.quants.quantize` does; `ggml_type` is one of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+/// (checked by the caller, as are the lengths and that the values are finite).
+pub(crate) fn quantize_blocks(ggml_type: GgmlType, values: &[f32], out: &mut [u8]) {
+    let bytes = ggml_type.block_layout().1;
+    for (x, o) in values.chunks_exact(QK).zip(out.chunks_exact_mut(bytes)) {
+        match ggml_type {
+            GgmlType::Q4_0 => {
+                let (d, q) = quants_symmetric(x, -8.0, 8.5, 15);
+                o[..2].copy_from_slice(&f16_bytes(d));
+                pack_nibbles(&q, &mut o[2..]);
+            }
+            GgmlType::Q4_1 => {
+                let (d, m, q) = quants_affine(x, 15.0, 15);
+                o[..2].copy_from_slice(&f16_bytes(d));
+                o[2..4].copy_from_slice(&f16_bytes(m));
+                pack_nibbles(&q, &mut o[4..]);
+            }
+            GgmlType::Q5_0 => {
+                let (d, q) = quants_symmetric(x, -16.0, 16.5, 31);
+                o[..2].copy_from_slice(&f16_bytes(d));
+                o[2..6].copy_from_slice(&fifth_bits(&q));
+                pack_nibbles(&q, &mut o[6..]);
+            }
+            GgmlType::Q5_1 => {
+                let (d, m, q) = quants_affine(x, 31.0, 31);
+                o[..2].copy_from_slice(&f16_bytes(d));
+                o[2..4].copy_from_slice(&f16_bytes(m));
+                o[4..8].copy_from_slice(&fifth_bits(&q));
+                pack_nibbles(&q, &mut o[8..]);
+            }
+            GgmlType::Q8_0 => {
+                let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let id = inverse(d);
+                o[..2].copy_from_slice(&f16_bytes(d));
+                for (q, &v) in o[2..].iter_mut().zip(x) {
+                    *q = roundf_byte(v * id);
+                }
+            }
+            other => unreachable!("{other} is not a legacy block format"),
         }
     }
 }

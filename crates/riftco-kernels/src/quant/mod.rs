@@ -14,7 +14,9 @@
 //! scalar (no run-time SIMD dispatch), so the result is the same at every SIMD level.
 //!
 //! Each block format is a type implementing [`BlockFormat`] (its layout and the dequantization
-//! of one block); quantized storage and fused mat-vec kernels can be added to the same types.
+//! of one block). [`quantize`] writes a whole tensor in any [`QuantFormat`] with the bytes of
+//! the format's reference quantizer (`gguf.quants`, llama.cpp's `quantize_row_*_ref`,
+//! bitsandbytes' `quantize_4bit`; see [`format::quantize`]).
 
 pub mod blocked;
 pub mod format;
@@ -311,7 +313,7 @@ pub trait BlockFormat {
     fn dequantize_block(block: &[u8], out: &mut [f32]);
 }
 
-/// Why [`dequantize`] refused its input.
+/// Why [`dequantize`], [`dequantize_range`] or [`quantize`] refused its input.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum QuantError {
     /// The type is not one [`dequantize`] reads.
@@ -325,8 +327,6 @@ pub enum QuantError {
         /// Elements asked for.
         elements: usize,
     },
-    /// A format riftco does not quantize to (it reads it only).
-    NotQuantized(QuantFormat),
     /// A range of a quantized tensor that is not whole blocks inside it, or storage of the
     /// wrong length for the tensor.
     Range {
@@ -340,6 +340,23 @@ pub enum QuantError {
         start: usize,
         /// Elements asked for.
         len: usize,
+    },
+    /// Values to quantize that are not a whole number of the format's blocks.
+    NotWholeBlocks {
+        /// The format.
+        format: QuantFormat,
+        /// Elements given.
+        numel: usize,
+    },
+    /// A value to quantize that is NaN or infinite (the first one).
+    NonFinite {
+        /// The format.
+        format: QuantFormat,
+        /// Its index in the values.
+        index: usize,
+        /// The value's f32 bits (`f32::from_bits(bits)` is the value; kept as bits so the
+        /// error compares with `Eq`).
+        bits: u32,
     },
 }
 
@@ -365,16 +382,6 @@ impl fmt::Display for QuantError {
                      same count"
                 )
             }
-            Self::NotQuantized(format) => write!(
-                f,
-                "riftco does not quantize to {format}; it quantizes to {}",
-                QuantFormat::ALL
-                    .into_iter()
-                    .filter(|f| quantize(*f, &[0.0; 256]).is_ok())
-                    .map(QuantFormat::name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
             Self::Range {
                 format,
                 bytes,
@@ -389,6 +396,22 @@ impl fmt::Display for QuantError {
                 start.saturating_add(*len),
                 format.block_elements(),
                 format.storage_bytes(*numel),
+            ),
+            Self::NotWholeBlocks { format, numel } => write!(
+                f,
+                "{numel} values cannot be quantized to {format}: {format} stores whole blocks of \
+                 {} elements, and {numel} is not a multiple of {}",
+                format.block_elements(),
+                format.block_elements(),
+            ),
+            Self::NonFinite {
+                format,
+                index,
+                bits,
+            } => write!(
+                f,
+                "value {index} is {}: only finite values can be quantized to {format}",
+                f32::from_bits(*bits)
             ),
         }
     }
@@ -446,6 +469,13 @@ fn blocks<B: BlockFormat>(bytes: &[u8], out: &mut [f32]) -> Result<(), QuantErro
         B::dequantize_block(block, values);
     }
     Ok(())
+}
+
+/// The little-endian bytes of `x` rounded to f16 (to nearest, ties to even; out of range to
+/// infinity), as numpy's `astype(np.float16)` and ggml's `GGML_FP32_TO_FP16` round it.
+#[inline]
+pub(crate) fn f16_bytes(x: f32) -> [u8; 2] {
+    half::f16::from_f32(x).to_bits().to_le_bytes()
 }
 
 /// The f16 at `bytes[at..at + 2]` (little endian), widened to f32 exactly.
