@@ -29,6 +29,7 @@ NUMERICS_MODULES = frozenset(
         "test_policies",
         "test_policy_stages",
         "test_quantize",
+        "test_quantized_base",
         "test_resume",
         "test_training",
         "test_variable_parity",

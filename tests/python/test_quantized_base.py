@@ -161,3 +161,35 @@ def test_an_unknown_dtype_lists_the_accepted_ones(tmp_path: Path) -> None:
         riftco.load_model(path, dtype="int4")
     with pytest.raises(riftco.ConfigError, match="frozen_weights_dtype"):
         riftco.PostTrainingConfig(frozen_weights_dtype="q4_9")
+
+
+@pytest.mark.parametrize("dtype", ["nf4", "q4_k", "q8_0", "q4_0"])
+def test_quantized_on_load_computes_as_the_float32_model_of_its_values(
+    tmp_path: Path, dtype: str
+) -> None:
+    """A Hugging Face folder loaded with ``dtype=`` holds each matrix as ``riftco.quantize`` makes
+    it (the RMSNorm gains float32) and computes bitwise as a float32 model holding the
+    dequantized values (that model saved and loaded back as float32)."""
+    _, folder = tiny_llama(tmp_path, {}, tied=True)
+    original = dict(riftco.load_model(folder).named_parameters())
+    quantized = riftco.load_model(folder, dtype=dtype)
+    assert quantized.frozen_weights_dtype == dtype
+    for name, p in quantized.named_parameters():
+        w = original[name].numpy()
+        expected = w if w.ndim == 1 else riftco.dequantize(riftco.quantize(w, dtype), dtype, w.shape)
+        assert np.array_equal(bits(p.numpy()), bits(expected)), name
+    quantized.save(str(tmp_path / "dequantized.safetensors"))
+    reference = riftco.load_model(tmp_path / "dequantized.safetensors")
+    assert_same(step_outputs(lora(quantized)), step_outputs(lora(reference)))
+
+
+def test_a_matrix_that_is_not_whole_blocks_is_named(tmp_path: Path) -> None:
+    config = riftco.TransformerConfig(
+        vocab_size=64, d_model=96, n_heads=4, n_layers=1, d_ff=192, max_seq_len=16
+    )
+    model = lora(riftco.DecoderOnlyTransformer(config))
+    with pytest.raises(riftco.ConfigError, match=r"embed_tokens.*\[64, 96\].*256"):
+        model.set_frozen_weights_dtype("q4_k")
+    assert model.frozen_weights_dtype == "float32"  # unchanged
+    model.set_frozen_weights_dtype("q8_0")  # 96 = 3 blocks of 32
+    assert model.frozen_weights_dtype == "q8_0"
