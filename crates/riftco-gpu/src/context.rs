@@ -432,10 +432,28 @@ impl GpuContext {
     /// [`GpuError::Readback`] when mapping fails; [`GpuError::ForeignBuffer`] for a buffer of
     /// another context; validation errors of pending kernels; device lost. Never panics.
     pub fn download(&self, buf: &GpuBuffer) -> Result<Vec<f32>> {
+        self.read_back(buf, |view| {
+            view.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+    }
+
+    /// The bytes of `buf` (`4 · buf.len()` of them, as stored), read back as
+    /// [`GpuContext::download`] does.
+    ///
+    /// # Errors
+    /// As [`GpuContext::download`].
+    pub(crate) fn download_bytes(&self, buf: &GpuBuffer) -> Result<Vec<u8>> {
+        self.read_back(buf, |view| view.to_vec())
+    }
+
+    /// `read` of the `4 · buf.len()` bytes of `buf`, mapped after everything pending ran.
+    fn read_back<T: Default>(&self, buf: &GpuBuffer, read: impl FnOnce(&[u8]) -> T) -> Result<T> {
         self.check_owner("download", "the buffer", buf)?;
         if buf.is_empty() {
             self.flush()?;
-            return Ok(Vec::new());
+            return Ok(T::default());
         }
         let bytes = buf.bytes();
         let staging = self.scoped(
@@ -472,9 +490,7 @@ impl GpuContext {
                 .map_err(|e| GpuError::Readback {
                     message: e.to_string(),
                 })?;
-            view.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
+            read(&view[..4 * buf.len()])
         };
         staging.unmap();
         Ok(out)
