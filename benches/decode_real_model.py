@@ -1,24 +1,32 @@
-"""Greedy decoding speed on a real GGUF model: riftco beside transformers, on the same weights.
+"""Greedy decoding speed on a real GGUF model: riftco on the file's quantized blocks as stored,
+riftco on the same weights dequantized to float32, llama.cpp on the same file, and transformers.
 
-Both sides load the same GGUF file dequantized to float32 (riftco with ``riftco.load_model``,
-transformers with ``from_pretrained(..., gguf_file=...)``), take the same prompt token ids (the
-chat template of the file, rendered by riftco's tokenizer) and decode greedily. Rounds alternate
-riftco / transformers in one process, each side on the same number of threads.
+- ``riftco q``: ``riftco.load_model(gguf)`` keeps the file's blocks (Q4_1, Q8_0, ...); every
+  one-token product reads them directly (the fused quantized mat-vec).
+- ``riftco f32``: ``riftco.load_model(gguf, dtype="float32")``.
+- ``llama.cpp``: llama-cpp-python (built from its source distribution) on the same file, with
+  the same thread count, weights in plain CPU buffers (``use_extra_bufts = False``, llama-cli's
+  ``--no-repack``: the 0.3.36 build crashes on this host's AMX repacking); skipped with the
+  reason when it does not import.
+- ``transformers``: ``from_pretrained(..., gguf_file=...)`` in float32 (``--no-torch``: off).
 
-What is timed is decoding, not the prompt: riftco's time for ``--tokens`` steps after the
-prompt is in its K/V cache; transformers' ``generate`` of ``--tokens + 1`` new tokens minus its
-``generate`` of 1 new token (which is the prompt's forward and the first token), both with
-no end-of-sequence stop on either side. The continuations are compared token by token.
+Every side takes the same prompt token ids (the chat template of the file, rendered by riftco's
+tokenizer) and decodes greedily with no end-of-sequence stop. What is timed is decoding, not
+the prompt: riftco's ``--tokens`` steps after the prompt is in its K/V cache; llama.cpp's
+``--tokens`` tokens after its first one (the prompt's evaluation); transformers' ``generate`` of
+``--tokens + 1`` new tokens minus its ``generate`` of 1. Rounds alternate the sides in one
+process, each on the same number of threads. The continuations are compared token by token.
 
 Decoding one token reads every weight once, so the bound is memory bandwidth: the script
 measures this machine's read bandwidth (NumPy threads summing float32 arrays, as many as riftco's
-kernel threads) and prints how close each side runs to it.
+kernel threads) and prints how close each riftco row runs to it (the quantized row reads the
+file's bytes, the f32 row four bytes per weight).
 
     python benches/decode_real_model.py                       # the cached SmolLM2 GGUF
     python benches/decode_real_model.py --gguf model.gguf --tokens 64 --rounds 5
 
-Needs riftco, and for the peer torch, transformers, accelerate and gguf (``--no-torch``: riftco
-only). The SmolLM2-135M-Instruct GGUF is fetched by ``scripts/fetch_smollm2.sh``.
+Needs riftco; for the peers llama-cpp-python, and torch, transformers, accelerate and gguf. The
+SmolLM2-135M-Instruct GGUF is fetched by ``scripts/fetch_smollm2.sh``.
 """
 
 from __future__ import annotations
@@ -46,6 +54,41 @@ DEFAULT_GGUF = Path(
 PROMPT = "What is the capital of France? Answer in one sentence, then explain why."
 
 
+def llama_cpp_model(path: Path, threads: int) -> Any:
+    """llama-cpp-python's model on ``path`` with weights in plain CPU buffers, or the reason it
+    is not available."""
+    try:
+        import llama_cpp
+        import llama_cpp.llama_cpp as lib
+    except ImportError as e:
+        return f"llama-cpp-python does not import ({e})"
+    default_params = lib.llama_model_default_params
+
+    def no_repack() -> Any:
+        params = default_params()
+        params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = no_repack
+    return llama_cpp.Llama(
+        model_path=str(path), n_ctx=512, n_threads=threads, n_threads_batch=threads,
+        verbose=False, seed=0,
+    )
+
+
+def llama_cpp_decode(llm: Any, prompt: list[int], n: int) -> tuple[float, list[int]]:
+    llm.reset()
+    out: list[int] = []
+    t0 = 0.0
+    for token in llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+        if not out:
+            t0 = time.perf_counter()  # the prompt is evaluated: time the next n tokens
+        out.append(int(token))
+        if len(out) == n + 1:
+            break
+    return time.perf_counter() - t0, out[:n]
+
+
 def read_bandwidth_gbs(threads: int) -> float:
     """GB/s read by ``threads`` threads each summing its own 512 MiB float32 array with NumPy
     (which releases the GIL in the sum), best of 3: the machine's streaming-read rate."""
@@ -66,10 +109,7 @@ def read_bandwidth_gbs(threads: int) -> float:
 
 def riftco_decode(model: Any, prompt: list[int], n: int) -> tuple[float, list[int]]:
     session = model.decode_session()
-    logits = None
-    for t in prompt:
-        logits = session.decode_token(t)
-    assert logits is not None
+    logits = session.decode_tokens(prompt)
     out: list[int] = []
     t0 = time.perf_counter()
     for _ in range(n):
@@ -98,9 +138,10 @@ def torch_decode(model: Any, prompt: list[int], n: int) -> tuple[float, list[int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
-    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--no-torch", action="store_true", help="no transformers row")
+    parser.add_argument("--no-llama-cpp", action="store_true", help="no llama.cpp row")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     if not args.gguf.is_file():
@@ -108,17 +149,24 @@ def main() -> None:
 
     threads = riftco.num_threads()
     t0 = time.perf_counter()
-    model = riftco.load_model(args.gguf)
+    quantized = riftco.load_model(args.gguf)
     riftco_load = time.perf_counter() - t0
+    model = riftco.load_model(args.gguf, dtype="float32")
     tokenizer = riftco.load_tokenizer(args.gguf)
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True
     )
     prompt = tokenizer.encode(text)
-    # f32 bytes read per token: every weight once (the embedding lookup reads one row, a tied
-    # head the whole table, so the table counts once either way).
-    weight_bytes = 4 * sum(int(np.prod(p.shape)) for p in model.parameters())
+    # Bytes read per token: every weight once (the embedding lookup reads one row, a tied head
+    # the whole table, so the table counts once either way): four bytes per weight in f32, the
+    # file's own bytes for the quantized model.
+    weight_bytes = 4 * sum(int(np.prod(p.shape)) for _, p in model.named_parameters())
+    file_bytes = sum(int(i["n_bytes"]) for i in riftco.gguf_tensor_infos(args.gguf))
 
+    llm = None if args.no_llama_cpp else llama_cpp_model(args.gguf, threads)
+    if isinstance(llm, str):
+        print(f"llama.cpp skipped: {llm}", file=sys.stderr)
+        llm = None
     peer = None
     if not args.no_torch:
         import torch
@@ -135,14 +183,22 @@ def main() -> None:
         print(f"transformers load {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     bandwidth = read_bandwidth_gbs(threads)
 
-    rates: dict[str, list[float]] = {"riftco": [], "transformers": []}
+    rates: dict[str, list[float]] = {
+        "riftco q": [], "riftco f32": [], "llama.cpp": [], "transformers": []
+    }
     tokens: dict[str, list[int]] = {}
     for r in range(args.rounds):
-        dt, tokens["riftco"] = riftco_decode(model, prompt, args.tokens)
-        rates["riftco"].append(args.tokens / dt)
+        runs: list[tuple[str, Any]] = [
+            ("riftco q", lambda: riftco_decode(quantized, prompt, args.tokens)),
+            ("riftco f32", lambda: riftco_decode(model, prompt, args.tokens)),
+        ]
+        if llm is not None:
+            runs.append(("llama.cpp", lambda: llama_cpp_decode(llm, prompt, args.tokens)))
         if peer is not None:
-            dt, tokens["transformers"] = torch_decode(peer, prompt, args.tokens)
-            rates["transformers"].append(args.tokens / dt)
+            runs.append(("transformers", lambda: torch_decode(peer, prompt, args.tokens)))
+        for name, run in runs:
+            dt, tokens[name] = run()
+            rates[name].append(args.tokens / dt)
         print(
             f"round {r + 1}: "
             + ", ".join(f"{k} {v[-1]:.1f} tokens/s" for k, v in rates.items() if v),
@@ -158,37 +214,52 @@ def main() -> None:
         "prompt_tokens": len(prompt),
         "new_tokens": args.tokens,
         "weight_mb_per_token": weight_bytes / 1e6,
+        "quantized_mb_per_token": file_bytes / 1e6,
         "read_bandwidth_gbs": bandwidth,
         "riftco_load_s": riftco_load,
     }
     print(
         f"{args.gguf.name}: {len(prompt)} prompt tokens, {args.tokens} decoded greedily, "
         f"{threads} threads, SIMD {riftco.simd_level()}; {weight_bytes / 1e6:.0f} MB of f32 "
-        f"weights per token; {threads} threads read {bandwidth:.1f} GB/s "
-        f"(bound {bandwidth * 1e9 / weight_bytes:.1f} tokens/s)"
+        f"weights per token, {file_bytes / 1e6:.0f} MB as stored; {threads} threads read "
+        f"{bandwidth:.1f} GB/s (bound {bandwidth * 1e9 / weight_bytes:.1f} tokens/s in f32, "
+        f"{bandwidth * 1e9 / file_bytes:.1f} as stored)"
     )
+    medians: dict[str, float] = {}
     for name, values in rates.items():
         if not values:
             continue
         median = statistics.median(values)
+        medians[name] = median
         result[name] = {"tokens_per_s": values, "median": median}
+        bytes_read = {"riftco q": file_bytes, "riftco f32": weight_bytes}.get(name)
+        read = f", {median * bytes_read / 1e9:.1f} GB/s of weights" if bytes_read else ""
         print(
             f"  {name:>12}: median {median:.1f} tokens/s "
-            f"({', '.join(f'{v:.1f}' for v in values)}), "
-            f"{median * weight_bytes / 1e9:.1f} GB/s of weights"
+            f"({', '.join(f'{v:.1f}' for v in values)}){read}"
         )
-    if rates["transformers"]:
-        ratio = statistics.median(rates["riftco"]) / statistics.median(rates["transformers"])
+    ratios: dict[str, float] = {"riftco q / riftco f32": medians["riftco q"] / medians["riftco f32"]}
+    for peer_name in ("llama.cpp", "transformers"):
+        if peer_name in medians:
+            ratios[f"riftco q / {peer_name}"] = medians["riftco q"] / medians[peer_name]
+            ratios[f"riftco f32 / {peer_name}"] = medians["riftco f32"] / medians[peer_name]
+    result["ratios"] = ratios
+    same_prefix: dict[str, int] = {}
+    for name in tokens:
         same = 0
-        for a, b in zip(tokens["riftco"], tokens["transformers"]):
+        for a, b in zip(tokens["riftco q"], tokens[name]):
             if a != b:
                 break
             same += 1
-        result["ratio"] = ratio
-        result["identical_prefix_tokens"] = same
-        print(f"  riftco / transformers: {ratio:.2f}x; continuations identical for {same} of "
-              f"{args.tokens} tokens")
-        print(f"  riftco: {tokenizer.decode(tokens['riftco'])!r}")
+        same_prefix[name] = same
+    result["identical_prefix_tokens_with_riftco_q"] = same_prefix
+    for k, v in ratios.items():
+        print(f"  {k}: {v:.2f}x")
+    print(
+        "  continuations equal to riftco q's for: "
+        + ", ".join(f"{k} {v} of {args.tokens}" for k, v in same_prefix.items() if k != "riftco q")
+    )
+    print(f"  riftco q: {tokenizer.decode(tokens['riftco q'])!r}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

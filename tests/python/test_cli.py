@@ -113,7 +113,7 @@ def post_trained(tmp_path_factory: pytest.TempPathFactory, pretrained: Path) -> 
 def test_python_m_riftco_lists_the_subcommands() -> None:
     r = riftco_cmd("--help")
     assert r.returncode == 0, r.stderr
-    for name in ("pretrain", "post-train", "generate", "plot", "info"):
+    for name in ("pretrain", "post-train", "generate", "export", "plot", "info"):
         assert name in r.stdout
     r = riftco_cmd("--version")
     assert r.returncode == 0 and riftco.__version__ in r.stdout

@@ -5,8 +5,9 @@ use crate::policy::checkpointing_arg;
 use riftco_autograd::GraphStatistics;
 use riftco_transformer::{
     layout, DecoderOnlyTransformer, FullSequenceAttentionKind, LoraConfig, OptionTable,
-    TransformerConfig, ATTENTION_KINDS,
+    TransformerConfig, WeightDtype, ATTENTION_KINDS,
 };
+use std::ffi::c_char;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Sizes and numerics of a model. It does not carry the activation-checkpointing policy (seed
@@ -288,6 +289,30 @@ pub unsafe extern "C" fn rt_model_set_attention(model: *mut rt_model, attention:
         let model = in_ptr(model, "model")?;
         let kind = attention_kind(attention)?;
         model.lock().model.set_attention_kind(kind);
+        Ok(())
+    })
+}
+
+/// Stores every frozen base weight (the base under LoRA: call rt_model_enable_lora first) in
+/// `dtype` while every op keeps computing in float32: "float32", "bfloat16", "float16", or a
+/// block-quantized format — "nf4" (QLoRA's NormalFloat4, blocks of 64 with double-quantized
+/// absmax), "q8_0", "q4_0", "q4_1", "q5_0", "q5_1" (blocks of 32), "q2_k" ... "q6_k" (blocks of
+/// 256) — case-insensitive. Quantized weights are matrices whose rows are whole blocks (the
+/// RMSNorm gains stay float32); products dequantize a block of the weight at a time. Replaces
+/// the parameter set as rt_model_enable_lora does: create the rt_adam after this call.
+///
+/// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING (not UTF-8), RT_ERROR_INVALID_ARGUMENT
+/// (an unknown dtype, listing the accepted ones; no frozen weight; a model not on the CPU; a
+/// matrix whose rows are not whole blocks, named). The model is unchanged on error.
+#[no_mangle]
+pub unsafe extern "C" fn rt_model_set_frozen_weights_dtype(
+    model: *mut rt_model,
+    dtype: *const c_char,
+) -> rt_status {
+    guard("rt_model_set_frozen_weights_dtype", || {
+        let model = in_ptr(model, "model")?;
+        let dtype: WeightDtype = crate::strings::str_arg(dtype, "dtype")?.parse()?;
+        model.lock().model.set_frozen_weights_dtype(dtype)?;
         Ok(())
     })
 }

@@ -1,8 +1,8 @@
 """The ``riftco`` command (``python -m riftco``, or the ``riftco`` console script).
 
-Subcommands: ``pretrain``, ``post-train``, ``generate``, ``plot``, ``info`` (one module each
-in this package; ``riftco SUBCOMMAND --help`` lists every flag with its default). The examples
-``examples/pretrain.py`` and ``examples/post_train.py`` run the same code.
+Subcommands: ``pretrain``, ``post-train``, ``generate``, ``export``, ``plot``, ``info`` (one
+module each in this package; ``riftco SUBCOMMAND --help`` lists every flag with its default).
+The examples ``examples/pretrain.py`` and ``examples/post_train.py`` run the same code.
 
 Exit codes: 0 done, 2 bad input (one ``error:`` line on stderr), 130 interrupted with Ctrl-C.
 """
@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from riftco._native import __version__
-from riftco.commands import generate, info, plot, post_train, pretrain
+from riftco.commands import export, generate, info, plot, post_train, pretrain
 from riftco.commands.arguments import ArgumentParser
 from riftco.commands.runner import run_cli
 
@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, ModuleType] = {
     "pretrain": pretrain,
     "post-train": post_train,
     "generate": generate,
+    "export": export,
     "plot": plot,
     "info": info,
 }

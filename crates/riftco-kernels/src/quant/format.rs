@@ -205,7 +205,14 @@ pub fn dequantize_range(
 
 /// `y[r] = Σ_c W[r, c] · x[c]` for a quantized `W[rows, cols]` stored in `data`, with
 /// `cols = x.len()` and `rows = y.len()`: the mat-vec product of decoding, reading the quantized
-/// blocks directly.
+/// blocks directly (dequantized in registers, never as an f32 row in memory), rows split over
+/// the kernel pool.
+///
+/// The result is bitwise that of the f32 mat-vec product (`matmul` with `m = 1` and
+/// `trans_b`) on the weight's dequantization ([`dequantize_range`]) at the same SIMD level,
+/// whatever the thread count: each weight is dequantized with the same float operations, and
+/// summed in the f32 product's order (see `quant/matvec.rs`). So decoding on a quantized weight
+/// gives the bits of decoding on its dequantized f32 copy.
 ///
 /// # Errors
 /// [`QuantError::Range`] when `cols` is not whole blocks or `data` has not the length of
@@ -229,12 +236,7 @@ pub fn matvec(
             len: numel.unwrap_or(usize::MAX),
         });
     }
-    let numel = rows * cols;
-    let mut row = vec![0.0f32; cols];
-    for (r, out) in y.iter_mut().enumerate() {
-        dequantize_range(format, data, numel, r * cols, &mut row)?;
-        *out = row.iter().zip(x).map(|(w, x)| w * x).sum();
-    }
+    super::matvec::matvec(format, data, x, y);
     Ok(())
 }
 

@@ -42,7 +42,7 @@ pub struct BlockQ3K;
 impl BlockQ3K {
     /// The 16 signed group scales packed in 12 bytes: the low 4 bits of scale `i` are nibble
     /// `i / 8` of byte `i % 8`, the high 2 bits are bits `2·(i / 4)..` of byte `8 + i % 4`.
-    fn scales(packed: &[u8]) -> [i8; 16] {
+    pub(super) fn scales(packed: &[u8]) -> [i8; 16] {
         let mut out = [0i8; 16];
         for (i, o) in out.iter_mut().enumerate() {
             let low = if i < 8 {
@@ -81,7 +81,7 @@ impl BlockFormat for BlockQ3K {
 
 /// The 8 scales and 8 minimums (6 bits each) of a Q4_K or Q5_K super-block, packed in 12
 /// bytes (`get_scale_min_k4` of `ggml-quants.c`, `Q4_K.get_scale_min` of `gguf.quants`).
-fn scale_min_k4(packed: &[u8]) -> ([u8; 8], [u8; 8]) {
+pub(super) fn scale_min_k4(packed: &[u8]) -> ([u8; 8], [u8; 8]) {
     let (d, m, md) = (&packed[..4], &packed[4..8], &packed[8..12]);
     let mut sc = [0u8; 8];
     let mut mn = [0u8; 8];

@@ -20,7 +20,10 @@ pub mod blocked;
 pub mod format;
 pub mod k_quants;
 pub mod legacy;
+mod matvec;
 pub mod nf4;
+#[cfg(target_arch = "x86_64")]
+mod simd_x86;
 
 pub use format::{dequantize_range, matvec, quantize, QuantFormat};
 
