@@ -65,6 +65,9 @@ pub struct GpuContext {
     health: Arc<Health>,
 }
 
+/// The smallest allocation of [`GpuContext::alloc_exact`], in bytes.
+pub const MIN_EXACT_BYTES: u64 = 16;
+
 impl GpuContext {
     /// Open the best adapter of `kind` headless (no surface) and create its device and queue.
     ///
@@ -273,6 +276,26 @@ impl GpuContext {
         // A bucket past the limit is the limit itself (the buffer is then exactly as large as
         // the device allows and still holds `len` values).
         let bucket = bucket_bytes(len).min(self.max_buffer_bytes());
+        self.alloc_bucket(len, bucket)
+    }
+
+    /// A buffer of `len` f32 values allocated at its own size (`4 · len` bytes, at least
+    /// [`MIN_EXACT_BYTES`]), not rounded up to a size class: for long-lived data such as
+    /// quantized weights, whose sizes are rarely powers of two (rounding would hold up to
+    /// twice their bytes). Dropped, it is kept by the pool under its own size, for a request of
+    /// exactly that size.
+    ///
+    /// # Errors
+    /// As [`GpuContext::alloc`].
+    pub fn alloc_exact(&self, len: usize) -> Result<GpuBuffer> {
+        let bytes = (len as u64).saturating_mul(4);
+        self.check_size("storage buffer", bytes)?;
+        self.alloc_bucket(len, bytes.max(MIN_EXACT_BYTES))
+    }
+
+    /// A buffer of `len` values in an allocation of `bucket` bytes (`>= 4 · len`), from the
+    /// pool when one of that size was freed.
+    fn alloc_bucket(&self, len: usize, bucket: u64) -> Result<GpuBuffer> {
         if let Some(buf) = self.pool.take(bucket) {
             return Ok(GpuBuffer::new(buf, len, bucket, Arc::clone(&self.pool)));
         }

@@ -126,8 +126,18 @@ fn every_format_dequantizes_bitwise_as_the_cpu() {
         let (rows, cols) = (5, 3 * block);
         let numel = rows * cols;
         let data = random_storage(format, numel, 17 + seed as u64);
+        let live = ctx.memory().live_bytes;
         let q = GpuQuantized::upload(&ctx, format, &data, numel).unwrap();
         assert_eq!(q.storage_bytes(), data.len());
+        // Allocated at its own size: the bytes padded to words, NF4's 272 words of tables.
+        let tables = if format == QuantFormat::Nf4 {
+            4 * 272
+        } else {
+            0
+        };
+        let want = (data.len().div_ceil(4) * 4 + tables) as u64;
+        assert_eq!(q.allocated_bytes(), want, "{format}: allocated bytes");
+        assert_eq!(ctx.memory().live_bytes - live, want, "{format}: live bytes");
         let what = format.name();
         for (start, len) in [
             (0, numel),

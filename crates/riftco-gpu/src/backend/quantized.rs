@@ -48,9 +48,9 @@ impl DeviceBuffer for GpuQuantized {
     fn quant_format(&self) -> Option<QuantFormat> {
         Some(self.format())
     }
-    /// The storage bytes (`format.storage_bytes(numel)`), as a host quantized buffer counts:
-    /// not the zero padding to whole words, NF4's tables (1088 bytes per tensor) nor the pool's
-    /// rounding up to its buckets.
+    /// The storage bytes (`format.storage_bytes(numel)`), as a host quantized buffer counts;
+    /// the device buffer holds at most 3 bytes of zero padding more (and NF4's tables, 1088
+    /// bytes), allocated at its own size ([`crate::GpuContext::alloc_exact`]).
     fn accounted_bytes(&self) -> usize {
         self.storage_bytes()
     }

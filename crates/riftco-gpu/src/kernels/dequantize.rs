@@ -123,7 +123,8 @@ impl GpuQuantized {
                 bytes.extend_from_slice(&v.to_le_bytes());
             }
         }
-        let words = ctx.alloc(bytes.len() / 4)?;
+        // Long-lived: allocated at its own size, not a power-of-two size class.
+        let words = ctx.alloc_exact(bytes.len() / 4)?;
         ctx.write_bytes(&words, &bytes)?;
         Ok(Self {
             format,
@@ -149,8 +150,9 @@ impl GpuQuantized {
         self.storage_bytes
     }
 
-    /// Bytes allocated on the device (the pool bucket holding the storage, its padding and
-    /// NF4's tables).
+    /// Bytes allocated on the device: the storage, its zero padding to whole 4-byte words and
+    /// NF4's tables (1088 bytes), at least 16 ([`GpuContext::alloc_exact`]: no size-class
+    /// rounding).
     pub fn allocated_bytes(&self) -> u64 {
         self.words.allocated_bytes()
     }
