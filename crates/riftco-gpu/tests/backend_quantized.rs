@@ -650,6 +650,19 @@ fn a_backend_without_quantized_buffers_refuses_them_clearly() {
     };
     let be = riftco_tensor::backend::for_device(Device::PrivateUse1).unwrap();
     assert!(be.upload_quantized("test", &q).is_err());
+    // A model: the parameters moved before the quantized one are moved back.
+    let mut m = lora_model(QuantFormat::Q8_0, false, Ck::Disabled, false);
+    let e = m.to_device(Device::PrivateUse1).unwrap_err().to_string();
+    assert!(e.contains("stored quantized (q8_0)"), "{e}");
+    let mut all = m.weights().named_base_parameters();
+    all.extend(m.weights().named_lora_parameters());
+    for (name, p) in all {
+        assert_eq!(p.value().device(), Device::Cpu, "{name} moved back");
+    }
+    assert_eq!(
+        m.frozen_weights_dtype(),
+        WeightDtype::Quantized(QuantFormat::Q8_0)
+    );
 }
 
 #[test]
