@@ -783,6 +783,22 @@ rt_status rt_model_activation_checkpointing(const struct rt_model *model, uint32
 rt_status rt_model_set_attention(struct rt_model *model, uint32_t attention);
 
 /**
+ * Stores every frozen base weight (the base under LoRA: call rt_model_enable_lora first) in
+ * `dtype` while every op keeps computing in float32: "float32", "bfloat16", "float16", or a
+ * block-quantized format — "nf4" (QLoRA's NormalFloat4, blocks of 64 with double-quantized
+ * absmax), "q8_0", "q4_0", "q4_1", "q5_0", "q5_1" (blocks of 32), "q2_k" ... "q6_k" (blocks of
+ * 256) — case-insensitive. Quantized weights are matrices whose rows are whole blocks (the
+ * RMSNorm gains stay float32); products dequantize a block of the weight at a time. Replaces
+ * the parameter set as rt_model_enable_lora does: create the rt_adam after this call.
+ *
+ * Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING (not UTF-8), RT_ERROR_INVALID_ARGUMENT
+ * (an unknown dtype, listing the accepted ones; no frozen weight; a 16-bit dtype on a model
+ * not on the CPU, where 16-bit storage does not live (quantized formats do); a
+ * matrix whose rows are not whole blocks, named). The model is unchanged on error.
+ */
+rt_status rt_model_set_frozen_weights_dtype(struct rt_model *model, const char *dtype);
+
+/**
  * Writes the attention kind (an rt_attention_kind value).
  *
  * Errors: RT_ERROR_NULL_POINTER.
