@@ -31,22 +31,26 @@
 // matvec_<format> writes out[r] = sum_c value(r * cols + c) * x[c] for r < count, one
 // workgroup of 64 per row (grid x = row, y = row / 65535 overflow): thread t walks columns
 // t, t + 64, ... in order and the 64 partials are added in a fixed tree, so the result is
-// deterministic (not bitwise the CPU's sequential sum).
+// deterministic (not bitwise the CPU's sequential sum); gather_<format> writes
+// out[t] = value(rows[t / width] * cols + first + t % width) for t < count: `width` columns
+// from column `first` of each listed row, in list order (embedding lookups of a quantized
+// table, and blocks of whole columns for the product dY · W), one invocation per element.
 
 struct Params {
     // dequantize: elements written; matvec: rows.
     count: u32,
-    // dequantize: the first element (a block boundary); matvec: 0.
+    // dequantize: the first element (a block boundary); gather: the first column; matvec: 0.
     first: u32,
     // Elements of the whole tensor (NF4's sections are placed by it).
     numel: u32,
-    // matvec: elements per row (whole blocks); dequantize: 0.
+    // matvec, gather: elements per row of the tensor (whole blocks); dequantize: 0.
     cols: u32,
     // NF4: the word where the code values and the dynamic map start.
     tables: u32,
     // Always 0; the compiler cannot know it (see `fence`).
     zero: u32,
-    _pad0: u32,
+    // gather: the columns taken from each row (whole blocks, > 0); otherwise 0.
+    width: u32,
     _pad1: u32,
 }
 
@@ -54,6 +58,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
+// gather: the rows to read, each < numel / cols (checked on the host).
+@group(0) @binding(4) var<storage, read> rows: array<u32>;
 
 const WG: u32 = 256u;
 const WG_ROW: u32 = 64u;
@@ -306,6 +312,16 @@ fn dequantize(format: u32, gid: vec3<u32>, nwg: vec3<u32>) {
     out[t] = value(format, params.first + t);
 }
 
+fn gather(format: u32, gid: vec3<u32>, nwg: vec3<u32>) {
+    let t = gid.x + gid.y * nwg.x * WG;
+    if (t >= params.count) {
+        return;
+    }
+    let i = t / params.width;
+    let c = t - i * params.width;
+    out[t] = value(format, rows[i] * params.cols + params.first + c);
+}
+
 var<workgroup> partial: array<f32, 64>;
 
 fn matvec(format: u32, wid: vec3<u32>, nwg: vec3<u32>, t: u32) {
@@ -385,6 +401,61 @@ fn dequantize_q6_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
 @compute @workgroup_size(256)
 fn dequantize_nf4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     dequantize(NF4, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q4_0(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q4_0, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q4_1(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q4_1, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q5_0(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q5_0, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q5_1(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q5_1, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q8_0(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q8_0, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q2_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q2_K, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q3_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q3_K, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q4_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q4_K, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q5_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q5_K, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_q6_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(Q6_K, gid, nwg);
+}
+
+@compute @workgroup_size(256)
+fn gather_nf4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    gather(NF4, gid, nwg);
 }
 
 @compute @workgroup_size(64)

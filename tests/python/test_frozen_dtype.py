@@ -87,6 +87,11 @@ def test_errors_name_the_value() -> None:
         riftco.PostTrainingConfig(frozen_weights_dtype="int8")
     with pytest.raises(riftco.ConfigError, match="CPU only"):
         riftco.PostTrainingConfig(frozen_weights_dtype="bfloat16", device="gpu")
+    with pytest.raises(riftco.ConfigError, match="CPU only"):
+        riftco.PostTrainingConfig(frozen_weights_dtype="float16", device="vulkan")
+    # A quantized base has a GPU path.
+    for dtype in ("nf4", "q8_0", "q4_k", "float32"):
+        assert riftco.PostTrainingConfig(frozen_weights_dtype=dtype, device="gpu").device == "gpu"
     assert riftco.PostTrainingConfig().frozen_weights_dtype is None  # keep the model's
 
 

@@ -10,6 +10,9 @@ skipped, with the reason, when it is absent."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +138,49 @@ def test_decoding_a_quantized_base_follows_the_float32_model(tmp_path: Path) -> 
         # products of n terms: 2 * n * eps * sum |w x|, far above what is seen.
         assert np.allclose(lq, lr, rtol=0, atol=1e-4 * float(np.abs(lr).max()))
         assert int(np.argmax(lq)) == int(np.argmax(lr))
+
+
+def test_a_quantized_base_trains_on_the_gpu_as_its_dequantized_float32_model(tmp_path: Path) -> None:
+    """On a GPU the quantized bytes move as they are (the parameter bytes there are the
+    quantized ones) and the products dequantize the same values the CPU does: the logits, LoRA
+    losses, gradients and Adam steps are bitwise those of the float32 model on the same GPU (the
+    same kernels on the same values)."""
+    entry = next(d for d in riftco.devices() if d["device"] == "gpu")
+    if not entry["available"]:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and no GPU adapter: {entry['reason']}")
+        pytest.skip(f"no GPU ({entry['reason']}); set CI=true to make this a failure")
+    device = str(entry["resolved"])
+    path = mixed_file(tmp_path, tied=False)
+    stored = sum(int(i["n_bytes"]) for i in riftco.gguf_tensor_infos(path))
+    quantized = riftco.load_model(path)
+    before = riftco.memory_stats(device)["parameter"]["current_bytes"]
+    quantized.to(device)
+    assert quantized.device == device
+    assert riftco.memory_stats(device)["parameter"]["current_bytes"] - before == stored
+    reference = riftco.load_model(path, dtype="float32").to(device)
+    assert_same(step_outputs(lora(quantized)), step_outputs(lora(reference)))
+    del reference
+    # Back on the CPU (base and adapters): the same bytes as a model that never moved.
+    quantized.to("cpu")
+    assert riftco.memory_stats(device)["parameter"]["current_bytes"] == before
+    again = riftco.load_model(path)
+    for (name, a), (_, b) in zip(quantized.named_parameters(), again.named_parameters()):
+        assert np.array_equal(bits(a.numpy()), bits(b.numpy())), name
+
+
+def test_post_train_refuses_a_16_bit_base_on_a_gpu_and_says_what_works(tmp_path: Path) -> None:
+    # Checked before any device is opened or folder written: no GPU needed.
+    path = mixed_file(tmp_path)
+    out = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "riftco", "post-train", "--model", str(path), "--device", "gpu",
+         "--frozen-weights-dtype", "bfloat16", "--steps", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "CPU only" in r.stderr and "quantized" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
 
 
 def test_writes_to_a_quantized_base_are_refused_with_what_to_do(tmp_path: Path) -> None:

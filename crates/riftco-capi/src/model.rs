@@ -302,7 +302,8 @@ pub unsafe extern "C" fn rt_model_set_attention(model: *mut rt_model, attention:
 /// the parameter set as rt_model_enable_lora does: create the rt_adam after this call.
 ///
 /// Errors: RT_ERROR_NULL_POINTER, RT_ERROR_INVALID_STRING (not UTF-8), RT_ERROR_INVALID_ARGUMENT
-/// (an unknown dtype, listing the accepted ones; no frozen weight; a model not on the CPU; a
+/// (an unknown dtype, listing the accepted ones; no frozen weight; a 16-bit dtype on a model
+/// not on the CPU, where 16-bit storage does not live (quantized formats do); a
 /// matrix whose rows are not whole blocks, named). The model is unchanged on error.
 #[no_mangle]
 pub unsafe extern "C" fn rt_model_set_frozen_weights_dtype(

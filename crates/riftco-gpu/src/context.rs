@@ -65,6 +65,9 @@ pub struct GpuContext {
     health: Arc<Health>,
 }
 
+/// The smallest allocation of [`GpuContext::alloc_exact`], in bytes.
+pub const MIN_EXACT_BYTES: u64 = 16;
+
 impl GpuContext {
     /// Open the best adapter of `kind` headless (no surface) and create its device and queue.
     ///
@@ -273,6 +276,26 @@ impl GpuContext {
         // A bucket past the limit is the limit itself (the buffer is then exactly as large as
         // the device allows and still holds `len` values).
         let bucket = bucket_bytes(len).min(self.max_buffer_bytes());
+        self.alloc_bucket(len, bucket)
+    }
+
+    /// A buffer of `len` f32 values allocated at its own size (`4 · len` bytes, at least
+    /// [`MIN_EXACT_BYTES`]), not rounded up to a size class: for long-lived data such as
+    /// quantized weights, whose sizes are rarely powers of two (rounding would hold up to
+    /// twice their bytes). Dropped, it is kept by the pool under its own size, for a request of
+    /// exactly that size.
+    ///
+    /// # Errors
+    /// As [`GpuContext::alloc`].
+    pub fn alloc_exact(&self, len: usize) -> Result<GpuBuffer> {
+        let bytes = (len as u64).saturating_mul(4);
+        self.check_size("storage buffer", bytes)?;
+        self.alloc_bucket(len, bytes.max(MIN_EXACT_BYTES))
+    }
+
+    /// A buffer of `len` values in an allocation of `bucket` bytes (`>= 4 · len`), from the
+    /// pool when one of that size was freed.
+    fn alloc_bucket(&self, len: usize, bucket: u64) -> Result<GpuBuffer> {
         if let Some(buf) = self.pool.take(bucket) {
             return Ok(GpuBuffer::new(buf, len, bucket, Arc::clone(&self.pool)));
         }
@@ -432,10 +455,28 @@ impl GpuContext {
     /// [`GpuError::Readback`] when mapping fails; [`GpuError::ForeignBuffer`] for a buffer of
     /// another context; validation errors of pending kernels; device lost. Never panics.
     pub fn download(&self, buf: &GpuBuffer) -> Result<Vec<f32>> {
+        self.read_back(buf, |view| {
+            view.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+    }
+
+    /// The bytes of `buf` (`4 · buf.len()` of them, as stored), read back as
+    /// [`GpuContext::download`] does.
+    ///
+    /// # Errors
+    /// As [`GpuContext::download`].
+    pub(crate) fn download_bytes(&self, buf: &GpuBuffer) -> Result<Vec<u8>> {
+        self.read_back(buf, |view| view.to_vec())
+    }
+
+    /// `read` of the `4 · buf.len()` bytes of `buf`, mapped after everything pending ran.
+    fn read_back<T: Default>(&self, buf: &GpuBuffer, read: impl FnOnce(&[u8]) -> T) -> Result<T> {
         self.check_owner("download", "the buffer", buf)?;
         if buf.is_empty() {
             self.flush()?;
-            return Ok(Vec::new());
+            return Ok(T::default());
         }
         let bytes = buf.bytes();
         let staging = self.scoped(
@@ -472,9 +513,7 @@ impl GpuContext {
                 .map_err(|e| GpuError::Readback {
                     message: e.to_string(),
                 })?;
-            view.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
+            read(&view[..4 * buf.len()])
         };
         staging.unmap();
         Ok(out)

@@ -27,7 +27,7 @@ pub mod pipelines;
 mod pool;
 
 pub use backend::{install, install_device, install_error, GpuBackend, ROPE_CACHE_ENTRIES};
-pub use context::{BatchStats, GpuContext, FLUSH_EVERY, LLVMPIPE_LOOP_LIMIT};
+pub use context::{BatchStats, GpuContext, FLUSH_EVERY, LLVMPIPE_LOOP_LIMIT, MIN_EXACT_BYTES};
 pub use device::{list_adapters, GpuKind};
 pub use error::{AdapterSummary, GpuError, Result};
 pub use pool::{bucket_bytes, GpuBuffer, MemoryStats, MIN_BUCKET_BYTES};

@@ -3,7 +3,8 @@
 //! f16 scales included; NF4 with more than one group of 256 blocks), several ranges of whole
 //! blocks (storage not a multiple of 4 bytes, blocks starting anywhere in a word), the GPU's
 //! values bitwise the CPU's `dequantize_range`; every finite f16 scale widened exactly; the
-//! fused mat-vec product within the summation bound of the CPU's; bad input as errors.
+//! fused mat-vec product within the summation bound of the CPU's; gathered rows and blocks of
+//! columns bitwise the CPU's values; bad input as errors.
 
 mod common;
 
@@ -125,8 +126,18 @@ fn every_format_dequantizes_bitwise_as_the_cpu() {
         let (rows, cols) = (5, 3 * block);
         let numel = rows * cols;
         let data = random_storage(format, numel, 17 + seed as u64);
+        let live = ctx.memory().live_bytes;
         let q = GpuQuantized::upload(&ctx, format, &data, numel).unwrap();
         assert_eq!(q.storage_bytes(), data.len());
+        // Allocated at its own size: the bytes padded to words, NF4's 272 words of tables.
+        let tables = if format == QuantFormat::Nf4 {
+            4 * 272
+        } else {
+            0
+        };
+        let want = (data.len().div_ceil(4) * 4 + tables) as u64;
+        assert_eq!(q.allocated_bytes(), want, "{format}: allocated bytes");
+        assert_eq!(ctx.memory().live_bytes - live, want, "{format}: live bytes");
         let what = format.name();
         for (start, len) in [
             (0, numel),
@@ -152,6 +163,64 @@ fn every_format_dequantizes_bitwise_as_the_cpu() {
                 "{what} dequantize_into rows {r0}.."
             );
         }
+    }
+}
+
+#[test]
+fn gathered_rows_and_column_blocks_are_bitwise_the_cpu() {
+    let Some(ctx) = gpu_or_skip("gathered_rows_and_column_blocks_are_bitwise_the_cpu") else {
+        return;
+    };
+    for (seed, format) in QuantFormat::ALL.into_iter().enumerate() {
+        let block = format.block_elements();
+        let (rows, cols) = (5, 3 * block);
+        let numel = rows * cols;
+        let data = random_storage(format, numel, 31 + seed as u64);
+        let q = GpuQuantized::upload(&ctx, format, &data, numel).unwrap();
+        let mut all = vec![0.0f32; numel];
+        dequantize_range(format, &data, numel, 0, &mut all).unwrap();
+        // Whole rows in any order, repeats included (an embedding lookup); a block of
+        // columns of every row (the workspace of dY · W); one column block of some rows.
+        for (list, first, width) in [
+            (vec![4u32, 0, 4, 2], 0, cols),
+            ((0..rows as u32).collect(), block, 2 * block),
+            (vec![3, 1], 2 * block, block),
+            (vec![], 0, cols),
+        ] {
+            let got = kernels::gather_rows(&ctx, &q, cols, &list, first, width).unwrap();
+            let want: Vec<f32> = list
+                .iter()
+                .flat_map(|&r| {
+                    let at = r as usize * cols + first;
+                    all[at..at + width].iter().copied()
+                })
+                .collect();
+            assert_eq!(
+                bits(&ctx.download(&got).unwrap()),
+                bits(&want),
+                "{format}: rows {list:?}, columns {first}..{}",
+                first + width
+            );
+        }
+        let bad = |list: &[u32], first: usize, width: usize| {
+            kernels::gather_rows(&ctx, &q, cols, list, first, width)
+        };
+        assert_shape_error(
+            "row out of range",
+            bad(&[0, 5], 0, cols),
+            &["rows[1] = 5", "< 5"],
+        );
+        assert_shape_error("width 0", bad(&[0], 0, 0), &["width = 0"]);
+        assert_shape_error(
+            "first not whole blocks",
+            bad(&[0], block / 2, block),
+            &["whole blocks"],
+        );
+        assert_shape_error(
+            "past the row",
+            bad(&[0], 2 * block, 2 * block),
+            &["inside a row"],
+        );
     }
 }
 
@@ -345,7 +414,7 @@ fn bad_ranges_and_storage_are_errors_naming_the_values() {
 }
 
 #[test]
-fn the_shader_defines_both_entry_points_of_every_format() {
+fn the_shader_defines_the_three_entry_points_of_every_format() {
     // No GPU needed: the entry points the host dispatches exist in the compiled source (which
     // tests/shaders.rs validates and translates to MSL and SPIR-V with the other families).
     let src = Family::Dequantize.source();
@@ -357,9 +426,10 @@ fn the_shader_defines_both_entry_points_of_every_format() {
         .collect();
     let listed = kernels::quantized_entry_points();
     assert_eq!(listed.len(), QuantFormat::ALL.len());
-    for (format, dequantize, matvec) in listed {
-        assert!(defined.contains(&dequantize), "{format}: {dequantize}");
-        assert!(defined.contains(&matvec), "{format}: {matvec}");
+    for (format, entries) in listed {
+        for entry in entries {
+            assert!(defined.contains(&entry), "{format}: {entry}");
+        }
     }
-    assert_eq!(defined.len(), 2 * QuantFormat::ALL.len(), "{defined:?}");
+    assert_eq!(defined.len(), 3 * QuantFormat::ALL.len(), "{defined:?}");
 }

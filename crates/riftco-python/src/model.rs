@@ -240,13 +240,18 @@ impl PyModel {
     /// ``module.to``): graphs recorded before are stale, decode sessions opened before refuse to
     /// decode, and optimizers should be built after the move (their moments live on the
     /// parameters' device). Values read on the host (``numpy()``, ``item()``, decode logits)
-    /// wait for the GPU's pending work.
+    /// wait for the GPU's pending work. A quantized frozen base moves as its quantized bytes
+    /// (bit for bit; ``memory_stats`` counts those bytes on the GPU) and the GPU reads it
+    /// dequantized a block at a time, as the CPU does.
     ///
     /// Raises:
     ///     DeviceUnavailableError: no adapter of the GPU asked for (the message names what was
     ///         looked for and every adapter found), ``"privateuseone"`` with no backend
     ///         registered; the model stays where it was.
-    ///     ConfigError: for any other name (the message lists the valid ones).
+    ///     ConfigError: for any other name (the message lists the valid ones); for a frozen
+    ///         base stored in bfloat16 or float16 moving off the CPU (16-bit storage lives on
+    ///         the CPU only: ``set_frozen_weights_dtype("float32")`` or a quantized format
+    ///         first).
     ///     OutOfMemoryError: a copy could not be allocated (every parameter is moved back).
     fn to(slf: Py<Self>, py: Python<'_>, device: &str) -> PyResult<Py<Self>> {
         let model = slf.get();
@@ -601,8 +606,10 @@ impl PyModel {
     /// Quantized (QLoRA, Dettmers et al. 2023; llama.cpp's block formats): every frozen matrix
     /// is quantized (the RMSNorm gains stay float32) and the products against it dequantize a
     /// block of rows (or, for ``dY · W``, of columns) at a time into a workspace of at most
-    /// 4 MiB, reading the quantized blocks directly when decoding one token.
-    /// ``memory_stats()["parameter"]`` shows the quantized bytes. A product whose weight fits
+    /// 4 MiB, reading the quantized blocks directly when decoding one token, on the CPU and on
+    /// a GPU alike (on a GPU model the weights are quantized on the CPU and their bytes
+    /// uploaded; ``"float32"`` dequantizes them on the device). ``memory_stats()["parameter"]``
+    /// shows the quantized bytes. A product whose weight fits
     /// one block is bitwise that of a float32 model holding the dequantized weights (all of
     /// SmolLM2-135M's projections); larger ones are split along output columns only.
     ///
@@ -617,9 +624,10 @@ impl PyModel {
     ///
     /// Raises:
     ///     ConfigError: naming ``dtype`` for another name (listing the accepted ones), for a
-    ///         compressed dtype when no weight is frozen (enable LoRA first) or when the model is
-    ///         not on the CPU, and naming the tensor whose rows are not whole blocks of the
-    ///         format; the model is unchanged then.
+    ///         compressed dtype when no weight is frozen (enable LoRA first), for a 16-bit one
+    ///         when the model is not on the CPU (16-bit storage lives on the CPU only), and
+    ///         naming the tensor whose rows are not whole blocks of the format; the model is
+    ///         unchanged then.
     ///
     /// Example:
     ///     >>> import riftco

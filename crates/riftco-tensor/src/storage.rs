@@ -26,6 +26,20 @@ pub trait DeviceBuffer: Send + Sync + fmt::Debug + Any {
 
     /// The buffer as mutable `Any`, for its backend to downcast.
     fn as_any_mut(&mut self) -> &mut dyn Any;
+
+    /// The block format of a buffer holding a quantized tensor's storage bytes (see
+    /// [`Buffer::Quantized`]; [`DeviceBuffer::len`] is then the tensor's element count), or
+    /// `None` for a buffer of f32 elements (the default).
+    fn quant_format(&self) -> Option<QuantFormat> {
+        None
+    }
+
+    /// The bytes the memory accounting counts for this buffer: `4 · len()` for f32 elements
+    /// (the default); for a quantized buffer its storage bytes
+    /// ([`QuantFormat::storage_bytes`] of `len()`), as for a host [`Buffer::Quantized`].
+    fn accounted_bytes(&self) -> usize {
+        self.len() * std::mem::size_of::<f32>()
+    }
 }
 
 /// A 16-bit floating-point format a read-only host tensor can be stored in (see
@@ -100,7 +114,9 @@ pub enum Buffer {
     /// the kernels that matter (products against a frozen weight, embedding lookups, the LM
     /// head) dequantize a block of rows at a time instead.
     Quantized(QuantizedBytes),
-    /// Memory of a device backend (GPU, or a test backend).
+    /// Memory of a device backend (GPU, or a test backend): f32 elements, or a quantized
+    /// tensor's storage bytes ([`DeviceBuffer::quant_format`], read-only like
+    /// [`Buffer::Quantized`]; the backend's products, embedding lookups and LM head read it).
     Device(Box<dyn DeviceBuffer>),
     /// No memory at all: a placeholder for this many elements, on any device, that nothing may
     /// read (reads are [`TensorError::NoData`]). The value of a graph-only node.
@@ -109,7 +125,7 @@ pub enum Buffer {
 
 /// The bytes of a block-quantized tensor (see [`riftco_kernels::quant::format`] for the
 /// layouts).
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuantizedBytes {
     /// The block format.
     pub format: QuantFormat,
@@ -156,7 +172,7 @@ impl Buffer {
             Buffer::Host(v) => v.capacity() * std::mem::size_of::<f32>(),
             Buffer::Half(_, v) => v.capacity() * std::mem::size_of::<u16>(),
             Buffer::Quantized(q) => q.bytes.capacity(),
-            Buffer::Device(b) => b.len() * std::mem::size_of::<f32>(),
+            Buffer::Device(b) => b.accounted_bytes(),
             Buffer::Placeholder(_) => 0,
         }
     }
@@ -409,8 +425,9 @@ pub(crate) fn half_is_read_only(op: &'static str, dtype: HalfDtype) -> TensorErr
     }
 }
 
-/// The error of writing a tensor stored in a block-quantized format.
-pub(crate) fn quantized_is_read_only(op: &'static str, format: QuantFormat) -> TensorError {
+/// The error of writing (or asking the gradient of) a tensor stored in a block-quantized
+/// format, for `op`.
+pub fn quantized_is_read_only(op: &'static str, format: QuantFormat) -> TensorError {
     TensorError::InvalidArgument {
         op,
         message: format!(

@@ -541,12 +541,17 @@ impl Tensor {
     /// Moves this tensor's storage (shared by its clones and reshapes) to `device` in place: the
     /// elements are copied by the two backends, the accounted bytes move from one device's
     /// counters to the other's. A transfer bumps the version (graphs built before it become
-    /// stale), even when the device is unchanged.
+    /// stale), even when the device is unchanged. A quantized tensor moves as its storage
+    /// bytes, bit for bit, both ways (CPU → GPU → CPU gives back the same bytes); it is never
+    /// dequantized on the way.
     ///
     /// # Errors
     /// [`TensorError::DeviceUnavailable`] when the device has no backend in this build;
     /// [`TensorError::OutOfMemory`] when either copy cannot be allocated (the tensor is then
-    /// left where it was).
+    /// left where it was); [`TensorError::InvalidArgument`] for a tensor stored in 16 bits
+    /// moving off the CPU (16-bit storage lives on the CPU only), or a quantized one moving to
+    /// a device whose backend keeps no quantized buffers
+    /// ([`crate::backend::Backend::upload_quantized`]).
     pub fn transfer_to(&mut self, device: Device) -> Result<()> {
         let target = crate::backend::for_device(device)?;
         let from = self.device();
@@ -564,15 +569,24 @@ impl Tensor {
                 ),
             });
         }
-        if let Some(format) = self.quant_format() {
-            return Err(TensorError::InvalidArgument {
-                op: "Tensor::transfer_to",
-                message: format!(
-                    "a tensor stored quantized ({format}) lives on the CPU only; device {device} \
-                     computes on float32 weights: dequantize the weights to float32 before \
-                     moving them"
-                ),
-            });
+        if self.quant_format().is_some() {
+            // The quantized bytes move as they are (never dequantized on the way).
+            let op = "Tensor::transfer_to";
+            let buffer = {
+                let guard = self.buffer();
+                match (&*guard, device) {
+                    (Buffer::Quantized(q), _) => target.upload_quantized(op, q)?,
+                    (other, Device::Cpu) => {
+                        Buffer::Quantized(self.backend()?.download_quantized(op, other)?)
+                    }
+                    (other, _) => {
+                        let q = self.backend()?.download_quantized(op, other)?;
+                        target.upload_quantized(op, &q)?
+                    }
+                }
+            };
+            self.storage.replace(buffer, device);
+            return Ok(());
         }
         let host = self.to_host()?;
         let buffer = match device {
@@ -592,19 +606,24 @@ impl Tensor {
         }
     }
 
-    /// The block format the elements are stored in, or `None` for a tensor that is not
-    /// quantized (see [`Tensor::to_quantized`]).
+    /// The block format the elements are stored in, on any device, or `None` for a tensor
+    /// that is not quantized (see [`Tensor::to_quantized`]).
     pub fn quant_format(&self) -> Option<QuantFormat> {
         match &*self.buffer() {
             Buffer::Quantized(q) => Some(q.format),
+            Buffer::Device(b) => b.quant_format(),
             _ => None,
         }
     }
 
     /// Whether the elements are stored in a read-only compressed format (16-bit or
-    /// block-quantized) that reads convert to f32.
+    /// block-quantized, on any device) that reads convert to f32.
     pub fn is_compressed(&self) -> bool {
-        matches!(&*self.buffer(), Buffer::Half(..) | Buffer::Quantized(_))
+        match &*self.buffer() {
+            Buffer::Half(..) | Buffer::Quantized(_) => true,
+            Buffer::Device(b) => b.quant_format().is_some(),
+            Buffer::Host(_) | Buffer::Placeholder(_) => false,
+        }
     }
 
     /// A new CPU tensor of the same shape and category holding the elements quantized to
@@ -728,12 +747,17 @@ impl Tensor {
         })
     }
 
-    /// A new f32 CPU tensor of the same shape and category holding the elements (an upcast copy
-    /// of a 16-bit tensor, a plain copy of an f32 one).
+    /// A new f32 tensor on the same device, of the same shape and category, holding the
+    /// elements (an upcast copy of a 16-bit tensor, a dequantized copy of a quantized one, a
+    /// plain copy of an f32 one; on a device other than the CPU, its backend's
+    /// [`crate::backend::Backend::copy`], which dequantizes a quantized tensor there).
     ///
     /// # Errors
-    /// [`TensorError::NotOnHost`] for a tensor on another device; out of memory.
+    /// Out of memory; the device backend's errors.
     pub fn to_float32(&self) -> Result<Tensor> {
+        if self.device() != Device::Cpu {
+            return self.try_deep_clone(self.category());
+        }
         let mut data: Vec<f32> =
             crate::alloc::try_vec_with_capacity("Tensor::to_float32", self.numel())?;
         data.extend_from_slice(&self.read()?);

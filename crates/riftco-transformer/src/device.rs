@@ -23,22 +23,38 @@ impl DecoderOnlyTransformer {
     /// (`riftco_gpu::install_device`; the `gpu` feature, on by default). Ops without a GPU
     /// kernel yet fail on it with `TensorError::Unsupported` naming the op.
     ///
+    /// Quantized frozen weights move as their quantized bytes, bit for bit (the GPU reads
+    /// them dequantized a block at a time, as the CPU does; `memory_stats` counts the
+    /// quantized bytes on the device); 16-bit frozen weights live on the CPU only.
+    ///
     /// # Errors
+    /// `TransformerError::Config` (field `device`) for a model whose frozen weights are
+    /// stored in bfloat16 or float16 moving off the CPU; `TensorError::InvalidArgument` for
+    /// quantized ones moving to a device whose backend keeps no quantized buffers (the mirror
+    /// test backend; the parameters already moved are moved back);
     /// `TensorError::DeviceUnavailable` for a device without backend (for a GPU device, naming
     /// what was looked for and the adapters found); `OutOfMemory` when a copy cannot be
     /// allocated — then every parameter already moved is moved back, so the model is never
     /// split across devices.
     pub fn to_device(&mut self, device: Device) -> Result<()> {
-        if device != Device::Cpu && self.has_half_weights() {
-            return Err(crate::TransformerError::Config {
-                field: "device",
-                value: format!("{:?}", device.name()),
-                reason: format!(
-                    "the frozen weights are stored in {}, which lives on the CPU only: call \
-                     set_frozen_weights_dtype(float32) before moving the model to {device}",
-                    self.frozen_weights_dtype()
-                ),
-            });
+        if device != Device::Cpu {
+            let half = self
+                .weights()
+                .base_parameters()
+                .find_map(|(_, v)| v.value().half_dtype());
+            if let Some(h) = half {
+                return Err(crate::TransformerError::Config {
+                    field: "device",
+                    value: format!("{:?}", device.name()),
+                    reason: format!(
+                        "the frozen weights are stored in {}, which lives on the CPU only \
+                         (16-bit storage has no GPU path; quantized and float32 weights move): \
+                         call set_frozen_weights_dtype(float32), or a quantized format, before \
+                         moving the model to {device}",
+                        h.name()
+                    ),
+                });
+            }
         }
         let mut params: Vec<Variable> = self
             .weights()

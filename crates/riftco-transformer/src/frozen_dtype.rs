@@ -4,6 +4,10 @@
 //! workspace while it lives, so the model holds no f32 copy of itself and a block's upcasts live
 //! only for that block's op. Trainable weights (LoRA adapters; fully trained weights) and their
 //! Adam state stay float32.
+//!
+//! Frozen matrices can also be kept block-quantized ([`WeightDtype::Quantized`]: QLoRA's NF4,
+//! GGML's Q8_0, Q4_0, Q4_K, ...), dequantized a block of rows at a time by the ops that read
+//! them, on the CPU and on a GPU device alike; 16-bit storage lives on the CPU only.
 
 use crate::error::{Result, TransformerError};
 use crate::layout;
@@ -136,17 +140,23 @@ impl DecoderOnlyTransformer {
     /// # Errors
     /// [`TransformerError::Config`] (field `dtype`) when no base weight is frozen and `dtype` is
     /// not float32 (trainable weights stay float32: enable LoRA first, which freezes the base),
-    /// or when the model is on another device than the CPU (16-bit storage is CPU-only: move the
-    /// model back, or keep float32 there); out of memory. On error the model is unchanged.
+    /// or when the model is on another device than the CPU and `dtype` is 16-bit (16-bit
+    /// storage is CPU-only: move the model back, or use float32 or a quantized format there);
+    /// the quantizer's error for a weight it cannot quantize; out of memory; device errors. On
+    /// error the model is unchanged.
+    ///
+    /// On a GPU model a quantized format is applied on the CPU (each weight read back, quantized
+    /// there, its bytes uploaded), and float32 dequantizes on the device.
     pub fn set_frozen_weights_dtype(&mut self, dtype: WeightDtype) -> Result<()> {
         let device = self.device();
-        if dtype != WeightDtype::Float32 && device != Device::Cpu {
+        if dtype.half().is_some() && device != Device::Cpu {
             return Err(TransformerError::Config {
                 field: "dtype",
                 value: format!("{:?}", dtype.name()),
                 reason: format!(
-                    "{} frozen weights are stored on the CPU only; this model is on device \
-                     {device} (keep float32 there, or move the model to the CPU first)",
+                    "{} frozen weights are stored on the CPU only (16-bit storage has no GPU \
+                     path); this model is on device {device}: keep float32 or a quantized \
+                     format there, or move the model to the CPU first",
                     dtype.name()
                 ),
             });
@@ -171,7 +181,21 @@ impl DecoderOnlyTransformer {
                 WeightDtype::Quantized(f) if v.value().quant_format() == Some(f) => continue,
                 // Vectors (the RMSNorm gains) stay as they are: formats quantize matrices.
                 WeightDtype::Quantized(_) if v.value().dims().len() != 2 => continue,
-                WeightDtype::Quantized(f) => v.value().to_quantized(f).map_err(cannot)?,
+                WeightDtype::Quantized(f) if device == Device::Cpu => {
+                    v.value().to_quantized(f).map_err(cannot)?
+                }
+                WeightDtype::Quantized(f) => {
+                    // Quantized on the CPU, then its bytes uploaded.
+                    let host = riftco_tensor::Tensor::from_vec(
+                        v.value().to_host()?,
+                        v.value().shape().clone(),
+                        v.value().category(),
+                    )?;
+                    let mut q = host.to_quantized(f).map_err(cannot)?;
+                    drop(host);
+                    q.transfer_to(device)?;
+                    q
+                }
                 WeightDtype::BFloat16 | WeightDtype::Float16 => {
                     let h = dtype.half().unwrap_or(HalfDtype::BFloat16);
                     if v.value().half_dtype() == Some(h) {

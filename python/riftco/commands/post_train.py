@@ -58,7 +58,12 @@ from riftco.data.text import Corpus, decode_bytes, default_post_training_corpus,
 from riftco.data.tokenizer import is_gguf
 from riftco.generation import generate
 from riftco.training import distributed
-from riftco.training.configs import FINE_TUNING_METHODS, FROZEN_WEIGHTS_DTYPES, PostTrainingConfig
+from riftco.training.configs import (
+    FINE_TUNING_METHODS,
+    FROZEN_WEIGHTS_DTYPES,
+    HALF_DTYPES,
+    PostTrainingConfig,
+)
 from riftco.training.run_folder import ADAPTER_CONFIG, ADAPTER_DIR
 from riftco.training.tokenizers import load_tokenizer, save_tokenizer
 from riftco.training.stages import (
@@ -179,8 +184,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="store the frozen base weights in this format (lora only) while every op computes "
         "in float32: bfloat16/float16 halve their bytes; nf4 (QLoRA), q8_0, q4_0, q4_k, ... "
         "quantize every base matrix (about 4.1 to 8.5 bits per weight). Default: as the model "
-        "is stored (a GGUF file's quantized blocks stay quantized under lora on the CPU; "
-        "anything else, and full fine-tuning, float32)",
+        "is stored (a GGUF file's quantized blocks stay quantized under lora, on the CPU and on a "
+        "GPU; anything else, and full fine-tuning, float32). bfloat16/float16 live on the CPU "
+        "only",
     )
     add_dropout_arguments(p, lora=True, keep_model=True)
     p.add_argument("--steps", type=int_range(1), default=200, help="optimizer steps")
@@ -281,10 +287,11 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
             f"--frozen-weights-dtype {args.frozen_weights_dtype} needs --fine-tuning-method lora "
             "(trainable weights stay float32)"
         )
-    if args.frozen_weights_dtype not in (None, "float32") and args.device != "cpu":
+    if args.frozen_weights_dtype in HALF_DTYPES and args.device != "cpu":
         fail(
             f"--frozen-weights-dtype {args.frozen_weights_dtype} stores the base on the CPU "
-            f"only; got --device {args.device} (use float32 there)"
+            f"only (16-bit storage has no GPU path); got --device {args.device} (use float32 or "
+            "a quantized format such as nf4 or q8_0 there)"
         )
     model = load_model(
         state,
@@ -292,10 +299,18 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         activation_checkpointing=args.activation_checkpointing,
         activation_memory_budget=args.activation_memory_budget,
         # Read straight into the storage asked for; by default a GGUF's quantized blocks stay
-        # as stored under LoRA on the CPU, and anything else reads float32.
+        # as stored under LoRA (on the CPU and on a GPU), and anything else reads float32.
         dtype=args.frozen_weights_dtype
-        or (None if args.fine_tuning_method == "lora" and args.device == "cpu" else "float32"),
-    ).to(args.device)
+        or (None if args.fine_tuning_method == "lora" else "float32"),
+    )
+    if (
+        args.device != "cpu"
+        and args.frozen_weights_dtype is None
+        and model.frozen_weights_dtype in HALF_DTYPES
+    ):
+        # A GGUF's F16 / BF16 matrices: 16-bit storage lives on the CPU only.
+        model.set_frozen_weights_dtype("float32")
+    model.to(args.device)
     max_seq_len = int(model.config.max_seq_len)
     seq_len = min(max_seq_len, DEFAULT_MAX_SEQ_LEN) if args.seq_len is None else args.seq_len
     if seq_len > max_seq_len:

@@ -62,6 +62,9 @@ FROZEN_WEIGHTS_DTYPES: tuple[str, ...] = (
 )
 """The storage formats of a frozen base: float32, 16 bits, or a block-quantized format (QLoRA's
 NF4, llama.cpp's Q8_0 ... Q6_K)."""
+HALF_DTYPES: tuple[str, ...] = ("bfloat16", "float16")
+"""The 16-bit formats of ``FROZEN_WEIGHTS_DTYPES``: they live on the CPU only (a GPU model keeps
+its frozen base in float32 or a quantized format)."""
 LR_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
 
 __all__ = [
@@ -72,6 +75,7 @@ __all__ = [
     "DEVICES",
     "FINE_TUNING_METHODS",
     "FROZEN_WEIGHTS_DTYPES",
+    "HALF_DTYPES",
     "LR_SCHEDULES",
     "PostTrainingConfig",
     "PretrainingConfig",
@@ -345,7 +349,8 @@ class PostTrainingConfig(_LoopConfig):
             float32), ``"float32"``, ``"bfloat16"``, ``"float16"``, or a quantized format
             (``"nf4"``, ``"q8_0"``, ``"q4_0"``, ``"q4_k"``, ...; see
             ``FROZEN_WEIGHTS_DTYPES``): the storage of the frozen base weights under LoRA
-            (anything but float32 only with ``"lora"`` on the CPU); every op still computes in
+            (anything but float32 only with ``"lora"``; bfloat16 and float16 only on the CPU,
+            quantized formats on a GPU too); every op still computes in
             float32, dequantizing a block of a weight at a time (see
             ``DecoderOnlyTransformer.set_frozen_weights_dtype``); a path loads into that
             storage. A passed-in model keeps the format afterwards, like its adapters.
@@ -405,10 +410,16 @@ class PostTrainingConfig(_LoopConfig):
                     f"fine_tuning_method 'lora' (trainable weights stay float32); got "
                     f"{self.fine_tuning_method!r}"
                 )
-            if self.device is not None and self.device.lower() != "cpu":
+            if (
+                self.frozen_weights_dtype in HALF_DTYPES
+                and self.device is not None
+                and self.device.lower() != "cpu"
+            ):
                 raise ConfigError(
                     f"frozen_weights_dtype = {self.frozen_weights_dtype!r} stores the base on "
-                    f"the CPU only; got device {self.device!r} (use float32 there)"
+                    f"the CPU only (16-bit storage has no GPU path); got device "
+                    f"{self.device!r} (use float32 or a quantized format such as 'nf4' or "
+                    f"'q8_0' there)"
                 )
         if self.lora_dropout != 0 and self.fine_tuning_method != "lora":
             raise ConfigError(

@@ -60,7 +60,7 @@ from riftco._native import (
     num_threads,
     simd_level,
 )
-from riftco.training.configs import PostTrainingConfig, PretrainingConfig, _LoopConfig
+from riftco.training.configs import HALF_DTYPES, PostTrainingConfig, PretrainingConfig, _LoopConfig
 from riftco.data.text import VOCAB_SIZE, Corpus, CorpusError, check_corpus_fits
 from riftco.data.examples import ExampleBatchSampler, ExampleCorpus
 from riftco.training.run_folder import (
@@ -508,6 +508,14 @@ def run_post_training(
             dtype=cfg.frozen_weights_dtype
             or (None if cfg.fine_tuning_method == "lora" else "float32"),
         )
+        if (
+            cfg.device is not None
+            and cfg.device.lower() != "cpu"
+            and cfg.frozen_weights_dtype is None
+            and model.frozen_weights_dtype in HALF_DTYPES
+        ):
+            # A GGUF's F16 / BF16 matrices: 16-bit storage lives on the CPU only.
+            model.set_frozen_weights_dtype("float32")
         _check_fits(model.config, cfg, byte_tokens)
         undo = None
     try:

@@ -13,12 +13,18 @@
 //! cross-entropy, each with its VJP; Adam / AdamW), one kernel of `crate::kernels` each.
 //! FlashAttention-2 forward / backward (either layout, with or without dropout). No method
 //! falls back to the CPU.
+//!
+//! Quantized frozen weights (`quantized`): a tensor stored in a block format lives here as its
+//! bytes ([`crate::kernels::GpuQuantized`]); the products against it, embedding lookups and the
+//! LM head read it dequantized a block at a time, as the CPU backend does, and every other op
+//! given one is an error naming its format.
 
 mod attention;
 mod linalg;
 mod maps;
 mod memory;
 mod optim;
+mod quantized;
 mod rope_cache;
 mod transformer;
 
@@ -27,11 +33,11 @@ pub use rope_cache::ROPE_CACHE_ENTRIES;
 use std::sync::{Arc, Mutex, RwLockReadGuard};
 
 use riftco_tensor::backend::{
-    AdamHyper, AttentionDims, AttentionLayout, Backend, BinaryOp, DropoutMask, MatmulSpec, Pair,
-    ReduceOp, RopeTable, StridedView, UnaryOp,
+    AdamHyper, AttentionDims, AttentionLayout, Backend, BinaryOp, DropoutMask, LossAndGradients,
+    MatmulSpec, Pair, ReduceOp, RopeTable, StridedView, UnaryOp,
 };
 use riftco_tensor::storage::{Buffer, DeviceBuffer};
-use riftco_tensor::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
+use riftco_tensor::{Device, MemoryCategory, QuantizedBytes, Result, Shape, Tensor, TensorError};
 
 use crate::{GpuBuffer, GpuContext, GpuError, GpuKind};
 
@@ -193,6 +199,19 @@ impl GpuBackend {
 
     /// The error for a buffer that is not one of this backend's.
     pub(crate) fn foreign(&self, op: &'static str, buffer: &Buffer) -> TensorError {
+        if let Some(q) = quantized::as_quantized(buffer) {
+            return TensorError::InvalidArgument {
+                op,
+                message: format!(
+                    "the tensor is stored quantized ({}) on {}: only the products against it \
+                     (x · Wᵀ, dY · W), embedding lookups and the LM head read it (dequantized a \
+                     block at a time); convert it to float32 first \
+                     (set_frozen_weights_dtype(\"float32\"), or Tensor::to_float32) for this op",
+                    q.format(),
+                    self.device
+                ),
+            };
+        }
         match buffer {
             Buffer::Placeholder(_) => TensorError::NoData { op },
             _ => TensorError::InvalidArgument {
@@ -287,10 +306,24 @@ impl Backend for GpuBackend {
     }
 
     fn download(&self, op: &'static str, buffer: &Buffer) -> Result<Vec<f32>> {
+        if quantized::as_quantized(buffer).is_some() {
+            return quantized::download_values(self, op, buffer);
+        }
         memory::download(self, op, buffer)
     }
 
+    fn upload_quantized(&self, op: &'static str, q: &QuantizedBytes) -> Result<Buffer> {
+        quantized::upload(self, op, q)
+    }
+
+    fn download_quantized(&self, op: &'static str, buffer: &Buffer) -> Result<QuantizedBytes> {
+        quantized::download(self, op, buffer)
+    }
+
     fn copy(&self, op: &'static str, src: &Tensor, c: MemoryCategory) -> Result<Tensor> {
+        if let Some(q) = quantized::as_quantized(&src.buffer()) {
+            return quantized::copy(self, op, q, src.shape().clone(), c);
+        }
         memory::copy(self, op, src, c)
     }
 
@@ -512,6 +545,9 @@ impl Backend for GpuBackend {
         shape: Shape,
         c: MemoryCategory,
     ) -> Result<Tensor> {
+        if let Some(q) = quantized::as_quantized(&b.buffer()) {
+            return quantized::matmul(self, op, spec, a, q, shape, c);
+        }
         linalg::batched_matmul(self, op, 1, spec, a, b, shape, c)
     }
 
@@ -566,6 +602,10 @@ impl Backend for GpuBackend {
         ids: &[u32],
         c: MemoryCategory,
     ) -> Result<Tensor> {
+        if let Some(q) = quantized::as_quantized(&table.buffer()) {
+            let d = table.dims().get(1).copied().unwrap_or(0);
+            return quantized::embedding(self, op, q, d, ids, c);
+        }
         transformer::embedding(self, op, table, ids, c)
     }
 
@@ -600,6 +640,19 @@ impl Backend for GpuBackend {
         c: MemoryCategory,
     ) -> Result<Tensor> {
         transformer::cross_entropy_backward(self, op, logits, targets, lse, g, c)
+    }
+
+    fn linear_cross_entropy(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        w: &Tensor,
+        targets: &[u32],
+        chunk_rows: usize,
+        want_grads: [bool; 2],
+        c: MemoryCategory,
+    ) -> Result<LossAndGradients> {
+        quantized::linear_cross_entropy(self, op, x, w, targets, chunk_rows, want_grads, c)
     }
 
     fn flash_attention_forward(

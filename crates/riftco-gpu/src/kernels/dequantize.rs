@@ -23,7 +23,7 @@
 use riftco_kernels::quant::nf4::{dynamic_map, NF4};
 use riftco_kernels::quant::QuantFormat;
 
-use super::shape::{grid_rows, positive, within_loop_limit};
+use super::shape::{grid_rows, id_bits, ids_below, positive, product, within_loop_limit};
 use super::{dispatch_at, expect_len, grid_1d, to_u32, words};
 use crate::error::{GpuError, Result};
 use crate::pipelines::{Family, Kernel};
@@ -33,31 +33,32 @@ use crate::GpuContext;
 /// Threads of one row of [`quantized_matvec`] (`WG_ROW` of the shader).
 const MATVEC_THREADS: usize = 64;
 
-/// The shader's entry points of `format`: `(dequantize, matvec)`.
-fn entries(format: QuantFormat) -> (&'static str, &'static str) {
+/// The shader's entry points of `format`: `(dequantize, gather, matvec)`.
+fn entries(format: QuantFormat) -> (&'static str, &'static str, &'static str) {
     match format {
-        QuantFormat::Q4_0 => ("dequantize_q4_0", "matvec_q4_0"),
-        QuantFormat::Q4_1 => ("dequantize_q4_1", "matvec_q4_1"),
-        QuantFormat::Q5_0 => ("dequantize_q5_0", "matvec_q5_0"),
-        QuantFormat::Q5_1 => ("dequantize_q5_1", "matvec_q5_1"),
-        QuantFormat::Q8_0 => ("dequantize_q8_0", "matvec_q8_0"),
-        QuantFormat::Q2_K => ("dequantize_q2_k", "matvec_q2_k"),
-        QuantFormat::Q3_K => ("dequantize_q3_k", "matvec_q3_k"),
-        QuantFormat::Q4_K => ("dequantize_q4_k", "matvec_q4_k"),
-        QuantFormat::Q5_K => ("dequantize_q5_k", "matvec_q5_k"),
-        QuantFormat::Q6_K => ("dequantize_q6_k", "matvec_q6_k"),
-        QuantFormat::Nf4 => ("dequantize_nf4", "matvec_nf4"),
+        QuantFormat::Q4_0 => ("dequantize_q4_0", "gather_q4_0", "matvec_q4_0"),
+        QuantFormat::Q4_1 => ("dequantize_q4_1", "gather_q4_1", "matvec_q4_1"),
+        QuantFormat::Q5_0 => ("dequantize_q5_0", "gather_q5_0", "matvec_q5_0"),
+        QuantFormat::Q5_1 => ("dequantize_q5_1", "gather_q5_1", "matvec_q5_1"),
+        QuantFormat::Q8_0 => ("dequantize_q8_0", "gather_q8_0", "matvec_q8_0"),
+        QuantFormat::Q2_K => ("dequantize_q2_k", "gather_q2_k", "matvec_q2_k"),
+        QuantFormat::Q3_K => ("dequantize_q3_k", "gather_q3_k", "matvec_q3_k"),
+        QuantFormat::Q4_K => ("dequantize_q4_k", "gather_q4_k", "matvec_q4_k"),
+        QuantFormat::Q5_K => ("dequantize_q5_k", "gather_q5_k", "matvec_q5_k"),
+        QuantFormat::Q6_K => ("dequantize_q6_k", "gather_q6_k", "matvec_q6_k"),
+        QuantFormat::Nf4 => ("dequantize_nf4", "gather_nf4", "matvec_nf4"),
     }
 }
 
-/// The compute entry points of the quantized kernels, `(dequantize, matvec)` per format of
-/// [`QuantFormat::ALL`], in that order (for tests that check the shader defines them).
-pub fn quantized_entry_points() -> Vec<(QuantFormat, &'static str, &'static str)> {
+/// The compute entry points of the quantized kernels, `[dequantize, gather, matvec]` per
+/// format of [`QuantFormat::ALL`], in that order (for tests that check the shader defines
+/// them).
+pub fn quantized_entry_points() -> Vec<(QuantFormat, [&'static str; 3])> {
     QuantFormat::ALL
         .into_iter()
         .map(|f| {
-            let (d, m) = entries(f);
-            (f, d, m)
+            let (d, g, m) = entries(f);
+            (f, [d, g, m])
         })
         .collect()
 }
@@ -122,7 +123,8 @@ impl GpuQuantized {
                 bytes.extend_from_slice(&v.to_le_bytes());
             }
         }
-        let words = ctx.alloc(bytes.len() / 4)?;
+        // Long-lived: allocated at its own size, not a power-of-two size class.
+        let words = ctx.alloc_exact(bytes.len() / 4)?;
         ctx.write_bytes(&words, &bytes)?;
         Ok(Self {
             format,
@@ -148,14 +150,29 @@ impl GpuQuantized {
         self.storage_bytes
     }
 
-    /// Bytes allocated on the device (the pool bucket holding the storage, its padding and
-    /// NF4's tables).
+    /// Bytes allocated on the device: the storage, its zero padding to whole 4-byte words and
+    /// NF4's tables (1088 bytes), at least 16 ([`GpuContext::alloc_exact`]: no size-class
+    /// rounding).
     pub fn allocated_bytes(&self) -> u64 {
         self.words.allocated_bytes()
     }
 
+    /// The storage bytes read back from the device, bit for bit those uploaded
+    /// (`storage_bytes()` of them; submits the pending work and waits for it).
+    ///
+    /// # Errors
+    /// [`GpuError::ForeignBuffer`] when `self` belongs to another context; read-back errors.
+    pub fn download(&self, ctx: &GpuContext) -> Result<Vec<u8>> {
+        let mut bytes = ctx.download_bytes(&self.words)?;
+        // Without the padding and NF4's tables, and holding no more (a host quantized buffer
+        // is accounted by its capacity).
+        bytes.truncate(self.storage_bytes);
+        bytes.shrink_to_fit();
+        Ok(bytes)
+    }
+
     /// The shader parameters (`Params` of `shaders/dequantize.wgsl`).
-    fn params(&self, count: u32, first: u32, cols: u32) -> Vec<u8> {
+    fn params(&self, count: u32, first: u32, cols: u32, width: u32) -> Vec<u8> {
         // `numel` was checked to fit in u32 at upload.
         words(&[
             count,
@@ -164,7 +181,7 @@ impl GpuQuantized {
             cols,
             self.tables_word,
             0,
-            0,
+            width,
             0,
         ])
     }
@@ -238,7 +255,7 @@ pub fn dequantize_into(
         return Ok(());
     }
     // Inside a tensor of at most u32::MAX elements (checked at upload).
-    let params = q.params(len as u32, start as u32, 0);
+    let params = q.params(len as u32, start as u32, 0, 0);
     let kernel = Kernel::new(Family::Dequantize, entries(q.format).0);
     dispatch_at(
         ctx,
@@ -293,8 +310,8 @@ pub fn quantized_matvec(ctx: &GpuContext, q: &GpuQuantized, x: &GpuBuffer) -> Re
     if rows == 0 {
         return Ok(y);
     }
-    let params = q.params(rows as u32, 0, cols as u32);
-    let kernel = Kernel::new(Family::Dequantize, entries(q.format).1);
+    let params = q.params(rows as u32, 0, cols as u32, 0);
+    let kernel = Kernel::new(Family::Dequantize, entries(q.format).2);
     dispatch_at(
         ctx,
         kernel,
@@ -304,4 +321,65 @@ pub fn quantized_matvec(ctx: &GpuContext, q: &GpuQuantized, x: &GpuBuffer) -> Re
         grid_rows(op, rows)?,
     )?;
     Ok(y)
+}
+
+/// Columns `first .. first + width` of each row `rows[i]` of `q` viewed as `[numel / cols,
+/// cols]`, in list order: a new `[rows.len(), width]` f32 buffer whose values are those
+/// [`dequantize`] gives (bitwise `riftco_kernels::quant::dequantize_range`'s). With
+/// `first = 0, width = cols` it is an embedding lookup of a quantized table; with the list
+/// `0 .. numel / cols` it is a block of whole columns (the workspace of `dY · W`).
+///
+/// # Errors
+/// [`GpuError::Shape`] when `cols` is 0 or not whole blocks, `q.numel()` is not a multiple of
+/// `cols`, `first` or `width` is not whole blocks, `width` is 0 or `first + width > cols`, a
+/// row is `>= numel / cols` (naming it and its index), or the output exceeds 32-bit indices;
+/// [`GpuError::ForeignBuffer`]; device errors.
+pub fn gather_rows(
+    ctx: &GpuContext,
+    q: &GpuQuantized,
+    cols: usize,
+    rows: &[u32],
+    first: usize,
+    width: usize,
+) -> Result<GpuBuffer> {
+    let op = "gather_rows";
+    positive(op, "cols", cols)?;
+    positive(op, "width", width)?;
+    let block = q.format.block_elements();
+    let bad_cols = cols % block != 0 || q.numel % cols != 0;
+    let bad_range = first % block != 0 || width % block != 0 || first.saturating_add(width) > cols;
+    if bad_cols || bad_range {
+        return Err(GpuError::Shape {
+            op,
+            message: format!(
+                "columns {first}..{} of rows of {cols} of a {} tensor of {} elements: expected \
+                 cols to divide the tensor into rows and columns to be whole blocks of {block} \
+                 elements inside a row",
+                first.saturating_add(width),
+                q.format,
+                q.numel
+            ),
+        });
+    }
+    ids_below(op, "rows", rows, q.numel / cols)?;
+    ctx.check_owner(op, "the quantized tensor", &q.words)?;
+    let n = product(op, "rows · width", rows.len(), width)?;
+    let count = to_u32(op, "rows · width", n)?;
+    let out = ctx.alloc(n)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let list = ctx.upload(&id_bits(rows))?;
+    // `first < cols <= numel` and `width <= cols` fit in u32 (checked at upload).
+    let params = q.params(count, first as u32, cols as u32, width as u32);
+    let kernel = Kernel::new(Family::Dequantize, entries(q.format).1);
+    dispatch_at(
+        ctx,
+        kernel,
+        &[(0, &q.words), (4, &list), (2, &out)],
+        3,
+        &params,
+        grid_1d(op, n)?,
+    )?;
+    Ok(out)
 }

@@ -195,5 +195,6 @@ mod dropout;
 pub use dropout::{dropout, philox4x32_10_blocks};
 mod dequantize;
 pub use dequantize::{
-    dequantize, dequantize_into, quantized_entry_points, quantized_matvec, GpuQuantized,
+    dequantize, dequantize_into, gather_rows, quantized_entry_points, quantized_matvec,
+    GpuQuantized,
 };

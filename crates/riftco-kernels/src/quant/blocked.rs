@@ -89,19 +89,36 @@ pub fn workspace_len(spec: MatmulSpec, w: &QuantMatrix<'_>) -> usize {
 /// [`WORKSPACE_ELEMENTS`], each a multiple of 64 rows (so no block is a thin remainder: GEMM
 /// picks its kernels from the block's shape).
 fn rows_per_block(w: &QuantMatrix<'_>) -> usize {
-    let most = (WORKSPACE_ELEMENTS / w.cols.max(1)).max(1);
-    if w.rows <= most {
-        return w.rows.max(1);
-    }
-    let blocks = w.rows.div_ceil(most);
-    let even = w.rows.div_ceil(blocks);
-    (even.div_ceil(64) * 64).min(most.max(64))
+    row_block(w.rows, w.cols)
 }
 
 fn columns_per_block(w: &QuantMatrix<'_>) -> usize {
-    let block = w.format.block_elements();
-    let blocks = (WORKSPACE_ELEMENTS / w.rows.max(1) / block).max(1);
-    (blocks * block).min(w.cols)
+    column_block(w.format, w.rows, w.cols)
+}
+
+/// Rows per block of a `[rows, cols]` quantized weight in the products `A · Wᵀ`
+/// ([`matmul_quantized`] with `trans_b`): all of them when the weight fits in
+/// [`WORKSPACE_ELEMENTS`] f32 values (it is then dequantized whole); otherwise equal blocks of
+/// at most that many elements, each a multiple of 64 rows (or 64 rows when one row alone
+/// nearly fills it). Other backends (the GPU's) block the same way.
+pub fn row_block(rows: usize, cols: usize) -> usize {
+    let most = (WORKSPACE_ELEMENTS / cols.max(1)).max(1);
+    if rows <= most {
+        return rows.max(1);
+    }
+    let blocks = rows.div_ceil(most);
+    let even = rows.div_ceil(blocks);
+    (even.div_ceil(64) * 64).min(most.max(64))
+}
+
+/// Columns per block of a `[rows, cols]` quantized weight in the products `A · W`
+/// ([`matmul_quantized`] without `trans_b`, the input gradient `dY · W`): whole blocks of
+/// `format`, as many as fit in [`WORKSPACE_ELEMENTS`] f32 values over all `rows` (at least
+/// one block), at most `cols`.
+pub fn column_block(format: QuantFormat, rows: usize, cols: usize) -> usize {
+    let block = format.block_elements();
+    let blocks = (WORKSPACE_ELEMENTS / rows.max(1) / block).max(1);
+    (blocks * block).min(cols)
 }
 
 /// `C[m, n] (+)= A[m, k] · op(W)` for a quantized weight `W` stored `[rows, cols]`:

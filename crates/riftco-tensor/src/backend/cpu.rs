@@ -78,6 +78,25 @@ impl Backend for CpuBackend {
         }
     }
 
+    fn upload_quantized(&self, op: &'static str, q: &crate::QuantizedBytes) -> Result<Buffer> {
+        Ok(Buffer::Quantized(copy_quantized(op, q)?))
+    }
+
+    fn download_quantized(
+        &self,
+        op: &'static str,
+        buffer: &Buffer,
+    ) -> Result<crate::QuantizedBytes> {
+        match buffer {
+            Buffer::Quantized(q) => copy_quantized(op, q),
+            Buffer::Placeholder(_) => Err(TensorError::NoData { op }),
+            _ => Err(TensorError::InvalidArgument {
+                op,
+                message: "the buffer does not hold a quantized tensor".into(),
+            }),
+        }
+    }
+
     fn copy(&self, op: &'static str, src: &Tensor, c: MemoryCategory) -> Result<Tensor> {
         let mut data = buf(op, src.numel())?;
         data.copy_from_slice(&src.read()?);
@@ -825,4 +844,15 @@ impl Backend for CpuBackend {
         );
         Ok(())
     }
+}
+
+/// A copy of `q`, its bytes allocated fallibly.
+fn copy_quantized(op: &'static str, q: &crate::QuantizedBytes) -> Result<crate::QuantizedBytes> {
+    let mut bytes = crate::alloc::try_vec_with_capacity(op, q.bytes.len())?;
+    bytes.extend_from_slice(&q.bytes);
+    Ok(crate::QuantizedBytes {
+        format: q.format,
+        bytes,
+        numel: q.numel,
+    })
 }

@@ -23,7 +23,7 @@ pub mod cpu;
 pub mod mirror;
 
 use crate::storage::Buffer;
-use crate::{Device, MemoryCategory, Result, Shape, Tensor, TensorError};
+use crate::{Device, MemoryCategory, QuantFormat, Result, Shape, Tensor, TensorError};
 pub use riftco_kernels::attention::{AttentionDims, AttentionLayout};
 pub use riftco_kernels::broadcast::broadcast_shape;
 pub use riftco_kernels::philox::DropoutMask;
@@ -92,6 +92,41 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// [`TensorError::OutOfMemory`]; [`TensorError::InvalidArgument`] for a buffer of another
     /// backend.
     fn download(&self, op: &'static str, buffer: &Buffer) -> Result<Vec<f32>>;
+
+    /// A buffer on this device holding the quantized tensor `q` as it is stored (its bytes,
+    /// not dequantized values): [`Tensor::transfer_to`] of a quantized tensor. The backend's
+    /// products against it (`x · Wᵀ`, `dY · W`), embedding lookups and LM head read it
+    /// dequantized; it is read-only.
+    ///
+    /// The default refuses: [`TensorError::InvalidArgument`] naming `op`, the device and the
+    /// format (a backend that keeps no quantized buffers).
+    ///
+    /// # Errors
+    /// As above; [`TensorError::OutOfMemory`] naming `op` where the backend supports it.
+    fn upload_quantized(&self, op: &'static str, q: &crate::QuantizedBytes) -> Result<Buffer> {
+        Err(no_quantized_buffers(op, self.device(), q.format))
+    }
+
+    /// The quantized bytes of `buffer` (one of this backend's holding a quantized tensor, as
+    /// [`Backend::upload_quantized`] made it), copied to host memory bit for bit.
+    ///
+    /// # Errors
+    /// [`TensorError::InvalidArgument`] for a buffer that is not a quantized one of this
+    /// backend (the default: every buffer); [`TensorError::OutOfMemory`]; read-back errors.
+    fn download_quantized(
+        &self,
+        op: &'static str,
+        buffer: &Buffer,
+    ) -> Result<crate::QuantizedBytes> {
+        let _ = buffer;
+        Err(TensorError::InvalidArgument {
+            op,
+            message: format!(
+                "device {} keeps no quantized buffers to read back",
+                self.device()
+            ),
+        })
+    }
 
     /// An independent copy of `src` (same shape and device) in `category`.
     fn copy(&self, op: &'static str, src: &Tensor, category: MemoryCategory) -> Result<Tensor>;
@@ -479,6 +514,19 @@ pub trait Backend: Send + Sync + fmt::Debug {
         step: u64,
         hyper: AdamHyper,
     ) -> Result<()>;
+}
+
+/// The error of a backend without quantized buffers asked to hold a `format` tensor.
+pub fn no_quantized_buffers(op: &'static str, device: Device, format: QuantFormat) -> TensorError {
+    TensorError::InvalidArgument {
+        op,
+        message: format!(
+            "device {device} cannot hold a tensor stored quantized ({format}): its backend \
+             keeps float32 buffers only; dequantize the weights to float32 first \
+             (set_frozen_weights_dtype(\"float32\")), or keep them quantized on the CPU or a \
+             GPU device"
+        ),
+    }
 }
 
 /// `Ok` when `mask` (if any) has a drop probability finite and in `[0, 1)`.
