@@ -429,8 +429,8 @@ def test_unmodified_base_reexports_the_same_tensor_bytes(base: Path, tmp_path: P
 def test_bad_input_is_refused_before_anything_is_written(base: Path, tmp_path: Path) -> None:
     model = tuned(base)
     out = tmp_path / "out.gguf"
-    with pytest.raises(riftco.ConfigError, match=r"'Q4_K'.*F32, F16, BF16, Q8_0.*base"):
-        export_merged_model(model, out, base_gguf=base, tensor_type="Q4_K")
+    with pytest.raises(riftco.ConfigError, match=r"'IQ4_XS'.*F32, F16, BF16, Q8_0.*base"):
+        export_merged_model(model, out, base_gguf=base, tensor_type="IQ4_XS")
     with pytest.raises(riftco.ConfigError, match="base GGUF"):
         export_merged_model(model, out, tokenizer_metadata={}, tensor_type="base")
     with pytest.raises(riftco.ModelStateError, match="needs its tokenizer"):
@@ -455,19 +455,24 @@ def test_bad_input_is_refused_before_anything_is_written(base: Path, tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.gguf", "out.gguf"]
 
 
-def test_a_base_type_without_a_quantizer_lists_what_can_be_written(tmp_path: Path) -> None:
+def test_a_k_quant_base_keeps_its_type_with_llama_cpps_bytes(tmp_path: Path) -> None:
+    """A base tensor in Q4_K is written in Q4_K under ``"base"``: the bytes of riftco's K-quant
+    quantizer (llama.cpp's ``quantize_row_q4_K_ref``, checked bitwise in test_quantize.py) of
+    the merged weight, which the gguf package dequantizes back within Q4_K's step."""
     kquant = tmp_path / "kquant.gguf"
     write_base(kquant, types={**BASE_TYPES, "ffn_down": Q.Q4_K})
-    model = riftco.load_model(kquant)
+    model = riftco.load_model(kquant, dtype="float32")
+    with_lora(model)
     out = tmp_path / "out.gguf"
-    with pytest.raises(riftco.ConfigError) as e:
-        export_merged_model(model, out, base_gguf=kquant, tensor_type="base")
-    message = str(e.value)
-    assert "blk.0.ffn_down.weight (Q4_K)" in message
-    assert ", ".join(GGUF_EXPORT_TYPES) in message
-    assert not out.exists()
-    export_merged_model(model, out, base_gguf=kquant, tensor_type="Q8_0")  # another type: fine
-    assert tensors_of(out)["blk.0.ffn_down.weight"].tensor_type == Q.Q8_0
+    export_merged_model(model, out, base_gguf=kquant, tensor_type="base")
+    written = tensors_of(out)["blk.0.ffn_down.weight"]
+    assert written.tensor_type == Q.Q4_K
+    merged = dict(model.named_parameters())["model.layers.0.mlp.down_proj.weight"].numpy()
+    expected = np.frombuffer(riftco.quantize(merged, "q4_k"), np.uint8)
+    assert np.array_equal(np.asarray(written.data).reshape(-1), expected)
+    back = gguf.quants.dequantize(np.asarray(written.data), Q.Q4_K).reshape(merged.shape)
+    # Q4_K: 4-bit quants of 32-element groups with 6-bit scales; the error is within a step.
+    assert np.abs(back - merged).max() <= np.abs(merged).max() / 7
 
 
 def test_rows_not_a_multiple_of_the_block_are_named(tmp_path: Path) -> None:
@@ -578,7 +583,7 @@ def test_command_bad_input_exits_2_with_one_line_and_writes_nothing(base: Path, 
     before = sorted(p.name for p in tmp_path.rglob("*"))
     out = tmp_path / "out.gguf"
     cases: list[tuple[list[str | Path], str]] = [
-        (["--model", run, "--out", out, "--type", "Q4_K"], "--type Q4_K: expected one of F32, F16"),
+        (["--model", run, "--out", out, "--type", "IQ4_XS"], "--type IQ4_XS: expected one of F32, F16"),
         (["--model", run, "--out", exists], "exists: pass --overwrite"),
         (["--model", run, "--out", out, "--base-model", other],
          "does not match the adapter .*d_ff is 512, the adapter was trained on 256"),

@@ -18,8 +18,9 @@ file or, for a Hugging Face base, the ``tokenizer.json`` written as llama.cpp's 
 it (:func:`hf_tokenizer_metadata`). Weights are stored as ``tensor_type``: one of
 :data:`GGUF_EXPORT_TYPES` for every matrix (the norms stay F32, as llama.cpp's converter keeps
 them), or ``"base"``: each tensor in the type it has in the base GGUF file. Quantized bytes are
-``gguf.quants.quantize``'s (:data:`QUANTIZED_TYPES`); a type it does not implement (the
-K-quants) is an error listing what can be written.
+riftco's quantizers' (:data:`QUANTIZED_TYPES`; ``riftco.quantize``: bytes equal to
+``gguf.quants.quantize`` for the 32-element types, to llama.cpp's ``quantize_row_*_ref`` for the
+K-quants); any other type is an error listing what can be written.
 
 **Q and K rows.** llama.cpp's converter (``convert_hf_to_gguf.py``, ``LlamaModel.permute``)
 reorders the rows of ``q_proj`` (in ``n_heads`` heads) and ``k_proj`` (in ``n_kv_heads``)
@@ -71,8 +72,10 @@ __all__ = [
     "permute_qk_rows",
 ]
 
-QUANTIZED_TYPES: tuple[str, ...] = ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
-"""The block types :func:`export_merged_model` quantizes (``gguf.quants.quantize``)."""
+QUANTIZED_TYPES: tuple[str, ...] = (
+    "Q8_0", "Q6_K", "Q5_1", "Q5_0", "Q5_K", "Q4_1", "Q4_0", "Q4_K", "Q3_K", "Q2_K"
+)
+"""The block types :func:`export_merged_model` quantizes (``riftco.quantize``)."""
 
 GGUF_EXPORT_TYPES: tuple[str, ...] = ("F32", "F16", "BF16", *QUANTIZED_TYPES)
 """The tensor types a merged model can be written in (every matrix in that type)."""
@@ -379,6 +382,13 @@ def _quantize(values: npt.NDArray[np.float32], ggml_type: str) -> npt.NDArray[An
         return np.ascontiguousarray(values, dtype=np.float32)
     if ggml_type == "F16":
         return values.astype(np.float16)
+    if ggml_type in QUANTIZED_TYPES:
+        # Rows of whole blocks, as the gguf package lays quantized tensors out: [rows, bytes].
+        from riftco._native import quantize
+
+        rows = values.reshape(-1, values.shape[-1])
+        data = np.frombuffer(quantize(np.ascontiguousarray(rows), ggml_type.lower()), np.uint8)
+        return data.reshape(*values.shape[:-1], -1)
     return np.asarray(gguf.quants.quantize(values, gguf.GGMLQuantizationType[ggml_type]))
 
 
