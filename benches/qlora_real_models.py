@@ -94,6 +94,7 @@ from memory_real_models import (  # noqa: E402
     SHAPES,
     RiftcoRow,
     _current,
+    peak_of_allocations,
 )
 
 import riftco  # noqa: E402
@@ -277,24 +278,6 @@ class TorchPeerRow:
     @property
     def done(self) -> bool:
         return self.calls >= self.total_steps
-
-
-def peak_of_allocations(prof: Any) -> int:
-    """The highest running sum of the profiler's ``[memory]`` records (each allocation's bytes,
-    each free's minus bytes) in the order of their own timestamps: the peak of the bytes
-    allocated during the profile above what was alive when it started."""
-    from torch._C._autograd import DeviceType
-
-    records = [
-        e for e in prof.profiler.kineto_results.events()
-        if e.name() == "[memory]" and e.device_type() == DeviceType.CPU
-    ]
-    records.sort(key=lambda e: e.start_ns())
-    current = peak = 0
-    for e in records:
-        current += e.nbytes()
-        peak = max(peak, current)
-    return peak
 
 
 def ratio(rows: dict[str, dict[str, Any]], num: str, den: str, what: str) -> float | None:
