@@ -31,9 +31,11 @@ to within a few KiB. Until 2026-12-06 the bench summed each op's *self* memory
 (``self_cpu_memory_usage``: its allocations minus its frees, its children's excluded) at the
 op's start time, which counts a parent op's frees of its children's allocations before those
 allocations (the parent starts first): ``cross_entropy`` freeing its ``log_softmax`` output and
-``LogSoftmaxBackward0`` freeing logits-sized gradients cancelled two logits-sized buffers
-(2 x 192 MiB at SmolLM2's shape, 4 x 256 tokens), so PyTorch + PEFT + GC read 995 MiB where
-its whole step peaks at 1379 MiB. Until 2026-12-05 the warm-up step was profiled, before
+``LogSoftmaxBackward0`` freeing the logits-sized gradients of its children cancelled a
+logits-sized buffer alive at the peak (192 MiB at SmolLM2's shape, 4 x 256 tokens), so
+PyTorch + PEFT + GC read 995 MiB where its step peaks at 1187 MiB (1379 MiB when the caller
+keeps a reference to the logits through the backward; this bench drops it first, as Hugging
+Face's ``Trainer`` does; see ``benches/qlora_real_models.py``). Until 2026-12-05 the warm-up step was profiled, before
 PyTorch's Adam had allocated its moments, so those peaks could lack the Adam state (19 MiB of
 LoRA moments at SmolLM2's shape). Same process, same thread count.
 

@@ -42,16 +42,24 @@ activations, logits, temporaries.
   ``export_memory_timeline``) sums; it agrees with it to within a few KiB and needs no stacks
   or shapes recorded.
 
-Why ``benches/memory_real_models.py`` read 995 MiB where the timeline reads 1379 MiB for
-PyTorch + PEFT + GC on SmolLM2's shape: it summed each op's *self* memory
-(``self_cpu_memory_usage``: the op's own allocations minus its own frees, its children's
-excluded) at the op's *start* time. An op that frees what its children allocated carries a
-negative self memory that is counted before the children's allocations, because the parent
-starts first: ``cross_entropy`` frees the ``log_softmax`` output its child allocated, and the
-backward's ``LogSoftmaxBackward0`` node frees the logits-sized gradients of its children — each
-logits-sized buffer at 4 x 256 x 49152 float32 is 192 MiB, and two of them (384 MiB) were
-cancelled before they were added. Counting each allocation and free at its own time (here)
-gives the timeline's number.
+Why ``benches/memory_real_models.py`` read 995 MiB for PyTorch + PEFT + GC on SmolLM2's shape
+(4 x 256 tokens, float32) where PyTorch's memory timeline read 1379 MiB: two things, 192 MiB
+each (a logits-sized float32 buffer, 4 x 256 x 49152 x 4 bytes), both measured on that row
+(random weights, one profiled step after the warm-up; parameters and Adam state 541.1 MiB):
+- the old count summed each op's *self* memory (``self_cpu_memory_usage``: the op's own
+  allocations minus its own frees, its children's excluded) at the op's *start* time. A parent
+  that frees what its children allocated carries a negative self memory, counted before the
+  children's allocations because the parent starts first: ``LogSoftmaxBackward0``'s node frees
+  384 MiB its children (``nll_loss_backward``, ``_log_softmax_backward_data``) allocated, so a
+  logits-sized buffer that was alive at the peak was cancelled before it was added. Counting
+  each allocation and free at its own time: 1187.1 MiB, what the memory timeline gives for the
+  same step (1187.1; the old count 995.1);
+- the 1379 MiB kept the logits alive through the backward (a reference to ``out.logits`` held
+  by the caller): the same step with the logits held gives 1379.1 MiB by the allocation records
+  (1187.1 by the old count). Both are real programs; the bench drops its references to the
+  logits before ``backward()``, as Hugging Face's ``Trainer`` does (its ``compute_loss``
+  returns the loss alone), the peer at its leanest. The same holds for the bitsandbytes peer:
+  the issue's 1027 MiB is this bench's 835 MiB plus the held logits.
 
 The profiled step is the second (after a warm-up that creates the Adam moments) and is not
 timed; riftco's counters cost nothing and every riftco step is measured. Step time: the
@@ -143,13 +151,13 @@ class RiftcoLoadedRow(RiftcoRow):
     :class:`memory_real_models.RiftcoRow` measures (the row's own bytes between steps plus its
     step's peak above the counters before it)."""
 
-    def __init__(self, label: str, path: Path, dtype: str | None) -> None:
+    def __init__(self, label: str, path: Path, dtype: str | None, loss_chunk_bytes: int) -> None:
         self.label = label
         before = _current()
         self.model = riftco.load_model(path, dtype=dtype, activation_checkpointing=POLICY)
         self.frozen_dtype = self.model.frozen_weights_dtype
         self.model.enable_lora(rank=LORA_RANK, alpha=LORA_ALPHA, mlp=True)
-        self.model.loss_chunk_bytes = riftco.DEFAULT_LOSS_CHUNK_BYTES
+        self.model.loss_chunk_bytes = loss_chunk_bytes
         self.opt = riftco.Adam(self.model.parameters(), lr=1e-4)
         after = _current()
         self.held = {c: after[c] - before[c] for c in after}
@@ -268,7 +276,8 @@ class TorchPeerRow:
         elapsed = time.perf_counter() - t0
         self.losses.append(value)
         if not profiling:
-            self.times.append(elapsed)
+            if self.calls > 1:  # the first is the warm-up
+                self.times.append(elapsed)
             return
         prof.__exit__(None, None, None)
         self.profiled_step_s = elapsed
@@ -328,6 +337,9 @@ def main() -> None:
     parser.add_argument("--peer-steps", type=int, default=None,
                         help="timed PyTorch steps after the warm-up and the profiled step "
                         "(default --steps; 0: the profiled step's time)")
+    parser.add_argument("--loss-chunk-bytes", default=None,
+                        help="riftco's loss chunk budget (bytes or e.g. '8MiB'; default "
+                        "DEFAULT_LOSS_CHUNK_BYTES): a smaller one shows the peak outside the loss")
     parser.add_argument("--no-torch", action="store_true", help="riftco rows only")
     parser.add_argument("--no-bnb", action="store_true", help="no bitsandbytes NF4 peer")
     parser.add_argument("--no-bf16", action="store_true", help="no riftco bf16 row")
@@ -340,6 +352,8 @@ def main() -> None:
     if args.quick:
         args.model, args.batch, args.seq, args.steps = "quick", 2, 32, 2
     peer_steps = args.steps if args.peer_steps is None else args.peer_steps
+    chunk = (riftco.DEFAULT_LOSS_CHUNK_BYTES if args.loss_chunk_bytes is None
+             else riftco.parse_byte_size(args.loss_chunk_bytes))
     shape = {"smollm2": SHAPES["smollm2-135m"], "llama-3.2-1b": SHAPES["llama-3.2-1b"],
              "quick": SHAPES["quick"]}[args.model]
     gguf: Path | None = None
@@ -364,13 +378,13 @@ def main() -> None:
     makers: list[tuple[str, Callable[[], Any]]] = []
     quantized: list[str] = []
     if gguf is not None:
-        makers.append(("riftco gguf", lambda: RiftcoLoadedRow("riftco gguf", gguf, None)))
+        makers.append(("riftco gguf", lambda: RiftcoLoadedRow("riftco gguf", gguf, None, chunk)))
         quantized.append("riftco gguf")
     for q in [q.strip() for q in args.quant.split(",") if q.strip()]:
-        makers.append((f"riftco {q}", lambda q=q: RiftcoLoadedRow(f"riftco {q}", folder, q)))
+        makers.append((f"riftco {q}", lambda q=q: RiftcoLoadedRow(f"riftco {q}", folder, q, chunk)))
         quantized.append(f"riftco {q}")
     if not args.no_bf16:
-        makers.append(("riftco bf16", lambda: RiftcoLoadedRow("riftco bf16", folder, "bfloat16")))
+        makers.append(("riftco bf16", lambda: RiftcoLoadedRow("riftco bf16", folder, "bfloat16", chunk)))
     skipped: dict[str, str] = {}
     if not args.no_torch:
         try:
@@ -387,7 +401,7 @@ def main() -> None:
             skipped["PyTorch + PEFT rows"] = f"{e} (pip install torch transformers peft bitsandbytes)"
     print(
         f"{args.model}: {args.batch} x {args.seq} tokens ({token_source}), LoRA r={LORA_RANK} on "
-        f"all projections, {POLICY}, chunked loss, {riftco.num_threads()} threads, SIMD "
+        f"all projections, {POLICY}, loss chunks of {chunk / MIB:g} MiB, {riftco.num_threads()} threads, SIMD "
         f"{riftco.simd_level()}, {args.steps} timed riftco steps, {peer_steps} timed PyTorch steps"
         + (", one row at a time" if args.sequential else ", rows interleaved")
     )
@@ -455,7 +469,8 @@ def main() -> None:
             "date": datetime.date.today().isoformat(), "host": platform.machine(),
             "simd": riftco.simd_level(), "threads": riftco.num_threads(), "model": args.model,
             "gguf": gguf.name if gguf else None, "tokens": token_source,
-            "batch": args.batch, "seq": args.seq, "policy": POLICY, "steps": args.steps,
+            "batch": args.batch, "seq": args.seq, "policy": POLICY, "loss_chunk_bytes": chunk,
+            "steps": args.steps,
             "peer_steps": peer_steps, "sequential": args.sequential, "rows": results,
             "targets": checks, "skipped": skipped,
         }, indent=1) + "\n")
