@@ -52,9 +52,10 @@ def test_quick_qlora_bench_measures_the_quantized_and_bf16_rows(tmp_path: Path) 
     assert nf4["frozen_weights_dtype"] == "nf4" and bf16["frozen_weights_dtype"] == "bfloat16"
     for row in (nf4, bf16):
         check_riftco_row(row)
-    # NF4 holds 4.5 bits per weight (4-bit codes, an 8-bit absmax per 64, double-quantized)
-    # against 16: under a third of the frozen bytes, the LoRA adapters the same.
-    assert nf4["peak_bytes"]["parameter"] < bf16["peak_bytes"]["parameter"] / 3 + 2**16
+    # NF4 holds 4.13 bits per weight (4-bit codes, an 8-bit absmax per 64 weights, an f32 per
+    # 256 absmax) against 16; the float32 LoRA adapters (9 % of the bf16 row's bytes at this
+    # shape) are the same in both rows.
+    assert nf4["peak_bytes"]["parameter"] < 0.45 * bf16["peak_bytes"]["parameter"]
     assert nf4["peak_bytes"]["total"] < bf16["peak_bytes"]["total"]
     # Random weights and tokens: both losses near ln(4096) = 8.318; NF4's rounding moves it a little.
     assert abs(nf4["loss"] - bf16["loss"]) < 0.05
