@@ -72,6 +72,7 @@ def test_gguf_row_keeps_the_real_model_quantized(tmp_path: Path) -> None:
     rows = {row["row"]: row for row in data["rows"]}
     assert sorted(rows) == ["riftco bf16", "riftco gguf"]
     gguf, bf16 = rows["riftco gguf"], rows["riftco bf16"]
+    assert gguf["frozen_weights_dtype"] == "q4_1"  # the format holding the most weights
     for row in (gguf, bf16):
         check_riftco_row(row)
     # Q4_1 / Q8_0 blocks as stored (92 MiB) against 134.5 M weights in bfloat16 (257 MiB).
