@@ -310,7 +310,7 @@ def targets(rows: dict[str, dict[str, Any]], quantized: list[str], model: str) -
                 (q, "riftco bf16", "step", "<=", STEP_VS_BF16),
                 (q, "PyTorch + PEFT + bnb NF4 + GC", "step", "<=", STEP_VS_BNB),
             ]
-        checks.append((q, "PyTorch + PEFT + GC", "peak", "", 0.0))  # reported, no target
+            checks.append((q, "PyTorch + PEFT + GC", "peak", "", 0.0))  # reported, no target
     out = []
     for num, den, what, _, bound in checks:
         value = ratio(rows, num, den, what)
