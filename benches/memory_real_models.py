@@ -22,12 +22,22 @@ PyTorch + PEFT (when ``torch``, ``transformers`` and ``peft`` import; otherwise 
 reason): ``LlamaForCausalLM`` from the same config in float32, PEFT LoRA with the same rank,
 alpha and targets, Hugging Face gradient checkpointing (non-reentrant) on for riftco's ``block``
 rows and off for ``disabled``; its peak is read from the PyTorch profiler
-(``profile_memory=True``: each op's own CPU allocations and frees, ``self_cpu_memory_usage``,
-summed in start-time order) during its second step — the bytes the step allocated above what
-was alive before it — plus the parameters and the Adam state alive before it (that step is not
-timed; the others run without the profiler). Until 2026-12-05 the warm-up step was profiled,
-before PyTorch's Adam had allocated its moments, so those peaks could lack the Adam state (19 MiB
-of LoRA moments at SmolLM2's shape). Same process, same thread count.
+(``profile_memory=True``) during its second step: the highest running sum of the profiler's
+``[memory]`` records (one per CPU allocation, its bytes, and per free, minus its bytes) in the
+order of their own timestamps — the bytes the step allocated above what was alive before it —
+plus the parameters and the Adam state alive before it (that step is not timed; the others run
+without the profiler). This is what PyTorch's memory timeline (``export_memory_timeline``) sums,
+to within a few KiB. Until 2026-12-06 the bench summed each op's *self* memory
+(``self_cpu_memory_usage``: its allocations minus its frees, its children's excluded) at the
+op's start time, which counts a parent op's frees of its children's allocations before those
+allocations (the parent starts first): ``cross_entropy`` freeing its ``log_softmax`` output and
+``LogSoftmaxBackward0`` freeing the logits-sized gradients of its children cancelled a
+logits-sized buffer alive at the peak (192 MiB at SmolLM2's shape, 4 x 256 tokens), so
+PyTorch + PEFT + GC read 995 MiB where its step peaks at 1187 MiB (1379 MiB when the caller
+keeps a reference to the logits through the backward; this bench drops it first, as Hugging
+Face's ``Trainer`` does; see ``benches/qlora_real_models.py``). Until 2026-12-05 the warm-up step was profiled, before
+PyTorch's Adam had allocated its moments, so those peaks could lack the Adam state (19 MiB of
+LoRA moments at SmolLM2's shape). Same process, same thread count.
 
     python benches/memory_real_models.py                       # smollm2-135m, 4 x 256 tokens
     python benches/memory_real_models.py --model llama-3.2-1b --batch 1 --seq 1024 --steps 2 \
@@ -221,13 +231,26 @@ class TorchRow:
             self.times.append(elapsed)
         self.losses.append(value)
         if profiling:
-            # Every op's own allocations and frees (self_cpu_memory_usage), in start-time order:
-            # the bytes alive above the step's start, at their highest.
-            current = peak = 0
-            for e in sorted(prof.events(), key=lambda e: e.time_range.start):
-                current += e.self_cpu_memory_usage
-                peak = max(peak, current)
-            self.peak = {"total": alive + peak}
+            self.peak = {"total": alive + peak_of_allocations(prof)}
+
+
+def peak_of_allocations(prof: Any) -> int:
+    """The highest running sum of a finished profile's CPU ``[memory]`` records (each
+    allocation's bytes, each free's minus its bytes) in the order of their own timestamps: the
+    peak, over the profile, of the bytes allocated above what was alive when it started.
+    PyTorch's CPU allocator keeps no cache, so allocated bytes are live bytes."""
+    from torch._C._autograd import DeviceType
+
+    records = [
+        e for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == DeviceType.CPU
+    ]
+    records.sort(key=lambda e: e.start_ns())
+    current = peak = 0
+    for e in records:
+        current += e.nbytes()
+        peak = max(peak, current)
+    return peak
 
 
 COLORS = {
