@@ -239,3 +239,20 @@ def test_a_matrix_that_is_not_whole_blocks_is_named(tmp_path: Path) -> None:
     assert model.frozen_weights_dtype == "float32"  # unchanged
     model.set_frozen_weights_dtype("q8_0")  # 96 = 3 blocks of 32
     assert model.frozen_weights_dtype == "q8_0"
+
+
+def test_a_quantized_load_holds_one_tensor_in_float32_at_a_time(tmp_path: Path) -> None:
+    """``dtype="nf4"`` quantizes each tensor as it is read: the load's peak is the quantized
+    model plus about one float32 tensor, never the float32 model (nor a pool holding it)."""
+    _, folder = tiny_llama(tmp_path, {}, tied=True)
+    f32 = sum(p.numpy().nbytes for _, p in riftco.load_model(folder).named_parameters())
+    riftco.empty_cache()
+    riftco.reset_peak_memory_stats()
+    before = riftco.memory_stats()["total"]["current_bytes"]
+    model = riftco.load_model(folder, dtype="nf4")
+    stats = riftco.memory_stats()
+    held = stats["parameter"]["current_bytes"]
+    assert held < f32 / 4
+    assert stats["total"]["peak_bytes"] - before <= held + f32 // 2
+    assert riftco.cached_bytes() < f32 // 2
+    assert model.frozen_weights_dtype == "nf4"

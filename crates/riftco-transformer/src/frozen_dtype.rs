@@ -181,6 +181,16 @@ impl DecoderOnlyTransformer {
                 WeightDtype::Quantized(f) if v.value().quant_format() == Some(f) => continue,
                 // Vectors (the RMSNorm gains) stay as they are: formats quantize matrices.
                 WeightDtype::Quantized(_) if v.value().dims().len() != 2 => continue,
+                WeightDtype::Quantized(f)
+                    if not_whole_blocks(&e.hf_name(), v.value().dims(), f).is_some() =>
+                {
+                    return Err(TransformerError::Config {
+                        field: "dtype",
+                        value: format!("{:?}", dtype.name()),
+                        reason: not_whole_blocks(&e.hf_name(), v.value().dims(), f)
+                            .unwrap_or_default(),
+                    });
+                }
                 WeightDtype::Quantized(f) if device == Device::Cpu => {
                     v.value().to_quantized(f).map_err(cannot)?
                 }
@@ -234,5 +244,19 @@ impl DecoderOnlyTransformer {
         self.weights()
             .base_parameters()
             .any(|(_, v)| v.value().is_compressed())
+    }
+}
+
+/// Why a matrix `name` of `shape` cannot be stored in `format` (its rows are not whole blocks),
+/// or `None` when it can.
+pub(crate) fn not_whole_blocks(name: &str, shape: &[usize], format: QuantFormat) -> Option<String> {
+    let block = format.block_elements();
+    match shape {
+        [_, cols] if cols % block == 0 => None,
+        _ => Some(format!(
+            "cannot store {name} (shape {shape:?}) in {format}: {format} keeps matrices whose \
+             rows are whole blocks of {block} elements (cols a multiple of {block}); pick a \
+             format with smaller blocks (q8_0, q4_0, q4_1, q5_0, q5_1: 32; nf4: 64)"
+        )),
     }
 }

@@ -178,7 +178,7 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
     }
     let context = format!("r {}, target_modules {:?}", lora.rank, peft.target_modules);
     check_tensors(&model_path, &header, &expected, &context)?;
-    let values = read_values(&model_path, header, &expected, None)?;
+    let values = read_values(&model_path, header, &expected, None, None)?;
 
     let before = (**model.weights()).clone();
     let result = model.enable_lora(&lora).and_then(|()| {

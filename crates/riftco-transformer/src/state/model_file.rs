@@ -193,25 +193,25 @@ pub fn load_model_as(
     checkpointing: impl Into<ActivationCheckpointing>,
     dtype: WeightDtype,
 ) -> Result<DecoderOnlyTransformer> {
-    if let WeightDtype::Quantized(format) = dtype {
-        // Read as float32, then freeze the base and quantize it matrix by matrix.
-        let mut model = load_model_as(path, attention, checkpointing, WeightDtype::Float32)?;
-        model.freeze_base();
-        model.set_frozen_weights_dtype(WeightDtype::Quantized(format))?;
-        return Ok(model);
-    }
+    // A quantized base is quantized tensor by tensor as it is read (one tensor in f32 at a
+    // time; a GGUF tensor already in that format keeps its bytes).
+    let quantize = dtype.quant_format();
     let half = dtype.half();
     if is_gguf(path) {
-        return load_llama(path, attention, checkpointing, half, false);
+        return load_llama(path, attention, checkpointing, half, false, quantize);
     }
     if is_shard_index(path) {
-        return load_sharded(path, attention, checkpointing, half);
+        return load_sharded(path, attention, checkpointing, half, quantize);
     }
     let header = read_header(path)?;
     let config = resolve_config(path, &header.metadata)?;
     let expected = expected_file_shapes(&config, header.tensors.tensors().contains_key(LM_HEAD));
     check_tensors(path, &header, &expected, &config_summary(&config))?;
-    let values = untie_values(path, &config, read_values(path, header, &expected, half)?)?;
+    let values = untie_values(
+        path,
+        &config,
+        read_values(path, header, &expected, half, quantize)?,
+    )?;
     // The parameters take the values read (no initialised model to copy them into).
     DecoderOnlyTransformer::from_parameter_values(config, attention, checkpointing, values)
 }
@@ -230,7 +230,7 @@ pub fn load_model_as_stored(
     checkpointing: impl Into<ActivationCheckpointing>,
 ) -> Result<DecoderOnlyTransformer> {
     if is_gguf(path) {
-        return load_llama(path, attention, checkpointing, None, true);
+        return load_llama(path, attention, checkpointing, None, true, None);
     }
     load_model_as(path, attention, checkpointing, WeightDtype::Float32)
 }
@@ -322,7 +322,7 @@ pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<
                 ),
             ));
         }
-        let values = load_llama_values(&file, config, None, false)?;
+        let values = load_llama_values(&file, config, None, false, None)?;
         return copy_into(path, &model.weights().named_base_parameters(), values);
     }
     let header = read_header(path)?;
@@ -339,7 +339,11 @@ pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<
     }
     let expected = expected_file_shapes(config, header.tensors.tensors().contains_key(LM_HEAD));
     check_tensors(path, &header, &expected, &config_summary(config))?;
-    let values = untie_values(path, config, read_values(path, header, &expected, None)?)?;
+    let values = untie_values(
+        path,
+        config,
+        read_values(path, header, &expected, None, None)?,
+    )?;
     copy_into(path, &model.weights().named_base_parameters(), values)
 }
 
@@ -389,6 +393,20 @@ pub(super) fn untie_values(
     };
     let (_, head) = values.remove(i);
     let embed = values.iter().find(|(n, _)| n == EMBEDDING).map(|(_, v)| v);
+    if let (ParamValues::Quantized(_, h, _), Some(ParamValues::Quantized(_, e, _))) = (&head, embed)
+    {
+        // Quantized on load: equal values give equal bytes.
+        if h != e {
+            return Err(state_err(
+                path,
+                format!(
+                    "the config ties the LM head to the embedding (tie_word_embeddings = true) \
+                     but {LM_HEAD} differs from {EMBEDDING}: not a tied model"
+                ),
+            ));
+        }
+        return Ok(values);
+    }
     let differs = |e: usize| head.bits_at(e) != embed.and_then(|v| v.bits_at(e)).or(Some(0));
     if let Some(e) = (0..head.len()).find(|&e| differs(e)) {
         return Err(state_err(

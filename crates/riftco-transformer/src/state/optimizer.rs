@@ -193,7 +193,7 @@ pub fn load_optimizer_state(adam: &mut Adam, path: &Path) -> Result<()> {
         }
     }
     check_tensors(path, &header, &expected, "its riftco_optimizer metadata")?;
-    let values = read_values(path, header, &expected, None)?;
+    let values = read_values(path, header, &expected, None, None)?;
     let mut values = values.into_iter().map(|(_, v)| match v {
         ParamValues::F32(v) => v,
         ParamValues::Half(dtype, bits) => bits.iter().map(|&b| dtype.to_f32(b)).collect(),

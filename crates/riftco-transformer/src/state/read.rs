@@ -373,13 +373,14 @@ pub(super) fn read_values(
     mut header: Header,
     expected: &[(String, Vec<usize>)],
     half: Option<HalfDtype>,
+    quantize: Option<riftco_tensor::QuantFormat>,
 ) -> Result<Vec<(String, ParamValues)>> {
     use std::io::{Seek, SeekFrom};
     let mut out = Vec::new();
     out.try_reserve_exact(expected.len())
         .map_err(|_| state_err(path, "cannot allocate the tensor list"))?;
     let mut bytes: Vec<u8> = Vec::new();
-    for (name, _) in expected {
+    for (name, shape) in expected {
         let info: &TensorInfo = header
             .tensors
             .info(name)
@@ -443,6 +444,10 @@ pub(super) fn read_values(
                 }
                 ParamValues::Half(h, bits)
             }
+        };
+        let values = match quantize {
+            Some(f) => super::values::quantize_param(path, name, shape, f, values)?,
+            None => values,
         };
         out.push((name.clone(), values));
     }

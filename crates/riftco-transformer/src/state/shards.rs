@@ -77,6 +77,7 @@ pub(super) fn load_sharded(
     attention: FullSequenceAttentionKind,
     checkpointing: impl Into<ActivationCheckpointing>,
     half: Option<riftco_tensor::HalfDtype>,
+    quantize: Option<riftco_tensor::QuantFormat>,
 ) -> Result<DecoderOnlyTransformer> {
     let bytes = read_json_bytes(index_path)?;
     let index: Index = serde_json::from_slice(&bytes).map_err(|e| {
@@ -177,7 +178,7 @@ pub(super) fn load_sharded(
             .filter(|(n, _)| header.tensors.info(n).is_some())
             .cloned()
             .collect();
-        values.extend(read_values(&path, header, &mine, half)?);
+        values.extend(read_values(&path, header, &mine, half, quantize)?);
     }
     let values = untie_values(index_path, &config, values)?;
     // The parameters take the values read (no initialised model to copy them into).

@@ -46,6 +46,38 @@ impl ParamValues {
     }
 }
 
+/// `values` of tensor `name` (row-major `shape`) quantized to `format` when it is a matrix (the
+/// RMSNorm gains stay float32), so a quantized load holds one tensor in f32 at a time.
+///
+/// # Errors
+/// [`crate::TransformerError::Config`] (field `dtype`) naming the tensor when its rows are not
+/// whole blocks of the format; [`crate::TransformerError::State`] for a value that is not
+/// finite.
+pub(crate) fn quantize_param(
+    path: &std::path::Path,
+    name: &str,
+    shape: &[usize],
+    format: riftco_tensor::QuantFormat,
+    values: ParamValues,
+) -> crate::error::Result<ParamValues> {
+    let ParamValues::F32(v) = values else {
+        return Ok(values);
+    };
+    if shape.len() != 2 {
+        return Ok(ParamValues::F32(v));
+    }
+    if let Some(reason) = crate::frozen_dtype::not_whole_blocks(name, shape, format) {
+        return Err(crate::TransformerError::Config {
+            field: "dtype",
+            value: format!("{:?}", format.name()),
+            reason,
+        });
+    }
+    let bytes = riftco_kernels::quant::quantize(format, &v)
+        .map_err(|e| super::state_err(path, format!("tensor {name}: {e}")))?;
+    Ok(ParamValues::Quantized(format, bytes, v.len()))
+}
+
 /// Weights of a validated `config` whose tensors take ownership of `values` (Hugging Face name
 /// → elements, one per base parameter of [`layout::entries_for`]): nothing is initialised or
 /// copied, so loading holds the model's bytes once. 16-bit values become frozen leaves

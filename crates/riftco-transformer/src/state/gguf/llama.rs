@@ -333,6 +333,7 @@ pub(crate) fn load_llama_values(
     config: &TransformerConfig,
     half: Option<HalfDtype>,
     as_stored: bool,
+    quantize: Option<QuantFormat>,
 ) -> Result<Vec<(String, ParamValues)>> {
     let entries: Vec<_> = layout::entries_for(config).collect();
     let expected: Vec<(String, &GgufTensorInfo, Vec<usize>, Option<usize>)> = {
@@ -418,7 +419,13 @@ pub(crate) fn load_llama_values(
         .map_err(|_| state_err(file.path(), "cannot allocate the tensor list"))?;
     let mut bytes = Vec::new();
     for (hf_name, info, shape, heads) in expected {
-        let v = tensor_values(file, info, &shape, heads, half, as_stored, &mut bytes)?;
+        let keep =
+            as_stored || (quantize.is_some() && quantize == QuantFormat::from_ggml(info.ggml_type));
+        let v = tensor_values(file, info, &shape, heads, half, keep, &mut bytes)?;
+        let v = match quantize {
+            Some(f) => crate::state::values::quantize_param(file.path(), &info.name, &shape, f, v)?,
+            None => v,
+        };
         values.push((hf_name, v));
     }
     Ok(values)
@@ -522,10 +529,11 @@ pub(crate) fn load_llama(
     checkpointing: impl Into<ActivationCheckpointing>,
     half: Option<HalfDtype>,
     as_stored: bool,
+    quantize: Option<QuantFormat>,
 ) -> Result<DecoderOnlyTransformer> {
     let file = GgufFile::open(path)?;
     let config = config_from_gguf(&file)?;
-    let values = load_llama_values(&file, &config, half, as_stored)?;
+    let values = load_llama_values(&file, &config, half, as_stored, quantize)?;
     DecoderOnlyTransformer::from_parameter_values(config, attention, checkpointing, values)
 }
 
