@@ -43,7 +43,9 @@ fn check_rows(format: QuantFormat, shape: &[usize], what: &str) -> PyResult<usiz
 /// The Python error of a quantization error.
 fn quant_err(e: QuantError) -> PyErr {
     match e {
-        QuantError::NonFinite { .. } => PyValueError::new_err(e.to_string()),
+        QuantError::NonFinite { .. } | QuantError::OutOfRange { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
         other => Exc::Shape.err(other.to_string()),
     }
 }
@@ -77,7 +79,8 @@ fn quant_err(e: QuantError) -> PyErr {
 /// Raises:
 ///     ConfigError: ``dtype`` names no format (the message lists the accepted names).
 ///     ShapeError: the last axis is not a multiple of the block (or the array is 0-d).
-///     ValueError: a value is NaN or infinite (the message gives the first one's flat index).
+///     ValueError: a value is NaN or infinite, or (the GGML formats, whose block scales are
+///         float16) of magnitude beyond 65504; the message gives the first one's flat index.
 ///
 /// Examples:
 ///     >>> import numpy as np, riftco

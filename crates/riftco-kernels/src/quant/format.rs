@@ -237,6 +237,15 @@ pub fn quantize(format: QuantFormat, values: &[f32]) -> Result<Vec<u8>, QuantErr
             bits: values[index].to_bits(),
         });
     }
+    if format.ggml_type().is_some() {
+        if let Some(index) = values.iter().position(|v| v.abs() > super::F16_VALUE_LIMIT) {
+            return Err(QuantError::OutOfRange {
+                format,
+                index,
+                bits: values[index].to_bits(),
+            });
+        }
+    }
     let out = match format.ggml_type() {
         None => super::nf4::quantize(values),
         Some(t) => {

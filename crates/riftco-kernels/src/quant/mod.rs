@@ -299,6 +299,12 @@ impl fmt::Display for GgmlType {
 /// Elements of a K-quant super-block (`QK_K` of `ggml-common.h`).
 pub const QK_K: usize = 256;
 
+/// The largest magnitude [`format::quantize`] accepts for a GGML format: the largest finite
+/// float16. Its block scales and minimums are float16, and a block of larger values would need
+/// a scale (or minimum) beyond it; Q8_0, with the widest quants, overflows only past 127 times
+/// this, but one bound for every format is simpler to state and never binds for trained weights.
+pub const F16_VALUE_LIMIT: f32 = 65504.0;
+
 /// A block format: how many elements a block holds, how many bytes it takes, and how it
 /// dequantizes (bitwise as `gguf.quants.dequantize`).
 pub trait BlockFormat {
@@ -358,6 +364,16 @@ pub enum QuantError {
         /// error compares with `Eq`).
         bits: u32,
     },
+    /// A finite value beyond what a GGML format's float16 block scales can represent (the
+    /// first one; see [`F16_VALUE_LIMIT`]).
+    OutOfRange {
+        /// The format.
+        format: QuantFormat,
+        /// Its index in the values.
+        index: usize,
+        /// The value's f32 bits.
+        bits: u32,
+    },
 }
 
 impl fmt::Display for QuantError {
@@ -412,6 +428,19 @@ impl fmt::Display for QuantError {
                 f,
                 "value {index} is {}: only finite values can be quantized to {format}",
                 f32::from_bits(*bits)
+            ),
+            Self::OutOfRange {
+                format,
+                index,
+                bits,
+            } => write!(
+                f,
+                "value {index} is {}: {format} stores its block scales (and minimums) as \
+                 float16, so it holds values of magnitude up to {} only (the reference \
+                 quantizers write infinities or NaNs beyond); keep this tensor in float32 or \
+                 bfloat16, or use nf4 (float32 scales)",
+                f32::from_bits(*bits),
+                F16_VALUE_LIMIT
             ),
         }
     }
