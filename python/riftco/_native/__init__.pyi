@@ -744,15 +744,18 @@ class DecoderOnlyTransformer:
         ``ConfigError`` naming ``lora_dropout`` for a ``dropout`` outside ``[0, 1)``."""
     def set_lora_active(self, active: bool) -> None: ...
     def set_frozen_weights_dtype(self, dtype: str) -> None:
-        """Stores every frozen base weight in ``"bfloat16"`` / ``"float16"`` (or back in
-        ``"float32"``) while ops compute in float32 (each op reads a weight upcast in a
-        transient copy of that weight, counted as workspace); halves the frozen parameter
-        bytes; results bitwise those of float32 weights holding the rounded values.
+        """Stores every frozen base weight in ``"bfloat16"`` / ``"float16"``, a quantized format
+        (``"nf4"``, ``"q8_0"``, ``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q5_1"``, ``"q2_k"`` ...
+        ``"q6_k"``: every matrix; the norms stay float32), or back in ``"float32"``, while ops
+        compute in float32 (a 16-bit weight is upcast in a transient copy, a quantized one
+        dequantized a block at a time, counted as workspace); results bitwise those of float32
+        weights holding the same values (quantized: for weights of up to 4 MiB in f32).
         ``ConfigError`` naming ``dtype`` for another name, with no frozen weight (enable LoRA
-        first) or off the CPU."""
+        first), a 16-bit dtype off the CPU, or a matrix whose rows are not whole blocks."""
     @property
     def frozen_weights_dtype(self) -> str:
-        """``"float32"``, ``"bfloat16"`` or ``"float16"``: how the frozen weights are stored."""
+        """``"float32"``, ``"bfloat16"``, ``"float16"`` or a quantized format (``"nf4"``,
+        ``"q4_1"``, ...; the one holding the most weights): how the frozen weights are stored."""
     def merge_lora(self) -> None: ...
     @property
     def has_lora(self) -> bool: ...
