@@ -37,7 +37,7 @@ from typing import Any
 
 from riftco._native import DecoderOnlyTransformer, LoraError, ModelStateError
 from riftco.commands.arguments import fail
-from riftco.commands.generate import _adapter, _adapter_base
+from riftco.commands.generate import _adapter, _adapter_base, _trained_frozen_dtype
 from riftco.data.gguf_export import (
     BASE_TYPES,
     GGUF_EXPORT_TYPES,
@@ -172,7 +172,9 @@ def _load(args: argparse.Namespace) -> tuple[DecoderOnlyTransformer, str, Path |
         model = load_model(state, dtype="float32")
         return model, str(state), tokenizer_source_of(state)
     base = _adapter_base(adapter, args.base_model)
-    model = load_model(base, dtype="float32")
+    # The base as the run trained on it (a QLoRA run's NF4 values, dequantized when merging),
+    # else float32: merging writes the base weights.
+    model = load_model(base, dtype=_trained_frozen_dtype(adapter) or "float32")
     _check_adapter_base(adapter, base, model)
     try:
         model.load_lora(str(adapter))

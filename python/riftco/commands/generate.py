@@ -141,6 +141,20 @@ def _adapter_base(adapter: Path, base: str | None) -> Path:
         fail(f"the adapter's base model is gone ({e}); pass --base-model")
 
 
+def _trained_frozen_dtype(adapter: Path) -> str | None:
+    """The ``frozen_weights_dtype`` the adapter's run asked for (``training_config`` of its
+    ``training_metadata.json``): the base storage it was trained against, ``None`` for the
+    default (the base as stored) or when not recorded. A QLoRA adapter (``nf4``, ``q4_0`` ...)
+    only reproduces its training on the base quantized the same way."""
+    meta_path = adapter.parent / METADATA_FILE
+    try:
+        config = json.loads(meta_path.read_bytes()).get("training_config", {})
+        dtype = config.get("frozen_weights_dtype") if isinstance(config, dict) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return dtype if isinstance(dtype, str) else None
+
+
 def _adapter(path: Path) -> Path | None:
     """The LoRA adapter folder ``path`` is or holds (a LoRA run), or ``None``."""
     if (path / ADAPTER_CONFIG).is_file():
@@ -170,7 +184,8 @@ def load_for_generation(
             fail(f"{e}; or a LoRA post-training folder (runs/post_train)")
         return riftco.load_model(state, attention=attention).to(device), str(state)
     base = _adapter_base(adapter, base_model)
-    model = riftco.load_model(base, attention=attention)
+    # The base stored as the run trained on it (a QLoRA run's NF4, ...), else as stored.
+    model = riftco.load_model(base, attention=attention, dtype=_trained_frozen_dtype(adapter))
     model.load_lora(str(adapter))
     return model.to(device), f"{base} + LoRA adapter {adapter}"
 
