@@ -270,7 +270,8 @@ def test_a_qlora_run_is_generated_and_exported_on_the_base_it_trained_on(tmp_pat
         lora_rank=4, frozen_weights_dtype="nf4",
     )
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, TINY["vocab_size"], 4000).astype(np.uint8)
+    # Token ids of the 64-token model (the corpus takes any unsigned ids below vocab_size).
+    tokens: Any = rng.integers(0, TINY["vocab_size"], 4000).astype(np.uint32)
     corpus = riftco.Corpus(tokens=tokens, description="random ids", files=())
     run = tmp_path / "run"
     riftco.run_post_training(str(folder), cfg, corpus, run, progress=False, plots=False)
