@@ -419,3 +419,19 @@ def test_full_post_training_carries_the_tokenizer_and_records_an_absolute_base(
     tok = riftco.load_tokenizer(tmp_path / "run")
     assert str(tmp_path / "run") in tok.name, tok.name
     assert tok.encode("Say 3.") == riftco.load_tokenizer(folder).encode("Say 3.")
+
+
+def test_a_large_vocabulary_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
+    """A folder whose model has more than 256 tokens but no tokenizer.json is not a byte-level
+    model: ``generate`` and ``post-train`` refuse it with one line (exit 2, nothing written)
+    instead of feeding it bytes (found by a fresh-clone review: a traceback after training)."""
+    config = riftco.TransformerConfig(vocab_size=300, d_model=32, n_heads=4, n_layers=1, d_ff=64, max_seq_len=32)
+    folder = tmp_path / "no-tokenizer"
+    folder.mkdir()
+    riftco.DecoderOnlyTransformer(config).save(str(folder / "model.safetensors"))
+    r = riftco_cmd("generate", "--model", folder, "Hello")
+    assert r.returncode == 2 and "no tokenizer" in r.stderr and "300 tokens" in r.stderr, r.stderr
+    out = tmp_path / "run"
+    r = riftco_cmd("post-train", "--model", folder, "--steps", "1", "--out", out)
+    assert r.returncode == 2 and "no tokenizer" in r.stderr and "300 tokens" in r.stderr, r.stderr
+    assert not out.exists()

@@ -277,6 +277,14 @@ def run(args: argparse.Namespace, prog: str = "riftco generate") -> None:
         fail("--system needs --chat")
     model, what = load_for_generation(args.model, args.base_model, args.attention, args.device)
     tokenizer = _tokenizer(args)
+    vocab_size = int(model.config.vocab_size)
+    if tokenizer.is_bytes and vocab_size > 256:
+        # Bytes are a byte-level model's tokens; a larger vocabulary needs its own tokenizer.
+        fail(
+            f"{what} has no tokenizer (no tokenizer.json beside it) and a vocabulary of "
+            f"{vocab_size} tokens: only a byte-level model (vocab_size <= 256) reads bytes; put "
+            "the model's tokenizer.json (and tokenizer_config.json) in its folder"
+        )
     max_seq_len = int(model.config.max_seq_len)
     unit = "bytes" if tokenizer.is_bytes else "tokens"
     limit = max_seq_len * (1 if tokenizer.is_bytes else _MAX_PROMPT_BYTES_PER_TOKEN)

@@ -361,6 +361,15 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         tokenizer, chat_template = _model_tokenizer(state)
     except (ImportError, TokenError, ModelStateError) as e:
         fail(str(e))
+    vocab_size = int(model.config.vocab_size)
+    if tokenizer is None and vocab_size > 256:
+        # Bytes (0..255) are a byte-level model's tokens; a larger vocabulary needs its
+        # tokenizer, or the data would train as bytes on a model that reads them as other tokens.
+        fail(
+            f"{str(state)!r} has no tokenizer (no tokenizer.json beside it) and a vocabulary of "
+            f"{vocab_size} tokens: only a byte-level model (vocab_size <= 256) trains on bytes; "
+            "put the model's tokenizer.json (and tokenizer_config.json) in its folder"
+        )
     corpus: Corpus | ExampleCorpus
     example_data = is_example_data(args.data) if args.data else args.data_format == "chat"
     if args.data and args.data_format == "chat" and not example_data:
