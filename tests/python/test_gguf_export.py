@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -821,3 +822,20 @@ def test_llama_cpp_runs_a_hugging_face_base_export_with_its_tokenizer_json(tmp_p
     theirs, tokens = llama_greedy(out, prompts, texts=PROMPTS)
     assert tokens == prompts
     assert theirs == ours
+
+
+def test_a_merge_whose_update_the_rounding_loses_is_warned(base: Path, tmp_path: Path) -> None:
+    """Writing a merged model in its base's 4-bit types keeps little of a small update (the
+    merged weights round back near the base's grid): the export warns, saying how much of the
+    update the file keeps; a large update, or F16, exports without the warning."""
+    small = riftco.load_model(base, dtype="float32")
+    small.enable_lora(rank=4, alpha=8.0, mlp=True, seed=3)
+    for name, p in small.named_lora_parameters():
+        if "lora_B" in name:
+            p.copy_(np.full(p.shape, 1e-5, np.float32))
+    with pytest.warns(RuntimeWarning, match=r"keep -?\d+% of the adapters' update"):
+        export_merged_model(small, tmp_path / "small.gguf", base_gguf=base, tensor_type="base")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        export_merged_model(tuned(base), tmp_path / "large.gguf", base_gguf=base, tensor_type="base")
+        export_merged_model(tuned(base), tmp_path / "f16.gguf", base_gguf=base, tensor_type="F16")

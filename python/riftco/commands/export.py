@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -226,14 +227,18 @@ def run(args: argparse.Namespace, prog: str = "riftco export") -> None:
                 tokenizer = hf_tokenizer_metadata(source, int(model.config.vocab_size))
             except ImportError as e:
                 fail(str(e))
-        result = export_merged_model(
-            model,
-            out,
-            tensor_type=tensor_type,
-            base_gguf=base_gguf,
-            tokenizer_metadata=tokenizer,
-            overwrite=args.overwrite,
-            name=args.name,
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = export_merged_model(
+                model,
+                out,
+                tensor_type=tensor_type,
+                base_gguf=base_gguf,
+                tokenizer_metadata=tokenizer,
+                overwrite=args.overwrite,
+                name=args.name,
+            )
+        for w in caught:
+            print(f"{prog}: warning: {w.message}", file=sys.stderr)
         kind = "model (adapters merged)" if "LoRA" in what else "model"
     print(f"{prog}: {what} -> {out}: {kind}, {_summary(result)}", file=sys.stderr)

@@ -582,6 +582,8 @@ def export_merged_model(
 
         freqs = np.asarray(read_gguf_tensor(base, _ROPE_FREQS), dtype=np.float32)
 
+    # The adapted matrices, to check after quantizing that the update survived the rounding.
+    adapted = {g for _, g, _, _ in _lora_pairs(model)} if model.has_lora else set()
     if model.has_lora:
         if model.frozen_weights_dtype != "float32":
             # Merging writes the base: a 16-bit or quantized one is dequantized first (exactly).
@@ -593,14 +595,31 @@ def export_merged_model(
     if freqs is not None:
         rope_freqs: npt.NDArray[np.float32] = freqs
         tensors.append(_Tensor(_ROPE_FREQS, "F32", tuple(freqs.shape), lambda: rope_freqs))
+    base_types_ = _base_tensor_types(base) if base is not None and adapted else {}
+    base_path = base if base is not None else Path()
+    # Over the adapted matrices: Σ <written - base, update> and Σ |update|², the share of the
+    # adapters' update the written file keeps (projected on the update's direction).
+    kept = [0.0, 0.0]
     for hf, name_, ggml_type, shape, heads in plan:
 
-        def produce(hf: str = hf, ggml_type: str = ggml_type, heads: int | None = heads
-                    ) -> npt.NDArray[Any]:
+        def produce(hf: str = hf, name_: str = name_, ggml_type: str = ggml_type,
+                    heads: int | None = heads) -> npt.NDArray[Any]:
             values = np.ascontiguousarray(variables[hf].numpy(), dtype=np.float32)
             if heads is not None:
                 values = permute_qk_rows(values, heads)
-            return _quantize(values, ggml_type)
+            data = _quantize(values, ggml_type)
+            if name_ in adapted and ggml_type in QUANTIZED_TYPES and name_ in base_types_:
+                # The adapters' update (merged minus the base's values), and how much of it the
+                # written, rounded values keep along its direction.
+                from riftco._native import dequantize, read_gguf_tensor
+
+                written = dequantize(np.asarray(data).tobytes(), ggml_type.lower(), values.shape)
+                base_values = np.asarray(read_gguf_tensor(base_path, name_)).reshape(values.shape)
+                update = (values - base_values).astype(np.float64).reshape(-1)
+                change = (written - base_values).astype(np.float64).reshape(-1)
+                kept[0] += float(change @ update)
+                kept[1] += float(update @ update)
+            return data
 
         tensors.append(_Tensor(name_, ggml_type, shape, produce))
 
@@ -624,7 +643,20 @@ def export_merged_model(
         if types - {"F32", "F16", "BF16"}:
             w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
-    return _write(Path(path), overwrite, keys, tensors)
+    result = _write(Path(path), overwrite, keys, tensors)
+    share = kept[0] / kept[1] if kept[1] > 0 else 1.0
+    if share < 0.5:
+        import warnings
+
+        warnings.warn(
+            f"the written matrices keep {max(share, 0.0):.0%} of the adapters' update (its "
+            f"projection on the update, over the {len(adapted)} adapted matrices): rounding the "
+            f"merged weights to their type loses most of the fine-tuning; write F16, BF16 or "
+            f"Q8_0 (--type), or the adapter itself (--adapter), to keep it",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return result
 
 
 def _read_file_type(base: Path) -> int | None:
