@@ -179,14 +179,17 @@ pub fn load_model(
 }
 
 /// [`load_model`] with the base weights stored in `dtype`: float32 (trainable, as
-/// [`load_model`]), or bfloat16 / float16 — then every base weight is frozen
-/// (`requires_grad = false`; enable LoRA to train adapters on it) and read into 16-bit storage
-/// straight from the file, tensor by tensor (a file of that format keeps its own bits; others
-/// are rounded to nearest, ties to even), so loading never holds an f32 copy of the model. See
-/// [`DecoderOnlyTransformer::set_frozen_weights_dtype`].
+/// [`load_model`]); bfloat16 / float16 — every base weight frozen (`requires_grad = false`;
+/// enable LoRA to train adapters on it) and read into 16-bit storage straight from the file,
+/// tensor by tensor (a file of that format keeps its own bits; others are rounded to nearest,
+/// ties to even); or a quantized format ([`WeightDtype::Quantized`]: NF4, Q8_0, Q4_K, ...) —
+/// the base frozen and every matrix quantized as it is read (a GGUF tensor already in that
+/// format keeps its bytes; the RMSNorm gains stay float32). Loading never holds an f32 copy of
+/// the model then. See [`DecoderOnlyTransformer::set_frozen_weights_dtype`].
 ///
 /// # Errors
-/// As [`load_model`].
+/// As [`load_model`]; [`crate::TransformerError::Config`] naming a matrix whose rows are not
+/// whole blocks of the quantized format.
 pub fn load_model_as(
     path: &Path,
     attention: FullSequenceAttentionKind,
