@@ -257,3 +257,53 @@ fn any_bytes_multiply_without_panicking_and_as_the_f32_product() {
         }
     }
 }
+
+/// The products against a quantized weight dequantize blocks of rows (and of columns) with the
+/// fused kernel's in-register dequantization: bitwise the scalar `dequantize_range` at every
+/// level, for every format, whole and in ranges.
+#[test]
+fn blocked_dequantization_equals_the_scalar_one_at_every_level() {
+    use riftco_kernels::quant::blocked::QuantMatrix;
+    let _guard = LEVEL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for level in simd::available_levels() {
+        simd::set_simd_level(Some(level));
+        simd::set_force_scalar(level == simd::SimdLevel::Scalar);
+        for format in QuantFormat::ALL {
+            let block = format.block_elements();
+            for cols in col_counts(format) {
+                let rows = 7;
+                let data = weight(format, rows, cols, &mut rng);
+                let mut want = vec![0.0f32; rows * cols];
+                dequantize_range(format, &data, rows * cols, 0, &mut want).unwrap();
+                let w = QuantMatrix {
+                    format,
+                    bytes: &data,
+                    rows,
+                    cols,
+                };
+                let mut got = vec![f32::NAN; 3 * cols];
+                w.dequantize_rows(2, &mut got).unwrap();
+                assert_eq!(
+                    bits(&got),
+                    bits(&want[2 * cols..5 * cols]),
+                    "{format} rows at {level:?}"
+                );
+                let (c0, width) = (block * (cols / block / 2), block);
+                let mut got = vec![f32::NAN; rows * width];
+                w.dequantize_columns(c0, width, &mut got).unwrap();
+                let expect: Vec<f32> = (0..rows)
+                    .flat_map(|r| want[r * cols + c0..r * cols + c0 + width].to_vec())
+                    .collect();
+                assert_eq!(bits(&got), bits(&expect), "{format} columns at {level:?}");
+                // Ranges outside the matrix or not whole blocks are errors, not panics.
+                let mut one = vec![0.0f32; cols];
+                assert!(w.dequantize_rows(rows, &mut one).is_err());
+                let mut odd = vec![0.0f32; rows * (block + 1)];
+                assert!(w.dequantize_columns(0, block + 1, &mut odd).is_err());
+            }
+        }
+    }
+    simd::set_force_scalar(false);
+    simd::set_simd_level(None);
+}

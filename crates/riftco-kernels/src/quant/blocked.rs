@@ -14,7 +14,7 @@
 
 use rayon::prelude::*;
 
-use super::format::{dequantize_range, QuantFormat};
+use super::format::QuantFormat;
 use super::QuantError;
 use crate::matmul::{matmul_strided, MatmulSpec, Strides};
 
@@ -36,23 +36,29 @@ pub struct QuantMatrix<'a> {
 }
 
 impl QuantMatrix<'_> {
-    fn numel(&self) -> usize {
-        self.rows * self.cols
-    }
-
     /// Dequantizes rows `r0 .. r0 + out.len() / cols` into `out`, rows in parallel.
     pub fn dequantize_rows(&self, r0: usize, out: &mut [f32]) -> Result<(), QuantError> {
         let cols = self.cols;
-        let numel = self.numel();
-        let rows_per_task = (64 * 1024 / cols.max(1)).max(1);
+        let n_rows = out.len().checked_div(cols).unwrap_or(0);
+        self.check(
+            r0 * cols,
+            out.len(),
+            n_rows * cols == out.len() && r0 + n_rows <= self.rows,
+        )?;
         crate::threading::thread_pool().install(|| {
-            out.par_chunks_mut(rows_per_task * cols)
-                .enumerate()
-                .try_for_each(|(t, chunk)| {
-                    let start = (r0 + t * rows_per_task) * cols;
-                    dequantize_range(self.format, self.bytes, numel, start, chunk)
-                })
-        })
+            out.par_chunks_mut(cols).enumerate().for_each(|(i, row)| {
+                super::matvec::dequantize_row_blocks(
+                    self.format,
+                    self.bytes,
+                    self.rows,
+                    cols,
+                    r0 + i,
+                    0,
+                    row,
+                );
+            });
+        });
+        Ok(())
     }
 
     /// Dequantizes columns `c0 .. c0 + width` of every row into `out` (`[rows, width]`), rows in
@@ -63,14 +69,48 @@ impl QuantMatrix<'_> {
         width: usize,
         out: &mut [f32],
     ) -> Result<(), QuantError> {
-        let (cols, numel) = (self.cols, self.numel());
+        let block = self.format.block_elements();
+        let fits = c0 % block == 0
+            && width % block == 0
+            && c0 + width <= self.cols
+            && out.len() == self.rows * width;
+        self.check(c0, width, fits)?;
+        if width == 0 {
+            return Ok(());
+        }
         crate::threading::thread_pool().install(|| {
-            out.par_chunks_mut(width)
-                .enumerate()
-                .try_for_each(|(r, row)| {
-                    dequantize_range(self.format, self.bytes, numel, r * cols + c0, row)
-                })
-        })
+            out.par_chunks_mut(width).enumerate().for_each(|(r, row)| {
+                super::matvec::dequantize_row_blocks(
+                    self.format,
+                    self.bytes,
+                    self.rows,
+                    self.cols,
+                    r,
+                    c0 / block,
+                    row,
+                );
+            });
+        });
+        Ok(())
+    }
+
+    /// The error of a range that is not whole blocks inside the matrix, or of bytes of the
+    /// wrong length, unless `fits` and the bytes and shape agree.
+    fn check(&self, start: usize, len: usize, fits: bool) -> Result<(), QuantError> {
+        let numel = self.rows.checked_mul(self.cols);
+        let ok = fits
+            && self.cols % self.format.block_elements() == 0
+            && numel.and_then(|n| self.format.storage_bytes(n)) == Some(self.bytes.len());
+        match ok {
+            true => Ok(()),
+            false => Err(QuantError::Range {
+                format: self.format,
+                bytes: self.bytes.len(),
+                numel: numel.unwrap_or(usize::MAX),
+                start,
+                len,
+            }),
+        }
     }
 }
 

@@ -911,6 +911,113 @@ impl Rows for Nf4Rows<'_> {
     }
 }
 
+/// Dequantizes blocks `k0 .. k0 + out.len() / block` of row `r` of a `[rows, cols]` weight in
+/// `format` into `out`, with the fused kernel's in-register dequantization at AVX-512 / AVX2
+/// (the same operations as [`super::dequantize_range`], so the same bits) and the scalar
+/// blocks elsewhere. `out.len()` and the range are whole blocks inside the row (checked by the
+/// caller).
+pub(crate) fn dequantize_row_blocks(
+    format: QuantFormat,
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    r: usize,
+    k0: usize,
+    out: &mut [f32],
+) {
+    match format {
+        QuantFormat::Q4_0 => blocks_of(&Ggml::<BlockQ4_0>::new(data, cols), r, k0, out),
+        QuantFormat::Q4_1 => blocks_of(&Ggml::<BlockQ4_1>::new(data, cols), r, k0, out),
+        QuantFormat::Q5_0 => blocks_of(&Ggml::<BlockQ5_0>::new(data, cols), r, k0, out),
+        QuantFormat::Q5_1 => blocks_of(&Ggml::<BlockQ5_1>::new(data, cols), r, k0, out),
+        QuantFormat::Q8_0 => blocks_of(&Ggml::<BlockQ8_0>::new(data, cols), r, k0, out),
+        QuantFormat::Q2_K => blocks_of(&Ggml::<BlockQ2K>::new(data, cols), r, k0, out),
+        QuantFormat::Q3_K => blocks_of(&Ggml::<BlockQ3K>::new(data, cols), r, k0, out),
+        QuantFormat::Q4_K => blocks_of(&Ggml::<BlockQ4K>::new(data, cols), r, k0, out),
+        QuantFormat::Q5_K => blocks_of(&Ggml::<BlockQ5K>::new(data, cols), r, k0, out),
+        QuantFormat::Q6_K => blocks_of(&Ggml::<BlockQ6K>::new(data, cols), r, k0, out),
+        QuantFormat::Nf4 => blocks_of(&Nf4Rows::new(data, rows, cols), r, k0, out),
+    }
+}
+
+fn blocks_of<R: Rows>(rows: &R, r: usize, k0: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    match arch() {
+        pulp::Arch::V4(v4) => {
+            let l = L4(v4);
+            return Simd::vectorize(
+                v4,
+                StoreBlocks {
+                    l,
+                    rows,
+                    r,
+                    k0,
+                    out,
+                },
+            );
+        }
+        pulp::Arch::V3(v3) => {
+            let l = L3(v3);
+            return Simd::vectorize(
+                v3,
+                StoreBlocks {
+                    l,
+                    rows,
+                    r,
+                    k0,
+                    out,
+                },
+            );
+        }
+        _ => {}
+    }
+    for (i, block) in out.chunks_exact_mut(R::BLOCK).enumerate() {
+        rows.dequantize(r, k0 + i, block);
+    }
+}
+
+/// Stores the fused kernel's dequantized weights instead of accumulating them.
+#[cfg(target_arch = "x86_64")]
+struct StoreBlocks<'a, L, R> {
+    l: L,
+    rows: &'a R,
+    r: usize,
+    k0: usize,
+    out: &'a mut [f32],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<L: Level, R: Rows> pulp::WithSimd for StoreBlocks<'_, L, R> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        let Self {
+            l,
+            rows,
+            r,
+            k0,
+            out,
+        } = self;
+        let (vectors, _) = <L::S as Simd>::as_mut_simd_f32s(out);
+        let per_block = R::BLOCK / <L::S as Simd>::F32_LANES;
+        for (i, block) in vectors.chunks_exact_mut(per_block).enumerate() {
+            let k = k0 + i;
+            let prep = rows.prep(r, k);
+            let per_chunk = CHUNK / <L::S as Simd>::F32_LANES;
+            for c in 0..R::BLOCK / CHUNK {
+                let dst = &mut block[c * per_chunk..(c + 1) * per_chunk];
+                let [q0, q1] = rows.codes(l, r, k, c);
+                for (h, q) in [q0, q1].into_iter().enumerate() {
+                    let (scale, offset) = R::affine(&prep, c, h);
+                    let w = l.weights(q, R::OP, scale, offset, &NF4);
+                    let w = w.as_ref();
+                    dst[h * w.len()..(h + 1) * w.len()].copy_from_slice(w);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
