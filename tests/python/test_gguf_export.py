@@ -839,3 +839,17 @@ def test_a_merge_whose_update_the_rounding_loses_is_warned(base: Path, tmp_path:
         warnings.simplefilter("error")
         export_merged_model(tuned(base), tmp_path / "large.gguf", base_gguf=base, tensor_type="base")
         export_merged_model(tuned(base), tmp_path / "f16.gguf", base_gguf=base, tensor_type="F16")
+
+
+def test_types_take_any_case_and_a_gguf_adapter_is_not_read_back_as_peft(base: Path, tmp_path: Path) -> None:
+    """``tensor_type`` takes any case, as ``riftco export --type`` does; loading the GGUF adapter
+    into riftco (which reads PEFT folders) names what it is and what to use instead of a raw
+    OS error (both found by a fresh-clone review)."""
+    export_merged_model(tuned(base), tmp_path / "q8.gguf", base_gguf=base, tensor_type="q8_0")
+    assert tensors_of(tmp_path / "q8.gguf")["blk.0.attn_q.weight"].tensor_type == Q.Q8_0
+    adapter = tmp_path / "adapter.gguf"
+    export_lora_adapter(tuned(base), adapter)
+    fresh = riftco.load_model(base)
+    with pytest.raises(riftco.ModelStateError, match=r"a GGUF file.*PEFT adapter folder.*llama\.cpp"):
+        fresh.load_lora(str(adapter))
+    assert not fresh.has_lora

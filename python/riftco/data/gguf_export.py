@@ -525,6 +525,9 @@ def export_merged_model(
     config = model.config
     base = None if base_gguf is None else Path(base_gguf)
     accepted = (*GGUF_EXPORT_TYPES, BASE_TYPES)
+    if isinstance(tensor_type, str):
+        # Any case, as riftco export --type and riftco.quantize take it.
+        tensor_type = tensor_type.lower() if tensor_type.lower() == BASE_TYPES else tensor_type.upper()
     if tensor_type not in accepted:
         raise ConfigError(
             f"GGUF tensor type {tensor_type!r} is not one riftco writes: expected one of "

@@ -148,6 +148,23 @@ pub fn load_lora_adapter(model: &mut DecoderOnlyTransformer, dir: &Path) -> Resu
                 .into(),
         });
     }
+    if dir.is_file() {
+        let gguf = super::gguf::is_gguf(dir);
+        return Err(super::state_err(
+            dir,
+            format!(
+                "a file{}: load_lora reads a PEFT adapter folder ({ADAPTER_CONFIG_FILE} and \
+                 {ADAPTER_MODEL_FILE}, as save_lora and riftco post-train write it){}",
+                if gguf { " (a GGUF file)" } else { "" },
+                if gguf {
+                    "; a GGUF LoRA adapter is llama.cpp's format (riftco export --adapter writes \
+                     it from such a folder), not one riftco reads back"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
     let model_path = dir.join(ADAPTER_MODEL_FILE);
     let header = read_header(&model_path)?;
     let d_model = model.config().d_model;
