@@ -344,11 +344,23 @@ where
     parents.extend(dependencies.iter().cloned());
     let recompute = Arc::new(recompute);
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+    let on_replay_end = options.on_replay_end.clone();
     let vjp = move |parents: &[Variable], out: &Tensor, grad_out: &Tensor| {
+        // Runs the hook when this VJP ends, returned or unwound.
+        let _end = on_replay_end.as_ref().map(ReplayEnd);
         let _marker = ReplayMarker::enter(token, &spec.name)?;
         replay_vjp(&spec, &*recompute, parents, out, grad_out)
     };
     Ok(Variable::from_op("checkpoint", value, parents, vjp))
+}
+
+/// Runs a checkpoint's [`CheckpointOptions::on_replay_end`] when dropped.
+struct ReplayEnd<'a>(&'a crate::named::ReplayEndHook);
+
+impl Drop for ReplayEnd<'_> {
+    fn drop(&mut self) {
+        (self.0 .0)();
+    }
 }
 
 /// One fresh leaf per input, holding its value (shared storage) and its `requires_grad`.

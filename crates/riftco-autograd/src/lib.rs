@@ -37,7 +37,7 @@ pub use context::{panic_message, BackwardOptions, GradientContext, LeafGradientH
 pub use determinism::{value_hash, DeterminismCheck};
 pub use error::{AutogradError, CheckpointError, Result};
 pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled, NoGradGuard};
-pub use named::{named, CheckpointOptions};
+pub use named::{named, CheckpointOptions, ReplayEndHook};
 pub use rng::{draw_counter, fork_rng, manual_seed, reserve, rng_state, set_rng_state, RngState};
 pub use stats::GraphStatistics;
 pub use variable::{Saves, Variable};

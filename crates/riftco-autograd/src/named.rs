@@ -59,7 +59,32 @@ pub struct CheckpointOptions {
     /// automatically (every leaf a module holds, of which a callable may read only some);
     /// a declared list should be exact.
     pub prune_unused_dependencies: bool,
+    /// Called once each replay of the checkpoint has handed its VJPs to the outer pass (or
+    /// failed): the point after which nothing of that backward step reads the boundary's
+    /// values again. A sharded data-parallel model releases the block's gathered parameters
+    /// there (default `None`).
+    pub on_replay_end: Option<ReplayEndHook>,
 }
+
+/// A callback run at the end of every replay of a checkpoint
+/// ([`CheckpointOptions::on_replay_end`]). Two hooks compare equal when they are the same
+/// callback (the same `Arc`).
+#[derive(Clone)]
+pub struct ReplayEndHook(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for ReplayEndHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplayEndHook(..)")
+    }
+}
+
+impl PartialEq for ReplayEndHook {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ReplayEndHook {}
 
 impl Default for CheckpointOptions {
     /// No save set, `preserve_rng_state: true`, `determinism_check: Metadata`.
@@ -69,6 +94,7 @@ impl Default for CheckpointOptions {
             preserve_rng_state: true,
             determinism_check: DeterminismCheck::Metadata,
             prune_unused_dependencies: false,
+            on_replay_end: None,
         }
     }
 }
@@ -91,6 +117,12 @@ impl CheckpointOptions {
     /// These options with `prune_unused_dependencies` set to `prune`.
     pub fn with_prune_unused_dependencies(mut self, prune: bool) -> Self {
         self.prune_unused_dependencies = prune;
+        self
+    }
+
+    /// These options with `on_replay_end` set to `hook`.
+    pub fn with_replay_end(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_replay_end = Some(ReplayEndHook(Arc::new(hook)));
         self
     }
 

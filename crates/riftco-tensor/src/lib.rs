@@ -14,6 +14,7 @@ pub mod error_kind;
 pub mod memory;
 pub mod pool;
 pub mod random;
+pub mod residency;
 pub mod shape;
 pub mod storage;
 pub mod tensor;
@@ -27,6 +28,7 @@ pub use memory::{
     CategoryStats, MemoryCategory, MemoryStats, ThreadMemoryScope,
 };
 pub use random::Rng;
+pub use residency::StorageEncoding;
 pub use riftco_kernels::quant::QuantFormat;
 pub use shape::{Shape, MAX_ELEMENTS};
 pub use storage::{Buffer, DeviceBuffer, HalfDtype, QuantizedBytes};

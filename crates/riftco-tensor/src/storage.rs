@@ -391,6 +391,40 @@ impl Storage {
         give_back(old);
     }
 
+    /// Puts elements back into a released storage ([`Storage::release`]) without bumping the
+    /// version: the caller states that `buffer` holds the value the storage had when it was
+    /// released (a parameter gathered again from its shards), so graphs recorded before the
+    /// release stay valid. A caller whose value changed meanwhile bumps the version itself
+    /// ([`Storage::bump_version`]).
+    ///
+    /// # Errors
+    /// [`TensorError::InvalidArgument`] naming `op` when the storage holds elements (it was not
+    /// released) or `buffer` holds another number of elements.
+    pub fn restore(&self, op: &'static str, buffer: Buffer) -> Result<()> {
+        let mut guard = self.data.write().unwrap_or_else(|e| e.into_inner());
+        let Buffer::Placeholder(n) = *guard else {
+            return Err(TensorError::InvalidArgument {
+                op,
+                message: "the tensor holds its elements: only a released one can be restored"
+                    .into(),
+            });
+        };
+        if buffer.len() != n {
+            return Err(TensorError::InvalidArgument {
+                op,
+                message: format!(
+                    "the released tensor has {n} elements; the restored buffer has {}",
+                    buffer.len()
+                ),
+            });
+        }
+        let bytes = buffer.accounted_bytes();
+        *guard = buffer;
+        self.bytes.store(bytes as u64, Ordering::Release);
+        record_alloc(self.device(), self.category, bytes);
+        Ok(())
+    }
+
     /// The current version.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)

@@ -394,6 +394,11 @@ impl Tensor {
         self.storage.release();
     }
 
+    /// The shared storage (for the crate's own modules).
+    pub(crate) fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
     /// An identifier of the storage, stable while it lives.
     pub fn storage_id(&self) -> usize {
         Arc::as_ptr(&self.storage) as usize

@@ -28,6 +28,7 @@ pub mod model;
 pub mod optim;
 pub mod packing;
 pub mod policy;
+pub mod residency;
 pub mod rope_scaling;
 pub mod state;
 
@@ -48,6 +49,7 @@ pub use policy::{
     ActivationCheckpointingKind, FullSequenceAttentionKind, OptionRow, OptionTable,
     ACTIVATION_CHECKPOINTING_POLICIES, ATTENTION_KINDS,
 };
+pub use residency::{AcquireReason, ParameterResidency, ResidencyUnit, SharedResidency};
 pub use rope_scaling::RopeScaling;
 pub use state::{
     load_lora_adapter, load_model, load_model_as, load_model_as_stored, load_optimizer_state,

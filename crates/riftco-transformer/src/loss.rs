@@ -25,7 +25,7 @@ impl DecoderOnlyTransformer {
     pub fn loss(&self, block: &[u32], batch: usize, seq_plus_one: usize) -> Result<Variable> {
         let (inputs, targets, seq) = self.split_block(block, batch, seq_plus_one)?;
         let h = self.forward_hidden(&inputs, batch, seq, true, None)?;
-        head_loss(&h, &self.weights.lm_head, &targets, self.loss_chunking)
+        self.resident_head_loss(&h, &targets)
     }
 
     /// [`DecoderOnlyTransformer::loss`] with targets taken from `labels` (Hugging Face's
@@ -154,7 +154,15 @@ impl DecoderOnlyTransformer {
         } else {
             ops::embedding(&h, &rows)?
         };
-        head_loss(&h, &self.weights.lm_head, &targets, self.loss_chunking)
+        self.resident_head_loss(&h, &targets)
+    }
+
+    /// [`head_loss`] of the final hidden states `h`, with the head's unit acquired.
+    fn resident_head_loss(&self, h: &Variable, targets: &[u32]) -> Result<Variable> {
+        self.acquire_head()?;
+        let loss = head_loss(h, &self.weights.lm_head, targets, self.loss_chunking)?;
+        self.release_head_without_graph();
+        Ok(loss)
     }
 
     /// The inputs `block[:, :-1]`, targets `block[:, 1:]` and `seq` of a checked token block.

@@ -11,6 +11,7 @@ use crate::head::LossChunking;
 use crate::layout::{self, Entry, Init, ModelParam, Place, Slot};
 use crate::linear::{Linear, LoraAdapter, LoraConfig};
 use crate::policy::{ActivationCheckpointingKind, FullSequenceAttentionKind};
+use crate::residency::{self, AcquireReason, ResidencyUnit, SharedResidency};
 use riftco_autograd::{ops, DeterminismCheck, Variable};
 use riftco_tensor::backend::RopeTable;
 use riftco_tensor::{MemoryCategory, Rng, Tensor, TensorError};
@@ -224,7 +225,6 @@ pub(crate) fn rope_table(config: &TransformerConfig) -> Result<Arc<RopeTable>> {
 /// model.set_activation_checkpointing_kind(ActivationCheckpointingKind::Disabled);
 /// # Ok::<(), riftco_transformer::TransformerError>(())
 /// ```
-#[derive(Debug)]
 pub struct DecoderOnlyTransformer {
     pub(crate) weights: Arc<Weights>,
     attention: FullSequenceAttentionKind,
@@ -242,6 +242,21 @@ pub struct DecoderOnlyTransformer {
     pub(crate) dropout_step: AtomicU64,
     /// How the training loss computes the LM head and cross-entropy (not part of model state).
     pub(crate) loss_chunking: LossChunking,
+    /// The owner of the parameters between uses ([`crate::residency`]); `None`: always resident.
+    pub(crate) residency: Option<SharedResidency>,
+}
+
+impl std::fmt::Debug for DecoderOnlyTransformer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecoderOnlyTransformer")
+            .field("config", &self.weights.config)
+            .field("attention", &self.attention)
+            .field("checkpointing", &self.checkpointing)
+            .field("training", &self.training)
+            .field("loss_chunking", &self.loss_chunking)
+            .field("residency", &self.residency.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// How many resolved plans a model keeps: training that alternates a few shapes (a smaller last
@@ -330,6 +345,52 @@ impl DecoderOnlyTransformer {
             training: true,
             dropout_step: AtomicU64::new(0),
             loss_chunking: LossChunking::default(),
+            residency: None,
+        }
+    }
+
+    /// Sets (or with `None` removes) the owner of the parameters between uses: the model then
+    /// acquires each unit before reading it and releases it after, as [`crate::residency`]
+    /// describes (sharded data parallelism, ZeRO-3). Plans chosen by measuring the blocks
+    /// (`auto`, memory budgets) are refused while an owner is set.
+    pub fn set_parameter_residency(&mut self, owner: Option<SharedResidency>) {
+        self.residency = owner;
+    }
+
+    /// The owner of the parameters between uses, if one is set.
+    pub fn parameter_residency(&self) -> Option<&SharedResidency> {
+        self.residency.as_ref()
+    }
+
+    /// The unit the LM head belongs to: [`ResidencyUnit::Embedding`] when tied.
+    pub(crate) fn head_unit(&self) -> ResidencyUnit {
+        if self.weights.config.tie_word_embeddings {
+            ResidencyUnit::Embedding
+        } else {
+            ResidencyUnit::Head
+        }
+    }
+
+    /// Acquires the LM head's unit before the head reads it (kept for the backward pass when
+    /// a graph is recorded).
+    pub(crate) fn acquire_head(&self) -> Result<()> {
+        let reason = if riftco_autograd::is_grad_enabled() {
+            AcquireReason::KeptForBackward
+        } else {
+            AcquireReason::Forward
+        };
+        Ok(residency::acquire(
+            self.residency.as_ref(),
+            self.head_unit(),
+            reason,
+            None,
+        )?)
+    }
+
+    /// Releases the LM head's unit after a head computation that recorded no graph.
+    pub(crate) fn release_head_without_graph(&self) {
+        if !riftco_autograd::is_grad_enabled() {
+            residency::release(self.residency.as_ref(), self.head_unit());
         }
     }
 
@@ -449,6 +510,17 @@ impl DecoderOnlyTransformer {
         let n_layers = self.config().n_layers;
         let plan = match CheckpointPlan::fixed(&self.checkpointing, n_layers)? {
             Some(plan) => plan,
+            None if self.residency.is_some() => {
+                return Err(TransformerError::Config {
+                    field: "activation_checkpointing",
+                    value: self.checkpointing.to_string(),
+                    reason: "this policy chooses its plan by running every block, which \
+                             needs every parameter resident; with sharded parameters use \
+                             disabled, block, segments:K, a selective policy or a per-block \
+                             list"
+                        .into(),
+                });
+            }
             None => {
                 let m = Arc::new(planner::measure(
                     &self.weights,
@@ -524,7 +596,10 @@ impl DecoderOnlyTransformer {
         training_forward: bool,
     ) -> Result<Variable> {
         let h = self.forward_hidden(tokens, batch, seq, training_forward, None)?;
-        Ok(ops::linear(&h, &self.weights.lm_head)?)
+        self.acquire_head()?;
+        let logits = ops::linear(&h, &self.weights.lm_head)?;
+        self.release_head_without_graph();
+        Ok(logits)
     }
 
     /// The final RMSNorm's output `[batch·seq, d_model]` for tokens `[batch, seq]` (what the LM
@@ -541,7 +616,21 @@ impl DecoderOnlyTransformer {
         let w = &self.weights;
         let cfg = &w.config;
         cfg.validate_tokens(tokens, batch, seq)?;
+        let owner = self.residency.as_ref();
+        let graph = riftco_autograd::is_grad_enabled();
+        // The lookup's VJP reads no value of the table: only a tied head keeps it.
+        let tied = cfg.tie_word_embeddings;
+        let first = (cfg.n_layers > 0).then_some(ResidencyUnit::Block(0));
+        let embed_reason = if tied && graph {
+            AcquireReason::KeptForBackward
+        } else {
+            AcquireReason::Forward
+        };
+        residency::acquire(owner, ResidencyUnit::Embedding, embed_reason, first)?;
         let x = ops::embedding(&w.embed, tokens)?;
+        if !tied {
+            residency::release(owner, ResidencyUnit::Embedding);
+        }
         let mut x = ops::reshape(&x, [batch, seq, cfg.d_model])?;
         let mut ctx = BlockContext::new(cfg, &w.rope, batch, seq, self.attention);
         ctx.layout = layout.filter(|l| !l.is_unpacked()).cloned();
@@ -563,13 +652,25 @@ impl DecoderOnlyTransformer {
             &ctx,
             &self.block_calls,
             self.determinism_check,
+            owner,
         )?;
+        let norm_reason = if graph {
+            AcquireReason::KeptForBackward
+        } else {
+            AcquireReason::Forward
+        };
+        let head = Some(self.head_unit());
+        residency::acquire(owner, ResidencyUnit::FinalNorm, norm_reason, head)?;
         // The norm's own handle goes first: when the loss reads no value of it (the chunked
         // loss), the graph releases it once the caller drops the reshaped handle.
-        Ok(ops::reshape(
+        let h = ops::reshape(
             &ops::rms_norm(&x, &w.final_norm, cfg.rms_norm_eps)?,
             [batch * seq, cfg.d_model],
-        )?)
+        )?;
+        if !graph {
+            residency::release(owner, ResidencyUnit::FinalNorm);
+        }
+        Ok(h)
     }
 
     /// Adds LoRA adapters to the target layers, activates them and freezes every base

@@ -4,12 +4,13 @@ use super::planner::BlockMeasurement;
 use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet};
 use crate::block::{block_forward_for, BlockContext, Layer};
 use crate::error::{Result, TransformerError};
+use crate::residency::{AcquireReason, ResidencyUnit, SharedResidency};
 use riftco_autograd::{
     checkpoint_with_options, CheckpointOptions, CheckpointPass, DeterminismCheck, Variable,
 };
 use std::fmt;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Consecutive blocks run under one per-block policy: one block for `disabled` and
@@ -97,10 +98,12 @@ impl CheckpointPlan {
 
     /// Runs the blocks on `x [batch, seq, d_model]` under this plan, recording the training
     /// graph; `calls` counts block forwards (replays included). Every checkpoint the plan
-    /// creates compares its replay at level `check` and preserves the generator state.
+    /// creates compares its replay at level `check` and preserves the generator state. With a
+    /// residency owner each block is acquired before it runs and released as
+    /// [`crate::residency`] describes; the unit after the last block is the final norm.
     ///
     /// # Errors
-    /// Those of the block forward and of `checkpoint`.
+    /// Those of the block forward, of `checkpoint` and of the owner's acquire.
     pub fn forward(
         &self,
         x: Variable,
@@ -108,12 +111,76 @@ impl CheckpointPlan {
         ctx: &BlockContext,
         calls: &Arc<AtomicUsize>,
         check: DeterminismCheck,
+        owner: Option<&SharedResidency>,
     ) -> Result<Variable> {
         let mut x = x;
-        for seg in &self.segments {
-            x = run_segment(&x, &layers[seg.layers.clone()], seg, ctx, calls, check)?;
+        for (s, seg) in self.segments.iter().enumerate() {
+            let residency = owner.map(|o| SegmentResidency {
+                owner: o.clone(),
+                after: self
+                    .segments
+                    .get(s + 1)
+                    .map_or(ResidencyUnit::FinalNorm, |n| {
+                        ResidencyUnit::Block(n.layers.start)
+                    }),
+                // The backward pass replays the checkpoints in reverse order: the one before
+                // this segment comes next.
+                replay_next: s
+                    .checked_sub(1)
+                    .map(|p| &self.segments[p])
+                    .filter(|p| p.policy != BlockPolicy::Disabled)
+                    .map(|p| ResidencyUnit::Block(p.layers.start)),
+            });
+            x = run_segment(
+                &x,
+                &layers[seg.layers.clone()],
+                seg,
+                ctx,
+                calls,
+                check,
+                residency.as_ref(),
+            )?;
         }
         Ok(x)
+    }
+}
+
+/// The residency owner of a segment's blocks, with the units that come after them.
+#[derive(Clone)]
+pub(crate) struct SegmentResidency {
+    pub(crate) owner: SharedResidency,
+    /// The unit the forward acquires after the segment's last block.
+    pub(crate) after: ResidencyUnit,
+    /// The block the backward pass replays after this segment's replay, if any.
+    pub(crate) replay_next: Option<ResidencyUnit>,
+}
+
+impl SegmentResidency {
+    /// Acquires the segment's blocks `first..first + n` in order, each naming the next unit.
+    fn acquire(
+        &self,
+        first: usize,
+        n: usize,
+        reason: AcquireReason,
+    ) -> riftco_autograd::Result<()> {
+        for j in 0..n {
+            let next = if j + 1 < n {
+                Some(ResidencyUnit::Block(first + j + 1))
+            } else if reason == AcquireReason::Replay {
+                self.replay_next
+            } else {
+                Some(self.after)
+            };
+            self.owner
+                .acquire(ResidencyUnit::Block(first + j), reason, next)?;
+        }
+        Ok(())
+    }
+
+    fn release(&self, first: usize, n: usize) {
+        for j in 0..n {
+            self.owner.release(ResidencyUnit::Block(first + j));
+        }
     }
 }
 
@@ -140,14 +207,29 @@ pub(crate) fn run_segment(
     ctx: &BlockContext,
     calls: &Arc<AtomicUsize>,
     check: DeterminismCheck,
+    residency: Option<&SegmentResidency>,
 ) -> Result<Variable> {
+    let first = seg.layers.start;
+    let graph = riftco_autograd::is_grad_enabled();
     let options = match &seg.policy {
         BlockPolicy::Disabled => {
             let mut x = x.clone();
             for (i, layer) in layers.iter().enumerate() {
+                if let Some(r) = residency {
+                    // The graph reads the block's weights again in the backward pass.
+                    let reason = if graph {
+                        AcquireReason::KeptForBackward
+                    } else {
+                        AcquireReason::Forward
+                    };
+                    r.acquire(first + i, 1, reason)?;
+                }
                 calls.fetch_add(1, Ordering::Relaxed);
-                let ctx = ctx.at_layer(seg.layers.start + i);
+                let ctx = ctx.at_layer(first + i);
                 x = block_forward_for(&x, layer, &ctx, CheckpointPass::Forward)?;
+                if let (Some(r), false) = (residency, graph) {
+                    r.release(first + i, 1);
+                }
             }
             return Ok(x);
         }
@@ -155,6 +237,15 @@ pub(crate) fn run_segment(
         BlockPolicy::Selective(s) => saving(s),
     }
     .with_determinism_check(check);
+    let n = layers.len();
+    let options = match residency {
+        // Released after each replay's VJP.
+        Some(r) => {
+            let r = r.clone();
+            options.with_replay_end(move || r.release(first, n))
+        }
+        None => options,
+    };
     let deps: Vec<Variable> = layers.iter().flat_map(|l| l.forward_leaves()).collect();
     let name = match seg.layers.len() {
         1 => format!("block {0} (model.layers.{0})", seg.layers.start),
@@ -164,30 +255,39 @@ pub(crate) fn run_segment(
         }
     };
     let (layers, ctx, calls) = (layers.to_vec(), ctx.clone(), calls.clone());
-    let first = seg.layers.start;
-    Ok(checkpoint_with_options(
-        &name,
-        x,
-        &deps,
-        &options,
-        move |x, pass| {
-            let mut x = x.clone();
-            let last = layers.len() - 1;
-            for (j, layer) in layers.iter().enumerate() {
-                calls.fetch_add(1, Ordering::Relaxed);
-                // Only the segment's output value is never read at replay; the inner blocks'
-                // outputs feed the next block.
-                let pass = if j == last {
-                    pass
-                } else {
-                    CheckpointPass::Forward
-                };
-                let ctx = ctx.at_layer(first + j);
-                x = block_forward_for(&x, layer, &ctx, pass).map_err(into_autograd)?;
-            }
-            Ok(x)
-        },
-    )?)
+    let inner = residency.cloned();
+    // The first run is the forward; every later one a replay in a backward pass.
+    let ran = AtomicBool::new(false);
+    let out = checkpoint_with_options(&name, x, &deps, &options, move |x, pass| {
+        if let Some(r) = &inner {
+            let reason = if ran.swap(true, Ordering::AcqRel) {
+                AcquireReason::Replay
+            } else {
+                AcquireReason::Forward
+            };
+            r.acquire(first, n, reason)?;
+        }
+        let mut x = x.clone();
+        let last = layers.len() - 1;
+        for (j, layer) in layers.iter().enumerate() {
+            calls.fetch_add(1, Ordering::Relaxed);
+            // Only the segment's output value is never read at replay; the inner blocks'
+            // outputs feed the next block.
+            let pass = if j == last {
+                pass
+            } else {
+                CheckpointPass::Forward
+            };
+            let ctx = ctx.at_layer(first + j);
+            x = block_forward_for(&x, layer, &ctx, pass).map_err(into_autograd)?;
+        }
+        Ok(x)
+    });
+    // Released after the forward run, whether it succeeded or not.
+    if let Some(r) = residency {
+        r.release(first, n);
+    }
+    Ok(out?)
 }
 
 fn saving(s: &SaveSet) -> CheckpointOptions {

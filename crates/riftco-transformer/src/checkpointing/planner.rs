@@ -341,7 +341,7 @@ fn measure_impl(
             };
             let layers = std::slice::from_ref(layer);
             let m = probe(device, || {
-                run_segment(&x, layers, &seg, &ctx, &calls, Default::default())
+                run_segment(&x, layers, &seg, &ctx, &calls, Default::default(), None)
             })?;
             let seconds = costs[i]
                 .as_ref()

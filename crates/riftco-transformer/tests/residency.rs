@@ -1,0 +1,343 @@
+//! Parameter residency (the seam of sharded data parallelism): a model whose parameters are
+//! released between uses and restored from their bytes by an owner computes bitwise what the
+//! always-resident model computes, under every policy, full and LoRA, tied and untied; the owner
+//! is asked in the documented order; released storage is really freed; a value that changes
+//! between the forward run and the replay is a stale graph.
+
+mod common;
+
+use common::{block, lora_config};
+use riftco_autograd::{AutogradError, Variable};
+use riftco_tensor::StorageEncoding;
+use riftco_transformer::{
+    AcquireReason, ActivationCheckpointing, Adam, DecoderOnlyTransformer,
+    FullSequenceAttentionKind as Attn, ParameterResidency, ResidencyUnit, TransformerConfig,
+    TransformerError,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+const BATCH: usize = 2;
+const SEQ: usize = 10;
+const LAYERS: usize = 4;
+
+fn config(tied: bool) -> TransformerConfig {
+    let mut c = TransformerConfig::new(64, 64, 4, LAYERS, 128, 16);
+    c.n_kv_heads = 2;
+    c.seed = 13;
+    c.tie_word_embeddings = tied;
+    c
+}
+
+fn model(policy: &str, lora: bool, tied: bool) -> DecoderOnlyTransformer {
+    let policy: ActivationCheckpointing = policy.parse().unwrap();
+    let mut m = DecoderOnlyTransformer::new(config(tied), Attn::Flash, policy).unwrap();
+    if lora {
+        m.enable_lora(&lora_config()).unwrap();
+        for (_, p) in m.weights().named_lora_parameters() {
+            let n = p.value().numel();
+            let v: Vec<f32> = (0..n)
+                .map(|i| ((i * 29 % 13) as f32 - 6.0) * 0.01)
+                .collect();
+            p.value().copy_from_slice(&v).unwrap();
+        }
+    }
+    m
+}
+
+/// Every parameter of the model (base and adapters) with its name.
+fn all_parameters(m: &DecoderOnlyTransformer) -> Vec<(String, Variable)> {
+    let mut v = m.named_parameters();
+    v.extend(m.weights().named_lora_parameters());
+    v
+}
+
+/// A parameter, its encoding and its bytes while released.
+type Held = (Variable, StorageEncoding, Mutex<Vec<u8>>);
+
+/// An owner that keeps each unit's bytes in memory (a transport of one process) and logs
+/// every call.
+struct Keeper {
+    units: HashMap<ResidencyUnit, Vec<Held>>,
+    resident: Mutex<Vec<ResidencyUnit>>,
+    log: Mutex<Vec<String>>,
+}
+
+impl Keeper {
+    /// Takes the bytes of every parameter and releases them all.
+    fn take(m: &DecoderOnlyTransformer) -> Arc<Self> {
+        let mut units: HashMap<ResidencyUnit, Vec<_>> = HashMap::new();
+        for (name, p) in all_parameters(m) {
+            let unit = ResidencyUnit::of_parameter(&name).unwrap();
+            let encoding = p.value().storage_encoding().unwrap().unwrap();
+            let bytes = p.value().encoded_bytes().unwrap();
+            p.value().release_shared();
+            units
+                .entry(unit)
+                .or_default()
+                .push((p, encoding, Mutex::new(bytes)));
+        }
+        Arc::new(Self {
+            units,
+            resident: Mutex::new(Vec::new()),
+            log: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn release_all(&self) {
+        let resident: Vec<_> = std::mem::take(&mut *self.resident.lock().unwrap());
+        for unit in resident {
+            for (p, _, _) in &self.units[&unit] {
+                p.value().release_shared();
+            }
+        }
+    }
+
+    fn log(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+}
+
+impl ParameterResidency for Keeper {
+    fn acquire(
+        &self,
+        unit: ResidencyUnit,
+        reason: AcquireReason,
+        next: Option<ResidencyUnit>,
+    ) -> riftco_autograd::Result<()> {
+        let next = next.map_or_else(|| "-".to_string(), |n| n.prefix());
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("+{unit} {} {next}", reason.name()));
+        let mut resident = self.resident.lock().unwrap();
+        if !resident.contains(&unit) {
+            for (p, encoding, bytes) in &self.units[&unit] {
+                p.value()
+                    .restore_encoded(*encoding, &bytes.lock().unwrap())?;
+            }
+            resident.push(unit);
+        }
+        Ok(())
+    }
+
+    fn release(&self, unit: ResidencyUnit) {
+        self.log.lock().unwrap().push(format!("-{unit}"));
+        let mut resident = self.resident.lock().unwrap();
+        if let Some(i) = resident.iter().position(|u| *u == unit) {
+            resident.swap_remove(i);
+            for (p, _, _) in &self.units[&unit] {
+                p.value().release_shared();
+            }
+        }
+    }
+}
+
+fn bits(t: &riftco_tensor::Tensor) -> Vec<u32> {
+    t.read().unwrap().iter().map(|x| x.to_bits()).collect()
+}
+
+/// Loss bits and gradient bits of each trainable parameter, for two Adam steps.
+fn train(m: &DecoderOnlyTransformer, keeper: Option<&Keeper>) -> Vec<Vec<u32>> {
+    let params = m.trainable_parameters();
+    let mut out = Vec::new();
+    let mut opt = Adam::new(params.clone(), 1e-2).unwrap();
+    for step in 0..2 {
+        let tokens: Vec<u32> = block(BATCH, SEQ + 1, 64)
+            .iter()
+            .map(|t| (t + step * 5) % 64)
+            .collect();
+        let loss = m.loss(&tokens, BATCH, SEQ + 1).unwrap();
+        out.push(bits(loss.value()));
+        loss.backward().unwrap();
+        for p in &params {
+            out.push(bits(&p.grad().unwrap()));
+        }
+        // The owner restores everything for the optimizer (a sharded run updates its shards
+        // instead) and takes the new values back.
+        if let Some(k) = keeper {
+            k.release_all();
+            for unit in k.units.keys() {
+                k.acquire(*unit, AcquireReason::Forward, None).unwrap();
+            }
+        }
+        opt.step().unwrap();
+        opt.zero_grad().unwrap();
+        if let Some(k) = keeper {
+            // Adam wrote new values: the owner keeps them.
+            for params in k.units.values() {
+                for (p, _, bytes) in params {
+                    *bytes.lock().unwrap() = p.value().encoded_bytes().unwrap();
+                }
+            }
+            k.release_all();
+        }
+    }
+    out
+}
+
+const POLICIES: [&str; 5] = [
+    "disabled",
+    "block",
+    "segments:3",
+    "selective",
+    "disabled,block,selective:attention_ffn,block",
+];
+
+#[test]
+fn a_released_model_trains_bitwise_like_a_resident_one() {
+    for tied in [false, true] {
+        for lora in [false, true] {
+            for policy in POLICIES {
+                let want = train(&model(policy, lora, tied), None);
+                let mut m = model(policy, lora, tied);
+                let keeper = Keeper::take(&m);
+                m.set_parameter_residency(Some(keeper.clone()));
+                let got = train(&m, Some(&keeper));
+                assert!(
+                    got == want,
+                    "{policy}, lora {lora}, tied {tied}: losses or gradients differ"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_owner_is_asked_in_the_documented_order() {
+    let mut m = model("block", false, false);
+    let keeper = Keeper::take(&m);
+    m.set_parameter_residency(Some(keeper.clone()));
+    let tokens = block(BATCH, SEQ + 1, 64);
+    let loss = m.loss(&tokens, BATCH, SEQ + 1).unwrap();
+    let mut want = vec![
+        "+model.embed_tokens forward model.layers.0".to_string(),
+        "-model.embed_tokens".into(),
+    ];
+    for i in 0..LAYERS {
+        let next = if i + 1 < LAYERS {
+            format!("model.layers.{}", i + 1)
+        } else {
+            "model.norm".into()
+        };
+        want.push(format!("+model.layers.{i} forward {next}"));
+        want.push(format!("-model.layers.{i}"));
+    }
+    want.push("+model.norm kept_for_backward lm_head".into());
+    want.push("+lm_head kept_for_backward -".into());
+    assert_eq!(keeper.log(), want);
+    // After the forward only the norm and the head hold their values.
+    for (name, p) in all_parameters(&m) {
+        let kept = name.starts_with("model.norm.") || name.starts_with("lm_head.");
+        assert_eq!(!p.value().is_placeholder(), kept, "{name}");
+    }
+    loss.backward().unwrap();
+    let mut want = Vec::new();
+    for i in (0..LAYERS).rev() {
+        let next = if i > 0 {
+            format!("model.layers.{}", i - 1)
+        } else {
+            "-".into()
+        };
+        want.push(format!("+model.layers.{i} replay {next}"));
+        want.push(format!("-model.layers.{i}"));
+    }
+    assert_eq!(keeper.log(), want);
+
+    // `disabled`: the graph reads the blocks in the backward pass, so none is released; the
+    // tied head is the embedding, kept.
+    let mut m = model("disabled", false, true);
+    let keeper = Keeper::take(&m);
+    m.set_parameter_residency(Some(keeper.clone()));
+    let loss = m.loss(&tokens, BATCH, SEQ + 1).unwrap();
+    let log = keeper.log();
+    assert_eq!(
+        log[0],
+        "+model.embed_tokens kept_for_backward model.layers.0"
+    );
+    assert_eq!(log[1], "+model.layers.0 kept_for_backward model.layers.1");
+    assert_eq!(
+        log.last().unwrap(),
+        "+model.embed_tokens kept_for_backward -"
+    );
+    assert!(log.iter().all(|e| !e.starts_with('-')), "{log:?}");
+    loss.backward().unwrap();
+    assert!(keeper.log().is_empty());
+
+    // Without a graph every unit is released after its use.
+    let logits = riftco_autograd::no_grad(|| m.logits(&tokens[..SEQ], 1, SEQ)).unwrap();
+    assert_eq!(logits.dims(), &[SEQ, 64]);
+    keeper.release_all();
+    let log = keeper.log();
+    let acquired = log.iter().filter(|e| e.starts_with('+')).count();
+    let released = log.iter().filter(|e| e.starts_with('-')).count();
+    assert_eq!((acquired, released), (LAYERS + 3, LAYERS + 2), "{log:?}");
+}
+
+#[test]
+fn a_value_changed_between_forward_and_replay_is_a_stale_graph() {
+    let mut m = model("block", false, false);
+    let keeper = Keeper::take(&m);
+    m.set_parameter_residency(Some(keeper.clone()));
+    let loss = m.loss(&block(BATCH, SEQ + 1, 64), BATCH, SEQ + 1).unwrap();
+    // The shards of block 1 change (an optimizer step between forward and backward): the
+    // owner bumps the versions of its released tensors.
+    for (p, _, _) in &keeper.units[&ResidencyUnit::Block(1)] {
+        p.value().bump_version();
+    }
+    let e = loss.backward().unwrap_err();
+    assert!(matches!(e, AutogradError::StaleGraph { .. }), "{e}");
+}
+
+#[test]
+fn measured_policies_are_refused_under_an_owner() {
+    for policy in ["auto", "budget:64MiB"] {
+        let mut m = model(policy, false, false);
+        let keeper = Keeper::take(&m);
+        m.set_parameter_residency(Some(keeper));
+        let e = m
+            .loss(&block(BATCH, SEQ + 1, 64), BATCH, SEQ + 1)
+            .unwrap_err();
+        assert!(
+            matches!(&e, TransformerError::Config { field, .. } if *field == "activation_checkpointing")
+                && e.to_string().contains("sharded parameters"),
+            "{policy}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_frozen_base_in_16_bits_or_quantized_is_released_and_restored_as_stored() {
+    use riftco_tensor::QuantFormat;
+    use riftco_transformer::WeightDtype;
+    let dtypes = [
+        WeightDtype::BFloat16,
+        WeightDtype::Quantized(QuantFormat::Q8_0),
+        WeightDtype::Quantized(QuantFormat::Nf4),
+    ];
+    for dtype in dtypes {
+        for policy in ["disabled", "block"] {
+            let make = || {
+                let mut m = model(policy, true, false);
+                m.set_frozen_weights_dtype(dtype).unwrap();
+                m
+            };
+            let want = train(&make(), None);
+            let mut m = make();
+            let keeper = Keeper::take(&m);
+            let encodings: Vec<&str> = keeper
+                .units
+                .values()
+                .flatten()
+                .map(|(_, e, _)| e.name())
+                .collect();
+            assert!(encodings.contains(&dtype.name()), "{encodings:?}");
+            m.set_parameter_residency(Some(keeper.clone()));
+            let got = train(&m, Some(&keeper));
+            assert!(
+                got == want,
+                "{dtype:?}, {policy}: losses or gradients differ"
+            );
+        }
+    }
+}
