@@ -11,6 +11,7 @@ each rank, and the trained parameters (``params.npz``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 
 import riftco
 
-BATCH = 4
+BATCH = int(os.environ.get("RIFTCO_WORKER_BATCH", "4"))  # 6 for three ranks
 SEQ = 16
 
 

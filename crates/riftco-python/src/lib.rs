@@ -40,6 +40,7 @@ mod optim;
 mod optim_state;
 mod policy;
 mod quant;
+mod residency;
 mod rng;
 mod tokens;
 mod transfer;

@@ -370,10 +370,11 @@ def add_data_parallel_arguments(group: argparse._ActionsContainer) -> None:
     group.add_argument(
         "--zero",
         type=int,
-        choices=(0, 1, 2),
+        choices=(0, 1, 2, 3),
         default=0,
         help="ZeRO stage with --data-parallel: 1 shards Adam's moments over the ranks, 2 the "
-        "gradient sums too (default: %(default)s)",
+        "gradient sums too, 3 the parameters too (each rank keeps 1/N of every block and "
+        "gathers a block only while it computes; cpu only) (default: %(default)s)",
     )
     group.add_argument(
         "--data-parallel-timeout",

@@ -99,6 +99,23 @@ def _check_policy(policy: object, budget: int | str | None) -> None:
     parse_activation_checkpointing(policy, budget)
 
 
+def _check_zero3(cfg: Any) -> None:
+    """ZeRO-3's limits: the shards live in host memory, and a plan chosen by running every
+    block would need every parameter gathered."""
+    policy = cfg.activation_checkpointing.strip()
+    if policy == "auto" or policy.startswith("budget") or cfg.activation_memory_budget is not None:
+        raise ConfigError(
+            f"zero=3 with activation_checkpointing={policy!r}: a policy that chooses its plan by "
+            "running every block needs every parameter gathered at once; use disabled, block, "
+            "segments:K, a selective policy or a per-block list"
+        )
+    if cfg.device is not None and cfg.device.lower() != "cpu":
+        raise ConfigError(
+            f"zero=3 keeps the parameter shards in host memory; got device={cfg.device!r}: "
+            "train on the cpu"
+        )
+
+
 def _check_int(field: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{field} must be an integer; got {value!r}")
@@ -234,13 +251,15 @@ class _LoopConfig:
         _check_float("validation_fraction", self.validation_fraction, low=0.0, high=0.5)
         if not isinstance(self.data_parallel, bool):
             raise ConfigError(f"data_parallel must be True or False; got {self.data_parallel!r}")
-        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2):
-            raise ConfigError(f"zero must be 0, 1 or 2 (the ZeRO stage); got {self.zero!r}")
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+            raise ConfigError(f"zero must be 0, 1, 2 or 3 (the ZeRO stage); got {self.zero!r}")
         if self.zero and not self.data_parallel:
             raise ConfigError(
                 f"zero={self.zero} shards the optimizer over data-parallel ranks: it needs "
                 "data_parallel=True"
             )
+        if self.zero == 3:
+            _check_zero3(self)
         _check_float("data_parallel_timeout_s", self.data_parallel_timeout_s, low=0.0)
         _check_int("data_parallel_bucket_bytes", self.data_parallel_bucket_bytes, 4)
 

@@ -24,6 +24,11 @@ Models") over the flat vector of trainable parameters: each bucket is cut into `
   bytes ``1/N``) and the updated parts are all-gathered into every replica.
 - ``zero=2``: as 1, but the gradients are reduce-scattered: each rank receives only the sums of
   its parts, and the full gradients are released bucket by bucket as they are reduced.
+- ``zero=3``: as 2, and the parameters are sharded too (:mod:`riftco.training.sharded`): each
+  rank keeps ``1/N`` of every unit (the embedding, each block, the final norm, the head), the
+  model gathers a unit only while it computes with it (again for a checkpoint's replay), the
+  buckets are the units, and the updated parts stay where they are (the next forward gathers
+  them).
 
 Errors: without ``mpi4py`` :func:`init` raises :class:`MPIUnavailableError` saying what to
 install. Ranks whose settings differ raise :class:`RankMismatchError` on every rank, naming the
@@ -51,7 +56,16 @@ from typing import Any
 
 import numpy as np
 
-from riftco._native import IGNORE_INDEX, Adam, AdamW, ConfigError, RiftcoError, Variable
+from riftco._native import (
+    IGNORE_INDEX,
+    Adam,
+    AdamW,
+    ConfigError,
+    DecoderOnlyTransformer,
+    RiftcoError,
+    Variable,
+)
+from riftco.training.sharded import DEFAULT_MAX_GATHERED, ShardedParameters
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
@@ -73,7 +87,7 @@ DEFAULT_BUCKET_BYTES = 25 * 2**20
 holds one bucket, and a parameter larger than a bucket is a bucket of its own."""
 DEFAULT_TIMEOUT_S = 600.0
 """How long a rank waits in one collective before it aborts the job (seconds)."""
-ZERO_STAGES = (0, 1, 2)
+ZERO_STAGES = (0, 1, 2, 3)
 
 # Environment variables set by the launchers (MPICH/Hydra and Intel MPI: PMI_*; Open MPI:
 # OMPI_*; PMIx launchers, srun included: PMIX_*; Slurm: SLURM_STEP_ID under srun).
@@ -389,7 +403,7 @@ def _buckets(params: list[Variable], world_size: int, bucket_bytes: int) -> list
 
 
 class DistributedOptimizer:
-    """Adam or AdamW across the ranks of ``group``, with ZeRO stage ``zero`` (0, 1 or 2).
+    """Adam or AdamW across the ranks of ``group``, with ZeRO stage ``zero`` (0, 1, 2 or 3).
 
     ``step()`` reduces the gradients every rank's ``backward()`` committed (averaged over the
     ranks), updates the parameters and leaves the same values on every rank; ``zero_grad()``,
@@ -403,9 +417,18 @@ class DistributedOptimizer:
     shard's own value adds as many ``parameter`` bytes. The communication buffer (one bucket,
     NumPy) is not in the native counters.
 
+    ``zero=3`` needs ``model`` (the DecoderOnlyTransformer whose ``params`` these are): its
+    parameters are sharded when the optimizer is built (:class:`~riftco.training.sharded.
+    ShardedParameters`, ``self.sharded``; ``max_gathered`` units gathered at once) and ``make``
+    receives this rank's parts, one Variable per unit (``zero3.<unit>``). Its ``parameter``
+    bytes are then ``1/N`` of the model plus the units gathered at the moment. Every rank must
+    run the same forward and backward passes. ``bucket_bytes`` does not apply (the buckets are
+    the units).
+
     Raises:
-        ConfigError: ``zero`` not in (0, 1, 2), a bucket size below 4 bytes, no trainable
-            parameter.
+        ConfigError: ``zero`` not in (0, 1, 2, 3), a bucket size below 4 bytes, no trainable
+            parameter; ``zero=3`` without ``model``, with ``params`` other than the model's
+            trainable parameters, or a model on a GPU.
     """
 
     def __init__(
@@ -415,9 +438,11 @@ class DistributedOptimizer:
         make: Callable[[list[Variable]], Adam | AdamW],
         zero: int = 0,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        model: DecoderOnlyTransformer | None = None,
+        max_gathered: int = DEFAULT_MAX_GATHERED,
     ) -> None:
         if isinstance(zero, bool) or zero not in ZERO_STAGES:
-            raise ConfigError(f"zero must be one of 0, 1, 2; got {zero!r}")
+            raise ConfigError(f"zero must be one of 0, 1, 2, 3; got {zero!r}")
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 4:
             raise ConfigError(f"bucket_bytes must be an int of at least 4; got {bucket_bytes!r}")
         self.group = group
@@ -425,18 +450,46 @@ class DistributedOptimizer:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ConfigError("DistributedOptimizer needs at least one trainable parameter")
-        # In reverse order, the order a backward pass completes them (the last layers first), so
-        # that ZeRO-2 fills one bucket at a time.
-        self.buckets = _buckets(self.params[::-1], group.world_size, bucket_bytes)
-        self._buffer = np.zeros(max(b.padded for b in self.buckets), np.float32)
-        # ZeRO-2: where each parameter's gradient goes (bucket, offset), the buckets being
+        self.sharded: ShardedParameters | None = None
+        if zero == 3:
+            if model is None:
+                raise ConfigError(
+                    "zero=3 shards the model's parameters: pass model= (the "
+                    "DecoderOnlyTransformer whose parameters params are)"
+                )
+            # Python handles are new objects per call: the leaves are compared by name.
+            mine = [p.name for p in self.params]
+            if len(set(mine)) != len(mine) or set(mine) != {p.name for p in model.parameters()}:
+                raise ConfigError(
+                    "zero=3 updates every trainable parameter of the model and only those: "
+                    "pass model.parameters() as params"
+                )
+            self.sharded = ShardedParameters(group, model, max_gathered)
+            # One bucket per unit, its parameters in the unit's order: a bucket's parts are
+            # the unit's trainable parts.
+            self.buckets = [
+                _Bucket([p for _, p in u.trainable], group.world_size)
+                for u in self.sharded.units.values()
+                if u.trainable
+            ]
+            self.params = [p for b in self.buckets for p in b.params]
+        else:
+            # In reverse order, the order a backward pass completes them (the last layers
+            # first), so that ZeRO-2 fills one bucket at a time.
+            self.buckets = _buckets(self.params[::-1], group.world_size, bucket_bytes)
+        # ZeRO-3 keeps no bucket-sized buffer: it stages a unit's gradients only while they
+        # arrive.
+        self._buffer = np.zeros(
+            0 if zero == 3 else max(b.padded for b in self.buckets), np.float32
+        )
+        # ZeRO-2/3: where each parameter's gradient goes (bucket, offset), the buckets being
         # filled during a backward pass, and this rank's reduced parts of this step.
         self._where: dict[str, tuple[int, int]] = {}
-        if zero == 2:
+        if zero >= 2:
             names = [p.name for p in self.params]
             if None in names or len(set(names)) != len(names):
                 raise ConfigError(
-                    "zero=2 reduces each gradient as the backward pass completes it and finds "
+                    f"zero={zero} reduces each gradient as the backward pass completes it and finds "
                     "its bucket by the parameter's name: the trainable parameters need distinct "
                     "names (Variable(..., name=...); a model's parameters have them)"
                 )
@@ -451,9 +504,15 @@ class DistributedOptimizer:
         """ZeRO-2: the most bytes of gradient buckets held at once outside the native counters
         (NumPy buffers of buckets whose gradients are still arriving), over this optimizer's
         life."""
+        self.shards: list[Variable] = []
         if zero == 0:
             self.shard: Variable | None = None
             self.inner = make(self.params)
+        elif self.sharded is not None:
+            self.shard = None
+            self.shards = self.sharded.shards
+            self.inner = make(self.shards)
+            self.sharded.attach()
         else:
             r = group.rank
             parts = [b.values()[r * b.part : (r + 1) * b.part] for b in self.buckets]
@@ -477,6 +536,8 @@ class DistributedOptimizer:
             p.zero_grad()
         if self.shard is not None:
             self.shard.zero_grad()
+        for s in self.shards:
+            s.zero_grad()
 
     def backward(self, loss: Variable, hooked: bool = True) -> None:
         """``loss.backward(retain_graph=False)``; under ZeRO-2 (with ``hooked``) each bucket is
@@ -484,10 +545,15 @@ class DistributedOptimizer:
         and the gradients are never committed: no rank holds a whole gradient. Every rank must
         pass the same ``hooked`` (a rank without a backward pass this step makes all ranks pass
         ``False``; :meth:`step` then reduces in bucket order)."""
-        if self.zero == 2 and hooked:
-            loss.backward(retain_graph=False, gradient_hook=self._arrive)
-        else:
-            loss.backward(retain_graph=False)
+        try:
+            if self.zero >= 2 and hooked:
+                loss.backward(retain_graph=False, gradient_hook=self._arrive)
+            else:
+                loss.backward(retain_graph=False)
+        finally:
+            if self.sharded is not None:
+                # The units the graph kept (blocks outside checkpoints, the norm, the head).
+                self.sharded.release_all()
 
     def _arrive(self, leaf: Variable, grad: np.ndarray) -> None:
         """The gradient hook of ZeRO-2: stages ``grad`` in its bucket, reducing the bucket when
@@ -504,7 +570,12 @@ class DistributedOptimizer:
             self._filling[i] = (buf, missing - 1)
             return None
         del self._filling[i]
-        self._reduced[i] = self._reduce_scatter(buf, bucket)
+        part = self._reduce_scatter(buf, bucket)
+        # Several backward passes before a step (gradient accumulation) add up.
+        if i in self._reduced:
+            self._reduced[i] += part
+        else:
+            self._reduced[i] = part
         return None
 
     def _reduce_scatter(self, buf: np.ndarray, bucket: _Bucket) -> np.ndarray:
@@ -535,16 +606,22 @@ class DistributedOptimizer:
         r = self.group.rank
         shard_grads: list[np.ndarray] = []
         for i, bucket in enumerate(self.buckets):
-            if self.zero == 2:
+            if self.zero >= 2:
                 own = self._reduced.pop(i, None)
-                if own is None:
-                    # Not reduced during the pass (no hook, or a parameter the pass did not
-                    # reach): from the committed gradients, zeros where none.
-                    buf = self._filling.pop(i, (None, 0))[0]
-                    if buf is None:
-                        buf = self._buffer[: bucket.padded]
-                        bucket.gradients(buf)
-                    own = self._reduce_scatter(buf, bucket)
+                filling = self._filling.pop(i, (None, 0))[0]
+                committed = any(p.grad is not None for p in bucket.params)
+                if own is None or committed or filling is not None:
+                    # Not (wholly) reduced during the pass (no hook, or a parameter the pass
+                    # did not reach): from the committed gradients, zeros where none.
+                    if filling is None:
+                        filling = (
+                            np.zeros(bucket.padded, np.float32)
+                            if self.zero == 3
+                            else self._buffer[: bucket.padded]
+                        )
+                        bucket.gradients(filling)
+                    rest = self._reduce_scatter(filling, bucket)
+                    own = rest if own is None else own + rest
                     for p in bucket.params:
                         p.zero_grad()
                 shard_grads.append(own)
@@ -553,6 +630,13 @@ class DistributedOptimizer:
             bucket.write(summed, "grad")
             if self.zero == 1:
                 shard_grads.append(np.array(summed[r * bucket.part : (r + 1) * bucket.part]))
+        if self.sharded is not None:
+            for shard, grad in zip(self.shards, shard_grads):
+                shard.grad = grad
+            del shard_grads
+            self.inner.step()
+            self.sharded.shards_changed()
+            return
         if self.shard is None:
             self.inner.step()
             return
@@ -626,6 +710,8 @@ class DistributedOptimizer:
             ModelStateError, ConfigError, OSError: as the native ``load``.
         """
         name = self.state_files()[0 if self.zero == 0 else self.group.rank]
+        # ZeRO-3's parts are those of the model loaded before (ShardedParameters.whole_model
+        # with reshard).
         if self.shard is not None:
             r = self.group.rank
             self.shard.copy_(

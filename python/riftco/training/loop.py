@@ -241,7 +241,7 @@ class _Trainer:
         self.started = time.perf_counter()
         self.data = _training_data(self.corpus, self.cfg)
         self.optimizer, optimizer_name = self.replicas.make_optimizer(
-            self.params, self.cfg, self.run.math, log
+            self.params, self.cfg, self.run.math, log, self.model
         )
         self._start_metadata(optimizer_name)
         ck = self.run.resume_from
@@ -302,7 +302,8 @@ class _Trainer:
         """
         saved = ck.state["metadata"]
         try:
-            self.run.load_model(ck.path)
+            with self.replicas.whole_model(self.optimizer, reshard=True):
+                self.run.load_model(ck.path)
         except ConfigError as e:
             raise ModelStateError(
                 f"the model state of {str(ck.path)!r} does not fit: {e}"
@@ -376,10 +377,11 @@ class _Trainer:
             cfg.steps, title, self.progress, self.log, cfg.log_every, self.first_step
         )
         try:
-            if self.first_step == cfg.steps and self.replicas.writes_files:
+            if self.first_step == cfg.steps:
                 # The run had finished; its top-level files may predate the last checkpoint.
-                with self.guard.deferred():
-                    self.publish()
+                with self.guard.deferred(), self.replicas.whole_model(self.optimizer):
+                    if self.replicas.writes_files:
+                        self.publish()
             for step in range(self.first_step, cfg.steps):
                 try:
                     with self.guard.deferred():
@@ -452,11 +454,18 @@ class _Trainer:
         model.eval()
         try:
             with no_grad():
-                mine = [
-                    _batch_loss(model, block).item()
-                    for i, block in enumerate(self.data.validation())
-                    if i % replicas.world_size == replicas.rank
-                ]
+                mine = []
+                first, total = None, 0
+                for i, block in enumerate(self.data.validation()):
+                    first = block if first is None else first
+                    total += 1
+                    if i % replicas.world_size == replicas.rank:
+                        mine.append(_batch_loss(model, block).item())
+                if replicas.lockstep_forwards(self.optimizer) and first is not None:
+                    # Under ZeRO-3 every rank runs as many forwards (each gathers the units):
+                    # the ranks with a block fewer run one more, whose loss is not counted.
+                    for _ in range(-(-total // replicas.world_size) - len(mine)):
+                        _batch_loss(model, first)
         finally:
             model.train(training)
         losses = replicas.gather(mine)
@@ -468,7 +477,12 @@ class _Trainer:
         """The training-state checkpoint after ``step`` steps (the model or adapters, the
         optimizer state, the trainer state with the metadata so far), then the model files and
         the metadata at the run folder's top level; Ctrl-C waits until both are written. On a
-        data-parallel rank other than 0 it only hands its optimizer shard to rank 0."""
+        data-parallel rank other than 0 it only hands its optimizer shard to rank 0. Under
+        ZeRO-3 every rank gathers the whole model for the duration."""
+        with self.replicas.whole_model(self.optimizer):
+            self._checkpoint(step)
+
+    def _checkpoint(self, step: int) -> None:
         cfg, metadata = self.cfg, self.metadata
         train_time_s = sum(self.step_times_s)
         metadata.update(
@@ -529,6 +543,7 @@ class _Trainer:
             )
         if self.plots:
             _write_plots(self.out_dir, metadata, log)
+        self.replicas.end(self.optimizer)
         self.replicas.barrier()
 
 

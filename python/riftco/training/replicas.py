@@ -9,8 +9,9 @@ the job ends when something fails.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, ContextManager, Union
 
 from riftco._native import Adam, AdamW, DecoderOnlyTransformer
 from riftco.training import distributed
@@ -53,10 +54,30 @@ class _Replicas:
     saves_on_interrupt = True
 
     def make_optimizer(
-        self, params: list[Any], cfg: _LoopConfig, math_settings: dict[str, Any], log: Log | None
+        self,
+        params: list[Any],
+        cfg: _LoopConfig,
+        math_settings: dict[str, Any],
+        log: Log | None,
+        model: DecoderOnlyTransformer,
     ) -> tuple[Optimizer, str]:
-        """The optimizer of ``params`` and its name for the metadata."""
+        """The optimizer of ``params`` (``model``'s trainable parameters) and its name for the
+        metadata."""
         raise NotImplementedError
+
+    def whole_model(self, optimizer: Optimizer, reshard: bool = False) -> ContextManager[None]:
+        """A context in which every parameter of the model holds its value (under ZeRO-3 every
+        unit is gathered, collectively; with ``reshard`` the values at its end become the new
+        shards), for saving or loading the model."""
+        return contextlib.nullcontext()
+
+    def lockstep_forwards(self, optimizer: Optimizer) -> bool:
+        """Whether every process must run the same forward passes (ZeRO-3: each unit's gather
+        is a collective)."""
+        return False
+
+    def end(self, optimizer: Optimizer) -> None:
+        """After the last step and save: the model is left whole on every process."""
 
     def describe(self, metadata: dict[str, Any], cfg: _LoopConfig) -> None:
         """Adds what the metadata records about the replicas."""
@@ -99,7 +120,12 @@ class _SingleProcess(_Replicas):
     """One process trains alone, with Adam or AdamW; its state is one file of the checkpoint."""
 
     def make_optimizer(
-        self, params: list[Any], cfg: _LoopConfig, math_settings: dict[str, Any], log: Log | None
+        self,
+        params: list[Any],
+        cfg: _LoopConfig,
+        math_settings: dict[str, Any],
+        log: Log | None,
+        model: DecoderOnlyTransformer,
     ) -> tuple[Optimizer, str]:
         return _make_optimizer(params, cfg)
 
@@ -140,7 +166,12 @@ class _DataParallelRank(_Replicas):
         self._communication_s = 0.0
 
     def make_optimizer(
-        self, params: list[Any], cfg: _LoopConfig, math_settings: dict[str, Any], log: Log | None
+        self,
+        params: list[Any],
+        cfg: _LoopConfig,
+        math_settings: dict[str, Any],
+        log: Log | None,
+        model: DecoderOnlyTransformer,
     ) -> tuple[Optimizer, str]:
         group = self.group
         # Every rank must run the same math on the same data: checked before the first step.
@@ -151,6 +182,7 @@ class _DataParallelRank(_Replicas):
             lambda ps: _make_optimizer(ps, cfg)[0],
             zero=cfg.zero,
             bucket_bytes=cfg.data_parallel_bucket_bytes,
+            model=model if cfg.zero == 3 else None,
         )
         if log is not None:
             if group.world_size == 1 and not distributed.launched_by_mpi():
@@ -186,6 +218,11 @@ class _DataParallelRank(_Replicas):
         if model.training and _has_dropout(model):
             model.dropout_step = step * n + group.rank
         loss_sum = 0.0
+        if not local and optimizer.sharded is not None:
+            # ZeRO-3: every rank runs the same passes (each unit's gather is a collective). A
+            # rank without a target runs the language-model loss of its tokens, weighted 0.
+            tokens = rows[0] if isinstance(rows, tuple) else rows
+            optimizer.backward(model.loss(tokens) * 0.0, hooked=min(counts) > 0)
         if local:
             loss = _batch_loss(model, rows)
             weight = distributed.loss_weight(local, int(total), n)
@@ -200,9 +237,32 @@ class _DataParallelRank(_Replicas):
         self._communication_s = group.communication_s - communication_s
         return global_sum / total
 
+    def whole_model(self, optimizer: Optimizer, reshard: bool = False) -> ContextManager[None]:
+        assert isinstance(optimizer, distributed.DistributedOptimizer)
+        if optimizer.sharded is None:
+            return contextlib.nullcontext()
+        return optimizer.sharded.whole_model(reshard)
+
+    def lockstep_forwards(self, optimizer: Optimizer) -> bool:
+        assert isinstance(optimizer, distributed.DistributedOptimizer)
+        return optimizer.sharded is not None
+
+    def end(self, optimizer: Optimizer) -> None:
+        assert isinstance(optimizer, distributed.DistributedOptimizer)
+        if optimizer.sharded is not None:
+            optimizer.sharded.detach()
+
     def after_step(self, optimizer: Optimizer, metadata: dict[str, Any]) -> None:
         assert isinstance(optimizer, distributed.DistributedOptimizer)
         metadata["communication_s"].append(self._communication_s)
+        if optimizer.sharded is not None:
+            sharded = optimizer.sharded
+            metadata["data_parallel"].setdefault("exposed_communication_s", []).append(
+                sharded.exposed_s
+            )
+            metadata["data_parallel"]["gathers_per_step"] = sharded.gathers
+            metadata["data_parallel"]["gathered_peak_units"] = sharded.gathered_peak
+            sharded.reset_counters()
         # Gradient buckets held outside the native counters (ZeRO-2).
         metadata["data_parallel"]["staging_peak_bytes"] = optimizer.staging_peak_bytes
 

@@ -1,0 +1,224 @@
+//! Parameter residency from Python: a Variable's stored bytes (released and restored in place)
+//! and a Python owner of a model's parameters between uses (what `riftco.distributed`'s ZeRO-3
+//! implements with mpi4py).
+
+use crate::errors::{tensor_err, PythonError};
+use crate::model::PyModel;
+use crate::variable::PyVariable;
+use numpy::{PyArray1, PyReadonlyArray1, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use riftco_autograd::AutogradError;
+use riftco_tensor::StorageEncoding;
+use riftco_transformer::{AcquireReason, ParameterResidency, ResidencyUnit};
+use std::sync::{Arc, Mutex};
+
+#[pymethods]
+impl PyVariable {
+    /// How the value is stored: ``"float32"``, ``"bfloat16"``, ``"float16"`` or a quantized
+    /// format's name (``"nf4"``, ``"q4_k"``, ...); ``None`` while released
+    /// (:meth:`release_storage`).
+    ///
+    /// Raises:
+    ///     DeviceMismatchError: the value lives on a GPU (only host values are encoded).
+    #[getter]
+    fn storage_encoding(&self) -> PyResult<Option<&'static str>> {
+        Ok(self
+            .0
+            .value()
+            .storage_encoding()
+            .map_err(tensor_err)?
+            .map(StorageEncoding::name))
+    }
+
+    /// Whether the value's elements were released (:meth:`release_storage`) and not restored.
+    #[getter]
+    fn is_released(&self) -> bool {
+        self.0.value().is_placeholder()
+    }
+
+    /// The value's elements as stored (:attr:`storage_encoding`), little-endian: a copy with no
+    /// conversion, bitwise what the storage holds.
+    ///
+    /// Returns:
+    ///     numpy.ndarray: uint8, 1-D (4 bytes per float32 element, 2 per 16-bit element, the
+    ///     blocks of a quantized format).
+    ///
+    /// Raises:
+    ///     RiftcoError: the value was released; DeviceMismatchError: it lives on a GPU.
+    fn encoded_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let bytes = self.0.value().encoded_bytes().map_err(tensor_err)?;
+        Ok(PyArray1::from_vec(py, bytes))
+    }
+
+    /// Frees the value's elements, keeping the shape, the encoding's element count and the
+    /// version: reads fail until :meth:`restore_storage` puts the same bytes back. Every
+    /// handle sharing the storage (views, the graph's saved values) loses the elements too: for
+    /// an owner of the parameters between uses (sharded data parallelism), not for values a
+    /// graph still needs.
+    fn release_storage(&self) {
+        self.0.value().release_shared();
+    }
+
+    /// Puts the elements back into a released value, from ``data`` in ``encoding`` (as
+    /// :meth:`encoded_bytes` gave them), without bumping the version: the caller states that
+    /// they are the value the variable had when it was released, so graphs recorded before
+    /// stay valid (a value that changed meanwhile needs :meth:`bump_version`).
+    ///
+    /// Args:
+    ///     encoding: ``"float32"``, ``"bfloat16"``, ``"float16"`` or a quantized format's name.
+    ///     data: ``bytes`` or a contiguous 1-D uint8 NumPy array of exactly the size that
+    ///         ``encoding`` takes for the variable's element count.
+    ///
+    /// Raises:
+    ///     ValueError: an unknown encoding; InvalidArgumentError: the value was not released,
+    ///         or ``data`` has another size (both sizes named); TypeError: ``data`` is neither.
+    fn restore_storage(&self, encoding: &str, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let encoding = StorageEncoding::from_name(encoding).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "unknown storage encoding {encoding:?}; expected float32, bfloat16, float16 or \
+                 a quantized format's name (nf4, q8_0, q4_k, ...)"
+            ))
+        })?;
+        let value = self.0.value();
+        if let Ok(b) = data.cast::<PyBytes>() {
+            return value
+                .restore_encoded(encoding, b.as_bytes())
+                .map_err(tensor_err);
+        }
+        let array: PyReadonlyArray1<'_, u8> = data.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "restore_storage takes bytes or a 1-D uint8 NumPy array; got {}",
+                data.get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string())
+            ))
+        })?;
+        let slice = match array.as_slice() {
+            Ok(s) => s,
+            Err(_) => {
+                return Err(PyValueError::new_err(format!(
+                    "restore_storage needs a contiguous array; got strides {:?}",
+                    array.strides()
+                )))
+            }
+        };
+        value.restore_encoded(encoding, slice).map_err(tensor_err)
+    }
+
+    /// Bumps the version without touching the data: for an owner whose released value changed
+    /// (its shards were updated), so that graphs recorded before fail with ``StaleGraphError``
+    /// instead of mixing two values.
+    fn bump_version(&self) {
+        self.0.value().bump_version();
+    }
+}
+
+/// A Python object with ``acquire(unit, reason, next)`` and ``release(unit)`` methods, as the
+/// model's owner of its parameters between uses.
+struct PyResidency {
+    owner: Py<PyAny>,
+    /// An exception of ``release`` (which cannot fail the model's pass), raised by the next
+    /// ``acquire``.
+    pending: Mutex<Option<PyErr>>,
+}
+
+impl ParameterResidency for PyResidency {
+    fn acquire(
+        &self,
+        unit: ResidencyUnit,
+        reason: AcquireReason,
+        next: Option<ResidencyUnit>,
+    ) -> riftco_autograd::Result<()> {
+        Python::attach(|py| {
+            let pending = self
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            let out = match pending {
+                Some(e) => Err(e),
+                None => self
+                    .owner
+                    .bind(py)
+                    .call_method1(
+                        "acquire",
+                        (unit.prefix(), reason.name(), next.map(ResidencyUnit::prefix)),
+                    )
+                    .map(drop),
+            };
+            out.map_err(|e| AutogradError::external(PythonError::new(py, e)))
+        })
+    }
+
+    fn release(&self, unit: ResidencyUnit) {
+        Python::attach(|py| {
+            if let Err(e) = self.owner.bind(py).call_method1("release", (unit.prefix(),)) {
+                let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                pending.get_or_insert(e);
+            }
+        });
+    }
+}
+
+#[pymethods]
+impl PyModel {
+    /// Sets the owner of the parameters between uses (``None`` removes it): before reading a
+    /// unit's parameters the model calls ``owner.acquire(unit, reason, next)`` and, when done,
+    /// ``owner.release(unit)``. Between the two the unit's parameters must hold their values;
+    /// outside, the owner may release them (:meth:`Variable.release_storage`) and restore the
+    /// same bytes later (:meth:`Variable.restore_storage`). This is the seam of sharded data
+    /// parallelism (``riftco.distributed``'s ZeRO-3).
+    ///
+    /// ``unit`` is ``"model.embed_tokens"``, ``"model.layers.{i}"``, ``"model.norm"`` or
+    /// ``"lm_head"`` (untied); ``reason`` is ``"forward"`` (released after the forward use),
+    /// ``"replay"`` (a checkpoint's replay in the backward pass; released after its VJP) or
+    /// ``"kept_for_backward"`` (the graph reads it in the backward pass: the model does not
+    /// release it, the owner does after the backward pass); ``next`` is the unit the model will
+    /// acquire next (prefetch), or ``None``. Blocks inside a checkpoint are released after the
+    /// forward run and acquired again for the replay; blocks outside any checkpoint, the final
+    /// norm and the head are kept for the backward pass; without a graph every unit is
+    /// released after its use. An exception of ``acquire`` stops the forward or backward pass
+    /// and is raised unchanged; one of ``release`` is raised by the next ``acquire``.
+    ///
+    /// Policies that choose their plan by running the blocks (``auto``, ``budget:SIZE``) are
+    /// refused (``ConfigError``) while an owner is set.
+    ///
+    /// Args:
+    ///     owner: an object with ``acquire`` and ``release`` methods, or ``None``.
+    ///
+    /// Raises:
+    ///     TypeError: ``owner`` lacks one of the two methods.
+    fn set_parameter_residency(&self, owner: &Bound<'_, PyAny>) -> PyResult<()> {
+        if owner.is_none() {
+            self.write().set_parameter_residency(None);
+            return Ok(());
+        }
+        for method in ["acquire", "release"] {
+            if !owner.getattr(method).is_ok_and(|m| m.is_callable()) {
+                return Err(PyTypeError::new_err(format!(
+                    "the parameter owner needs callable acquire(unit, reason, next) and \
+                     release(unit) methods; {} has no callable {method}",
+                    owner
+                        .get_type()
+                        .name()
+                        .map_or_else(|_| "it".into(), |n| n.to_string())
+                )));
+            }
+        }
+        let owner = Arc::new(PyResidency {
+            owner: owner.clone().unbind(),
+            pending: Mutex::new(None),
+        });
+        self.write().set_parameter_residency(Some(owner));
+        Ok(())
+    }
+
+    /// Whether an owner of the parameters between uses is set
+    /// (:meth:`set_parameter_residency`).
+    #[getter]
+    fn has_parameter_residency(&self) -> bool {
+        self.read().parameter_residency().is_some()
+    }
+}

@@ -1,0 +1,326 @@
+"""ZeRO-3 / fully sharded data parallelism: each rank stores ``1/N`` of every unit's parameters
+and gathers a unit only while the model computes with it.
+
+Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"
+(stage 3, partitioned parameters); Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully
+Sharded Data Parallel" (per-module flat shards, all-gather before use, release after, gather
+again for the backward pass, prefetch of the next unit).
+
+A *unit* is the token embedding, one transformer block (its base weights and LoRA adapters),
+the final norm or an untied LM head. Each unit's parameters form two flat vectors:
+
+- the **frozen** ones (a LoRA base, in whatever storage it has: float32, bfloat16/float16 bit
+  patterns, quantized blocks), concatenated as stored bytes;
+- the **trainable** ones, concatenated as float32.
+
+Each vector is cut into ``N`` equal parts (the last padded with zeros) and rank ``r`` keeps part
+``r``: the frozen part as a native Variable holding the bytes (so ``memory_stats()`` counts
+it as ``parameter``), the trainable part as a float32 Variable that Adam updates (the
+optimizer's shard, ``zero3.<unit>``). The model's own parameter tensors are released
+(:meth:`riftco.Variable.release_storage`): their shapes and versions stay, their elements go.
+
+:class:`ShardedParameters` is the model's owner of its parameters between uses
+(:meth:`riftco.DecoderOnlyTransformer.set_parameter_residency`): the model asks it to acquire a
+unit before reading it, which all-gathers every rank's parts (one ``MPI_Iallgather`` of bytes
+per unit) and restores the unit's tensors from them, and releases the unit when done. Asked for
+unit ``u`` with a ``next`` unit, it starts ``next``'s gather (non-blocking) before returning,
+so the gather runs while ``u`` computes (at most ``max_gathered`` units gathered or in flight
+at once, counting the units the model releases itself; default 2). A checkpointed block is
+gathered again for its replay in the backward pass and released after the replay's VJP; a
+block outside any checkpoint, the final norm and the head stay gathered until the backward
+pass ends (:meth:`ShardedParameters.release_all`), as their graph reads them.
+
+Every rank must run the same forward and backward passes (each acquire is a collective).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from riftco._native import ConfigError, DecoderOnlyTransformer, Variable
+
+__all__ = ["DEFAULT_MAX_GATHERED", "ShardedParameters", "unit_of"]
+
+DEFAULT_MAX_GATHERED = 2
+"""How many units may be gathered (or in flight) at once, counting those the model releases
+itself (PyTorch FSDP's ``limit_all_gathers`` keeps two)."""
+
+
+def unit_of(name: str) -> str | None:
+    """The unit of the parameter named ``name`` (a Hugging Face name, or a PEFT adapter name
+    ``base_model.model.<module>.lora_A.weight``): ``model.embed_tokens``,
+    ``model.layers.{i}``, ``model.norm`` or ``lm_head``; ``None`` outside the model's layout."""
+    name = name.removeprefix("base_model.model.")
+    for unit in ("model.embed_tokens", "model.norm", "lm_head"):
+        if name.startswith(unit + "."):
+            return unit
+    if name.startswith("model.layers."):
+        index = name[len("model.layers.") :].split(".", 1)[0]
+        if index.isdigit():
+            return f"model.layers.{int(index)}"
+    return None
+
+
+class _Unit:
+    """One unit's parameters and this rank's parts of them."""
+
+    def __init__(self, name: str, params: list[tuple[str, Variable]], world_size: int, rank: int):
+        self.name = name
+        self.frozen = [(n, p) for n, p in params if not p.requires_grad]
+        self.trainable = [(n, p) for n, p in params if p.requires_grad]
+        self.encodings: list[str] = []
+        self.frozen_sizes: list[int] = []
+        frozen_bytes = []
+        for n, p in self.frozen:
+            encoding = p.storage_encoding
+            if encoding is None:
+                raise ConfigError(f"{n} is already released: shard a model whose values are all present")
+            data = p.encoded_bytes()
+            self.encodings.append(encoding)
+            self.frozen_sizes.append(int(data.size))
+            frozen_bytes.append(data)
+        self.frozen_total = sum(self.frozen_sizes)
+        # Parts of whole float32 words, so that a part is a float32 Variable.
+        self.frozen_part = 4 * -(-self.frozen_total // (4 * world_size))
+        flat = np.zeros(self.frozen_part * world_size, np.uint8)
+        if frozen_bytes:
+            flat[: self.frozen_total] = np.concatenate(frozen_bytes)
+        own = flat[rank * self.frozen_part : (rank + 1) * self.frozen_part]
+        del flat, frozen_bytes
+        self.frozen_shard = (
+            Variable(own.view(np.float32), name=f"zero3.{name}.frozen") if own.size else None
+        )
+        self.trainable_sizes = [math.prod(p.shape) for _, p in self.trainable]
+        self.trainable_total = sum(self.trainable_sizes)
+        self.trainable_part = -(-self.trainable_total // world_size)
+        values = np.zeros(self.trainable_part * world_size, np.float32)
+        offset = 0
+        for (_, p), n in zip(self.trainable, self.trainable_sizes):
+            values[offset : offset + n] = p.numpy().reshape(-1)
+            offset += n
+        self.shard = (
+            Variable(
+                values[rank * self.trainable_part : (rank + 1) * self.trainable_part],
+                requires_grad=True,
+                name=f"zero3.{name}",
+            )
+            if self.trainable_part
+            else None
+        )
+        del values
+        self.message_bytes = self.frozen_part + 4 * self.trainable_part
+
+    def own_message(self) -> np.ndarray:
+        """This rank's parts as one byte message: the frozen part, then the trainable part."""
+        parts = []
+        if self.frozen_shard is not None:
+            parts.append(self.frozen_shard.numpy().view(np.uint8))
+        if self.shard is not None:
+            parts.append(self.shard.numpy().view(np.uint8))
+        return np.concatenate(parts) if len(parts) > 1 else np.ascontiguousarray(parts[0])
+
+    def restore(self, gathered: np.ndarray, world_size: int) -> None:
+        """Restores the unit's tensors from every rank's message, in rank order."""
+        messages = gathered.reshape(world_size, self.message_bytes)
+        if self.frozen:
+            frozen = np.ascontiguousarray(messages[:, : self.frozen_part]).reshape(-1)
+            offset = 0
+            for (_, p), encoding, n in zip(self.frozen, self.encodings, self.frozen_sizes):
+                p.restore_storage(encoding, frozen[offset : offset + n])
+                offset += n
+        if self.trainable:
+            trainable = np.ascontiguousarray(messages[:, self.frozen_part :]).reshape(-1)
+            offset = 0
+            for (_, p), n in zip(self.trainable, self.trainable_sizes):
+                p.restore_storage("float32", trainable[offset : offset + 4 * n])
+                offset += 4 * n
+
+    def release(self) -> None:
+        for _, p in self.frozen + self.trainable:
+            p.release_storage()
+
+    def parameters(self) -> list[Variable]:
+        return [p for _, p in self.frozen + self.trainable]
+
+
+class ShardedParameters:
+    """The owner of a model's parameters under ZeRO-3 (see the module documentation).
+
+    Building it shards every unit of ``model`` over ``group`` and releases the model's
+    parameter tensors; :meth:`attach` sets it as the model's owner.
+
+    Attributes:
+        shards: this rank's trainable parts, one float32 Variable per unit with trainable
+            parameters (what the optimizer updates), in unit order.
+        exposed_s: seconds spent waiting for gathers that had not finished (communication
+            not hidden behind computation), since the last :meth:`reset_counters`.
+        gathers: all-gathers started since the last :meth:`reset_counters`.
+        gathered_peak: the most units gathered or in flight at once over the owner's life.
+
+    Raises:
+        ConfigError: ``max_gathered`` below 1; a parameter outside the model's units; a model
+            on a GPU (shards live in host memory).
+    """
+
+    def __init__(
+        self, group: Any, model: DecoderOnlyTransformer, max_gathered: int = DEFAULT_MAX_GATHERED
+    ) -> None:
+        if isinstance(max_gathered, bool) or not isinstance(max_gathered, int) or max_gathered < 1:
+            raise ConfigError(f"max_gathered must be an int of at least 1; got {max_gathered!r}")
+        if model.device != "cpu":
+            raise ConfigError(
+                f"zero=3 keeps the parameter shards in host memory; the model is on "
+                f"{model.device}: train it on the cpu"
+            )
+        self.group = group
+        self.model = model
+        self.max_gathered = max_gathered
+        by_unit: dict[str, list[tuple[str, Variable]]] = {}
+        for name, p in [*model.named_parameters(), *model.named_lora_parameters()]:
+            unit = unit_of(name)
+            if unit is None:
+                raise ConfigError(f"parameter {name!r} belongs to no unit of the model")
+            by_unit.setdefault(unit, []).append((name, p))
+        order = ["model.embed_tokens"]
+        order += [f"model.layers.{i}" for i in range(model.config.n_layers)]
+        order += ["model.norm", "lm_head"]
+        self.units = {
+            u: _Unit(u, by_unit[u], group.world_size, group.rank) for u in order if u in by_unit
+        }
+        for unit in self.units.values():
+            unit.release()
+        self.shards = [u.shard for u in self.units.values() if u.shard is not None]
+        self._resident: dict[str, bool] = {}  # unit -> released by the model itself
+        self._inflight: dict[str, tuple[Any, np.ndarray]] = {}
+        self.exposed_s = 0.0
+        self.gathers = 0
+        self.gathered_peak = 0
+        self._attached = False
+
+    # -- the model's owner --------------------------------------------------------------------
+
+    def attach(self) -> None:
+        """Sets this owner on the model (:meth:`DecoderOnlyTransformer.set_parameter_residency`)."""
+        self.model.set_parameter_residency(self)
+        self._attached = True
+
+    def detach(self) -> None:
+        """Gathers every unit back into the model for good and removes the owner: the model is
+        whole again on every rank (collective)."""
+        for unit in self.units:
+            self.acquire(unit, "kept_for_backward", None)
+        self._resident.clear()
+        self.model.set_parameter_residency(None)
+        self._attached = False
+
+    def acquire(self, unit: str, reason: str, next: str | None) -> None:
+        """Called by the model: gathers ``unit`` (or waits for its prefetch) and starts
+        ``next``'s gather when the limit allows (collective: every rank makes the same calls)."""
+        if unit not in self.units:
+            raise ConfigError(f"the model asked for unit {unit!r}, which this owner does not shard")
+        if unit not in self._resident:
+            request = self._inflight.pop(unit, None)
+            if request is None:
+                request = self._start(unit)
+            self._finish(unit, request)
+        self._resident[unit] = self._resident.get(unit, True) and reason != "kept_for_backward"
+        if next is not None and next in self.units and next not in self._resident:
+            if next not in self._inflight and self._transient() < self.max_gathered:
+                self._inflight[next] = self._start(next)
+        self.gathered_peak = max(self.gathered_peak, len(self._resident) + len(self._inflight))
+
+    def release(self, unit: str) -> None:
+        """Called by the model: frees ``unit``'s tensors (this rank keeps its parts)."""
+        if self._resident.pop(unit, None) is not None:
+            self.units[unit].release()
+
+    def release_all(self) -> None:
+        """Frees every gathered unit (after a backward pass: the units its graph kept) and
+        waits for gathers still in flight (prefetches nothing asked for)."""
+        for unit in list(self._resident):
+            self.release(unit)
+        for unit, (request, _) in list(self._inflight.items()):
+            self._wait(unit, request)
+        self._inflight.clear()
+
+    def _transient(self) -> int:
+        """Units gathered that the model releases itself, and gathers in flight."""
+        return sum(self._resident.values()) + len(self._inflight)
+
+    def _start(self, unit: str) -> tuple[Any, np.ndarray]:
+        u = self.units[unit]
+        n = self.group.world_size
+        recv = np.empty(u.message_bytes * n, np.uint8)
+        send = u.own_message()
+        self.gathers += 1
+        if n == 1:
+            recv[:] = send
+            return None, recv
+        mpi = self.group.mpi
+        request = self.group.comm.Iallgather([send, mpi.BYTE], [recv, mpi.BYTE])
+        return (request, send), recv
+
+    def _wait(self, unit: str, request: Any) -> None:
+        if request is None:
+            return
+        req, _send = request  # the send buffer lives until the gather is done
+        if req.Test():
+            return
+        t0 = self.group.communication_s
+        self.group._collective(f"an all-gather of {unit}", req.Wait)
+        self.exposed_s += self.group.communication_s - t0
+
+    def _finish(self, unit: str, started: tuple[Any, np.ndarray]) -> None:
+        request, recv = started
+        self._wait(unit, request)
+        self.units[unit].restore(recv, self.group.world_size)
+
+    # -- updates ------------------------------------------------------------------------------
+
+    def shards_changed(self) -> None:
+        """After the optimizer updated the shards: bumps the versions of the trainable
+        tensors, so a graph recorded before the update refuses to run its backward pass."""
+        for unit in self.units.values():
+            for _, p in unit.trainable:
+                p.bump_version()
+
+    @contextlib.contextmanager
+    def whole_model(self, reshard: bool = False) -> Iterator[None]:
+        """Every unit gathered for the duration (collective), for saving or loading the whole
+        model; with ``reshard`` the values present at the end (loaded weights) become the new
+        shards. Released again afterwards."""
+        for unit in self.units:
+            self.acquire(unit, "kept_for_backward", None)
+        try:
+            yield
+            if reshard:
+                self._reshard()
+        finally:
+            self.release_all()
+
+    def _reshard(self) -> None:
+        r, n = self.group.rank, self.group.world_size
+        for u in self.units.values():
+            if u.frozen_shard is not None:
+                flat = np.zeros(u.frozen_part * n, np.uint8)
+                data = [p.encoded_bytes() for _, p in u.frozen]
+                flat[: u.frozen_total] = np.concatenate(data)
+                u.frozen_shard.copy_(flat[r * u.frozen_part : (r + 1) * u.frozen_part].view(np.float32))
+            if u.shard is not None:
+                values = np.zeros(u.trainable_part * n, np.float32)
+                offset = 0
+                for (_, p), size in zip(u.trainable, u.trainable_sizes):
+                    values[offset : offset + size] = p.numpy().reshape(-1)
+                    offset += size
+                u.shard.copy_(values[r * u.trainable_part : (r + 1) * u.trainable_part])
+            for p in u.parameters():
+                p.bump_version()
+
+    def reset_counters(self) -> None:
+        self.exposed_s = 0.0
+        self.gathers = 0
