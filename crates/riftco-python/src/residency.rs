@@ -144,7 +144,11 @@ impl ParameterResidency for PyResidency {
                     .bind(py)
                     .call_method1(
                         "acquire",
-                        (unit.prefix(), reason.name(), next.map(ResidencyUnit::prefix)),
+                        (
+                            unit.prefix(),
+                            reason.name(),
+                            next.map(ResidencyUnit::prefix),
+                        ),
                     )
                     .map(drop),
             };
@@ -154,7 +158,11 @@ impl ParameterResidency for PyResidency {
 
     fn release(&self, unit: ResidencyUnit) {
         Python::attach(|py| {
-            if let Err(e) = self.owner.bind(py).call_method1("release", (unit.prefix(),)) {
+            if let Err(e) = self
+                .owner
+                .bind(py)
+                .call_method1("release", (unit.prefix(),))
+            {
                 let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
                 pending.get_or_insert(e);
             }

@@ -4,7 +4,7 @@
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import EllipsisType, NotImplementedType
-from typing import Any, SupportsIndex, TypeAlias, final
+from typing import Any, Protocol, SupportsIndex, TypeAlias, final
 
 import numpy as np
 import numpy.typing as npt
@@ -383,6 +383,23 @@ class Variable:
         """Clears this node's committed gradient, releasing its buffer."""
     def detach(self) -> Variable:
         """A new leaf sharing this value, detached from the graph."""
+    @property
+    def storage_encoding(self) -> str | None:
+        """How the value is stored (``"float32"``, ``"bfloat16"``, ``"float16"``, ``"nf4"``,
+        ``"q4_k"``, ...); ``None`` while released. ``DeviceMismatchError`` on a GPU."""
+    @property
+    def is_released(self) -> bool:
+        """Whether the elements were released (``release_storage``) and not restored."""
+    def encoded_bytes(self) -> npt.NDArray[np.uint8]:
+        """The elements as stored, little-endian (uint8, 1-D; a bitwise copy)."""
+    def release_storage(self) -> None:
+        """Frees the elements (shape and version kept) for every handle sharing them."""
+    def restore_storage(self, encoding: str, data: bytes | npt.NDArray[np.uint8]) -> None:
+        """Puts ``encoding`` bytes back into a released value without bumping its version;
+        ``ValueError`` for an unknown encoding, ``RiftcoError`` for a value not released or a
+        wrong size (both named)."""
+    def bump_version(self) -> None:
+        """Marks the value changed (graphs recorded before become stale)."""
     def graph_statistics(self) -> dict[str, int]:
         """``{"node_count": reachable nodes, "element_count": float32 elements they own}``."""
     def __len__(self) -> int: ...
@@ -633,6 +650,12 @@ class DecodeSession:
 _TokenArray = npt.ArrayLike
 
 @final
+class ParameterOwner(Protocol):
+    """What ``DecoderOnlyTransformer.set_parameter_residency`` takes."""
+
+    def acquire(self, unit: str, reason: str, next: str | None) -> None: ...
+    def release(self, unit: str) -> None: ...
+
 class DecoderOnlyTransformer:
     """A LLaMA-style decoder-only transformer.
 
@@ -706,6 +729,13 @@ class DecoderOnlyTransformer:
     @property
     def attention(self) -> str: ...
     def set_attention(self, kind: str) -> None: ...
+    def set_parameter_residency(self, owner: ParameterOwner | None) -> None:
+        """Sets the owner of the parameters between uses (``acquire(unit, reason, next)``
+        before the model reads a unit, ``release(unit)`` after); ``None`` removes it.
+        ``TypeError`` when a method is missing."""
+    @property
+    def has_parameter_residency(self) -> bool:
+        """Whether an owner of the parameters is set."""
     @property
     def config(self) -> TransformerConfig: ...
     def parameters(self) -> list[Variable]:

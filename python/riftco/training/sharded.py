@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from riftco._native import ConfigError, DecoderOnlyTransformer, Variable
+from riftco._native import ConfigError, DecoderOnlyTransformer, Variable, memory_stats
 
 __all__ = ["DEFAULT_MAX_GATHERED", "ShardedParameters", "unit_of"]
 
@@ -75,11 +76,13 @@ class _Unit:
         self.trainable = [(n, p) for n, p in params if p.requires_grad]
         self.encodings: list[str] = []
         self.frozen_sizes: list[int] = []
-        frozen_bytes = []
-        for n, p in self.frozen:
+        frozen_bytes: list[np.ndarray] = []
+        for pname, p in self.frozen:
             encoding = p.storage_encoding
             if encoding is None:
-                raise ConfigError(f"{n} is already released: shard a model whose values are all present")
+                raise ConfigError(
+                    f"{pname} is already released: shard a model whose values are all present"
+                )
             data = p.encoded_bytes()
             self.encodings.append(encoding)
             self.frozen_sizes.append(int(data.size))
@@ -100,9 +103,9 @@ class _Unit:
         self.trainable_part = -(-self.trainable_total // world_size)
         values = np.zeros(self.trainable_part * world_size, np.float32)
         offset = 0
-        for (_, p), n in zip(self.trainable, self.trainable_sizes):
-            values[offset : offset + n] = p.numpy().reshape(-1)
-            offset += n
+        for (_, p), size in zip(self.trainable, self.trainable_sizes):
+            values[offset : offset + size] = p.numpy().reshape(-1)
+            offset += size
         self.shard = (
             Variable(
                 values[rank * self.trainable_part : (rank + 1) * self.trainable_part],
@@ -161,6 +164,11 @@ class ShardedParameters:
             not hidden behind computation), since the last :meth:`reset_counters`.
         gathers: all-gathers started since the last :meth:`reset_counters`.
         gathered_peak: the most units gathered or in flight at once over the owner's life.
+        trace: ``None`` (default), or a list to which every event is appended as
+            ``(seconds, event, unit, bytes)``: ``seconds`` from ``time.perf_counter()``,
+            ``event`` one of ``"gather"`` (started), ``"ready"`` (restored into the model),
+            ``"release"``, ``bytes`` the process's native bytes in use after the event
+            (``memory_stats()["total"]["current_bytes"]``): the per-rank memory over a step.
 
     Raises:
         ConfigError: ``max_gathered`` below 1; a parameter outside the model's units; a model
@@ -192,14 +200,15 @@ class ShardedParameters:
         self.units = {
             u: _Unit(u, by_unit[u], group.world_size, group.rank) for u in order if u in by_unit
         }
-        for unit in self.units.values():
-            unit.release()
+        for u in self.units.values():
+            u.release()
         self.shards = [u.shard for u in self.units.values() if u.shard is not None]
         self._resident: dict[str, bool] = {}  # unit -> released by the model itself
         self._inflight: dict[str, tuple[Any, np.ndarray]] = {}
         self.exposed_s = 0.0
         self.gathers = 0
         self.gathered_peak = 0
+        self.trace: list[tuple[float, str, str, int]] | None = None
         self._attached = False
 
     # -- the model's owner --------------------------------------------------------------------
@@ -238,6 +247,12 @@ class ShardedParameters:
         """Called by the model: frees ``unit``'s tensors (this rank keeps its parts)."""
         if self._resident.pop(unit, None) is not None:
             self.units[unit].release()
+            self._record("release", unit)
+
+    def _record(self, event: str, unit: str) -> None:
+        if self.trace is not None:
+            total = memory_stats()["total"]["current_bytes"]
+            self.trace.append((time.perf_counter(), event, unit, int(total)))
 
     def release_all(self) -> None:
         """Frees every gathered unit (after a backward pass: the units its graph kept) and
@@ -258,6 +273,7 @@ class ShardedParameters:
         recv = np.empty(u.message_bytes * n, np.uint8)
         send = u.own_message()
         self.gathers += 1
+        self._record("gather", unit)
         if n == 1:
             recv[:] = send
             return None, recv
@@ -279,6 +295,7 @@ class ShardedParameters:
         request, recv = started
         self._wait(unit, request)
         self.units[unit].restore(recv, self.group.world_size)
+        self._record("ready", unit)
 
     # -- updates ------------------------------------------------------------------------------
 
