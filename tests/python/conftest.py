@@ -17,6 +17,7 @@ NUMERICS_MODULES = frozenset(
         "test_contracts",
         "test_determinism",
         "test_distributed",
+        "test_zero3",
         "test_dropout",
         "test_frozen_dtype",
         "test_gguf",

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import riftco
+from riftco.training.sharded import unit_of
 
 HERE = Path(__file__).parent
 WORKER = HERE / "distributed_worker.py"
@@ -46,25 +47,28 @@ def _mpi_missing() -> str | None:
 needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, RIFTCO_NUM_THREADS="1")
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, RIFTCO_NUM_THREADS="1", **extra)
     for key in [k for k in env if k.startswith(("PMI_", "OMPI_", "PMIX_"))]:
         del env[key]
     return env
 
 
-def _mpiexec(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _mpiexec(
+    args: list[str], timeout: float = 240, n: int = 2, **env: str
+) -> subprocess.CompletedProcess[str]:
     assert MPIEXEC is not None
     return subprocess.run(
-        [MPIEXEC, "-n", "2", *args], capture_output=True, text=True, timeout=timeout, env=_env()
+        [MPIEXEC, "-n", str(n), *args], capture_output=True, text=True, timeout=timeout,
+        env=_env(**env),
     )
 
 
-def _single_process(case: str, policy: str, out: Path) -> None:
+def _single_process(case: str, policy: str, out: Path, **env: str) -> None:
     """The reference: ``distributed_worker.py`` in one process, the whole batch, into ``out``."""
     single = subprocess.run(
         [sys.executable, str(WORKER), case, policy, str(out), "-"],
-        capture_output=True, text=True, timeout=240, env=_env(),
+        capture_output=True, text=True, timeout=240, env=_env(**env),
     )
     assert single.returncode == 0, single.stderr
 
@@ -157,7 +161,7 @@ def adam_bounds(rho: float) -> tuple[float, float]:
 @pytest.mark.parametrize("policy", ["disabled", "block"])
 def test_two_ranks_equal_one_process(case: str, policy: str, tmp_path: Path) -> None:
     _single_process(case, policy, tmp_path)
-    ranks = _mpiexec([sys.executable, str(WORKER), case, policy, str(tmp_path), "0,1,2"])
+    ranks = _mpiexec([sys.executable, str(WORKER), case, policy, str(tmp_path), "0,1,2,3"])
     assert ranks.returncode == 0, ranks.stderr
     ref, ref_params = _result(tmp_path / "single")
     stage0, stage0_params = _result(tmp_path / "z0")
@@ -174,12 +178,139 @@ def test_two_ranks_equal_one_process(case: str, policy: str, tmp_path: Path) -> 
     conditioned, anywhere = adam_bounds(rho)
     assert np.quantile(diff, 0.99) <= conditioned, (np.quantile(diff, 0.99), conditioned)
     assert diff.max() <= anywhere, (diff.max(), anywhere)
-    # Every ZeRO stage computes the same sums and the same element-wise Adam: bitwise equal.
-    for zero in (1, 2):
+    # Every ZeRO stage computes the same sums and the same element-wise Adam: bitwise equal
+    # (ZeRO-3's gathers restore the stored bytes, so its forward reads the same values).
+    for zero in (1, 2, 3):
         other, other_params = _result(tmp_path / f"z{zero}")
         assert other["losses"] == stage0["losses"], zero
         for name, value in stage0_params.items():
             np.testing.assert_array_equal(other_params[name], value, err_msg=f"zero {zero}")
+
+
+@needs_mpi
+@pytest.mark.parametrize("case", ["pretrain", "lora"])
+def test_three_ranks_with_uneven_shards_equal_one_process(case: str, tmp_path: Path) -> None:
+    """Three ranks cut every unit into parts whose last one is padded (no unit's size here is
+    a multiple of 3): ZeRO-3 against one process within the bounds two ranks meet, and against
+    ZeRO-2 on the same three ranks bit for bit. Both reduce-scatter each element as the sum
+    of the same three values; MPICH picks its reduce-scatter algorithm by message size, and
+    ZeRO-2's buckets are not ZeRO-3's units, so equality holds where the order of the three
+    additions comes out the same (it does for every element of these runs; it is not
+    guaranteed for other sizes or another MPI)."""
+    _single_process(case, "block", tmp_path, RIFTCO_WORKER_BATCH="6")
+    ranks = _mpiexec(
+        [sys.executable, str(WORKER), case, "block", str(tmp_path), "2,3"], n=3,
+        RIFTCO_WORKER_BATCH="6",
+    )
+    assert ranks.returncode == 0, ranks.stderr
+    ref, ref_params = _result(tmp_path / "single")
+    two, two_params = _result(tmp_path / "z2")
+    three, three_params = _result(tmp_path / "z3")
+    assert len(three["peaks"]) == 3
+    rho = reduction_order_bound()
+    np.testing.assert_allclose(three["losses"], ref["losses"], rtol=rho)
+    diff = np.concatenate([np.abs(three_params[k] - v).ravel() for k, v in ref_params.items()])
+    conditioned, anywhere = adam_bounds(rho)
+    assert np.quantile(diff, 0.99) <= conditioned, (np.quantile(diff, 0.99), conditioned)
+    assert diff.max() <= anywhere, (diff.max(), anywhere)
+    assert three["losses"] == two["losses"]
+    for name, value in two_params.items():
+        np.testing.assert_array_equal(three_params[name], value, err_msg=name)
+
+
+@needs_mpi
+def test_zero3_holds_a_third_of_the_states_plus_two_gathered_units(tmp_path: Path) -> None:
+    """Per rank, the peak of the parameter, gradient and optimizer-state bytes under ZeRO-3 is
+    at most 1/N of one process's plus two gathered units (and their gradients), and below
+    ZeRO-2's."""
+    _single_process("pretrain", "block", tmp_path, RIFTCO_WORKER_BATCH="6")
+    ranks = _mpiexec(
+        [sys.executable, str(WORKER), "pretrain", "block", str(tmp_path), "2,3"], n=3,
+        RIFTCO_WORKER_BATCH="6",
+    )
+    assert ranks.returncode == 0, ranks.stderr
+    ref, _ = _result(tmp_path / "single")
+    two, _ = _result(tmp_path / "z2")
+    three, _ = _result(tmp_path / "z3")
+    states = ("parameter", "gradient", "optimizer_state")
+    # The worker's model: its units' sizes in elements, the two largest.
+    sys.path.insert(0, str(HERE))
+    try:
+        from distributed_worker import _model_config
+    finally:
+        sys.path.remove(str(HERE))
+    sizes: dict[str, int] = {}
+    for name, p in riftco.DecoderOnlyTransformer(_model_config()).named_parameters():
+        unit = unit_of(name)
+        assert unit is not None, name
+        sizes[unit] = sizes.get(unit, 0) + math.prod(p.shape)
+    largest_two = sum(sorted(sizes.values())[-2:])
+    one_process = sum(ref["peaks"][0][k] for k in states)
+    for rank_peaks in three["peaks"]:
+        held = sum(rank_peaks[k] for k in states)
+        # Parameter and gradient bytes of the two units, in float32.
+        assert held <= one_process / 3 + 2 * 4 * largest_two, (held, one_process)
+    for two_peaks, three_peaks in zip(two["peaks"], three["peaks"]):
+        assert three_peaks["parameter"] < two_peaks["parameter"] / 1.5, (two_peaks, three_peaks)
+
+
+@needs_mpi
+@pytest.mark.parametrize("case", ["pretrain", "post-train"])
+def test_a_zero3_run_resumed_from_its_shards_equals_one_run_straight_through(
+    case: str, tmp_path: Path
+) -> None:
+    """ZeRO-3 resumes from each rank's parameter and optimizer parts (the consolidated model
+    files of the checkpoint are not read): bitwise the same weights as a run without the stop;
+    resuming with another number of ranks or stage is refused on every rank, exit 2, nothing
+    written over the checkpoint."""
+    base = tmp_path / "base"
+    if case == "post-train":
+        made = subprocess.run(
+            _cli(out=base, steps=1), capture_output=True, text=True, timeout=120, env=_env()
+        )
+        assert made.returncode == 0, made.stderr
+    extra = ["--zero", "3", "--save-every", "2"]
+
+    def command(out: Path, steps: int, *more: str) -> list[str]:
+        if case == "pretrain":
+            return _cli(*extra, *more, out=out, steps=steps)
+        return [
+            str(BIN / "riftco"), "post-train", "--model", str(base), "--data-parallel",
+            "--steps", str(steps), "--batch-size", "4", "--seq-len", "16", "--lora-rank", "4",
+            "--lora-mlp", "--no-progress", "--no-plots", "--sample-tokens", "4", "--out",
+            str(out), *extra, *more,
+        ]
+
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    done = _mpiexec(command(straight, 4), timeout=300)
+    assert done.returncode == 0, done.stderr
+    # The same run, then its last checkpoint and top-level files removed: it resumes from
+    # the checkpoint of step 2.
+    first = _mpiexec(command(stopped, 4), timeout=300)
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(stopped / "checkpoints" / "step-00000004")
+    for leftover in ("model.safetensors", "config.json", "adapter"):
+        target = stopped / leftover
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    before = {p: p.read_bytes() for p in (stopped / "checkpoints").rglob("*") if p.is_file()}
+    # Another number of ranks (without consolidating the shards): refused by every rank, the
+    # checkpoint untouched.
+    other = _mpiexec(command(stopped, 4, "--resume"), timeout=300, n=4)
+    assert other.returncode == 2, other.stderr
+    assert "world_size: 2 in the checkpoint, 4 now" in other.stderr, other.stderr
+    after = {p: p.read_bytes() for p in (stopped / "checkpoints").rglob("*") if p.is_file()}
+    assert after == before
+    resumed = _mpiexec(command(stopped, 4, "--resume"), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stderr
+    a = json.loads((straight / "training_metadata.json").read_text())
+    b = json.loads((stopped / "training_metadata.json").read_text())
+    assert a["losses"] == b["losses"]
+    name = "model.safetensors" if case == "pretrain" else "adapter/adapter_model.safetensors"
+    assert (straight / name).read_bytes() == (stopped / name).read_bytes()
 
 
 @needs_mpi
@@ -283,9 +414,12 @@ STEPS = 3000
 
 
 @needs_mpi
-def test_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zero", ["2", "3"])
+def test_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(
+    zero: str, tmp_path: Path
+) -> None:
     out = tmp_path / "run"
-    command = _cli("--save-every", "5", "--zero", "2", out=out, steps=STEPS)
+    command = _cli("--save-every", "5", "--zero", zero, out=out, steps=STEPS)
     job, victims = _start_until_checkpoint(command, out)
     try:
         os.kill(max(victims), signal.SIGKILL)
@@ -303,8 +437,13 @@ def test_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(tmp_path: Pa
     assert checkpoint.state["optimizer_files"] == [
         "optimizer.zero-00000-of-00002.safetensors",
         "optimizer.zero-00001-of-00002.safetensors",
-    ]
-    resumed = _mpiexec([*_cli("--zero", "2", "--resume", out=out, steps=STEPS)], timeout=300)
+    ] + (
+        # ZeRO-3: each rank's parameter parts.
+        ["model.zero3-00000-of-00002.safetensors", "model.zero3-00001-of-00002.safetensors"]
+        if zero == "3"
+        else []
+    )
+    resumed = _mpiexec([*_cli("--zero", zero, "--resume", out=out, steps=STEPS)], timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming pretraining at step {checkpoint.step}/{STEPS}" in resumed.stderr
     metadata = json.loads((out / "training_metadata.json").read_text())
@@ -375,11 +514,15 @@ def test_data_parallel_without_mpi4py_says_what_to_install(tmp_path: Path) -> No
     assert not (tmp_path / "run").exists()
 
 
-def test_zero_without_data_parallel_is_a_usage_error(tmp_path: Path) -> None:
-    command = [c for c in _cli("--zero", "1", out=tmp_path / "run") if c != "--data-parallel"]
+@pytest.mark.parametrize("zero", ["1", "3"])
+def test_zero_without_data_parallel_is_a_usage_error(zero: str, tmp_path: Path) -> None:
+    command = [c for c in _cli("--zero", zero, out=tmp_path / "run") if c != "--data-parallel"]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=120, env=_env())
     assert proc.returncode == 2
-    assert "--zero 1 shards over data-parallel ranks: it needs --data-parallel" in proc.stderr
+    assert f"--zero {zero} shards over data-parallel ranks: it needs --data-parallel" in (
+        proc.stderr
+    )
+    assert not (tmp_path / "run").exists()
 
 
 @needs_mpi

@@ -341,3 +341,65 @@ fn a_frozen_base_in_16_bits_or_quantized_is_released_and_restored_as_stored() {
         }
     }
 }
+
+#[test]
+fn saving_a_released_model_gathers_one_unit_at_a_time_and_writes_the_same_bytes() {
+    let dir = std::env::temp_dir().join(format!("riftco-residency-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for lora in [false, true] {
+        let want_model = model("block", lora, false);
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        riftco_transformer::save_model(&want_model, &a.join("model.safetensors")).unwrap();
+        let mut m = model("block", lora, false);
+        let keeper = Keeper::take(&m);
+        m.set_parameter_residency(Some(keeper.clone()));
+        riftco_transformer::save_model(&m, &b.join("model.safetensors")).unwrap();
+        let log = keeper.log();
+        let mut want = vec![
+            "+model.embed_tokens forward -".to_string(),
+            "-model.embed_tokens".into(),
+        ];
+        for i in 0..LAYERS {
+            want.push(format!("+model.layers.{i} forward -"));
+            want.push(format!("-model.layers.{i}"));
+        }
+        want.extend(
+            [
+                "+model.norm forward -",
+                "-model.norm",
+                "+lm_head forward -",
+                "-lm_head",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(log, want);
+        assert!(all_parameters(&m)
+            .iter()
+            .all(|(_, p)| p.value().is_placeholder()));
+        for file in ["model.safetensors", "config.json"] {
+            assert_eq!(
+                std::fs::read(a.join(file)).unwrap(),
+                std::fs::read(b.join(file)).unwrap(),
+                "{file}"
+            );
+        }
+        if lora {
+            riftco_transformer::save_lora_adapter(&want_model, &a.join("adapter")).unwrap();
+            riftco_transformer::save_lora_adapter(&m, &b.join("adapter")).unwrap();
+            let log = keeper.log();
+            assert_eq!(log.len(), 2 * LAYERS, "{log:?}");
+            for file in ["adapter_model.safetensors", "adapter_config.json"] {
+                assert_eq!(
+                    std::fs::read(a.join("adapter").join(file)).unwrap(),
+                    std::fs::read(b.join("adapter").join(file)).unwrap(),
+                    "{file}"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&a).unwrap();
+        std::fs::remove_dir_all(&b).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

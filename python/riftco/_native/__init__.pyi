@@ -649,13 +649,13 @@ class DecodeSession:
 
 _TokenArray = npt.ArrayLike
 
-@final
-class ParameterOwner(Protocol):
+class _ParameterOwner(Protocol):
     """What ``DecoderOnlyTransformer.set_parameter_residency`` takes."""
 
     def acquire(self, unit: str, reason: str, next: str | None) -> None: ...
     def release(self, unit: str) -> None: ...
 
+@final
 class DecoderOnlyTransformer:
     """A LLaMA-style decoder-only transformer.
 
@@ -729,7 +729,7 @@ class DecoderOnlyTransformer:
     @property
     def attention(self) -> str: ...
     def set_attention(self, kind: str) -> None: ...
-    def set_parameter_residency(self, owner: ParameterOwner | None) -> None:
+    def set_parameter_residency(self, owner: _ParameterOwner | None) -> None:
         """Sets the owner of the parameters between uses (``acquire(unit, reason, next)``
         before the model reads a unit, ``release(unit)`` after); ``None`` removes it.
         ``TypeError`` when a method is missing."""

@@ -65,6 +65,7 @@ from riftco._native import (
     RiftcoError,
     Variable,
 )
+from riftco.training.differences import canonical, first_difference
 from riftco.training.sharded import DEFAULT_MAX_GATHERED, ShardedParameters
 
 __all__ = [
@@ -150,22 +151,6 @@ def init(timeout_s: float | None = None) -> ProcessGroup:
     if timeout_s is not None:
         _GROUP.timeout_s = float(timeout_s)
     return _GROUP
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _first_difference(a: Any, b: Any, path: str = "") -> str:
-    """The dotted path of the first entry where two JSON-like values differ, with both values."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in a or key not in b:
-                return f"{sub}: {a.get(key, '(absent)')!r} against {b.get(key, '(absent)')!r}"
-            if _canonical(a[key]) != _canonical(b[key]):
-                return _first_difference(a[key], b[key], sub)
-    return f"{path or 'value'}: {a!r} against {b!r}"
 
 
 def _wait_until_read(stream: Any, limit_s: float = 2.0) -> None:
@@ -296,13 +281,13 @@ class ProcessGroup:
             RankMismatchError: on every rank, naming ``what``, the first differing entry and
                 the ranks (rank 0's value against the first differing rank's).
         """
-        digest = hashlib.sha256(_canonical(value).encode()).hexdigest()
+        digest = hashlib.sha256(canonical(value).encode()).hexdigest()
         digests = self.all_gather(digest)
         if len(set(digests)) == 1:
             return
         other = next(r for r, d in enumerate(digests) if d != digests[0])
         values = self.all_gather(value if self.rank in (0, other) else None)
-        difference = _first_difference(values[0], values[other])
+        difference = first_difference(values[0], values[other])
         raise RankMismatchError(
             f"the ranks of this job differ in {what}: rank 0 against rank {other}: {difference}; "
             "start every rank with the same riftco, command, settings and data"
@@ -671,7 +656,11 @@ class DistributedOptimizer:
         if self.zero == 0:
             return ["optimizer.safetensors"]
         n = self.group.world_size
-        return [f"optimizer.zero-{r:05d}-of-{n:05d}.safetensors" for r in range(n)]
+        names = [f"optimizer.zero-{r:05d}-of-{n:05d}.safetensors" for r in range(n)]
+        if self.zero == 3:
+            # Each rank's parameter parts too: a resume loads them without a whole model.
+            names += [f"model.zero3-{r:05d}-of-{n:05d}.safetensors" for r in range(n)]
+        return names
 
     def save(self, folder: Path | None) -> None:
         """Writes the state into ``folder`` (``state_files()``), collective: rank 0 writes, and
@@ -683,22 +672,29 @@ class DistributedOptimizer:
                 assert folder is not None
                 self.inner.save(folder / names[0])
             return
+        n = self.group.world_size
         with tempfile.TemporaryDirectory(prefix="riftco-zero-") as tmp:
             own = Path(tmp) / "shard.safetensors"
             self.inner.save(own)
-            if self.group.is_main:
-                assert folder is not None
-                (folder / names[0]).write_bytes(own.read_bytes())
-                for r in range(1, self.group.world_size):
-                    data = self.group._collective(
-                        "receiving an optimizer shard", self.group.comm.recv, source=r, tag=71
+            files = [(own, names[:n], "an optimizer shard", 71)]
+            if self.sharded is not None:
+                params = Path(tmp) / "parameters.safetensors"
+                self.sharded.save_shard(params)
+                files.append((params, names[n:], "a parameter shard", 72))
+            for path, targets, what, tag in files:
+                if self.group.is_main:
+                    assert folder is not None
+                    (folder / targets[0]).write_bytes(path.read_bytes())
+                    for r in range(1, n):
+                        data = self.group._collective(
+                            f"receiving {what}", self.group.comm.recv, source=r, tag=tag
+                        )
+                        (folder / targets[r]).write_bytes(data)
+                else:
+                    self.group._collective(
+                        f"sending {what}", self.group.comm.send, path.read_bytes(), dest=0,
+                        tag=tag,
                     )
-                    (folder / names[r]).write_bytes(data)
-            else:
-                self.group._collective(
-                    "sending an optimizer shard", self.group.comm.send, own.read_bytes(), dest=0,
-                    tag=71,
-                )
 
     def load(self, folder: Path) -> None:
         """Loads this rank's state from a checkpoint ``folder`` written by :meth:`save` with the
@@ -710,8 +706,10 @@ class DistributedOptimizer:
             ModelStateError, ConfigError, OSError: as the native ``load``.
         """
         name = self.state_files()[0 if self.zero == 0 else self.group.rank]
-        # ZeRO-3's parts are those of the model loaded before (ShardedParameters.whole_model
-        # with reshard).
+        if self.sharded is not None:
+            # This rank's parameter parts, from its own file.
+            n, r = self.group.world_size, self.group.rank
+            self.sharded.load_shard(folder / self.state_files()[n + r])
         if self.shard is not None:
             r = self.group.rank
             self.shard.copy_(

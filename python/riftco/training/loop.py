@@ -302,7 +302,7 @@ class _Trainer:
         """
         saved = ck.state["metadata"]
         try:
-            with self.replicas.whole_model(self.optimizer, reshard=True):
+            if self.replicas.loads_model_from_checkpoint(self.optimizer):
                 self.run.load_model(ck.path)
         except ConfigError as e:
             raise ModelStateError(
@@ -379,9 +379,11 @@ class _Trainer:
         try:
             if self.first_step == cfg.steps:
                 # The run had finished; its top-level files may predate the last checkpoint.
-                with self.guard.deferred(), self.replicas.whole_model(self.optimizer):
+                with self.guard.deferred():
                     if self.replicas.writes_files:
                         self.publish()
+                    else:
+                        self.replicas.mirror_save(self.optimizer)
             for step in range(self.first_step, cfg.steps):
                 try:
                     with self.guard.deferred():
@@ -477,12 +479,9 @@ class _Trainer:
         """The training-state checkpoint after ``step`` steps (the model or adapters, the
         optimizer state, the trainer state with the metadata so far), then the model files and
         the metadata at the run folder's top level; Ctrl-C waits until both are written. On a
-        data-parallel rank other than 0 it only hands its optimizer shard to rank 0. Under
-        ZeRO-3 every rank gathers the whole model for the duration."""
-        with self.replicas.whole_model(self.optimizer):
-            self._checkpoint(step)
-
-    def _checkpoint(self, step: int) -> None:
+        data-parallel rank other than 0 it only hands its optimizer shard to rank 0 (under
+        ZeRO-3 also its parameter parts, and it takes part in rank 0's two saves of the model,
+        which gather one unit at a time)."""
         cfg, metadata = self.cfg, self.metadata
         train_time_s = sum(self.step_times_s)
         metadata.update(
@@ -508,7 +507,9 @@ class _Trainer:
         }
         trainer_state.update(self.replicas.optimizer_files(self.optimizer))
         if not self.replicas.writes_files:
+            self.replicas.mirror_save(self.optimizer)  # the checkpoint's model
             self.replicas.save_optimizer(self.optimizer, None)
+            self.replicas.mirror_save(self.optimizer)  # the run folder's model
             return
 
         def write_files(folder: Path) -> None:

@@ -9,9 +9,8 @@ the job ends when something fails.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
-from typing import Any, ContextManager, Union
+from typing import Any, Union
 
 from riftco._native import Adam, AdamW, DecoderOnlyTransformer
 from riftco.training import distributed
@@ -65,11 +64,14 @@ class _Replicas:
         metadata."""
         raise NotImplementedError
 
-    def whole_model(self, optimizer: Optimizer, reshard: bool = False) -> ContextManager[None]:
-        """A context in which every parameter of the model holds its value (under ZeRO-3 every
-        unit is gathered, collectively; with ``reshard`` the values at its end become the new
-        shards), for saving or loading the model."""
-        return contextlib.nullcontext()
+    def loads_model_from_checkpoint(self, optimizer: Optimizer) -> bool:
+        """Whether a resume reads the checkpoint's model (or adapter) files into the model;
+        ``False`` under ZeRO-3, whose optimizer loads each rank's parameter parts instead."""
+        return True
+
+    def mirror_save(self, optimizer: Optimizer) -> None:
+        """On a process that writes no files: takes part in the model save that the writing
+        process runs (under ZeRO-3 each unit's gather is a collective)."""
 
     def lockstep_forwards(self, optimizer: Optimizer) -> bool:
         """Whether every process must run the same forward passes (ZeRO-3: each unit's gather
@@ -237,11 +239,14 @@ class _DataParallelRank(_Replicas):
         self._communication_s = group.communication_s - communication_s
         return global_sum / total
 
-    def whole_model(self, optimizer: Optimizer, reshard: bool = False) -> ContextManager[None]:
+    def loads_model_from_checkpoint(self, optimizer: Optimizer) -> bool:
         assert isinstance(optimizer, distributed.DistributedOptimizer)
-        if optimizer.sharded is None:
-            return contextlib.nullcontext()
-        return optimizer.sharded.whole_model(reshard)
+        return optimizer.sharded is None
+
+    def mirror_save(self, optimizer: Optimizer) -> None:
+        assert isinstance(optimizer, distributed.DistributedOptimizer)
+        if optimizer.sharded is not None:
+            optimizer.sharded.mirror_save()
 
     def lockstep_forwards(self, optimizer: Optimizer) -> bool:
         assert isinstance(optimizer, distributed.DistributedOptimizer)

@@ -36,20 +36,42 @@ Every rank must run the same forward and backward passes (each acquire is a coll
 from __future__ import annotations
 
 import contextlib
+import importlib
+import json
 import math
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from riftco._native import ConfigError, DecoderOnlyTransformer, Variable, memory_stats
+from riftco._native import (
+    ConfigError,
+    DecoderOnlyTransformer,
+    ModelStateError,
+    RiftcoError,
+    Variable,
+    memory_stats,
+)
+from riftco.training.differences import first_difference
 
 __all__ = ["DEFAULT_MAX_GATHERED", "ShardedParameters", "unit_of"]
 
 DEFAULT_MAX_GATHERED = 2
 """How many units may be gathered (or in flight) at once, counting those the model releases
 itself (PyTorch FSDP's ``limit_all_gathers`` keeps two)."""
+
+
+def _safetensors() -> Any:
+    """The ``safetensors.numpy`` module (the ``mpi`` extra installs it)."""
+    try:
+        return importlib.import_module("safetensors.numpy")
+    except ImportError:
+        raise RiftcoError(
+            "a ZeRO-3 checkpoint writes each rank's parameter shard with the safetensors "
+            "package: pip install 'riftco[mpi]' (or pip install safetensors)"
+        ) from None
 
 
 def unit_of(name: str) -> str | None:
@@ -337,6 +359,99 @@ class ShardedParameters:
                 u.shard.copy_(values[r * u.trainable_part : (r + 1) * u.trainable_part])
             for p in u.parameters():
                 p.bump_version()
+
+    def mirror_save(self) -> None:
+        """The gathers of a save of the whole model on rank 0 (``model.save`` or
+        ``model.save_lora`` with this owner set: the native writer acquires each unit in
+        state-dict order, writes its tensors and releases it), on a rank that writes nothing:
+        every rank takes part in each unit's gather (collective)."""
+        lora = bool(self.model.named_lora_parameters())
+        for name, unit in self.units.items():
+            if lora and not any(".lora_" in n for n, _ in unit.trainable):
+                continue
+            self.acquire(name, "forward", None)
+            self.release(name)
+
+    # -- checkpoint files ---------------------------------------------------------------------
+
+    def _manifest(self) -> dict[str, Any]:
+        """What a shard file must agree on to be loaded into this owner."""
+        return {
+            "world_size": self.group.world_size,
+            "units": {
+                name: {
+                    "frozen": [[n, list(p.shape), e] for (n, p), e in zip(u.frozen, u.encodings)],
+                    "trainable": [[n, list(p.shape)] for n, p in u.trainable],
+                    "frozen_part_bytes": u.frozen_part,
+                    "trainable_part": u.trainable_part,
+                }
+                for name, u in self.units.items()
+            },
+        }
+
+    def save_shard(self, path: Path) -> None:
+        """Writes this rank's trainable parts into the safetensors file ``path``:
+        ``<unit>.trainable`` (float32) per unit with trainable parameters, and in the header's
+        ``riftco_zero3`` metadata the rank and what the parts are of (the frozen parameters'
+        names, shapes and storage included). The frozen parts are not written: they never
+        change, and a resumed run shards them again from the model it starts from.
+
+        Raises:
+            MPIUnavailableError: the ``safetensors`` package is missing.
+        """
+        save_file = _safetensors().save_file
+        tensors: dict[str, np.ndarray] = {}
+        for name, u in self.units.items():
+            if u.shard is not None:
+                tensors[f"{name}.trainable"] = u.shard.numpy()
+        manifest = dict(self._manifest(), rank=self.group.rank)
+        save_file(tensors, str(path), metadata={"riftco_zero3": json.dumps(manifest)})
+
+    def load_shard(self, path: Path) -> None:
+        """Loads this rank's parts from a file written by :meth:`save_shard` (a checkpoint of
+        the same model, ranks and storage); the model's tensors are marked changed.
+
+        Raises:
+            ModelStateError: a file that is not such a shard, or one written for another rank,
+                number of ranks, model or storage (the first difference named); nothing changes.
+            OSError: the file cannot be read.
+        """
+        safe_open = _safetensors().safe_open
+        try:
+            with safe_open(str(path), framework="numpy") as f:
+                metadata = f.metadata() or {}
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except (OSError, FileNotFoundError):
+            raise
+        except Exception as e:  # the package's own error types for a malformed file
+            raise ModelStateError(f"{str(path)!r} is not a ZeRO-3 parameter shard: {e}") from None
+        if "riftco_zero3" not in metadata:
+            raise ModelStateError(
+                f"{str(path)!r} is not a ZeRO-3 parameter shard (no riftco_zero3 metadata)"
+            )
+        manifest = json.loads(metadata["riftco_zero3"])
+        want = dict(self._manifest(), rank=self.group.rank)
+        if manifest != want:
+            difference = first_difference(manifest, want)
+            raise ModelStateError(
+                f"{str(path)!r} holds the parameter shard of another run or rank: {difference} "
+                "(the file against this run); resume with the ranks, model and storage the "
+                "checkpoint was written with"
+            )
+        for name, u in self.units.items():
+            key = f"{name}.trainable"
+            value = tensors.get(key)
+            if u.shard is not None and (
+                value is None or value.dtype != np.float32 or value.shape != (u.trainable_part,)
+            ):
+                raise ModelStateError(
+                    f"{str(path)!r}: tensor {key} is missing or not {u.trainable_part} float32"
+                )
+        for name, u in self.units.items():
+            if u.shard is not None:
+                u.shard.copy_(tensors[f"{name}.trainable"])
+                for _, p in u.trainable:
+                    p.bump_version()
 
     def reset_counters(self) -> None:
         self.exposed_s = 0.0

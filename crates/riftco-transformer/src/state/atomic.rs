@@ -18,6 +18,7 @@
 use super::dtype::StateDtype;
 use super::{io_err, parent_dir, state_err};
 use crate::error::Result;
+use crate::residency::{AcquireReason, ResidencyUnit, SharedResidency};
 use riftco_tensor::Tensor;
 use serde_json::json;
 use std::collections::HashMap;
@@ -240,13 +241,52 @@ fn process_is_running(_pid: u32) -> bool {
 /// header `__metadata__` `metadata`. The header JSON has sorted keys (the same model saves to
 /// the same bytes) and is padded with spaces to a multiple of 8 bytes, as the `safetensors`
 /// crate does.
+///
+/// With a residency `owner` (a model whose parameters are sharded), each tensor's unit is
+/// acquired before its data is written and released when the next tensor belongs to another
+/// unit (or at the end): one unit's parameters are present at a time. Tensors of one unit must
+/// be consecutive.
 pub(super) fn write_safetensors(
     path: &Path,
     out: &mut impl Write,
     tensors: &[(String, Tensor)],
     metadata: HashMap<String, String>,
+    owner: Option<&SharedResidency>,
 ) -> Result<()> {
-    write_safetensors_as(path, out, tensors, metadata, StateDtype::F32)
+    write_safetensors_as(path, out, tensors, metadata, StateDtype::F32, owner)
+}
+
+/// Makes each tensor's unit present while the tensor is written ([`write_safetensors`]).
+struct UnitStream<'a> {
+    owner: Option<&'a SharedResidency>,
+    current: Option<ResidencyUnit>,
+}
+
+impl UnitStream<'_> {
+    fn enter(&mut self, name: &str) -> Result<()> {
+        let Some(owner) = self.owner else {
+            return Ok(());
+        };
+        let unit = ResidencyUnit::of_parameter(name);
+        if unit != self.current {
+            if let Some(done) = self.current.take() {
+                owner.release(done);
+            }
+            if let Some(u) = unit {
+                owner.acquire(u, AcquireReason::Forward, None)?;
+            }
+            self.current = unit;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for UnitStream<'_> {
+    fn drop(&mut self) {
+        if let (Some(owner), Some(done)) = (self.owner, self.current.take()) {
+            owner.release(done);
+        }
+    }
 }
 
 /// [`write_safetensors`] with every tensor encoded in `dtype`.
@@ -256,6 +296,7 @@ pub(super) fn write_safetensors_as(
     tensors: &[(String, Tensor)],
     metadata: HashMap<String, String>,
     dtype: StateDtype,
+    owner: Option<&SharedResidency>,
 ) -> Result<()> {
     let mut header = serde_json::Map::new();
     let metadata: serde_json::Map<String, serde_json::Value> = metadata
@@ -284,7 +325,12 @@ pub(super) fn write_safetensors_as(
         .map_err(io)?;
     out.write_all(&header).map_err(io)?;
     let mut bytes = Vec::new();
-    for (_, t) in tensors {
+    let mut stream = UnitStream {
+        owner,
+        current: None,
+    };
+    for (name, t) in tensors {
+        stream.enter(name)?;
         // Host tensors are read in place; a device tensor is copied to the host first.
         let (guard, copy);
         let data: &[f32] = if t.device() == riftco_tensor::Device::Cpu {

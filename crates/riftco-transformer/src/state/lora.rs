@@ -95,7 +95,13 @@ pub fn save_lora_adapter(model: &DecoderOnlyTransformer, dir: &Path) -> Result<(
             .map_err(|source| io_err(&config_path, source))
     };
     let write_model = |mut out: &mut dyn Write| {
-        write_safetensors(&model_path, &mut out, &tensors, metadata.clone())
+        write_safetensors(
+            &model_path,
+            &mut out,
+            &tensors,
+            metadata.clone(),
+            model.parameter_residency(),
+        )
     };
     // An identical adapter_config.json is hard-linked into the new folder, not rewritten.
     let mut files: Vec<(&str, WriteFile<'_>)> = Vec::with_capacity(2);

@@ -120,7 +120,14 @@ pub fn save_model_as(model: &DecoderOnlyTransformer, path: &Path, dtype: StateDt
             .map_err(|source| io_err(&hf_path, source))
     };
     let write_state = |mut out: &mut dyn Write| {
-        write_safetensors_as(path, &mut out, &tensors, metadata.clone(), dtype)
+        write_safetensors_as(
+            path,
+            &mut out,
+            &tensors,
+            metadata.clone(),
+            dtype,
+            model.parameter_residency(),
+        )
     };
     // An identical config.json (every save of a training run) is hard-linked into the new
     // folder like the other files kept, not rewritten.

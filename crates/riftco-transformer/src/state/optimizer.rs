@@ -133,7 +133,9 @@ pub fn save_optimizer_state(adam: &Adam, path: &Path) -> Result<()> {
     }
     remove_stale_temporaries(dir, &[&name]);
     let mut group = AtomicGroup::new();
-    group.stage(path, |out| write_safetensors(path, out, &tensors, metadata))?;
+    group.stage(path, |out| {
+        write_safetensors(path, out, &tensors, metadata, None)
+    })?;
     group.commit()
 }
 

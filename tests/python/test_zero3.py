@@ -1,0 +1,272 @@
+"""ZeRO-3 (riftco.training.sharded) in one process: the parameter owner's contract without MPI.
+
+With one rank every unit's part is the whole unit, so a sharded model must train bitwise like
+the same model under plain Adam (the same kernels on the same values: the gathers restore the
+stored bytes, Adam is element-wise). The multi-rank runs are in test_distributed.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import riftco
+from riftco.training import distributed
+from riftco.training.sharded import ShardedParameters, unit_of
+
+LAYERS = 3
+
+
+class _OneRank:
+    """The communicator of a one-process group (no MPI needed)."""
+
+    def Get_rank(self) -> int:
+        return 0
+
+    def Get_size(self) -> int:
+        return 1
+
+
+def _group() -> distributed.ProcessGroup:
+    return distributed.ProcessGroup(None, _OneRank(), 60.0)
+
+
+def _model(policy: str, lora: bool = False, tied: bool = False, dtype: str | None = None) -> Any:
+    cfg = riftco.TransformerConfig(
+        vocab_size=64, d_model=64, n_heads=4, n_kv_heads=2, n_layers=LAYERS, d_ff=128,
+        max_seq_len=32, seed=5, tie_word_embeddings=tied,
+    )
+    m = riftco.DecoderOnlyTransformer(cfg)
+    m.set_activation_checkpointing(policy)
+    if lora:
+        m.enable_lora(rank=4, alpha=8.0, mlp=True)
+        for _, p in m.named_lora_parameters():
+            rng = np.random.default_rng(len(p.name or ""))
+            p.copy_(rng.normal(0, 0.02, p.shape).astype(np.float32))
+        if dtype is not None:
+            m.set_frozen_weights_dtype(dtype)
+    return m
+
+
+def _batches() -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    return [rng.integers(0, 64, (2, 13)) for _ in range(3)]
+
+
+def _train(m: Any, zero: int) -> tuple[list[float], dict[str, np.ndarray]]:
+    opt = distributed.DistributedOptimizer(
+        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=zero,
+        model=m if zero == 3 else None,
+    )
+    losses = []
+    for batch in _batches():
+        loss = m.loss(batch)
+        opt.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    if opt.sharded is not None:
+        opt.sharded.detach()
+    params = [*m.named_parameters(), *m.named_lora_parameters()]
+    return losses, {n: p.numpy() for n, p in params}
+
+
+@pytest.mark.parametrize(
+    "policy", ["disabled", "block", "segments:2", "selective", "block,disabled,selective:dots"]
+)
+@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_sharded_model_trains_bitwise_like_a_whole_one(policy: str, lora: bool, tied: bool) -> None:
+    want_losses, want = _train(_model(policy, lora, tied), 0)
+    got_losses, got = _train(_model(policy, lora, tied), 3)
+    assert got_losses == want_losses
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "q8_0", "nf4"])
+def test_a_frozen_base_is_sharded_in_its_own_storage(dtype: str) -> None:
+    want_losses, want = _train(_model("block", True, False, dtype), 0)
+    m = _model("block", True, False, dtype)
+    encodings = {p.storage_encoding for _, p in m.named_parameters()}
+    assert dtype in encodings
+    got_losses, got = _train(m, 3)
+    assert got_losses == want_losses
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    # Gathered back in the format it had: not widened to float32.
+    assert {p.storage_encoding for _, p in m.named_parameters()} == encodings
+
+
+def test_units_are_released_between_uses_and_gathered_for_each_replay() -> None:
+    m = _model("block")
+    opt = distributed.DistributedOptimizer(
+        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=3, model=m
+    )
+    sharded = opt.sharded
+    assert sharded is not None and m.has_parameter_residency
+    assert all(p.is_released for _, p in m.named_parameters())
+    # This rank's parts are the native bytes: the whole model once (one rank) as parameter.
+    total = sum(p.size * 4 for p in (v.numpy() for v in sharded.shards))
+    assert total == 4 * sum(int(np.prod(p.shape)) for p in m.parameters())
+    sharded.trace = []
+    loss = m.loss(_batches()[0])
+    kept = {n for n, p in m.named_parameters() if not p.is_released}
+    assert kept == {"model.norm.weight", "lm_head.weight"}
+    opt.backward(loss)
+    assert all(p.is_released for _, p in m.named_parameters())
+    # Forward: the embedding, every block, the norm and the head; backward: every block again.
+    assert sharded.gathers == (LAYERS + 3) + LAYERS
+    events = [(e, u) for _, e, u, _ in sharded.trace]
+    replays = [u for e, u in events[events.index(("ready", "lm_head")) + 1 :] if e == "ready"]
+    assert replays == [f"model.layers.{i}" for i in reversed(range(LAYERS))]
+    # Never more than two units gathered or in flight besides those kept for the backward.
+    assert sharded.gathered_peak <= 2 + 2
+    opt.step()
+    # The step updated the shards: the tensors' versions moved, so an old graph is stale.
+    stale = m.loss(_batches()[1])
+    opt.step()
+    with pytest.raises(riftco.StaleGraphError):
+        opt.backward(stale)
+
+
+def test_prefetch_keeps_at_most_max_gathered_units() -> None:
+    for limit in (1, 2, 3):
+        m = _model("block")
+        opt = distributed.DistributedOptimizer(
+            _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=3, model=m,
+            max_gathered=limit,
+        )
+        assert opt.sharded is not None
+        opt.backward(m.loss(_batches()[0]))
+        # The norm and the head stay gathered for the backward pass (2 units) on top.
+        assert opt.sharded.gathered_peak <= limit + 2, (limit, opt.sharded.gathered_peak)
+
+
+def test_whole_model_gathers_and_reshards_loaded_values() -> None:
+    m = _model("block")
+    opt = distributed.DistributedOptimizer(
+        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=3, model=m
+    )
+    assert opt.sharded is not None
+    new = {n: np.full(p.shape, 0.5, np.float32) for n, p in m.named_parameters()}
+    with opt.sharded.whole_model(reshard=True):
+        assert not any(p.is_released for _, p in m.named_parameters())
+        for n, p in m.named_parameters():
+            p.copy_(new[n])
+    assert all(p.is_released for _, p in m.named_parameters())
+    opt.sharded.detach()
+    for n, p in m.named_parameters():
+        np.testing.assert_array_equal(p.numpy(), new[n], err_msg=n)
+
+
+def test_bad_input_is_one_clear_error() -> None:
+    m = _model("block")
+    make = lambda ps: riftco.Adam(ps, lr=1e-2)  # noqa: E731
+    with pytest.raises(riftco.ConfigError, match="pass model="):
+        distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=3)
+    with pytest.raises(riftco.ConfigError, match="model.parameters"):
+        distributed.DistributedOptimizer(_group(), m.parameters()[:2], make, zero=3, model=m)
+    with pytest.raises(riftco.ConfigError, match="max_gathered"):
+        ShardedParameters(_group(), m, max_gathered=0)
+    with pytest.raises(riftco.ConfigError, match="zero must be one of 0, 1, 2, 3"):
+        distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=4)
+    for policy in ("auto", "budget:64MiB"):
+        with pytest.raises(riftco.ConfigError, match="zero=3 with activation_checkpointing"):
+            riftco.PretrainingConfig(data_parallel=True, zero=3, activation_checkpointing=policy)
+    with pytest.raises(riftco.ConfigError, match="needs data_parallel=True"):
+        riftco.PretrainingConfig(zero=3)
+    # The model itself refuses a measured policy while it has an owner.
+    distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=3, model=m)
+    m.set_activation_checkpointing("auto")
+    with pytest.raises(riftco.ConfigError, match="sharded parameters"):
+        m.loss(_batches()[0])
+    # An owner without the two methods.
+    with pytest.raises(TypeError, match="acquire"):
+        m.set_parameter_residency(object())
+
+
+def test_an_owner_exception_reaches_the_caller_unchanged() -> None:
+    class Failing:
+        def acquire(self, unit: str, reason: str, next: str | None) -> None:
+            if unit == "model.layers.1":
+                raise KeyError(f"no shard of {unit}")
+
+        def release(self, unit: str) -> None:
+            pass
+
+    m = _model("block")
+    m.set_parameter_residency(Failing())
+    with pytest.raises(KeyError, match="no shard of model.layers.1"):
+        m.loss(_batches()[0])
+    m.set_parameter_residency(None)
+    assert not m.has_parameter_residency
+    assert np.isfinite(m.loss(_batches()[0]).item())
+
+
+def test_variable_storage_round_trip_is_bitwise() -> None:
+    bits = np.array([0x7FC00123, 0x80000000, 0x00000001, 0x3F800000], np.uint32)
+    v = riftco.Variable(bits.view(np.float32))
+    data = v.encoded_bytes()
+    assert data.dtype == np.uint8 and data.size == 16 and v.storage_encoding == "float32"
+    v.release_storage()
+    assert v.is_released and v.storage_encoding is None
+    with pytest.raises(riftco.RiftcoError):
+        v.numpy()
+    with pytest.raises(riftco.RiftcoError, match="15 bytes for 4 elements"):
+        v.restore_storage("float32", data[:15])
+    with pytest.raises(ValueError, match='unknown storage encoding "int8"'):
+        v.restore_storage("int8", data)
+    v.restore_storage("float32", data.tobytes())
+    np.testing.assert_array_equal(v.numpy().view(np.uint32), bits)
+    with pytest.raises(riftco.RiftcoError, match="only a released one"):
+        v.restore_storage("float32", data)
+
+
+def test_unit_names() -> None:
+    assert unit_of("model.embed_tokens.weight") == "model.embed_tokens"
+    assert unit_of("model.layers.7.mlp.up_proj.weight") == "model.layers.7"
+    assert unit_of("base_model.model.model.layers.2.self_attn.q_proj.lora_A.weight") == (
+        "model.layers.2"
+    )
+    assert unit_of("model.norm.weight") == "model.norm"
+    assert unit_of("lm_head.weight") == "lm_head"
+    assert unit_of("zero_shard") is None
+
+
+def test_shard_files_round_trip_and_refuse_another_runs(tmp_path: Any) -> None:
+    pytest.importorskip("safetensors", reason="the mpi extra's safetensors writes the shards")
+    make = lambda ps: riftco.Adam(ps, lr=1e-2)  # noqa: E731
+    m = _model("block", lora=True)
+    opt = distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=3, model=m)
+    assert opt.sharded is not None
+    opt.backward(m.loss(_batches()[0]))
+    opt.step()
+    path = tmp_path / "shard.safetensors"
+    opt.sharded.save_shard(path)
+    saved = [s.numpy() for s in opt.sharded.shards]
+    for s in opt.sharded.shards:
+        s.copy_(np.zeros(s.shape, np.float32))
+    opt.sharded.load_shard(path)
+    for s, want in zip(opt.sharded.shards, saved):
+        np.testing.assert_array_equal(s.numpy(), want)
+    # Another model (adapters of another rank): named, nothing changed.
+    other = _model("block", lora=False)
+    other_opt = distributed.DistributedOptimizer(
+        _group(), other.parameters(), make, zero=3, model=other
+    )
+    assert other_opt.sharded is not None
+    before = [s.numpy() for s in other_opt.sharded.shards]
+    with pytest.raises(riftco.ModelStateError, match="another run or rank: units"):
+        other_opt.sharded.load_shard(path)
+    for s, want in zip(other_opt.sharded.shards, before):
+        np.testing.assert_array_equal(s.numpy(), want)
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    with pytest.raises(riftco.ModelStateError, match="not a ZeRO-3 parameter shard"):
+        opt.sharded.load_shard(garbage)
+    with pytest.raises(OSError):
+        opt.sharded.load_shard(tmp_path / "missing.safetensors")
