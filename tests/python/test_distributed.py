@@ -538,8 +538,8 @@ def test_without_a_launcher_the_run_is_one_rank_and_says_so(tmp_path: Path) -> N
 def test_config_checks() -> None:
     with pytest.raises(riftco.ConfigError, match="zero=1 shards the optimizer"):
         riftco.PretrainingConfig(zero=1)
-    with pytest.raises(riftco.ConfigError, match="zero must be 0, 1 or 2"):
-        riftco.PretrainingConfig(data_parallel=True, zero=3)
+    with pytest.raises(riftco.ConfigError, match="zero must be 0, 1, 2 or 3"):
+        riftco.PretrainingConfig(data_parallel=True, zero=4)
     with pytest.raises(riftco.ConfigError, match="data_parallel must be True or False"):
         riftco.PretrainingConfig(data_parallel=1)  # type: ignore[arg-type]
     with pytest.raises(riftco.ConfigError, match="data_parallel_timeout_s"):

@@ -524,20 +524,35 @@ class DistributedOptimizer:
         for s in self.shards:
             s.zero_grad()
 
-    def backward(self, loss: Variable, hooked: bool = True) -> None:
-        """``loss.backward(retain_graph=False)``; under ZeRO-2 (with ``hooked``) each bucket is
-        reduce-scattered as soon as the pass has completed the gradients of all its parameters,
-        and the gradients are never committed: no rank holds a whole gradient. Every rank must
-        pass the same ``hooked`` (a rank without a backward pass this step makes all ranks pass
-        ``False``; :meth:`step` then reduces in bucket order)."""
+    def backward(self, loss: Variable, hooked: bool = True, accumulate: bool = False) -> None:
+        """``loss.backward(retain_graph=False)``; under ZeRO-2 and 3 (with ``hooked``) each
+        bucket is reduce-scattered as soon as the pass has completed the gradients of all its
+        parameters, and the gradients are never committed: no rank holds a whole gradient.
+        Every rank must pass the same ``hooked`` (a rank without a backward pass this step makes
+        all ranks pass ``False``; :meth:`step` then reduces in bucket order).
+
+        ``accumulate`` adds this pass's gradients to those of the passes since the last
+        :meth:`step` (gradient accumulation over micro-batches: ``backward_accumulate`` of the
+        native Variable, or, reduced during the pass, the sum of each pass's reduced parts);
+        without it a pass replaces them. Under ZeRO-3 the units the graph kept (blocks outside
+        checkpoints, the final norm, the head) are released when the pass ends."""
         try:
             if self.zero >= 2 and hooked:
+                if not accumulate:
+                    self._reduced.clear()
+                    self._filling.clear()
+                    for p in self.params:
+                        p.zero_grad()
                 loss.backward(retain_graph=False, gradient_hook=self._arrive)
+            elif accumulate:
+                loss.backward_accumulate(retain_graph=False)
             else:
+                if self.zero >= 2:
+                    self._reduced.clear()
+                    self._filling.clear()
                 loss.backward(retain_graph=False)
         finally:
             if self.sharded is not None:
-                # The units the graph kept (blocks outside checkpoints, the norm, the head).
                 self.sharded.release_all()
 
     def _arrive(self, leaf: Variable, grad: np.ndarray) -> None:
