@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -484,11 +485,21 @@ def test_the_example_loop_trains_alike_on_one_and_two_ranks() -> None:
     assert alone.returncode == 0, alone.stderr
     two = _mpiexec([sys.executable, str(example), "--steps", "6", "--zero", "2"])
     assert two.returncode == 0, two.stderr
+    three = _mpiexec([sys.executable, str(example), "--steps", "6", "--zero", "3"])
+    assert three.returncode == 0, three.stderr
     lines = [ln for ln in two.stdout.splitlines() if ln.startswith("step ")]
     assert lines == [ln for ln in alone.stdout.splitlines() if ln.startswith("step ")]
+    assert lines == [ln for ln in three.stdout.splitlines() if ln.startswith("step ")]
     assert len(lines) == 2  # steps 1 and 6, equal to 4 decimals
-    kib = [int(ln.split()[-5]) for ln in (alone.stdout + two.stdout).splitlines() if "KiB" in ln]
-    assert len(kib) == 2 and abs(kib[1] - kib[0] / 2) <= 1, kib
+
+    def kib(out: str, what: str) -> int:
+        found = re.search(rf"{what} (\d+) KiB", out)
+        assert found, out
+        return int(found.group(1))
+
+    # ZeRO 2 halves Adam's state; ZeRO 3 the parameters too (between steps, nothing gathered).
+    assert abs(kib(two.stdout, "optimizer state") - kib(alone.stdout, "optimizer state") / 2) <= 1
+    assert abs(kib(three.stdout, "parameters") - kib(alone.stdout, "parameters") / 2) <= 1
 
 
 def _is_rank(pid: int, marker: str) -> bool:

@@ -181,14 +181,14 @@ impl PyModel {
     ///
     /// ``unit`` is ``"model.embed_tokens"``, ``"model.layers.{i}"``, ``"model.norm"`` or
     /// ``"lm_head"`` (untied); ``reason`` is ``"forward"`` (released after the forward use),
-    /// ``"replay"`` (a checkpoint's replay in the backward pass; released after its VJP) or
-    /// ``"kept_for_backward"`` (the graph reads it in the backward pass: the model does not
-    /// release it, the owner does after the backward pass); ``next`` is the unit the model will
-    /// acquire next (prefetch), or ``None``. Blocks inside a checkpoint are released after the
-    /// forward run and acquired again for the replay; blocks outside any checkpoint, the final
-    /// norm and the head are kept for the backward pass; without a graph every unit is
-    /// released after its use. An exception of ``acquire`` stops the forward or backward pass
-    /// and is raised unchanged; one of ``release`` is raised by the next ``acquire``.
+    /// ``"replay"`` (a checkpoint's replay in the backward pass; released after its VJP),
+    /// ``"backward"`` (the backward pass of a block outside any checkpoint; released after its
+    /// VJPs) or ``"kept_for_backward"`` (the final norm and the head: kept from the forward
+    /// until their VJP); ``next`` is the unit the model will acquire next (prefetch), or
+    /// ``None``. Without a graph every unit is released after its use. A graph dropped without
+    /// a backward pass leaves the norm and the head acquired: the owner releases them. An
+    /// exception of ``acquire`` stops the forward or backward pass and is raised unchanged;
+    /// one of ``release`` is raised by the next ``acquire``.
     ///
     /// Policies that choose their plan by running the blocks (``auto``, ``budget:SIZE``) are
     /// refused (``ConfigError``) while an owner is set.

@@ -159,8 +159,8 @@ impl DecoderOnlyTransformer {
 
     /// [`head_loss`] of the final hidden states `h`, with the head's unit acquired.
     fn resident_head_loss(&self, h: &Variable, targets: &[u32]) -> Result<Variable> {
-        self.acquire_head()?;
-        let loss = head_loss(h, &self.weights.lm_head, targets, self.loss_chunking)?;
+        let h = self.acquire_head(h)?;
+        let loss = head_loss(&h, &self.weights.lm_head, targets, self.loss_chunking)?;
         self.release_head_without_graph();
         Ok(loss)
     }

@@ -372,19 +372,21 @@ impl DecoderOnlyTransformer {
     }
 
     /// Acquires the LM head's unit before the head reads it (kept for the backward pass when
-    /// a graph is recorded).
-    pub(crate) fn acquire_head(&self) -> Result<()> {
+    /// a graph is recorded); returns the head's input `h` again, with an identity node that
+    /// releases the unit after the head's VJP.
+    pub(crate) fn acquire_head(&self, h: &Variable) -> Result<Variable> {
         let reason = if riftco_autograd::is_grad_enabled() {
             AcquireReason::KeptForBackward
         } else {
             AcquireReason::Forward
         };
-        Ok(residency::acquire(
-            self.residency.as_ref(),
+        let owner = self.residency.as_ref();
+        residency::acquire(owner, self.head_unit(), reason, None)?;
+        Ok(residency::release_after_backward(
+            h,
+            owner,
             self.head_unit(),
-            reason,
-            None,
-        )?)
+        ))
     }
 
     /// Releases the LM head's unit after a head computation that recorded no graph.
@@ -596,7 +598,7 @@ impl DecoderOnlyTransformer {
         training_forward: bool,
     ) -> Result<Variable> {
         let h = self.forward_hidden(tokens, batch, seq, training_forward, None)?;
-        self.acquire_head()?;
+        let h = self.acquire_head(&h)?;
         let logits = ops::linear(&h, &self.weights.lm_head)?;
         self.release_head_without_graph();
         Ok(logits)
@@ -661,6 +663,7 @@ impl DecoderOnlyTransformer {
         };
         let head = Some(self.head_unit());
         residency::acquire(owner, ResidencyUnit::FinalNorm, norm_reason, head)?;
+        let x = residency::release_after_backward(&x, owner, ResidencyUnit::FinalNorm);
         // The norm's own handle goes first: when the loss reads no value of it (the chunked
         // loss), the graph releases it once the caller drops the reshaped handle.
         let h = ops::reshape(

@@ -18,11 +18,17 @@
 //! |---|---|---|
 //! | embedding | before the lookup | after the lookup, unless the head is tied to it |
 //! | a block inside a checkpoint (`block`, `segments:K`, `selective`, lists) | at the checkpoint's forward run, and again at its replay in the backward pass ([`AcquireReason::Replay`]) | after the forward run, and after the replay's VJP |
-//! | a block outside any checkpoint (`disabled`) | before its forward ([`AcquireReason::KeptForBackward`]) | never by the model: the graph reads the values in the backward pass, so the owner releases them after it |
-//! | final norm | before the norm ([`AcquireReason::KeptForBackward`]) | never by the model |
-//! | LM head (tied: the embedding) | before the loss or the logits ([`AcquireReason::KeptForBackward`]) | never by the model |
+//! | a block outside any checkpoint (`disabled`) | before its forward, and again when the backward pass reaches the block ([`AcquireReason::Backward`]) | after its forward, and after its VJPs |
+//! | final norm | before the norm ([`AcquireReason::KeptForBackward`]) | after its VJP |
+//! | LM head (tied: the embedding) | before the loss or the logits ([`AcquireReason::KeptForBackward`]) | after its VJP |
 //!
-//! Without a graph (evaluation) every unit is released after its use. The replay of a
+//! Without a graph (evaluation) every unit is released after its use. A block outside any
+//! checkpoint is released while its graph holds its parameter tensors: the graph's handles
+//! share the storage, which the backward acquire fills again before any VJP of the block reads
+//! it (PyTorch FSDP frees and refills the storage its autograd graph saved in the same way).
+//! The backward-pass calls come from identity nodes the forward records around such blocks,
+//! the final norm and the head: a graph that is dropped without a backward pass leaves the
+//! units it kept gathered, for the owner to release. The replay of a
 //! checkpoint reads the values the forward run read: the tensors' versions are compared, so an
 //! owner whose shards changed in between bumps them ([`riftco_tensor::Tensor::bump_version`])
 //! and the backward fails with a stale-graph error instead of mixing two values.
@@ -34,6 +40,7 @@
 //! Policies that measure the blocks to choose a plan (`auto`, memory budgets) are refused
 //! under a residency owner: the measurement reads every block.
 
+use riftco_autograd::{Saves, Variable};
 use std::fmt;
 
 /// A group of parameters that is acquired and released together.
@@ -92,12 +99,15 @@ impl fmt::Display for ResidencyUnit {
 pub enum AcquireReason {
     /// For a forward computation; the model releases the unit after it.
     Forward,
-    /// For a forward whose graph reads the values again in the backward pass: the model does
-    /// not release the unit; its owner does, once the backward pass is done.
+    /// For a forward whose graph reads the values again in the backward pass: the unit stays
+    /// gathered until its VJP has run, and the model releases it then.
     KeptForBackward,
     /// For a checkpoint's replay in the backward pass; the model releases the unit after the
     /// replay's VJP.
     Replay,
+    /// For the backward pass of a block outside any checkpoint (its graph reads the values
+    /// again); the model releases the unit after the block's VJPs.
+    Backward,
 }
 
 impl AcquireReason {
@@ -107,6 +117,7 @@ impl AcquireReason {
             AcquireReason::Forward => "forward",
             AcquireReason::KeptForBackward => "kept_for_backward",
             AcquireReason::Replay => "replay",
+            AcquireReason::Backward => "backward",
         }
     }
 }
@@ -151,6 +162,59 @@ pub(crate) fn acquire(
 pub(crate) fn release(owner: Option<&SharedResidency>, unit: ResidencyUnit) {
     if let Some(o) = owner {
         o.release(unit);
+    }
+}
+
+/// `x` again (the same value), recording, when a graph is being recorded and an owner is set,
+/// an identity node whose VJP releases `unit`: placed on the input of a computation, it runs
+/// once every VJP of that computation has.
+pub(crate) fn release_after_backward(
+    x: &Variable,
+    owner: Option<&SharedResidency>,
+    unit: ResidencyUnit,
+) -> Variable {
+    match owner {
+        Some(o) if riftco_autograd::is_grad_enabled() => {
+            let o = o.clone();
+            Variable::from_op_saving(
+                "release after backward",
+                x.value().clone(),
+                vec![x.clone()],
+                Saves::NOTHING,
+                move |_, _, g| {
+                    o.release(unit);
+                    Ok(vec![Some(g.clone())])
+                },
+            )
+        }
+        _ => x.clone(),
+    }
+}
+
+/// `y` again, recording, when a graph is being recorded and an owner is set, an identity node
+/// whose VJP acquires `unit` ([`AcquireReason::Backward`], naming `next`): placed on the output
+/// of a computation, it runs before any VJP of that computation.
+pub(crate) fn acquire_before_backward(
+    y: &Variable,
+    owner: Option<&SharedResidency>,
+    unit: ResidencyUnit,
+    next: Option<ResidencyUnit>,
+) -> Variable {
+    match owner {
+        Some(o) if riftco_autograd::is_grad_enabled() => {
+            let o = o.clone();
+            Variable::from_op_saving(
+                "acquire before backward",
+                y.value().clone(),
+                vec![y.clone()],
+                Saves::NOTHING,
+                move |_, _, g| {
+                    o.acquire(unit, AcquireReason::Backward, next)?;
+                    Ok(vec![Some(g.clone())])
+                },
+            )
+        }
+        _ => y.clone(),
     }
 }
 

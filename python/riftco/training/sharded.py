@@ -27,8 +27,10 @@ unit ``u`` with a ``next`` unit, it starts ``next``'s gather (non-blocking) befo
 so the gather runs while ``u`` computes (at most ``max_gathered`` units gathered or in flight
 at once, counting the units the model releases itself; default 2). A checkpointed block is
 gathered again for its replay in the backward pass and released after the replay's VJP; a
-block outside any checkpoint, the final norm and the head stay gathered until the backward
-pass ends (:meth:`ShardedParameters.release_all`), as their graph reads them.
+block outside any checkpoint is released after its forward and gathered again when the
+backward pass reaches it (its graph's handles share the refilled storage); the final norm and
+the head stay gathered from their forward until their VJP. :meth:`ShardedParameters.release_all`
+releases whatever a pass left (a graph dropped without a backward pass).
 
 Every rank must run the same forward and backward passes (each acquire is a collective).
 """

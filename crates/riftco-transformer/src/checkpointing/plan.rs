@@ -4,7 +4,7 @@ use super::planner::BlockMeasurement;
 use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet};
 use crate::block::{block_forward_for, BlockContext, Layer};
 use crate::error::{Result, TransformerError};
-use crate::residency::{AcquireReason, ResidencyUnit, SharedResidency};
+use crate::residency::{self, AcquireReason, ResidencyUnit, SharedResidency};
 use riftco_autograd::{
     checkpoint_with_options, CheckpointOptions, CheckpointPass, DeterminismCheck, Variable,
 };
@@ -127,9 +127,7 @@ impl CheckpointPlan {
                 // this segment comes next.
                 replay_next: s
                     .checked_sub(1)
-                    .map(|p| &self.segments[p])
-                    .filter(|p| p.policy != BlockPolicy::Disabled)
-                    .map(|p| ResidencyUnit::Block(p.layers.start)),
+                    .map(|p| ResidencyUnit::Block(self.segments[p].layers.start)),
             });
             x = run_segment(
                 &x,
@@ -151,7 +149,8 @@ pub(crate) struct SegmentResidency {
     pub(crate) owner: SharedResidency,
     /// The unit the forward acquires after the segment's last block.
     pub(crate) after: ResidencyUnit,
-    /// The block the backward pass replays after this segment's replay, if any.
+    /// The block the backward pass acquires after this segment's blocks (the first block of
+    /// the segment before), if any.
     pub(crate) replay_next: Option<ResidencyUnit>,
 }
 
@@ -210,25 +209,29 @@ pub(crate) fn run_segment(
     residency: Option<&SegmentResidency>,
 ) -> Result<Variable> {
     let first = seg.layers.start;
-    let graph = riftco_autograd::is_grad_enabled();
     let options = match &seg.policy {
         BlockPolicy::Disabled => {
             let mut x = x.clone();
             for (i, layer) in layers.iter().enumerate() {
+                let unit = ResidencyUnit::Block(first + i);
+                let owner = residency.map(|r| &r.owner);
                 if let Some(r) = residency {
-                    // The graph reads the block's weights again in the backward pass.
-                    let reason = if graph {
-                        AcquireReason::KeptForBackward
-                    } else {
-                        AcquireReason::Forward
-                    };
-                    r.acquire(first + i, 1, reason)?;
+                    r.acquire(first + i, 1, AcquireReason::Forward)?;
+                    // Released once the block's VJPs ran (the identity's VJP on its input).
+                    x = residency::release_after_backward(&x, owner, unit);
                 }
                 calls.fetch_add(1, Ordering::Relaxed);
                 let ctx = ctx.at_layer(first + i);
                 x = block_forward_for(&x, layer, &ctx, CheckpointPass::Forward)?;
-                if let (Some(r), false) = (residency, graph) {
+                if let Some(r) = residency {
+                    // The graph's handles keep the storage, without elements until the backward
+                    // pass reaches the block and acquires it again (the identity on its output).
                     r.release(first + i, 1);
+                    let next = (i == 0)
+                        .then_some(r.replay_next)
+                        .flatten()
+                        .or_else(|| i.checked_sub(1).map(|j| ResidencyUnit::Block(first + j)));
+                    x = residency::acquire_before_backward(&x, owner, unit, next);
                 }
             }
             return Ok(x);
