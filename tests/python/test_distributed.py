@@ -397,11 +397,15 @@ def _cli(
 
 
 @needs_mpi
-def test_ranks_with_different_settings_all_exit_naming_the_difference(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zero", ["0", "3"])
+def test_ranks_with_different_settings_all_exit_naming_the_difference(
+    zero: str, tmp_path: Path
+) -> None:
     assert MPIEXEC is not None
     out = tmp_path / "run"
+    a, b = _cli("--zero", zero, out=out, seed="0"), _cli("--zero", zero, out=out, seed="1")
     proc = subprocess.run(
-        [MPIEXEC, "-n", "1", *_cli(out=out, seed="0"), ":", "-n", "1", *_cli(out=out, seed="1")],
+        [MPIEXEC, "-n", "1", *a, ":", "-n", "1", *b],
         capture_output=True, text=True, timeout=120, env=_env(),
     )
     assert proc.returncode == 2, proc.stderr
@@ -452,9 +456,15 @@ def test_a_killed_rank_ends_the_job_and_the_last_checkpoint_resumes(
 
 
 @needs_mpi
-def test_a_rank_that_hangs_makes_the_other_abort_after_the_timeout(tmp_path: Path) -> None:
+@pytest.mark.parametrize("zero", ["0", "3"])
+def test_a_rank_that_hangs_makes_the_other_abort_after_the_timeout(
+    zero: str, tmp_path: Path
+) -> None:
     out = tmp_path / "run"
-    command = _cli("--data-parallel-timeout", "3", "--save-every", "5", out=out, steps=200_000)
+    command = _cli(
+        "--data-parallel-timeout", "3", "--save-every", "5", "--zero", zero, out=out,
+        steps=200_000,
+    )
     job, ranks = _start_until_checkpoint(command, out)
     stopped: list[int] = []
     try:
