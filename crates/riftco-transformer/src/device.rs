@@ -28,6 +28,8 @@ impl DecoderOnlyTransformer {
     /// quantized bytes on the device); 16-bit frozen weights live on the CPU only.
     ///
     /// # Errors
+    /// [`TransformerError::Config`](crate::TransformerError::Config) while an owner holds the
+    /// parameters between uses ([`crate::residency`]).
     /// `TransformerError::Config` (field `device`) for a model whose frozen weights are
     /// stored in bfloat16 or float16 moving off the CPU; `TensorError::InvalidArgument` for
     /// quantized ones moving to a device whose backend keeps no quantized buffers (the mirror
@@ -37,6 +39,7 @@ impl DecoderOnlyTransformer {
     /// allocated — then every parameter already moved is moved back, so the model is never
     /// split across devices.
     pub fn to_device(&mut self, device: Device) -> Result<()> {
+        self.refuse_while_sharded("to_device")?;
         if device != Device::Cpu {
             let half = self
                 .weights()

@@ -138,6 +138,8 @@ impl DecoderOnlyTransformer {
     /// weights exist in both formats.
     ///
     /// # Errors
+    /// [`TransformerError::Config`] while an owner holds the
+    /// parameters between uses ([`crate::residency`]).
     /// [`TransformerError::Config`] (field `dtype`) when no base weight is frozen and `dtype` is
     /// not float32 (trainable weights stay float32: enable LoRA first, which freezes the base),
     /// or when the model is on another device than the CPU and `dtype` is 16-bit (16-bit
@@ -148,6 +150,7 @@ impl DecoderOnlyTransformer {
     /// On a GPU model a quantized format is applied on the CPU (each weight read back, quantized
     /// there, its bytes uploaded), and float32 dequantizes on the device.
     pub fn set_frozen_weights_dtype(&mut self, dtype: WeightDtype) -> Result<()> {
+        self.refuse_while_sharded("set_frozen_weights_dtype")?;
         let device = self.device();
         if dtype.half().is_some() && device != Device::Cpu {
             return Err(TransformerError::Config {

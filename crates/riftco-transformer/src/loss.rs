@@ -159,10 +159,15 @@ impl DecoderOnlyTransformer {
 
     /// [`head_loss`] of the final hidden states `h`, with the head's unit acquired.
     fn resident_head_loss(&self, h: &Variable, targets: &[u32]) -> Result<Variable> {
-        let h = self.acquire_head(h)?;
-        let loss = head_loss(&h, &self.weights.lm_head, targets, self.loss_chunking)?;
-        self.release_head_without_graph();
-        Ok(loss)
+        let held = self.acquire_head(h)?;
+        let loss = head_loss(
+            held.as_ref().unwrap_or(h),
+            &self.weights.lm_head,
+            targets,
+            self.loss_chunking,
+        );
+        self.release_head_without_graph(&held);
+        loss
     }
 
     /// The inputs `block[:, :-1]`, targets `block[:, 1:]` and `seq` of a checked token block.

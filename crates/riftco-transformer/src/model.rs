@@ -362,6 +362,26 @@ impl DecoderOnlyTransformer {
         self.residency.as_ref()
     }
 
+    /// Refuses `what` (a change of the weight set or of every value) while an owner holds the
+    /// parameters between uses: their elements are not present.
+    ///
+    /// # Errors
+    /// [`TransformerError::Config`] naming `what` and what to do.
+    pub(crate) fn refuse_while_sharded(&self, what: &str) -> Result<()> {
+        if self.residency.is_none() {
+            return Ok(());
+        }
+        Err(TransformerError::Config {
+            field: "parameter_residency",
+            value: what.to_string(),
+            reason: "the model's parameters are held by an owner between uses (sharded over \
+                     data-parallel ranks by ZeRO-3): gather them back first (in Python \
+                     optimizer.sharded.detach(); in Rust restore every unit, then \
+                     set_parameter_residency(None))"
+                .into(),
+        })
+    }
+
     /// The unit the LM head belongs to: [`ResidencyUnit::Embedding`] when tied.
     pub(crate) fn head_unit(&self) -> ResidencyUnit {
         if self.weights.config.tie_word_embeddings {
@@ -371,10 +391,11 @@ impl DecoderOnlyTransformer {
         }
     }
 
-    /// Acquires the LM head's unit before the head reads it (kept for the backward pass when
-    /// a graph is recorded); returns the head's input `h` again, with an identity node that
-    /// releases the unit after the head's VJP.
-    pub(crate) fn acquire_head(&self, h: &Variable) -> Result<Variable> {
+    /// Acquires the LM head's unit before the head reads it; when a graph is recorded, returns
+    /// the head's input `h` again through an identity node that keeps the hold until the head's
+    /// VJP ran (else `None`: the caller releases the unit after the head,
+    /// [`DecoderOnlyTransformer::release_head_without_graph`]).
+    pub(crate) fn acquire_head(&self, h: &Variable) -> Result<Option<Variable>> {
         let reason = if riftco_autograd::is_grad_enabled() {
             AcquireReason::KeptForBackward
         } else {
@@ -382,16 +403,13 @@ impl DecoderOnlyTransformer {
         };
         let owner = self.residency.as_ref();
         residency::acquire(owner, self.head_unit(), reason, None)?;
-        Ok(residency::release_after_backward(
-            h,
-            owner,
-            self.head_unit(),
-        ))
+        Ok(residency::hold_until_backward(h, owner, self.head_unit()))
     }
 
-    /// Releases the LM head's unit after a head computation that recorded no graph.
-    pub(crate) fn release_head_without_graph(&self) {
-        if !riftco_autograd::is_grad_enabled() {
+    /// Releases the LM head's unit after a head computation whose hold no graph node took
+    /// ([`DecoderOnlyTransformer::acquire_head`] returned `None`).
+    pub(crate) fn release_head_without_graph(&self, held: &Option<Variable>) {
+        if held.is_none() {
             residency::release(self.residency.as_ref(), self.head_unit());
         }
     }
@@ -598,10 +616,10 @@ impl DecoderOnlyTransformer {
         training_forward: bool,
     ) -> Result<Variable> {
         let h = self.forward_hidden(tokens, batch, seq, training_forward, None)?;
-        let h = self.acquire_head(&h)?;
-        let logits = ops::linear(&h, &self.weights.lm_head)?;
-        self.release_head_without_graph();
-        Ok(logits)
+        let held = self.acquire_head(&h)?;
+        let logits = ops::linear(held.as_ref().unwrap_or(&h), &self.weights.lm_head);
+        self.release_head_without_graph(&held);
+        Ok(logits?)
     }
 
     /// The final RMSNorm's output `[batch·seq, d_model]` for tokens `[batch, seq]` (what the LM
@@ -620,19 +638,17 @@ impl DecoderOnlyTransformer {
         cfg.validate_tokens(tokens, batch, seq)?;
         let owner = self.residency.as_ref();
         let graph = riftco_autograd::is_grad_enabled();
-        // The lookup's VJP reads no value of the table: only a tied head keeps it.
-        let tied = cfg.tie_word_embeddings;
+        // The lookup's VJP reads no value of the table (a tied head acquires it again).
         let first = (cfg.n_layers > 0).then_some(ResidencyUnit::Block(0));
-        let embed_reason = if tied && graph {
-            AcquireReason::KeptForBackward
-        } else {
-            AcquireReason::Forward
-        };
-        residency::acquire(owner, ResidencyUnit::Embedding, embed_reason, first)?;
-        let x = ops::embedding(&w.embed, tokens)?;
-        if !tied {
-            residency::release(owner, ResidencyUnit::Embedding);
-        }
+        residency::acquire(
+            owner,
+            ResidencyUnit::Embedding,
+            AcquireReason::Forward,
+            first,
+        )?;
+        let x = ops::embedding(&w.embed, tokens);
+        residency::release(owner, ResidencyUnit::Embedding);
+        let x = x?;
         let mut x = ops::reshape(&x, [batch, seq, cfg.d_model])?;
         let mut ctx = BlockContext::new(cfg, &w.rope, batch, seq, self.attention);
         ctx.layout = layout.filter(|l| !l.is_unpacked()).cloned();
@@ -663,17 +679,15 @@ impl DecoderOnlyTransformer {
         };
         let head = Some(self.head_unit());
         residency::acquire(owner, ResidencyUnit::FinalNorm, norm_reason, head)?;
-        let x = residency::release_after_backward(&x, owner, ResidencyUnit::FinalNorm);
+        let held = residency::hold_until_backward(&x, owner, ResidencyUnit::FinalNorm);
+        let x = held.as_ref().unwrap_or(&x);
         // The norm's own handle goes first: when the loss reads no value of it (the chunked
         // loss), the graph releases it once the caller drops the reshaped handle.
-        let h = ops::reshape(
-            &ops::rms_norm(&x, &w.final_norm, cfg.rms_norm_eps)?,
-            [batch * seq, cfg.d_model],
-        )?;
-        if !graph {
+        let h = ops::rms_norm(x, &w.final_norm, cfg.rms_norm_eps);
+        if held.is_none() {
             residency::release(owner, ResidencyUnit::FinalNorm);
         }
-        Ok(h)
+        Ok(ops::reshape(&h?, [batch * seq, cfg.d_model])?)
     }
 
     /// Adds LoRA adapters to the target layers, activates them and freezes every base
@@ -682,8 +696,11 @@ impl DecoderOnlyTransformer {
     /// ([`TransformerError::Decode`]: open a new one).
     ///
     /// # Errors
+    /// [`TransformerError::Config`] while an owner holds the
+    /// parameters between uses ([`crate::residency`]).
     /// [`TransformerError::Lora`] for invalid hyper-parameters or when adapters already exist.
     pub fn enable_lora(&mut self, lora: &LoraConfig) -> Result<()> {
+        self.refuse_while_sharded("enable_lora")?;
         lora.validate(self.config().d_model)?;
         if self.has_lora() {
             return Err(TransformerError::Lora {
@@ -739,8 +756,11 @@ impl DecoderOnlyTransformer {
     /// nothing.
     ///
     /// # Errors
+    /// [`TransformerError::Config`] while an owner holds the
+    /// parameters between uses ([`crate::residency`]).
     /// [`TransformerError::Lora`] when there are no adapters.
     pub fn set_lora_active(&mut self, active: bool) -> Result<()> {
+        self.refuse_while_sharded("set_lora_active")?;
         if !self.has_lora() {
             return Err(TransformerError::Lora {
                 message: "the model has no adapters".into(),
@@ -779,11 +799,14 @@ impl DecoderOnlyTransformer {
     /// decode afterwards ([`TransformerError::Decode`]).
     ///
     /// # Errors
+    /// [`TransformerError::Config`] while an owner holds the
+    /// parameters between uses ([`crate::residency`]).
     /// [`TransformerError::Lora`] when there are no adapters, when they are inactive
     /// ([`DecoderOnlyTransformer::set_lora_active`]`(false)`: merging would drop them unmerged),
     /// or when the frozen base is stored in 16 bits
     /// ([`DecoderOnlyTransformer::set_frozen_weights_dtype`]); the model is unchanged.
     pub fn merge_lora(&mut self) -> Result<()> {
+        self.refuse_while_sharded("merge_lora")?;
         if !self.has_lora() {
             return Err(TransformerError::Lora {
                 message: "the model has no adapters".into(),

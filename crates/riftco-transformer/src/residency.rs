@@ -16,19 +16,22 @@
 //!
 //! | unit | acquired | released |
 //! |---|---|---|
-//! | embedding | before the lookup | after the lookup, unless the head is tied to it |
+//! | embedding | before the lookup | after the lookup (a tied head acquires it again) |
 //! | a block inside a checkpoint (`block`, `segments:K`, `selective`, lists) | at the checkpoint's forward run, and again at its replay in the backward pass ([`AcquireReason::Replay`]) | after the forward run, and after the replay's VJP |
 //! | a block outside any checkpoint (`disabled`) | before its forward, and again when the backward pass reaches the block ([`AcquireReason::Backward`]) | after its forward, and after its VJPs |
-//! | final norm | before the norm ([`AcquireReason::KeptForBackward`]) | after its VJP |
-//! | LM head (tied: the embedding) | before the loss or the logits ([`AcquireReason::KeptForBackward`]) | after its VJP |
+//! | final norm | before the norm ([`AcquireReason::KeptForBackward`]) | after its VJP (when its graph node is freed: right after the VJP in a freeing backward pass, else when the graph is dropped, also without a backward pass) |
+//! | LM head (tied: the embedding) | before the loss or the logits ([`AcquireReason::KeptForBackward`]) | after its VJP, as the final norm |
 //!
 //! Without a graph (evaluation) every unit is released after its use. A block outside any
 //! checkpoint is released while its graph holds its parameter tensors: the graph's handles
 //! share the storage, which the backward acquire fills again before any VJP of the block reads
 //! it (PyTorch FSDP frees and refills the storage its autograd graph saved in the same way).
 //! The backward-pass calls come from identity nodes the forward records around such blocks,
-//! the final norm and the head: a graph that is dropped without a backward pass leaves the
-//! units it kept gathered, for the owner to release. The replay of a
+//! the final norm and the head.
+//!
+//! Every acquire is matched by exactly one release (on error paths too, except when an acquire
+//! itself fails), so an owner can count holds: a unit two graphs hold (two forward passes
+//! before their backward passes) stays gathered until both released it. The replay of a
 //! checkpoint reads the values the forward run read: the tensors' versions are compared, so an
 //! owner whose shards changed in between bumps them ([`riftco_tensor::Tensor::bump_version`])
 //! and the backward fails with a stale-graph error instead of mixing two values.
@@ -99,8 +102,9 @@ impl fmt::Display for ResidencyUnit {
 pub enum AcquireReason {
     /// For a forward computation; the model releases the unit after it.
     Forward,
-    /// For a forward whose graph reads the values again in the backward pass: the unit stays
-    /// gathered until its VJP has run, and the model releases it then.
+    /// For a forward whose graph reads the values again in the backward pass: the model
+    /// releases the unit when the graph node that reads it is freed (after its VJP, or with
+    /// the graph).
     KeptForBackward,
     /// For a checkpoint's replay in the backward pass; the model releases the unit after the
     /// replay's VJP.
@@ -165,57 +169,135 @@ pub(crate) fn release(owner: Option<&SharedResidency>, unit: ResidencyUnit) {
     }
 }
 
-/// `x` again (the same value), recording, when a graph is being recorded and an owner is set,
-/// an identity node whose VJP releases `unit`: placed on the input of a computation, it runs
-/// once every VJP of that computation has.
-pub(crate) fn release_after_backward(
+/// Releases a unit when dropped (the hold a graph node keeps).
+struct Hold {
+    owner: SharedResidency,
+    unit: ResidencyUnit,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.owner.release(self.unit);
+    }
+}
+
+/// `x` again (the same value), handing the caller's hold of `unit` (acquired before) to the
+/// graph, when a graph is being recorded and an owner is set: an identity node whose record
+/// releases `unit` when it is freed. Placed on the input of a computation, the record goes
+/// right after the computation's VJPs ran in a freeing backward pass, or with the graph. Without
+/// a graph (or an owner) it returns `x` and the caller keeps its hold.
+pub(crate) fn hold_until_backward(
     x: &Variable,
     owner: Option<&SharedResidency>,
     unit: ResidencyUnit,
-) -> Variable {
+) -> Option<Variable> {
     match owner {
         Some(o) if riftco_autograd::is_grad_enabled() => {
-            let o = o.clone();
-            Variable::from_op_saving(
-                "release after backward",
+            let hold = Hold {
+                owner: o.clone(),
+                unit,
+            };
+            Some(Variable::from_op_saving(
+                "hold until backward",
                 x.value().clone(),
                 vec![x.clone()],
                 Saves::NOTHING,
                 move |_, _, g| {
-                    o.release(unit);
+                    let _ = &hold;
                     Ok(vec![Some(g.clone())])
                 },
-            )
+            ))
         }
-        _ => x.clone(),
+        _ => None,
     }
 }
 
-/// `y` again, recording, when a graph is being recorded and an owner is set, an identity node
-/// whose VJP acquires `unit` ([`AcquireReason::Backward`], naming `next`): placed on the output
-/// of a computation, it runs before any VJP of that computation.
+/// The holds the backward passes of one block outside any checkpoint take: acquired when a
+/// pass reaches the block's output, released when it has gone through the block's input, and
+/// any still outstanding when the graph is freed (a block whose input needs no gradient, the
+/// first one under LoRA, is never gone through: its node is freed after the block's VJPs).
+pub(crate) struct BackwardHold {
+    owner: SharedResidency,
+    unit: ResidencyUnit,
+    outstanding: std::sync::atomic::AtomicUsize,
+}
+
+impl BackwardHold {
+    /// The holds of `unit`'s backward passes, when a graph is being recorded and an owner set.
+    pub(crate) fn new(
+        owner: Option<&SharedResidency>,
+        unit: ResidencyUnit,
+    ) -> Option<std::sync::Arc<Self>> {
+        owner
+            .filter(|_| riftco_autograd::is_grad_enabled())
+            .map(|o| {
+                std::sync::Arc::new(Self {
+                    owner: o.clone(),
+                    unit,
+                    outstanding: std::sync::atomic::AtomicUsize::new(0),
+                })
+            })
+    }
+
+    fn release_one(&self) {
+        use std::sync::atomic::Ordering;
+        let took = self
+            .outstanding
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if took.is_ok() {
+            self.owner.release(self.unit);
+        }
+    }
+}
+
+impl Drop for BackwardHold {
+    fn drop(&mut self) {
+        for _ in 0..*self.outstanding.get_mut() {
+            self.owner.release(self.unit);
+        }
+    }
+}
+
+/// `x` again (the same value), through an identity node whose VJP releases one of `hold`'s
+/// holds: placed on the input of a block, it runs once every VJP of the block has.
+pub(crate) fn release_after_backward(
+    x: &Variable,
+    hold: &std::sync::Arc<BackwardHold>,
+) -> Variable {
+    let hold = hold.clone();
+    Variable::from_op_saving(
+        "release after backward",
+        x.value().clone(),
+        vec![x.clone()],
+        Saves::NOTHING,
+        move |_, _, g| {
+            hold.release_one();
+            Ok(vec![Some(g.clone())])
+        },
+    )
+}
+
+/// `y` again, through an identity node whose VJP acquires `hold`'s unit
+/// ([`AcquireReason::Backward`], naming `next`): placed on the output of a block, it runs
+/// before any VJP of the block.
 pub(crate) fn acquire_before_backward(
     y: &Variable,
-    owner: Option<&SharedResidency>,
-    unit: ResidencyUnit,
+    hold: std::sync::Arc<BackwardHold>,
     next: Option<ResidencyUnit>,
 ) -> Variable {
-    match owner {
-        Some(o) if riftco_autograd::is_grad_enabled() => {
-            let o = o.clone();
-            Variable::from_op_saving(
-                "acquire before backward",
-                y.value().clone(),
-                vec![y.clone()],
-                Saves::NOTHING,
-                move |_, _, g| {
-                    o.acquire(unit, AcquireReason::Backward, next)?;
-                    Ok(vec![Some(g.clone())])
-                },
-            )
-        }
-        _ => y.clone(),
-    }
+    Variable::from_op_saving(
+        "acquire before backward",
+        y.value().clone(),
+        vec![y.clone()],
+        Saves::NOTHING,
+        move |_, _, g| {
+            hold.owner
+                .acquire(hold.unit, AcquireReason::Backward, next)?;
+            hold.outstanding
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            Ok(vec![Some(g.clone())])
+        },
+    )
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{block, lora_config};
-use riftco_autograd::{AutogradError, Variable};
+use riftco_autograd::{AutogradError, BackwardOptions, Variable};
 use riftco_tensor::StorageEncoding;
 use riftco_transformer::{
     AcquireReason, ActivationCheckpointing, Adam, DecoderOnlyTransformer,
@@ -59,7 +59,8 @@ type Held = (Variable, StorageEncoding, Mutex<Vec<u8>>);
 /// every call.
 struct Keeper {
     units: HashMap<ResidencyUnit, Vec<Held>>,
-    resident: Mutex<Vec<ResidencyUnit>>,
+    /// The holds of each gathered unit (every acquire must be matched by one release).
+    resident: Mutex<HashMap<ResidencyUnit, usize>>,
     log: Mutex<Vec<String>>,
 }
 
@@ -79,18 +80,23 @@ impl Keeper {
         }
         Arc::new(Self {
             units,
-            resident: Mutex::new(Vec::new()),
+            resident: Mutex::new(HashMap::new()),
             log: Mutex::new(Vec::new()),
         })
     }
 
     fn release_all(&self) {
-        let resident: Vec<_> = std::mem::take(&mut *self.resident.lock().unwrap());
-        for unit in resident {
+        let resident: HashMap<_, _> = std::mem::take(&mut *self.resident.lock().unwrap());
+        for unit in resident.into_keys() {
             for (p, _, _) in &self.units[&unit] {
                 p.value().release_shared();
             }
         }
+    }
+
+    /// Whether every acquire so far was matched by a release.
+    fn balanced(&self) -> bool {
+        self.resident.lock().unwrap().is_empty()
     }
 
     fn log(&self) -> Vec<String> {
@@ -111,21 +117,25 @@ impl ParameterResidency for Keeper {
             .unwrap()
             .push(format!("+{unit} {} {next}", reason.name()));
         let mut resident = self.resident.lock().unwrap();
-        if !resident.contains(&unit) {
+        let holds = resident.entry(unit).or_insert(0);
+        if *holds == 0 {
             for (p, encoding, bytes) in &self.units[&unit] {
                 p.value()
                     .restore_encoded(*encoding, &bytes.lock().unwrap())?;
             }
-            resident.push(unit);
         }
+        *holds += 1;
         Ok(())
     }
 
     fn release(&self, unit: ResidencyUnit) {
         self.log.lock().unwrap().push(format!("-{unit}"));
         let mut resident = self.resident.lock().unwrap();
-        if let Some(i) = resident.iter().position(|u| *u == unit) {
-            resident.swap_remove(i);
+        let holds = resident.get_mut(&unit);
+        let holds = holds.unwrap_or_else(|| panic!("{unit} released without a hold"));
+        *holds -= 1;
+        if *holds == 0 {
+            resident.remove(&unit);
             for (p, _, _) in &self.units[&unit] {
                 p.value().release_shared();
             }
@@ -150,6 +160,10 @@ fn train(m: &DecoderOnlyTransformer, keeper: Option<&Keeper>) -> Vec<Vec<u32>> {
         let loss = m.loss(&tokens, BATCH, SEQ + 1).unwrap();
         out.push(bits(loss.value()));
         loss.backward().unwrap();
+        drop(loss);
+        if let Some(k) = keeper {
+            assert!(k.balanced(), "{:?}", k.resident.lock().unwrap());
+        }
         for p in &params {
             out.push(bits(&p.grad().unwrap()));
         }
@@ -231,7 +245,7 @@ fn the_owner_is_asked_in_the_documented_order() {
         let kept = name.starts_with("model.norm.") || name.starts_with("lm_head.");
         assert_eq!(!p.value().is_placeholder(), kept, "{name}");
     }
-    loss.backward().unwrap();
+    loss.backward_with(BackwardOptions::freeing()).unwrap();
     // The head and the norm go once their VJPs ran; each block is gathered for its replay.
     let mut want = vec!["-lm_head".to_string(), "-model.norm".into()];
     for i in (0..LAYERS).rev() {
@@ -252,7 +266,10 @@ fn the_owner_is_asked_in_the_documented_order() {
     let keeper = Keeper::take(&m);
     m.set_parameter_residency(Some(keeper.clone()));
     let loss = m.loss(&tokens, BATCH, SEQ + 1).unwrap();
-    let mut want = vec!["+model.embed_tokens kept_for_backward model.layers.0".to_string()];
+    let mut want = vec![
+        "+model.embed_tokens forward model.layers.0".to_string(),
+        "-model.embed_tokens".into(),
+    ];
     for i in 0..LAYERS {
         let next = if i + 1 < LAYERS {
             format!("model.layers.{}", i + 1)
@@ -270,7 +287,7 @@ fn the_owner_is_asked_in_the_documented_order() {
         .filter(|(n, _)| n.starts_with("model.layers."))
         .collect();
     assert!(blocks.iter().all(|(_, p)| p.value().is_placeholder()));
-    loss.backward().unwrap();
+    loss.backward_with(BackwardOptions::freeing()).unwrap();
     let mut want = vec!["-model.embed_tokens".to_string(), "-model.norm".into()];
     for i in (0..LAYERS).rev() {
         let next = if i > 0 {
@@ -282,6 +299,8 @@ fn the_owner_is_asked_in_the_documented_order() {
         want.push(format!("-model.layers.{i}"));
     }
     assert_eq!(keeper.log(), want);
+    drop(loss);
+    assert!(keeper.balanced());
     assert!(all_parameters(&m)
         .iter()
         .all(|(_, p)| p.value().is_placeholder()));
@@ -289,11 +308,32 @@ fn the_owner_is_asked_in_the_documented_order() {
     // Without a graph every unit is released after its use.
     let logits = riftco_autograd::no_grad(|| m.logits(&tokens[..SEQ], 1, SEQ)).unwrap();
     assert_eq!(logits.dims(), &[SEQ, 64]);
-    keeper.release_all();
     let log = keeper.log();
     let acquired = log.iter().filter(|e| e.starts_with('+')).count();
     let released = log.iter().filter(|e| e.starts_with('-')).count();
-    assert_eq!((acquired, released), (LAYERS + 3, LAYERS + 2), "{log:?}");
+    assert_eq!((acquired, released), (LAYERS + 3, LAYERS + 3), "{log:?}");
+    assert!(keeper.balanced());
+
+    // Two forward passes before their backward passes (gradient accumulation by hand): the
+    // holds add up; a graph dropped without a backward pass gives its holds back; a retaining
+    // backward pass keeps them until the graph goes.
+    let (a, b) = (
+        m.loss(&tokens, BATCH, SEQ + 1).unwrap(),
+        m.loss(&tokens, BATCH, SEQ + 1).unwrap(),
+    );
+    let dropped = m.loss(&tokens, BATCH, SEQ + 1).unwrap();
+    assert_eq!(
+        keeper.resident.lock().unwrap()[&ResidencyUnit::Embedding],
+        3
+    );
+    drop(dropped);
+    a.backward_with(BackwardOptions::freeing()).unwrap();
+    assert!(!keeper.balanced());
+    b.backward().unwrap();
+    b.backward().unwrap();
+    assert!(!keeper.balanced());
+    drop((a, b));
+    assert!(keeper.balanced());
 }
 
 #[test]
@@ -424,4 +464,30 @@ fn saving_a_released_model_gathers_one_unit_at_a_time_and_writes_the_same_bytes(
         std::fs::remove_dir_all(&b).unwrap();
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn changing_a_sharded_model_is_refused_naming_what_to_do() {
+    let mut m = model("block", true, false);
+    let keeper = Keeper::take(&m);
+    m.set_parameter_residency(Some(keeper));
+    let dir = std::env::temp_dir();
+    let errors = [
+        m.merge_lora().unwrap_err(),
+        m.set_lora_active(false).unwrap_err(),
+        m.enable_lora(&lora_config()).unwrap_err(),
+        m.set_frozen_weights_dtype(riftco_transformer::WeightDtype::BFloat16)
+            .unwrap_err(),
+        m.to_device(riftco_tensor::Device::Cpu).unwrap_err(),
+        riftco_transformer::load_weights_into(&m, &dir.join("none.safetensors")).unwrap_err(),
+    ];
+    for e in errors {
+        let text = e.to_string();
+        assert!(
+            matches!(e, TransformerError::Config { field, .. } if field == "parameter_residency")
+                && text.contains("ZeRO-3")
+                && text.contains("detach"),
+            "{text}"
+        );
+    }
 }

@@ -534,26 +534,23 @@ class DistributedOptimizer:
         ``accumulate`` adds this pass's gradients to those of the passes since the last
         :meth:`step` (gradient accumulation over micro-batches: ``backward_accumulate`` of the
         native Variable, or, reduced during the pass, the sum of each pass's reduced parts);
-        without it a pass replaces them. Under ZeRO-3 the units the graph kept (blocks outside
-        checkpoints, the final norm, the head) are released when the pass ends."""
-        try:
-            if self.zero >= 2 and hooked:
-                if not accumulate:
-                    self._reduced.clear()
-                    self._filling.clear()
-                    for p in self.params:
-                        p.zero_grad()
-                loss.backward(retain_graph=False, gradient_hook=self._arrive)
-            elif accumulate:
-                loss.backward_accumulate(retain_graph=False)
-            else:
-                if self.zero >= 2:
-                    self._reduced.clear()
-                    self._filling.clear()
-                loss.backward(retain_graph=False)
-        finally:
-            if self.sharded is not None:
-                self.sharded.release_all()
+        without it a pass replaces them."""
+        if self.sharded is not None:
+            self.sharded.check_attached("DistributedOptimizer.backward")
+        if self.zero >= 2 and hooked:
+            if not accumulate:
+                self._reduced.clear()
+                self._filling.clear()
+                for p in self.params:
+                    p.zero_grad()
+            loss.backward(retain_graph=False, gradient_hook=self._arrive)
+        elif accumulate:
+            loss.backward_accumulate(retain_graph=False)
+        else:
+            if self.zero >= 2:
+                self._reduced.clear()
+                self._filling.clear()
+            loss.backward(retain_graph=False)
 
     def _arrive(self, leaf: Variable, grad: np.ndarray) -> None:
         """The gradient hook of ZeRO-2: stages ``grad`` in its bucket, reducing the bucket when
@@ -603,6 +600,8 @@ class DistributedOptimizer:
     def step(self) -> None:
         """Reduces the gradients (what :meth:`backward` has not reduced yet) and updates the
         parameters on every rank (collective)."""
+        if self.sharded is not None:
+            self.sharded.check_attached("DistributedOptimizer.step")
         r = self.group.rank
         shard_grads: list[np.ndarray] = []
         for i, bucket in enumerate(self.buckets):

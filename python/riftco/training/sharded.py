@@ -227,7 +227,8 @@ class ShardedParameters:
         for u in self.units.values():
             u.release()
         self.shards = [u.shard for u in self.units.values() if u.shard is not None]
-        self._resident: dict[str, bool] = {}  # unit -> released by the model itself
+        self._holds: dict[str, int] = {}  # gathered unit -> holds the model has on it
+        self._kept: set[str] = set()  # gathered units acquired to be kept for the backward
         self._inflight: dict[str, tuple[Any, np.ndarray]] = {}
         self.exposed_s = 0.0
         self.gathers = 0
@@ -242,34 +243,64 @@ class ShardedParameters:
         self.model.set_parameter_residency(self)
         self._attached = True
 
+    @property
+    def attached(self) -> bool:
+        """Whether this owner holds the model's parameters (until :meth:`detach`)."""
+        return self._attached
+
+    def check_attached(self, what: str) -> None:
+        """Raises ``ConfigError`` naming ``what`` when the owner was detached."""
+        if not self._attached:
+            raise ConfigError(
+                f"{what}: this ZeRO-3 owner was detached (the model is whole again and no longer "
+                "reads the shards): build a new DistributedOptimizer(zero=3) to go on training"
+            )
+
     def detach(self) -> None:
         """Gathers every unit back into the model for good and removes the owner: the model is
-        whole again on every rank (collective)."""
+        whole again on every rank (collective). The shards are then no longer the model's: an
+        optimizer built on them refuses to step. A second call does nothing."""
+        if not self._attached:
+            return
         for unit in self.units:
-            self.acquire(unit, "kept_for_backward", None)
-        self._resident.clear()
+            if unit not in self._holds:
+                self._gather(unit)
+        self._holds.clear()
+        self._kept.clear()
         self.model.set_parameter_residency(None)
         self._attached = False
 
     def acquire(self, unit: str, reason: str, next: str | None) -> None:
-        """Called by the model: gathers ``unit`` (or waits for its prefetch) and starts
-        ``next``'s gather when the limit allows (collective: every rank makes the same calls)."""
+        """Called by the model: takes a hold of ``unit``, gathering it (or waiting for its
+        prefetch) when no hold had it, and starts ``next``'s gather when the limit allows
+        (collective: every rank makes the same calls)."""
         if unit not in self.units:
             raise ConfigError(f"the model asked for unit {unit!r}, which this owner does not shard")
-        if unit not in self._resident:
-            request = self._inflight.pop(unit, None)
-            if request is None:
-                request = self._start(unit)
-            self._finish(unit, request)
-        self._resident[unit] = self._resident.get(unit, True) and reason != "kept_for_backward"
-        if next is not None and next in self.units and next not in self._resident:
+        if unit not in self._holds:
+            self._gather(unit)
+        self._holds[unit] = self._holds.get(unit, 0) + 1
+        if reason == "kept_for_backward":
+            self._kept.add(unit)
+        if next is not None and next in self.units and next not in self._holds:
             if next not in self._inflight and self._transient() < self.max_gathered:
                 self._inflight[next] = self._start(next)
-        self.gathered_peak = max(self.gathered_peak, len(self._resident) + len(self._inflight))
+        self.gathered_peak = max(self.gathered_peak, len(self._holds) + len(self._inflight))
+
+    def _gather(self, unit: str) -> None:
+        request = self._inflight.pop(unit, None)
+        if request is None:
+            request = self._start(unit)
+        self._finish(unit, request)
 
     def release(self, unit: str) -> None:
-        """Called by the model: frees ``unit``'s tensors (this rank keeps its parts)."""
-        if self._resident.pop(unit, None) is not None:
+        """Called by the model: gives a hold of ``unit`` back; with the last one its tensors are
+        freed (this rank keeps its parts)."""
+        holds = self._holds.get(unit, 0)
+        if holds > 1:
+            self._holds[unit] = holds - 1
+        elif holds == 1:
+            del self._holds[unit]
+            self._kept.discard(unit)
             self.units[unit].release()
             self._record("release", unit)
 
@@ -279,17 +310,19 @@ class ShardedParameters:
             self.trace.append((time.perf_counter(), event, unit, int(total)))
 
     def release_all(self) -> None:
-        """Frees every gathered unit (after a backward pass: the units its graph kept) and
-        waits for gathers still in flight (prefetches nothing asked for)."""
-        for unit in list(self._resident):
+        """Frees every gathered unit whatever holds it (graphs that still hold a unit then fail
+        to run their backward pass) and waits for gathers still in flight."""
+        for unit in list(self._holds):
+            self._holds[unit] = 1
             self.release(unit)
         for unit, (request, _) in list(self._inflight.items()):
             self._wait(unit, request)
         self._inflight.clear()
 
     def _transient(self) -> int:
-        """Units gathered that the model releases itself, and gathers in flight."""
-        return sum(self._resident.values()) + len(self._inflight)
+        """Units gathered that the model releases soon (not the final norm and the head, kept
+        from their forward to their VJP), and gathers in flight."""
+        return len(set(self._holds) - self._kept) + len(self._inflight)
 
     def _start(self, unit: str) -> tuple[Any, np.ndarray]:
         u = self.units[unit]
@@ -332,9 +365,10 @@ class ShardedParameters:
 
     @contextlib.contextmanager
     def whole_model(self, reshard: bool = False) -> Iterator[None]:
-        """Every unit gathered for the duration (collective), for saving or loading the whole
+        """Every unit gathered for the duration (collective), for reading or changing the whole
         model; with ``reshard`` the values present at the end (loaded weights) become the new
-        shards. Released again afterwards."""
+        shards. Each unit is released again afterwards (as far as nothing else holds it)."""
+        self.check_attached("whole_model")
         for unit in self.units:
             self.acquire(unit, "kept_for_backward", None)
         try:
@@ -342,7 +376,8 @@ class ShardedParameters:
             if reshard:
                 self._reshard()
         finally:
-            self.release_all()
+            for unit in self.units:
+                self.release(unit)
 
     def _reshard(self) -> None:
         r, n = self.group.rank, self.group.world_size
@@ -367,6 +402,7 @@ class ShardedParameters:
         ``model.save_lora`` with this owner set: the native writer acquires each unit in
         state-dict order, writes its tensors and releases it), on a rank that writes nothing:
         every rank takes part in each unit's gather (collective)."""
+        self.check_attached("mirror_save")
         lora = bool(self.model.named_lora_parameters())
         for name, unit in self.units.items():
             if lora and not any(".lora_" in n for n, _ in unit.trainable):

@@ -4,7 +4,7 @@ use super::planner::BlockMeasurement;
 use super::spec::{ActivationCheckpointing, BlockPolicy, SaveSet};
 use crate::block::{block_forward_for, BlockContext, Layer};
 use crate::error::{Result, TransformerError};
-use crate::residency::{self, AcquireReason, ResidencyUnit, SharedResidency};
+use crate::residency::{self, AcquireReason, BackwardHold, ResidencyUnit, SharedResidency};
 use riftco_autograd::{
     checkpoint_with_options, CheckpointOptions, CheckpointPass, DeterminismCheck, Variable,
 };
@@ -214,24 +214,29 @@ pub(crate) fn run_segment(
             let mut x = x.clone();
             for (i, layer) in layers.iter().enumerate() {
                 let unit = ResidencyUnit::Block(first + i);
-                let owner = residency.map(|r| &r.owner);
+                let hold = residency.and_then(|r| BackwardHold::new(Some(&r.owner), unit));
                 if let Some(r) = residency {
                     r.acquire(first + i, 1, AcquireReason::Forward)?;
+                }
+                if let Some(h) = &hold {
                     // Released once the block's VJPs ran (the identity's VJP on its input).
-                    x = residency::release_after_backward(&x, owner, unit);
+                    x = residency::release_after_backward(&x, h);
                 }
                 calls.fetch_add(1, Ordering::Relaxed);
                 let ctx = ctx.at_layer(first + i);
-                x = block_forward_for(&x, layer, &ctx, CheckpointPass::Forward)?;
+                let out = block_forward_for(&x, layer, &ctx, CheckpointPass::Forward);
                 if let Some(r) = residency {
                     // The graph's handles keep the storage, without elements until the backward
                     // pass reaches the block and acquires it again (the identity on its output).
                     r.release(first + i, 1);
+                }
+                x = out?;
+                if let (Some(r), Some(h)) = (residency, hold) {
                     let next = (i == 0)
                         .then_some(r.replay_next)
                         .flatten()
                         .or_else(|| i.checked_sub(1).map(|j| ResidencyUnit::Block(first + j)));
-                    x = residency::acquire_before_backward(&x, owner, unit, next);
+                    x = residency::acquire_before_backward(&x, h, next);
                 }
             }
             return Ok(x);

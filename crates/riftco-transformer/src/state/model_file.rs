@@ -295,11 +295,14 @@ pub fn config_json_pairing(path: &Path) -> Result<ConfigJsonPairing> {
 /// model's.
 ///
 /// # Errors
+/// [`TransformerError::Config`](crate::TransformerError::Config) while an owner holds the
+/// parameters between uses ([`crate::residency`]).
 /// As [`load_model`]; also [`TransformerError::State`](crate::TransformerError::State) when the file's `riftco_config` metadata
 /// (or a GGUF file's metadata)
 /// describes a different architecture than the model's config (the seed is ignored), or `path`
 /// is a shard index (`*.index.json`). Nothing is copied unless every tensor validates.
 pub fn load_weights_into(model: &DecoderOnlyTransformer, path: &Path) -> Result<()> {
+    model.refuse_while_sharded("load_weights")?;
     if model.has_half_weights() {
         return Err(state_err(
             path,
