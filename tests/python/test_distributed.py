@@ -304,6 +304,19 @@ def test_a_zero3_run_resumed_from_its_shards_equals_one_run_straight_through(
     assert "world_size: 2 in the checkpoint, 4 now" in other.stderr, other.stderr
     after = {p: p.read_bytes() for p in (stopped / "checkpoints").rglob("*") if p.is_file()}
     assert after == before
+    # The two ranks' parameter shards swapped: the same error on every rank, exit 2.
+    step2 = stopped / "checkpoints" / "step-00000002"
+    a, b = (step2 / f"model.zero3-0000{r}-of-00002.safetensors" for r in (0, 1))
+    a_bytes, b_bytes = a.read_bytes(), b.read_bytes()
+    a.write_bytes(b_bytes)
+    b.write_bytes(a_bytes)
+    swapped = _mpiexec(command(stopped, 4, "--resume"), timeout=300)
+    # (Ranks other than 0 print nothing: rank 0's line stands for all.)
+    assert swapped.returncode == 2, swapped.stderr
+    assert "Abort" not in swapped.stderr and "rank 0 of 2: " in swapped.stderr, swapped.stderr
+    assert "another checkpoint, run or rank: rank: 1 against 0" in swapped.stderr
+    a.write_bytes(a_bytes)
+    b.write_bytes(b_bytes)
     resumed = _mpiexec(command(stopped, 4, "--resume"), timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stderr

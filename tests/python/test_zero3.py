@@ -175,7 +175,7 @@ def test_bad_input_is_one_clear_error() -> None:
     with pytest.raises(riftco.ConfigError, match="zero must be one of 0, 1, 2, 3"):
         distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=4)
     for policy in ("auto", "budget:64MiB"):
-        with pytest.raises(riftco.ConfigError, match="zero=3 with activation_checkpointing"):
+        with pytest.raises(riftco.ConfigError, match="zero=3 with activation_(checkpointing|memory_budget)"):
             riftco.PretrainingConfig(data_parallel=True, zero=3, activation_checkpointing=policy)
     with pytest.raises(riftco.ConfigError, match="needs data_parallel=True"):
         riftco.PretrainingConfig(zero=3)
@@ -260,10 +260,19 @@ def test_shard_files_round_trip_and_refuse_another_runs(tmp_path: Any) -> None:
     )
     assert other_opt.sharded is not None
     before = [s.numpy() for s in other_opt.sharded.shards]
-    with pytest.raises(riftco.ModelStateError, match="another run or rank: units"):
+    with pytest.raises(riftco.ModelStateError, match="another checkpoint, run or rank: units"):
         other_opt.sharded.load_shard(path)
     for s, want in zip(other_opt.sharded.shards, before):
         np.testing.assert_array_equal(s.numpy(), want)
+    # Another checkpoint of the same run (another step), or a flipped bit: refused.
+    with pytest.raises(riftco.ModelStateError, match="identity.step: 3 against 2"):
+        opt.sharded.save_shard(path, {"step": 3, "run": "abc"})
+        opt.sharded.load_shard(path, {"step": 2, "run": "abc"})
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(riftco.ModelStateError, match="does not match its SHA-256"):
+        opt.sharded.load_shard(path, {"step": 3, "run": "abc"})
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
     with pytest.raises(riftco.ModelStateError, match="not a ZeRO-3 parameter shard"):
@@ -332,3 +341,63 @@ def test_dropout_and_packing_replay_alike_when_sharded() -> None:
     assert got_losses == want_losses
     for name, value in want.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_two_forward_passes_before_their_backward_passes() -> None:
+    """Micro-batches whose forward passes all run first: each graph holds the units it reads
+    (the norm, the head) until its own backward pass, so the second backward pass still finds
+    them; the result is that of the unsharded model."""
+    def run(zero: int) -> dict[str, np.ndarray]:
+        m = _model("block")
+        opt = distributed.DistributedOptimizer(
+            _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=zero,
+            model=m if zero == 3 else None,
+        )
+        batches = _batches()
+        first, second = m.loss(batches[0]), m.loss(batches[1])
+        opt.backward(first)
+        opt.backward(second, accumulate=True)
+        opt.step()
+        if opt.sharded is not None:
+            assert all(p.is_released for _, p in m.named_parameters())
+            opt.sharded.detach()
+        return {n: p.numpy() for n, p in m.named_parameters()}
+
+    want, got = run(0), run(3)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_a_dropped_graph_or_an_evaluation_gives_every_unit_back() -> None:
+    m = _model("disabled", tied=True)
+    opt = distributed.DistributedOptimizer(
+        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=3, model=m
+    )
+    logits = m.logits(_batches()[0][:, :-1])
+    assert not all(p.is_released for _, p in m.named_parameters())
+    del logits
+    assert all(p.is_released for _, p in m.named_parameters())
+    with riftco.no_grad():
+        m.loss(_batches()[0])
+    assert all(p.is_released for _, p in m.named_parameters())
+    assert opt.sharded is not None
+
+
+def test_a_detached_owner_refuses_to_step_and_a_sharded_model_to_change() -> None:
+    m = _model("block", lora=True)
+    make = lambda ps: riftco.Adam(ps, lr=1e-2)  # noqa: E731
+    opt = distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=3, model=m)
+    assert opt.sharded is not None
+    with pytest.raises(riftco.ConfigError, match="already have an owner"):
+        distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=3, model=m)
+    for change in (m.merge_lora, lambda: m.set_frozen_weights_dtype("bfloat16")):
+        with pytest.raises(riftco.ConfigError, match="ZeRO-3"):
+            change()
+    opt.sharded.detach()
+    opt.sharded.detach()  # nothing more to do
+    assert not m.has_parameter_residency
+    with pytest.raises(riftco.ConfigError, match="detached"):
+        opt.backward(m.loss(_batches()[0]))
+    with pytest.raises(riftco.ConfigError, match="detached"):
+        opt.step()
+    m.merge_lora()  # whole again: the model can change

@@ -103,11 +103,17 @@ def _check_zero3(cfg: Any) -> None:
     """ZeRO-3's limits: the shards live in host memory, and a plan chosen by running every
     block would need every parameter gathered."""
     policy = cfg.activation_checkpointing.strip()
-    if policy == "auto" or policy.startswith("budget") or cfg.activation_memory_budget is not None:
+    budget = cfg.activation_memory_budget
+    if policy == "auto" or policy.startswith("budget") or budget is not None:
+        setting = (
+            f"activation_memory_budget={budget!r}"
+            if budget is not None
+            else f"activation_checkpointing={policy!r}"
+        )
         raise ConfigError(
-            f"zero=3 with activation_checkpointing={policy!r}: a policy that chooses its plan by "
-            "running every block needs every parameter gathered at once; use disabled, block, "
-            "segments:K, a selective policy or a per-block list"
+            f"zero=3 with {setting}: a policy that chooses its plan by running every block "
+            "needs every parameter gathered at once; use disabled, block, segments:K, a "
+            "selective policy or a per-block list, without a memory budget"
         )
     if cfg.device is not None and cfg.device.lower() != "cpu":
         raise ConfigError(

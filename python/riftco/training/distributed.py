@@ -62,6 +62,7 @@ from riftco._native import (
     AdamW,
     ConfigError,
     DecoderOnlyTransformer,
+    ModelStateError,
     RiftcoError,
     Variable,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "MPIUnavailableError",
     "ProcessGroup",
     "RankMismatchError",
+    "CheckpointShardError",
     "ZERO_STAGES",
     "init",
     "launched_by_mpi",
@@ -111,6 +113,11 @@ class MPIUnavailableError(DistributedError, ImportError):
 
 class RankMismatchError(DistributedError):
     """The ranks of one job disagree on a setting, the data or the riftco version."""
+
+
+class CheckpointShardError(DistributedError):
+    """A rank's files of a checkpoint do not load (missing, corrupted, or of another
+    checkpoint, run or rank); raised alike on every rank, naming the rank and the file."""
 
 
 def launched_by_mpi() -> bool:
@@ -485,6 +492,10 @@ class DistributedOptimizer:
                     offset += n
         self._filling: dict[int, tuple[np.ndarray, int]] = {}
         self._reduced: dict[int, np.ndarray] = {}
+        self.identity: dict[str, Any] | None = None
+        """What a checkpoint's ZeRO-3 parameter shards record and are checked against when
+        loaded (the training loop sets the step and the run's settings hash); ``None``: not
+        checked."""
         self.staging_peak_bytes = 0
         """ZeRO-2: the most bytes of gradient buckets held at once outside the native counters
         (NumPy buffers of buckets whose gradients are still arriving), over this optimizer's
@@ -693,7 +704,7 @@ class DistributedOptimizer:
             files = [(own, names[:n], "an optimizer shard", 71)]
             if self.sharded is not None:
                 params = Path(tmp) / "parameters.safetensors"
-                self.sharded.save_shard(params)
+                self.sharded.save_shard(params, self.identity)
                 files.append((params, names[n:], "a parameter shard", 72))
             for path, targets, what, tag in files:
                 if self.group.is_main:
@@ -713,17 +724,38 @@ class DistributedOptimizer:
     def load(self, folder: Path) -> None:
         """Loads this rank's state from a checkpoint ``folder`` written by :meth:`save` with the
         same number of ranks and ZeRO stage (every rank reads ``folder``: a file system all
-        ranks see). Under ZeRO the parameters of the shard are taken from the replica (loaded
-        before), so the shard's value is the checkpoint's weights.
+        ranks see). Under ZeRO 1/2 the parameters of the shard are taken from the replica
+        (loaded before), so the shard's value is the checkpoint's weights; under ZeRO-3 each
+        rank reads its parameter parts from its own file (checked against ``identity``).
 
         Raises:
-            ModelStateError, ConfigError, OSError: as the native ``load``.
+            ModelStateError, ConfigError, OSError: as the native ``load`` (``zero=0``).
+            CheckpointShardError: under ZeRO, on every rank alike, naming the rank whose file
+                failed and why (collective).
         """
+        if self.zero == 0:
+            self._load(folder)
+            return
+        # Each rank reads its own files: the ranks agree on the outcome, so that a bad file on
+        # one rank is the same error on every rank.
+        failure: tuple[str, str] | None = None
+        try:
+            self._load(folder)
+        except (ConfigError, ModelStateError, OSError) as e:
+            failure = (type(e).__name__, str(e))
+        failures = self.group.all_gather(failure)
+        bad = next(((r, f) for r, f in enumerate(failures) if f is not None), None)
+        if bad is not None:
+            r, (_, message) = bad
+            raise CheckpointShardError(f"rank {r} of {self.group.world_size}: {message}")
+
+    def _load(self, folder: Path) -> None:
+        """This rank's part of :meth:`load`."""
         name = self.state_files()[0 if self.zero == 0 else self.group.rank]
         if self.sharded is not None:
             # This rank's parameter parts, from its own file.
             n, r = self.group.world_size, self.group.rank
-            self.sharded.load_shard(folder / self.state_files()[n + r])
+            self.sharded.load_shard(folder / self.state_files()[n + r], self.identity)
         if self.shard is not None:
             r = self.group.rank
             self.shard.copy_(

@@ -221,7 +221,7 @@ class _Trainer:
                         f"(step {metadata.get('saved_step')})"
                     )
                     raise TrainingInterrupted(self.out_dir, metadata.get("saved_step")) from None
-                except distributed.RankMismatchError:
+                except (distributed.RankMismatchError, distributed.CheckpointShardError):
                     raise  # raised on every rank alike: each exits with it
                 except Exception as e:
                     replicas.abort(f"rank {replicas.rank}: {type(e).__name__}: {e}")
@@ -308,6 +308,7 @@ class _Trainer:
             raise ModelStateError(
                 f"the model state of {str(ck.path)!r} does not fit: {e}"
             ) from None
+        self.replicas.set_checkpoint_identity(self.optimizer, ck.step, math_hash(self.run.math))
         self._load_optimizer(ck.path)
         metadata, records = self.metadata, self.records
         try:
@@ -346,9 +347,17 @@ class _Trainer:
     def _load_optimizer(self, folder: Path) -> None:
         """The optimizer state of the checkpoint ``folder``, or a ``ModelStateError`` naming
         its file once (the native reader words it as a model-state file with its path)."""
-        path = folder / OPTIMIZER_STATE_FILE
+        files = self.replicas.optimizer_files(self.optimizer).get("optimizer_files")
+        # One file per rank (ZeRO): the errors name their file; the checkpoint is named here.
+        path = folder if files else folder / OPTIMIZER_STATE_FILE
+        what = "the state of the checkpoint" if files else "the optimizer state"
         try:
             self.replicas.load_optimizer(self.optimizer, folder)
+        except distributed.CheckpointShardError as e:
+            # Raised alike on every rank: each exits with it (no abort needed).
+            raise distributed.CheckpointShardError(
+                f"{what} {str(path)!r} cannot be read: {e}"
+            ) from None
         except (ConfigError, ModelStateError, OSError) as e:
             reason = str(e)
             for named in (f"model state {path}: ", f"model state {folder}: "):
@@ -356,12 +365,8 @@ class _Trainer:
             if isinstance(e, ConfigError):
                 # Read, but its values do not fit this run (names, shapes, non-finite moments).
                 reason = reason.removeprefix("invalid config: ").removeprefix("optimizer state = ")
-                raise ModelStateError(
-                    f"the optimizer state {str(path)!r} does not fit this run: {reason}"
-                ) from None
-            raise ModelStateError(
-                f"the optimizer state {str(path)!r} cannot be read: {reason}"
-            ) from None
+                raise ModelStateError(f"{what} {str(path)!r} does not fit this run: {reason}") from None
+            raise ModelStateError(f"{what} {str(path)!r} cannot be read: {reason}") from None
 
     # -- the steps ----------------------------------------------------------------------------
 
@@ -506,6 +511,7 @@ class _Trainer:
             "metadata": metadata,
         }
         trainer_state.update(self.replicas.optimizer_files(self.optimizer))
+        self.replicas.set_checkpoint_identity(self.optimizer, step, trainer_state["math_hash"])
         if not self.replicas.writes_files:
             self.replicas.mirror_save(self.optimizer)  # the checkpoint's model
             self.replicas.save_optimizer(self.optimizer, None)

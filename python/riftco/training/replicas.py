@@ -73,6 +73,10 @@ class _Replicas:
         """On a process that writes no files: takes part in the model save that the writing
         process runs (under ZeRO-3 each unit's gather is a collective)."""
 
+    def set_checkpoint_identity(self, optimizer: Optimizer, step: int, run: str) -> None:
+        """What the optimizer's checkpoint files record and are checked against on loading
+        (under ZeRO-3 the parameter shards: the step and the hash of the run's settings)."""
+
     def lockstep_forwards(self, optimizer: Optimizer) -> bool:
         """Whether every process must run the same forward passes (ZeRO-3: each unit's gather
         is a collective)."""
@@ -247,6 +251,10 @@ class _DataParallelRank(_Replicas):
         assert isinstance(optimizer, distributed.DistributedOptimizer)
         if optimizer.sharded is not None:
             optimizer.sharded.mirror_save()
+
+    def set_checkpoint_identity(self, optimizer: Optimizer, step: int, run: str) -> None:
+        assert isinstance(optimizer, distributed.DistributedOptimizer)
+        optimizer.identity = {"step": step, "run": run}
 
     def lockstep_forwards(self, optimizer: Optimizer) -> bool:
         assert isinstance(optimizer, distributed.DistributedOptimizer)

@@ -21,8 +21,9 @@ optimizer's shard, ``zero3.<unit>``). The model's own parameter tensors are rele
 
 :class:`ShardedParameters` is the model's owner of its parameters between uses
 (:meth:`riftco.DecoderOnlyTransformer.set_parameter_residency`): the model asks it to acquire a
-unit before reading it, which all-gathers every rank's parts (one ``MPI_Iallgather`` of bytes
-per unit) and restores the unit's tensors from them, and releases the unit when done. Asked for
+unit before reading it, which all-gathers every rank's parts (an ``MPI_Iallgather`` of the
+frozen part's bytes and one of the trainable part's, each received as the flat vector itself) and
+restores the unit's tensors from them, and releases the unit when done. Asked for
 unit ``u`` with a ``next`` unit, it starts ``next``'s gather (non-blocking) before returning,
 so the gather runs while ``u`` computes (at most ``max_gathered`` units gathered or in flight
 at once, counting the units the model releases itself; default 2). A checkpointed block is
@@ -38,6 +39,7 @@ Every rank must run the same forward and backward passes (each acquire is a coll
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import json
 import math
@@ -119,8 +121,12 @@ class _Unit:
             flat[: self.frozen_total] = np.concatenate(frozen_bytes)
         own = flat[rank * self.frozen_part : (rank + 1) * self.frozen_part]
         del flat, frozen_bytes
+        # A leaf that "requires grad" so that memory_stats() counts it as parameter; nothing
+        # reads it in a graph and no optimizer holds it.
         self.frozen_shard = (
-            Variable(own.view(np.float32), name=f"zero3.{name}.frozen") if own.size else None
+            Variable(own.view(np.float32), requires_grad=True, name=f"zero3.{name}.frozen")
+            if own.size
+            else None
         )
         self.trainable_sizes = [math.prod(p.shape) for _, p in self.trainable]
         self.trainable_total = sum(self.trainable_sizes)
@@ -140,28 +146,30 @@ class _Unit:
             else None
         )
         del values
-        self.message_bytes = self.frozen_part + 4 * self.trainable_part
 
-    def own_message(self) -> np.ndarray:
-        """This rank's parts as one byte message: the frozen part, then the trainable part."""
+    def own_parts(self) -> list[np.ndarray]:
+        """This rank's parts as byte arrays: the frozen part and the trainable part (those the
+        unit has), each gathered by its own all-gather so that the received bytes are the flat
+        vector itself (every rank's part in rank order)."""
         parts = []
         if self.frozen_shard is not None:
             parts.append(self.frozen_shard.numpy().view(np.uint8))
         if self.shard is not None:
             parts.append(self.shard.numpy().view(np.uint8))
-        return np.concatenate(parts) if len(parts) > 1 else np.ascontiguousarray(parts[0])
+        return parts
 
-    def restore(self, gathered: np.ndarray, world_size: int) -> None:
-        """Restores the unit's tensors from every rank's message, in rank order."""
-        messages = gathered.reshape(world_size, self.message_bytes)
-        if self.frozen:
-            frozen = np.ascontiguousarray(messages[:, : self.frozen_part]).reshape(-1)
+    def restore(self, gathered: list[np.ndarray]) -> None:
+        """Restores the unit's tensors from the gathered flat vectors (:meth:`own_parts`'
+        order)."""
+        flats = iter(gathered)
+        if self.frozen_shard is not None:
+            frozen = next(flats)
             offset = 0
             for (_, p), encoding, n in zip(self.frozen, self.encodings, self.frozen_sizes):
                 p.restore_storage(encoding, frozen[offset : offset + n])
                 offset += n
-        if self.trainable:
-            trainable = np.ascontiguousarray(messages[:, self.frozen_part :]).reshape(-1)
+        if self.shard is not None:
+            trainable = next(flats)
             offset = 0
             for (_, p), n in zip(self.trainable, self.trainable_sizes):
                 p.restore_storage("float32", trainable[offset : offset + 4 * n])
@@ -204,6 +212,11 @@ class ShardedParameters:
     ) -> None:
         if isinstance(max_gathered, bool) or not isinstance(max_gathered, int) or max_gathered < 1:
             raise ConfigError(f"max_gathered must be an int of at least 1; got {max_gathered!r}")
+        if model.has_parameter_residency:
+            raise ConfigError(
+                "the model's parameters already have an owner (a ZeRO-3 optimizer built on it "
+                "before): detach it first (optimizer.sharded.detach()) or keep using it"
+            )
         if model.device != "cpu":
             raise ConfigError(
                 f"zero=3 keeps the parameter shards in host memory; the model is on "
@@ -213,23 +226,26 @@ class ShardedParameters:
         self.model = model
         self.max_gathered = max_gathered
         by_unit: dict[str, list[tuple[str, Variable]]] = {}
-        for name, p in [*model.named_parameters(), *model.named_lora_parameters()]:
-            unit = unit_of(name)
-            if unit is None:
-                raise ConfigError(f"parameter {name!r} belongs to no unit of the model")
-            by_unit.setdefault(unit, []).append((name, p))
+        for pname, p in [*model.named_parameters(), *model.named_lora_parameters()]:
+            owner = unit_of(pname)
+            if owner is None:
+                raise ConfigError(f"parameter {pname!r} belongs to no unit of the model")
+            by_unit.setdefault(owner, []).append((pname, p))
         order = ["model.embed_tokens"]
         order += [f"model.layers.{i}" for i in range(model.config.n_layers)]
         order += ["model.norm", "lm_head"]
-        self.units = {
-            u: _Unit(u, by_unit[u], group.world_size, group.rank) for u in order if u in by_unit
-        }
-        for u in self.units.values():
-            u.release()
+        self.units: dict[str, _Unit] = {}
+        for name in order:
+            if name in by_unit:
+                # Released as soon as its parts are taken: the model shrinks while the parts
+                # grow.
+                made = _Unit(name, by_unit[name], group.world_size, group.rank)
+                made.release()
+                self.units[name] = made
         self.shards = [u.shard for u in self.units.values() if u.shard is not None]
         self._holds: dict[str, int] = {}  # gathered unit -> holds the model has on it
         self._kept: set[str] = set()  # gathered units acquired to be kept for the backward
-        self._inflight: dict[str, tuple[Any, np.ndarray]] = {}
+        self._inflight: dict[str, tuple[list[Any], list[np.ndarray]]] = {}
         self.exposed_s = 0.0
         self.gathers = 0
         self.gathered_peak = 0
@@ -315,8 +331,8 @@ class ShardedParameters:
         for unit in list(self._holds):
             self._holds[unit] = 1
             self.release(unit)
-        for unit, (request, _) in list(self._inflight.items()):
-            self._wait(unit, request)
+        for unit, (requests, _) in list(self._inflight.items()):
+            self._wait(unit, requests)
         self._inflight.clear()
 
     def _transient(self) -> int:
@@ -324,34 +340,37 @@ class ShardedParameters:
         from their forward to their VJP), and gathers in flight."""
         return len(set(self._holds) - self._kept) + len(self._inflight)
 
-    def _start(self, unit: str) -> tuple[Any, np.ndarray]:
-        u = self.units[unit]
+    def _start(self, unit: str) -> tuple[list[Any], list[np.ndarray]]:
+        """Starts the all-gathers of ``unit``'s parts; returns the requests (with their send
+        buffers, which must live until the gathers are done) and the receive buffers."""
         n = self.group.world_size
-        recv = np.empty(u.message_bytes * n, np.uint8)
-        send = u.own_message()
         self.gathers += 1
         self._record("gather", unit)
-        if n == 1:
-            recv[:] = send
-            return None, recv
-        mpi = self.group.mpi
-        request = self.group.comm.Iallgather([send, mpi.BYTE], [recv, mpi.BYTE])
-        return (request, send), recv
+        requests: list[Any] = []
+        received: list[np.ndarray] = []
+        for send in self.units[unit].own_parts():
+            recv = np.empty(send.size * n, np.uint8)
+            if n == 1:
+                recv[:] = send
+            else:
+                mpi = self.group.mpi
+                request = self.group.comm.Iallgather([send, mpi.BYTE], [recv, mpi.BYTE])
+                requests.append((request, send))
+            received.append(recv)
+        return requests, received
 
-    def _wait(self, unit: str, request: Any) -> None:
-        if request is None:
-            return
-        req, _send = request  # the send buffer lives until the gather is done
-        if req.Test():
-            return
-        t0 = self.group.communication_s
-        self.group._collective(f"an all-gather of {unit}", req.Wait)
-        self.exposed_s += self.group.communication_s - t0
+    def _wait(self, unit: str, requests: list[Any]) -> None:
+        for req, _send in requests:
+            if req.Test():
+                continue
+            t0 = self.group.communication_s
+            self.group._collective(f"an all-gather of {unit}", req.Wait)
+            self.exposed_s += self.group.communication_s - t0
 
-    def _finish(self, unit: str, started: tuple[Any, np.ndarray]) -> None:
-        request, recv = started
-        self._wait(unit, request)
-        self.units[unit].restore(recv, self.group.world_size)
+    def _finish(self, unit: str, started: tuple[list[Any], list[np.ndarray]]) -> None:
+        requests, received = started
+        self._wait(unit, requests)
+        self.units[unit].restore(received)
         self._record("ready", unit)
 
     # -- updates ------------------------------------------------------------------------------
@@ -427,12 +446,14 @@ class ShardedParameters:
             },
         }
 
-    def save_shard(self, path: Path) -> None:
+    def save_shard(self, path: Path, identity: dict[str, Any] | None = None) -> None:
         """Writes this rank's trainable parts into the safetensors file ``path``:
         ``<unit>.trainable`` (float32) per unit with trainable parameters, and in the header's
         ``riftco_zero3`` metadata the rank and what the parts are of (the frozen parameters'
-        names, shapes and storage included). The frozen parts are not written: they never
-        change, and a resumed run shards them again from the model it starts from.
+        names, shapes and storage included), ``identity`` (the checkpoint's step and run, which
+        :meth:`load_shard` compares) and a SHA-256 of each tensor's bytes. The frozen parts are
+        not written: they never change, and a resumed run shards them again from the model it
+        starts from.
 
         Raises:
             MPIUnavailableError: the ``safetensors`` package is missing.
@@ -442,16 +463,19 @@ class ShardedParameters:
         for name, u in self.units.items():
             if u.shard is not None:
                 tensors[f"{name}.trainable"] = u.shard.numpy()
-        manifest = dict(self._manifest(), rank=self.group.rank)
+        manifest = dict(self._manifest(), rank=self.group.rank, identity=identity)
+        manifest["sha256"] = {k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in tensors.items()}
         save_file(tensors, str(path), metadata={"riftco_zero3": json.dumps(manifest)})
 
-    def load_shard(self, path: Path) -> None:
+    def load_shard(self, path: Path, identity: dict[str, Any] | None = None) -> None:
         """Loads this rank's parts from a file written by :meth:`save_shard` (a checkpoint of
-        the same model, ranks and storage); the model's tensors are marked changed.
+        the same model, ranks and storage, and, when given, ``identity``: the same step and
+        run); the model's tensors are marked changed.
 
         Raises:
-            ModelStateError: a file that is not such a shard, or one written for another rank,
-                number of ranks, model or storage (the first difference named); nothing changes.
+            ModelStateError: a file that is not such a shard, one written for another rank,
+                number of ranks, model, storage, step or run (the first difference named), or
+                whose data does not match its checksum; nothing changes.
             OSError: the file cannot be read.
         """
         safe_open = _safetensors().safe_open
@@ -467,15 +491,32 @@ class ShardedParameters:
             raise ModelStateError(
                 f"{str(path)!r} is not a ZeRO-3 parameter shard (no riftco_zero3 metadata)"
             )
-        manifest = json.loads(metadata["riftco_zero3"])
+        try:
+            manifest = json.loads(metadata["riftco_zero3"])
+            checksums = manifest.pop("sha256")
+            if identity is None:
+                manifest.pop("identity", None)
+        except (ValueError, KeyError, AttributeError, TypeError):
+            raise ModelStateError(
+                f"{str(path)!r} is not a ZeRO-3 parameter shard (its riftco_zero3 metadata is "
+                "not what save_shard writes)"
+            ) from None
         want = dict(self._manifest(), rank=self.group.rank)
+        if identity is not None:
+            want["identity"] = identity
         if manifest != want:
             difference = first_difference(manifest, want)
             raise ModelStateError(
-                f"{str(path)!r} holds the parameter shard of another run or rank: {difference} "
-                "(the file against this run); resume with the ranks, model and storage the "
-                "checkpoint was written with"
+                f"{str(path)!r} holds the parameter shard of another checkpoint, run or rank: "
+                f"{difference} (the file against this checkpoint); resume with the ranks, model "
+                "and storage the checkpoint was written with, from its own files"
             )
+        for key, value in tensors.items():
+            if hashlib.sha256(value.tobytes()).hexdigest() != checksums.get(key):
+                raise ModelStateError(
+                    f"{str(path)!r}: the data of {key} does not match its SHA-256 (the file is "
+                    "corrupted)"
+                )
         for name, u in self.units.items():
             key = f"{name}.trainable"
             value = tensors.get(key)
