@@ -88,6 +88,20 @@ MIB = 1024.0 * 1024.0
 # -- the worker: one rank of one job ---------------------------------------------------------
 
 
+def process_memory() -> dict[str, int]:
+    """The process's resident bytes now (``VmRSS``) and at most so far (``VmHWM``), from
+    ``/proc/self/status`` (Linux; empty elsewhere)."""
+    out: dict[str, int] = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
 def build_model(spec: dict[str, Any]) -> Any:
     import riftco
 
@@ -176,6 +190,9 @@ def worker(spec: dict[str, Any]) -> None:
             "forward_end_bytes": mem_forward_end,
             "backward_end_bytes": mem_backward_end,
             "end_bytes": int(stats["total"]["current_bytes"]),
+            # Outside the counters: freed buffers the pool keeps, the process's resident set.
+            "pool_cached_bytes": int(riftco.cached_bytes()),
+            "process": process_memory(),
         }
         if sharded is not None:
             record["exposed_s"] = sharded.exposed_s
@@ -241,6 +258,9 @@ def summarise(ranks: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         "communication_s": statistics.median(max(s["communication_s"] for s in p) for p in timed),
         "peak_bytes": {c: max(s["peak_bytes"][c] for p in timed for s in p) for c in CATEGORIES},
         "resident_bytes": max(s["resident_bytes"] for p in timed for s in p),
+        "pool_cached_bytes": max(s.get("pool_cached_bytes", 0) for p in timed for s in p),
+        "vm_rss_bytes": max(s.get("process", {}).get("VmRSS", 0) for p in timed for s in p),
+        "vm_hwm_bytes": max(s.get("process", {}).get("VmHWM", 0) for p in timed for s in p),
         "load_peak_bytes": max(r["load_peak_bytes"] for r in ranks),
         "setup_s": max(r["setup_s"] for r in ranks),
         "losses": [s["loss"] for s in ranks[0]["steps"]],
@@ -329,6 +349,15 @@ def markdown(result: dict[str, Any]) -> str:
         "alive the whole step) are filed under workspace by riftco.memory_stats(); the "
         "parameter column and param+grad+opt add them back, the bytes as counted in "
         "parentheses.",
+        "- Outside the counters (largest over ranks): "
+        + "; ".join(
+            f"ZeRO-{r['zero']} process resident set {r['vm_rss_bytes'] / MIB:.0f} MiB at a "
+            f"step's end (high-water mark {r['vm_hwm_bytes'] / MIB:.0f} MiB, the load "
+            f"included), buffer pool {r['pool_cached_bytes'] / MIB:.0f} MiB; counters' peak "
+            f"while loading {r['load_peak_bytes'] / MIB:.0f} MiB"
+            for r in rows
+        )
+        + ".",
         f"- ZeRO-3: {z3['gathers_per_step']} all-gathers per step over {z3['units']} units, "
         f"at most {z3['gathered_peak_units']} units gathered or in flight at once.",
         f"- Losses equal between the stages in every repeat: {result['losses_equal']}.",
@@ -337,9 +366,17 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def picture(result: dict[str, Any], z2_ranks: list[dict[str, Any]],
-            z3_ranks: list[dict[str, Any]], path: Path) -> str | None:
-    """Per-rank memory over the last ZeRO-3 step (the owner's trace), with ZeRO-2's levels."""
+def last_steps(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each rank's last step (the one with phases, and for ZeRO-3 the owner's trace), without
+    the per-category records the table already has."""
+    keep = ("phases", "trace", "resident_bytes", "forward_end_bytes", "backward_end_bytes",
+            "end_bytes", "peak_bytes", "step_s")
+    return [{k: r["steps"][-1][k] for k in keep if k in r["steps"][-1]} for r in ranks]
+
+
+def picture(result: dict[str, Any], path: Path) -> str | None:
+    """Per-rank memory over the last ZeRO-3 step (``result["memory_over_step"]``: the owner's
+    trace), with ZeRO-2's resident level and step peak."""
     try:
         import matplotlib
 
@@ -347,48 +384,54 @@ def picture(result: dict[str, Any], z2_ranks: list[dict[str, Any]],
         import matplotlib.pyplot as plt
     except ImportError as e:
         return f"no picture: {e} (pip install matplotlib)"
-    fig, ax = plt.subplots(figsize=(11, 5.5))
+    z3_ranks = result["memory_over_step"]["zero3"]
+    z2 = result["memory_over_step"]["zero2"][0]
+    fig, ax = plt.subplots(figsize=(11, 5.8))
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
-    z3_phases = z3_ranks[0]["steps"][-1]["phases"]
-    for r, rank in enumerate(z3_ranks):
-        step = rank["steps"][-1]
-        ph = step["phases"]
+    ph = z3_ranks[0]["phases"]
+    for r, step in enumerate(z3_ranks):
+        p = step["phases"]
         pts = [(0.0, step["resident_bytes"])]
         pts += [(t, b) for t, _, _, b in step["trace"]]
-        pts += [(ph["forward_end"], step["forward_end_bytes"]),
-                (ph["backward_end"], step["backward_end_bytes"]), (ph["end"], step["end_bytes"])]
+        pts += [(p["forward_end"], step["forward_end_bytes"]),
+                (p["backward_end"], step["backward_end_bytes"]), (p["end"], step["end_bytes"])]
         pts.sort()
-        ax.step([t for t, _ in pts], [b / MIB for _, b in pts], where="post",
-                color=colors[r], lw=1.4, label=f"ZeRO-3 rank {r} (bytes in use after each "
-                "gather / ready / release)")
+        ax.step([t for t, _ in pts], [b / MIB for _, b in pts], where="post", color=colors[r],
+                lw=1.4, alpha=0.9, label=f"ZeRO-3 rank {r}: in use after each gather start, "
+                "unit ready (^), release (v)")
         for t, e, _, b in step["trace"]:
-            if e == "ready":
-                ax.plot(t, b / MIB, "^", color=colors[r], ms=3.5)
-            elif e == "release":
-                ax.plot(t, b / MIB, "v", color=colors[r], ms=3.5)
-        ax.axhline(step["peak_bytes"]["total"] / MIB, color=colors[r], ls=":", lw=1,
-                   label=f"ZeRO-3 rank {r} step peak {step['peak_bytes']['total'] / MIB:.1f} MiB")
-    z2 = z2_ranks[0]["steps"][-1]
+            if e in ("ready", "release"):
+                ax.plot(t, b / MIB, "^" if e == "ready" else "v", color=colors[r], ms=3.5)
+    peak3 = max(step["peak_bytes"]["total"] for step in z3_ranks)
+    ax.axhline(peak3 / MIB, color="tab:red", ls=":", lw=1.2,
+               label=f"ZeRO-3 step peak {peak3 / MIB:.1f} MiB (reached between the events "
+               "sampled: activations)")
     ax.axhline(z2["peak_bytes"]["total"] / MIB, color="black", ls="--", lw=1.2,
-               label=f"ZeRO-2 rank 0 step peak {z2['peak_bytes']['total'] / MIB:.1f} MiB")
+               label=f"ZeRO-2 step peak {z2['peak_bytes']['total'] / MIB:.1f} MiB")
     ax.axhline(z2["resident_bytes"] / MIB, color="gray", ls="-.", lw=1.2,
-               label=f"ZeRO-2 rank 0 resident at step start {z2['resident_bytes'] / MIB:.1f} MiB")
-    ymax = max(z2["peak_bytes"]["total"], *(r["steps"][-1]["peak_bytes"]["total"]
-                                             for r in z3_ranks)) / MIB
-    for name, a, b in (("forward", "start", "forward_end"),
-                       ("backward (replays gather again)", "forward_end", "backward_end"),
-                       ("loss sum,\nAdam", "backward_end", "end")):
-        ax.axvspan(z3_phases[a], z3_phases[b], alpha=0.06 if name == "forward" else 0.12,
-                   color="gray")
-        ax.text((z3_phases[a] + z3_phases[b]) / 2, ymax * 1.04, name, ha="center", va="bottom",
-                fontsize=9)
-    ax.set_ylim(0, ymax * 1.15)
+               label=f"ZeRO-2 resident at step start {z2['resident_bytes'] / MIB:.1f} MiB")
+    ymax = max(z2["peak_bytes"]["total"], peak3) / MIB
+    # The forward's last release is the last block's (or the final norm's): what follows, up to
+    # the forward's end, is the LM head and the loss on the tied embedding, gathered.
+    releases = [t for t, e, _, _ in z3_ranks[0]["trace"] if e == "release" and t < ph["forward_end"]]
+    spans = [("forward: blocks", "start", None), ("LM head + loss\n(embedding gathered)", None,
+                                                   "forward_end"),
+             ("backward: each block gathered again for its replay", "forward_end", "backward_end"),
+             ("loss sum,\nAdam", "backward_end", "end")]
+    head_start = max(releases) if releases else ph["forward_end"]
+    for i, (name, a, b) in enumerate(spans):
+        x0 = ph[a] if a else head_start
+        x1 = ph[b] if b else head_start
+        ax.axvspan(x0, x1, alpha=(0.04, 0.1, 0.16, 0.25)[i], color="gray", lw=0)
+        ax.text((x0 + x1) / 2, ymax * (1.02 + 0.08 * (i % 2)), name, ha="center", va="bottom",
+                fontsize=8.5)
+    ax.set_ylim(0, ymax * 1.24)
     ax.set_xlabel("seconds since the step's start (rank 0's phases shaded)")
-    ax.set_ylabel("MiB in use (riftco.memory_stats() total)")
+    ax.set_ylabel("MiB in use per rank (riftco.memory_stats() total)")
     ax.set_title(f"Per-rank memory over one ZeRO-3 step: {result['shape_name']}, "
-                 f"{result['ranks']} ranks, LoRA r=8, bf16 base, block, 1 x {result['seq_len']}",
-                 fontsize=10)
-    ax.legend(loc="lower right", fontsize=7.5)
+                 f"{result['ranks']} ranks x 1 thread, LoRA r=8, bf16 base, block, "
+                 f"1 x {result['seq_len']} tokens per rank", fontsize=10)
+    ax.legend(loc="lower center", fontsize=7.5)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -408,9 +451,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per job")
     ap.add_argument("--quick", action="store_true", help="tiny shape, 32 tokens (smoke test)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    ap.add_argument("--plot", type=Path, default=None,
+                    help="only draw the picture of a zero3 JSON written before (beside it)")
     args = ap.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
+        return 0
+    if args.plot is not None:
+        why = picture(json.loads(args.plot.read_text()),
+                      args.plot.with_name(args.plot.stem + "_memory.png"))
+        print(why or f"wrote {args.plot.with_name(args.plot.stem + '_memory.png')}")
         return 0
     if importlib.util.find_spec("mpi4py") is None:
         print("skipped: mpi4py is not installed (pip install 'riftco[mpi]')")
@@ -470,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
                                        key=lambda a: sum(a.values())),
             "resident_bytes": max(s["resident_bytes"] for s in mine),
             "load_peak_bytes": max(s["load_peak_bytes"] for s in mine),
+            "pool_cached_bytes": max(s["pool_cached_bytes"] for s in mine),
+            "vm_rss_bytes": max(s["vm_rss_bytes"] for s in mine),
+            "vm_hwm_bytes": max(s["vm_hwm_bytes"] for s in mine),
             "setup_s": statistics.median(s["setup_s"] for s in mine),
             "losses_repeats": [s["losses"] for s in mine],
             "trainable_elements": last[zero][0]["trainable_elements"],
@@ -509,7 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "zero3_quick" if args.quick else "zero3"
-    why = picture(result, last[2], last[3], args.out / f"{stem}_memory.png")
+    result["memory_over_step"] = {"zero2": last_steps(last[2]), "zero3": last_steps(last[3])}
+    why = picture(result, args.out / f"{stem}_memory.png")
     if why:
         result["picture"] = why
         print(why)

@@ -60,6 +60,20 @@ def test_quick_zero3_bench(tmp_path: Path) -> None:
     assert 0.0 <= z3["exposed_share"] <= 1.0
     assert 0.0 <= z3["exposed_s"] <= z3["communication_s"] + 1e-9
     assert [t["bound"] for t in result["targets"]] == [0.6, 1.15]
+    # The picture's data: both ranks' last ZeRO-3 step, its trace in time order, every
+    # unit gathered before it is ready and released after.
+    traces = result["memory_over_step"]["zero3"]
+    assert len(traces) == 2 and len(result["memory_over_step"]["zero2"]) == 2
+    for step in traces:
+        events = step["trace"]
+        assert [t for t, *_ in events] == sorted(t for t, *_ in events)
+        assert sum(e == "gather" for _, e, _, _ in events) == z3["gathers_per_step"]
+        seen: dict[str, str] = {}
+        for t, e, unit, used in events:
+            assert used > 0 and 0 <= t <= step["phases"]["end"]
+            assert e != "ready" or seen.get(unit) == "gather", (unit, e)
+            seen[unit] = e
+        assert all(e == "release" for e in seen.values()), seen
     md = (tmp_path / "zero3_quick.md").read_text()
     assert md.count("\n| 2 |") == 1 and md.count("\n| 3 |") == 1
     if importlib.util.find_spec("matplotlib") is not None:
