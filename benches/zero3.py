@@ -136,8 +136,7 @@ def worker(spec: dict[str, Any]) -> None:
     )
     setup_s = time.perf_counter() - t0
     sharded = opt.sharded
-    # The frozen parts a ZeRO-3 rank keeps (Variables that riftco.memory_stats() files under
-    # workspace, not parameter: see "frozen_shard_bytes" in the docstring).
+    # The frozen parts a ZeRO-3 rank keeps (counted as parameter).
     frozen_shard_bytes = 0 if sharded is None else sum(
         4 * int(np.prod(u.frozen_shard.shape))
         for u in sharded.units.values()
@@ -265,19 +264,12 @@ def summarise(ranks: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         "setup_s": max(r["setup_s"] for r in ranks),
         "losses": [s["loss"] for s in ranks[0]["steps"]],
     }
-    # parameter + gradient + optimizer_state: the sum of each category's own peak in a step, as
-    # counted, and with ZeRO-3's frozen parts (counted as workspace) moved to parameter: they
-    # live through the whole step, so the parameter peak grows by exactly their bytes.
-    frozen = [r["frozen_shard_bytes"] for r in ranks]
-    out["frozen_shard_bytes"] = max(frozen)
-    out["state_peak_bytes_as_counted"] = max(
-        sum(s["peak_bytes"][c] for c in STATE) for p in timed for s in p
-    )
-    out["parameter_peak_bytes"] = max(
-        s["peak_bytes"]["parameter"] + frozen[r] for p in timed for r, s in enumerate(p)
-    )
+    # parameter + gradient + optimizer_state: the sum of each category's own peak in a step
+    # (ZeRO-3's frozen parts are counted as parameter).
+    out["frozen_shard_bytes"] = max(r["frozen_shard_bytes"] for r in ranks)
+    out["parameter_peak_bytes"] = max(s["peak_bytes"]["parameter"] for p in timed for s in p)
     out["state_peak_bytes"] = max(
-        sum(s["peak_bytes"][c] for c in STATE) + frozen[r] for p in timed for r, s in enumerate(p)
+        sum(s["peak_bytes"][c] for c in STATE) for p in timed for s in p
     )
     out["at_total_peak_bytes"] = max(
         (s["at_total_peak_bytes"] for p in timed for s in p), key=lambda a: sum(a.values())
@@ -322,7 +314,7 @@ def markdown(result: dict[str, Any]) -> str:
         "steps and repeats); step = slowest rank, median.",
         "",
         "| ZeRO | step (s) | forward (s) | backward (s) | in collectives (s) | exposed gathers (s) "
-        "| total peak | parameter (as counted) | gradient | optimizer_state | param+grad+opt | activation "
+        "| total peak | parameter | gradient | optimizer_state | param+grad+opt | activation "
         "| resident at step start |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -334,8 +326,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {row['zero']} | {row['step_s']:.2f} | {row['forward_s']:.2f} | "
             f"{row['backward_s']:.2f} | {row['communication_s']:.2f} "
             f"({100 * row['communication_share']:.1f} %) | {exposed} | "
-            f"{p['total'] / MIB:.1f} | {row['parameter_peak_bytes'] / MIB:.1f} "
-            f"({p['parameter'] / MIB:.1f}) | {p['gradient'] / MIB:.1f} | "
+            f"{p['total'] / MIB:.1f} | {row['parameter_peak_bytes'] / MIB:.1f} | "
+            f"{p['gradient'] / MIB:.1f} | "
             f"{p['optimizer_state'] / MIB:.1f} | {row['state_peak_bytes'] / MIB:.1f} | "
             f"{p['activation'] / MIB:.1f} | {row['resident_bytes'] / MIB:.1f} |"
         )
@@ -346,9 +338,7 @@ def markdown(result: dict[str, Any]) -> str:
     z3 = next(r for r in rows if r["zero"] == 3)
     lines += [
         f"- parameter: ZeRO-3's frozen parts ({z3['frozen_shard_bytes'] / MIB:.1f} MiB per rank, "
-        "alive the whole step) are filed under workspace by riftco.memory_stats(); the "
-        "parameter column and param+grad+opt add them back, the bytes as counted in "
-        "parentheses.",
+        "alive the whole step) are counted there.",
         "- Outside the counters (largest over ranks): "
         + "; ".join(
             f"ZeRO-{r['zero']} process resident set {r['vm_rss_bytes'] / MIB:.0f} MiB at a "
@@ -513,7 +503,6 @@ def main(argv: list[str] | None = None) -> int:
             "communication_share": statistics.median(s["communication_share"] for s in mine),
             "peak_bytes": {c: max(s["peak_bytes"][c] for s in mine) for c in CATEGORIES},
             "state_peak_bytes": max(s["state_peak_bytes"] for s in mine),
-            "state_peak_bytes_as_counted": max(s["state_peak_bytes_as_counted"] for s in mine),
             "parameter_peak_bytes": max(s["parameter_peak_bytes"] for s in mine),
             "frozen_shard_bytes": max(s["frozen_shard_bytes"] for s in mine),
             "at_total_peak_bytes": max((s["at_total_peak_bytes"] for s in mine),

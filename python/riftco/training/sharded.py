@@ -147,6 +147,11 @@ class _Unit:
         )
         del values
 
+    @property
+    def message_bytes(self) -> int:
+        """The bytes this rank sends per gather of the unit (its frozen and trainable parts)."""
+        return self.frozen_part + 4 * self.trainable_part
+
     def own_parts(self) -> list[np.ndarray]:
         """This rank's parts as byte arrays: the frozen part and the trainable part (those the
         unit has), each gathered by its own all-gather so that the received bytes are the flat
