@@ -50,16 +50,22 @@ def _model(policy: str, lora: bool = False, tied: bool = False, dtype: str | Non
     return m
 
 
+def _optimizer(m: Any, zero: int = 3, **kwargs: Any) -> distributed.DistributedOptimizer:
+    """Adam at lr 1e-2 over ``m``'s trainable parameters, on a one-rank group (``zero=3``
+    shards ``m``)."""
+    return distributed.DistributedOptimizer(
+        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=zero,
+        model=m if zero == 3 else None, **kwargs,
+    )
+
+
 def _batches() -> list[np.ndarray]:
     rng = np.random.default_rng(3)
     return [rng.integers(0, 64, (2, 13)) for _ in range(3)]
 
 
 def _train(m: Any, zero: int) -> tuple[list[float], dict[str, np.ndarray]]:
-    opt = distributed.DistributedOptimizer(
-        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=zero,
-        model=m if zero == 3 else None,
-    )
+    opt = _optimizer(m, zero)
     losses = []
     for batch in _batches():
         loss = m.loss(batch)
@@ -103,9 +109,7 @@ def test_a_frozen_base_is_sharded_in_its_own_storage(dtype: str) -> None:
 
 def test_units_are_released_between_uses_and_gathered_for_each_replay() -> None:
     m = _model("block")
-    opt = distributed.DistributedOptimizer(
-        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=3, model=m
-    )
+    opt = _optimizer(m)
     sharded = opt.sharded
     assert sharded is not None and m.has_parameter_residency
     assert all(p.is_released for _, p in m.named_parameters())
@@ -136,10 +140,7 @@ def test_units_are_released_between_uses_and_gathered_for_each_replay() -> None:
 def test_prefetch_keeps_at_most_max_gathered_units() -> None:
     for limit in (1, 2, 3):
         m = _model("block")
-        opt = distributed.DistributedOptimizer(
-            _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=3, model=m,
-            max_gathered=limit,
-        )
+        opt = _optimizer(m, max_gathered=limit)
         assert opt.sharded is not None
         opt.backward(m.loss(_batches()[0]))
         # The norm and the head stay gathered for the backward pass (2 units) on top.
@@ -148,9 +149,7 @@ def test_prefetch_keeps_at_most_max_gathered_units() -> None:
 
 def test_whole_model_gathers_and_reshards_loaded_values() -> None:
     m = _model("block")
-    opt = distributed.DistributedOptimizer(
-        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=3, model=m
-    )
+    opt = _optimizer(m)
     assert opt.sharded is not None
     new = {n: np.full(p.shape, 0.5, np.float32) for n, p in m.named_parameters()}
     with opt.sharded.whole_model(reshard=True):
@@ -180,7 +179,7 @@ def test_bad_input_is_one_clear_error() -> None:
     with pytest.raises(riftco.ConfigError, match="needs data_parallel=True"):
         riftco.PretrainingConfig(zero=3)
     # The model itself refuses a measured policy while it has an owner.
-    distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=3, model=m)
+    _optimizer(m)
     m.set_activation_checkpointing("auto")
     with pytest.raises(riftco.ConfigError, match="sharded parameters"):
         m.loss(_batches()[0])
@@ -241,7 +240,7 @@ def test_shard_files_round_trip_and_refuse_another_runs(tmp_path: Any) -> None:
     pytest.importorskip("safetensors", reason="the mpi extra's safetensors writes the shards")
     make = lambda ps: riftco.Adam(ps, lr=1e-2)  # noqa: E731
     m = _model("block", lora=True)
-    opt = distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=3, model=m)
+    opt = _optimizer(m)
     assert opt.sharded is not None
     opt.backward(m.loss(_batches()[0]))
     opt.step()
@@ -255,9 +254,7 @@ def test_shard_files_round_trip_and_refuse_another_runs(tmp_path: Any) -> None:
         np.testing.assert_array_equal(s.numpy(), want)
     # Another model (adapters of another rank): named, nothing changed.
     other = _model("block", lora=False)
-    other_opt = distributed.DistributedOptimizer(
-        _group(), other.parameters(), make, zero=3, model=other
-    )
+    other_opt = _optimizer(other)
     assert other_opt.sharded is not None
     before = [s.numpy() for s in other_opt.sharded.shards]
     with pytest.raises(riftco.ModelStateError, match="another checkpoint, run or rank: units"):
@@ -283,10 +280,7 @@ def test_shard_files_round_trip_and_refuse_another_runs(tmp_path: Any) -> None:
 
 def _micro_batch_steps(m: Any, zero: int) -> dict[str, np.ndarray]:
     """Two optimizer steps of two accumulated micro-batches each."""
-    opt = distributed.DistributedOptimizer(
-        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=zero,
-        model=m if zero == 3 else None,
-    )
+    opt = _optimizer(m, zero)
     batches = _batches()
     for step in range(2):
         for micro in range(2):
@@ -317,10 +311,7 @@ def test_dropout_and_packing_replay_alike_when_sharded() -> None:
         )
         m = riftco.DecoderOnlyTransformer(cfg)
         m.set_activation_checkpointing("block")
-        opt = distributed.DistributedOptimizer(
-            _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=zero,
-            model=m if zero == 3 else None,
-        )
+        opt = _optimizer(m, zero)
         tokens = _batches()[0]
         labels = tokens.copy()
         labels[:, :3] = riftco.IGNORE_INDEX
@@ -349,10 +340,7 @@ def test_two_forward_passes_before_their_backward_passes() -> None:
     them; the result is that of the unsharded model."""
     def run(zero: int) -> dict[str, np.ndarray]:
         m = _model("block")
-        opt = distributed.DistributedOptimizer(
-            _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=zero,
-            model=m if zero == 3 else None,
-        )
+        opt = _optimizer(m, zero)
         batches = _batches()
         first, second = m.loss(batches[0]), m.loss(batches[1])
         opt.backward(first)
@@ -370,9 +358,7 @@ def test_two_forward_passes_before_their_backward_passes() -> None:
 
 def test_a_dropped_graph_or_an_evaluation_gives_every_unit_back() -> None:
     m = _model("disabled", tied=True)
-    opt = distributed.DistributedOptimizer(
-        _group(), m.parameters(), lambda ps: riftco.Adam(ps, lr=1e-2), zero=3, model=m
-    )
+    opt = _optimizer(m)
     logits = m.logits(_batches()[0][:, :-1])
     assert not all(p.is_released for _, p in m.named_parameters())
     del logits
@@ -386,10 +372,10 @@ def test_a_dropped_graph_or_an_evaluation_gives_every_unit_back() -> None:
 def test_a_detached_owner_refuses_to_step_and_a_sharded_model_to_change() -> None:
     m = _model("block", lora=True)
     make = lambda ps: riftco.Adam(ps, lr=1e-2)  # noqa: E731
-    opt = distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=3, model=m)
+    opt = _optimizer(m)
     assert opt.sharded is not None
     with pytest.raises(riftco.ConfigError, match="already have an owner"):
-        distributed.DistributedOptimizer(_group(), m.parameters(), make, zero=3, model=m)
+        _optimizer(m)
     for change in (m.merge_lora, lambda: m.set_frozen_weights_dtype("bfloat16")):
         with pytest.raises(riftco.ConfigError, match="ZeRO-3"):
             change()

@@ -217,14 +217,10 @@ fn a_released_model_trains_bitwise_like_a_resident_one() {
     }
 }
 
-#[test]
-fn the_owner_is_asked_in_the_documented_order() {
-    let mut m = model("block", false, false);
-    let keeper = Keeper::take(&m);
-    m.set_parameter_residency(Some(keeper.clone()));
-    let tokens = block(BATCH, SEQ + 1, 64);
-    let loss = m.loss(&tokens, BATCH, SEQ + 1).unwrap();
-    let mut want = vec![
+/// The owner's log of a forward pass up to the final norm: the embedding, then every block,
+/// each naming the next unit.
+fn forward_events() -> Vec<String> {
+    let mut events = vec![
         "+model.embed_tokens forward model.layers.0".to_string(),
         "-model.embed_tokens".into(),
     ];
@@ -234,9 +230,35 @@ fn the_owner_is_asked_in_the_documented_order() {
         } else {
             "model.norm".into()
         };
-        want.push(format!("+model.layers.{i} forward {next}"));
-        want.push(format!("-model.layers.{i}"));
+        events.push(format!("+model.layers.{i} forward {next}"));
+        events.push(format!("-model.layers.{i}"));
     }
+    events
+}
+
+/// The owner's log of the blocks in a backward pass, acquired for `reason`, last block first.
+fn backward_events(reason: &str) -> Vec<String> {
+    let mut events = Vec::new();
+    for i in (0..LAYERS).rev() {
+        let next = if i > 0 {
+            format!("model.layers.{}", i - 1)
+        } else {
+            "-".into()
+        };
+        events.push(format!("+model.layers.{i} {reason} {next}"));
+        events.push(format!("-model.layers.{i}"));
+    }
+    events
+}
+
+#[test]
+fn the_owner_is_asked_in_the_documented_order() {
+    let mut m = model("block", false, false);
+    let keeper = Keeper::take(&m);
+    m.set_parameter_residency(Some(keeper.clone()));
+    let tokens = block(BATCH, SEQ + 1, 64);
+    let loss = m.loss(&tokens, BATCH, SEQ + 1).unwrap();
+    let mut want = forward_events();
     want.push("+model.norm kept_for_backward lm_head".into());
     want.push("+lm_head kept_for_backward -".into());
     assert_eq!(keeper.log(), want);
@@ -248,15 +270,7 @@ fn the_owner_is_asked_in_the_documented_order() {
     loss.backward_with(BackwardOptions::freeing()).unwrap();
     // The head and the norm go once their VJPs ran; each block is gathered for its replay.
     let mut want = vec!["-lm_head".to_string(), "-model.norm".into()];
-    for i in (0..LAYERS).rev() {
-        let next = if i > 0 {
-            format!("model.layers.{}", i - 1)
-        } else {
-            "-".into()
-        };
-        want.push(format!("+model.layers.{i} replay {next}"));
-        want.push(format!("-model.layers.{i}"));
-    }
+    want.extend(backward_events("replay"));
     assert_eq!(keeper.log(), want);
 
     // `disabled`: each block is released after its forward although its graph holds its
@@ -266,19 +280,7 @@ fn the_owner_is_asked_in_the_documented_order() {
     let keeper = Keeper::take(&m);
     m.set_parameter_residency(Some(keeper.clone()));
     let loss = m.loss(&tokens, BATCH, SEQ + 1).unwrap();
-    let mut want = vec![
-        "+model.embed_tokens forward model.layers.0".to_string(),
-        "-model.embed_tokens".into(),
-    ];
-    for i in 0..LAYERS {
-        let next = if i + 1 < LAYERS {
-            format!("model.layers.{}", i + 1)
-        } else {
-            "model.norm".into()
-        };
-        want.push(format!("+model.layers.{i} forward {next}"));
-        want.push(format!("-model.layers.{i}"));
-    }
+    let mut want = forward_events();
     want.push("+model.norm kept_for_backward model.embed_tokens".into());
     want.push("+model.embed_tokens kept_for_backward -".into());
     assert_eq!(keeper.log(), want);
@@ -289,15 +291,7 @@ fn the_owner_is_asked_in_the_documented_order() {
     assert!(blocks.iter().all(|(_, p)| p.value().is_placeholder()));
     loss.backward_with(BackwardOptions::freeing()).unwrap();
     let mut want = vec!["-model.embed_tokens".to_string(), "-model.norm".into()];
-    for i in (0..LAYERS).rev() {
-        let next = if i > 0 {
-            format!("model.layers.{}", i - 1)
-        } else {
-            "-".into()
-        };
-        want.push(format!("+model.layers.{i} backward {next}"));
-        want.push(format!("-model.layers.{i}"));
-    }
+    want.extend(backward_events("backward"));
     assert_eq!(keeper.log(), want);
     drop(loss);
     assert!(keeper.balanced());
