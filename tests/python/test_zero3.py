@@ -238,7 +238,6 @@ def test_unit_names() -> None:
 
 def test_shard_files_round_trip_and_refuse_another_runs(tmp_path: Any) -> None:
     pytest.importorskip("safetensors", reason="the mpi extra's safetensors writes the shards")
-    make = lambda ps: riftco.Adam(ps, lr=1e-2)  # noqa: E731
     m = _model("block", lora=True)
     opt = _optimizer(m)
     assert opt.sharded is not None
@@ -371,7 +370,6 @@ def test_a_dropped_graph_or_an_evaluation_gives_every_unit_back() -> None:
 
 def test_a_detached_owner_refuses_to_step_and_a_sharded_model_to_change() -> None:
     m = _model("block", lora=True)
-    make = lambda ps: riftco.Adam(ps, lr=1e-2)  # noqa: E731
     opt = _optimizer(m)
     assert opt.sharded is not None
     with pytest.raises(riftco.ConfigError, match="already have an owner"):
