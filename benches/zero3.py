@@ -286,19 +286,14 @@ def summarise(ranks: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
 
 
 def host() -> dict[str, Any]:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        info = ""
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
-                  if ln.startswith("model name")), platform.processor() or "unknown")
-    simd = "AVX-512" if "avx512f" in info else ("AVX2+FMA" if "avx2" in info else "no AVX2")
+    """``data_parallel.host()`` (CPU, SIMD, cores, date, Python) and the load at the end."""
+    from data_parallel import host as machine
+
     try:
         load = os.getloadavg()[0]
     except OSError:
         load = -1.0
-    return {"cpu": model, "simd": simd, "cores": os.cpu_count(), "load_1min_at_end": load,
-            "date": datetime.date.today().isoformat(), "python": platform.python_version()}
+    return {**machine(), "load_1min_at_end": load}
 
 
 def markdown(result: dict[str, Any]) -> str:

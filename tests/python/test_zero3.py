@@ -65,10 +65,16 @@ def _batches() -> list[np.ndarray]:
 
 
 def _train(m: Any, zero: int) -> tuple[list[float], dict[str, np.ndarray]]:
+    return _steps(m, zero, [lambda batch=batch: m.loss(batch) for batch in _batches()])
+
+
+def _steps(m: Any, zero: int, losses_of: list[Any]) -> tuple[list[float], dict[str, np.ndarray]]:
+    """One optimizer step per callable of ``losses_of`` (each returns a loss), then the model
+    made whole again: the losses and every parameter by name."""
     opt = _optimizer(m, zero)
     losses = []
-    for batch in _batches():
-        loss = m.loss(batch)
+    for loss_of in losses_of:
+        loss = loss_of()
         opt.backward(loss)
         opt.step()
         opt.zero_grad()
@@ -310,21 +316,15 @@ def test_dropout_and_packing_replay_alike_when_sharded() -> None:
         )
         m = riftco.DecoderOnlyTransformer(cfg)
         m.set_activation_checkpointing("block")
-        opt = _optimizer(m, zero)
         tokens = _batches()[0]
         labels = tokens.copy()
         labels[:, :3] = riftco.IGNORE_INDEX
         positions = np.concatenate([np.arange(6), np.arange(7)])[None, :].repeat(2, 0)
-        losses = []
-        for step in range(2):
-            loss = m.loss(tokens, labels=labels, position_ids=positions)
-            opt.backward(loss)
-            opt.step()
-            opt.zero_grad()
-            losses.append(loss.item())
-        if opt.sharded is not None:
-            opt.sharded.detach()
-        return losses, {n: p.numpy() for n, p in m.named_parameters()}
+
+        def loss() -> Any:
+            return m.loss(tokens, labels=labels, position_ids=positions)
+
+        return _steps(m, zero, [loss, loss])
 
     want_losses, want = run(0)
     got_losses, got = run(3)
