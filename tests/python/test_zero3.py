@@ -28,6 +28,9 @@ class _OneRank:
     def Get_size(self) -> int:
         return 1
 
+    def allgather(self, value: Any) -> list[Any]:
+        return [value]
+
 
 def _group() -> distributed.ProcessGroup:
     return distributed.ProcessGroup(None, _OneRank(), 60.0)
@@ -385,3 +388,66 @@ def test_a_detached_owner_refuses_to_step_and_a_sharded_model_to_change() -> Non
     with pytest.raises(riftco.ConfigError, match="detached"):
         opt.step()
     m.merge_lora()  # whole again: the model can change
+
+
+def test_a_graph_kept_across_a_step_sees_the_new_values_after_it() -> None:
+    """A loss kept (not differentiated) holds the norm and the head across optimizer steps:
+    the step gathers them again, so later forward passes read the updated values, as the
+    unsharded model does; the kept graph itself is stale."""
+    def run(zero: int) -> tuple[list[float], dict[str, np.ndarray]]:
+        m = _model("block")
+        opt = _optimizer(m, zero)
+        batches = _batches()
+        kept = m.loss(batches[2])
+        losses = []
+        for batch in batches[:2]:
+            loss = m.loss(batch)
+            opt.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        with riftco.no_grad():
+            losses.append(m.loss(batches[2]).item())
+        if opt.sharded is not None:
+            assert set(opt.sharded._holds) == {"model.norm", "lm_head"}
+            with pytest.raises(riftco.StaleGraphError):
+                opt.backward(kept)
+            del kept
+            assert not opt.sharded._holds
+            opt.sharded.detach()
+        return losses, {n: p.numpy() for n, p in m.named_parameters()}
+
+    want_losses, want = run(0)
+    got_losses, got = run(3)
+    assert got_losses == want_losses
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_decoding_a_sharded_model_is_refused_and_works_inside_whole_model() -> None:
+    m = _model("block")
+    prompt = [1, 2, 3]
+    want = riftco.DecoderOnlyTransformer(m.config).decode_session().decode_tokens(prompt)
+    opt = _optimizer(m)
+    assert opt.sharded is not None
+    with pytest.raises(riftco.DecodeError, match="ZeRO-3"):
+        m.decode_session()
+    with opt.sharded.whole_model():
+        got = m.decode_session().decode_tokens(prompt)
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(riftco.ConfigError, match="holds no elements"):
+        m.set_parameter_residency(None)
+
+
+def test_an_optimizer_state_of_another_step_is_refused(tmp_path: Any) -> None:
+    pytest.importorskip("safetensors", reason="the mpi extra's safetensors writes the shards")
+    m = _model("block")
+    opt = _optimizer(m)
+    opt.backward(m.loss(_batches()[0]))
+    opt.step()
+    opt.identity = {"step": 1, "run": "abc"}
+    opt.save(tmp_path)
+    opt.load(tmp_path)
+    opt.identity = {"step": 2, "run": "abc"}
+    with pytest.raises(distributed.CheckpointShardError, match="rank 0 of 1: .*identity.step"):
+        opt.load(tmp_path)

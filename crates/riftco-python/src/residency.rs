@@ -2,7 +2,7 @@
 //! and a Python owner of a model's parameters between uses (what `riftco.distributed`'s ZeRO-3
 //! implements with mpi4py).
 
-use crate::errors::{tensor_err, PythonError};
+use crate::errors::{tensor_err, transformer_err, PythonError};
 use crate::model::PyModel;
 use crate::variable::PyVariable;
 use numpy::{PyArray1, PyReadonlyArray1, PyUntypedArrayMethods};
@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use riftco_autograd::AutogradError;
 use riftco_tensor::StorageEncoding;
-use riftco_transformer::{AcquireReason, ParameterResidency, ResidencyUnit};
+use riftco_transformer::{AcquireReason, ParameterResidency, ResidencyUnit, TransformerError};
 use std::sync::{Arc, Mutex};
 
 #[pymethods]
@@ -198,9 +198,28 @@ impl PyModel {
     ///
     /// Raises:
     ///     TypeError: ``owner`` lacks one of the two methods.
+    ///     ConfigError: ``None`` while a parameter is released (the owner must restore every
+    ///         unit first).
     fn set_parameter_residency(&self, owner: &Bound<'_, PyAny>) -> PyResult<()> {
         if owner.is_none() {
-            self.write().set_parameter_residency(None);
+            let mut model = self.write();
+            let released = model
+                .weights()
+                .base_parameters()
+                .find(|(_, p)| p.value().is_placeholder())
+                .map(|(e, _)| e.hf_name());
+            if let Some(name) = released {
+                return Err(transformer_err(TransformerError::Config {
+                    field: "parameter_residency",
+                    value: "None".into(),
+                    reason: format!(
+                        "{name} holds no elements (the owner released it between uses): the \
+                         owner must gather every unit back first (optimizer.sharded.detach() \
+                         does, and removes the owner itself)"
+                    ),
+                }));
+            }
+            model.set_parameter_residency(None);
             return Ok(());
         }
         for method in ["acquire", "release"] {

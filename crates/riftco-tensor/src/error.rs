@@ -116,7 +116,7 @@ pub enum TensorError {
     /// The tensor is a placeholder holding no elements: the value of a graph-only node, recorded
     /// for its VJP only (see `riftco_autograd::ops`, "Graph-only variants"), or a graph value
     /// released because no VJP reads it; nothing may read it.
-    #[error("{op}: the tensor holds no data (the value of a graph-only node, recorded for its VJP only, or a graph value released because no backward rule reads it: keep a handle to a value you want to read); it cannot be read")]
+    #[error("{op}: the tensor holds no data (the value of a graph-only node, recorded for its VJP only; a graph value released because no backward rule reads it: keep a handle to a value you want to read; or a parameter released between uses by the owner of a sharded model, ZeRO-3: gather the model back first); it cannot be read")]
     NoData { op: &'static str },
     /// A shape's element count does not fit in memory arithmetic: the product of its non-zero
     /// dimensions exceeds [`crate::shape::MAX_ELEMENTS`] (`4 · numel` bytes would exceed

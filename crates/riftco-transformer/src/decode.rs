@@ -120,6 +120,7 @@ impl DecodeSession {
                 message: "no tokens to decode: pass at least one token id".into(),
             });
         }
+        released_parameter_error(&w)?;
         for (i, &token) in tokens.iter().enumerate() {
             if token as usize >= c.vocab_size {
                 return Err(TransformerError::TokenOutOfVocabulary {
@@ -177,6 +178,26 @@ impl DecodeSession {
     }
 }
 
+/// [`TransformerError::Decode`] naming the first parameter whose elements are released (a
+/// model sharded by ZeRO-3 between uses): decoding reads every weight outside the owner's
+/// acquire and release.
+fn released_parameter_error(w: &Weights) -> Result<()> {
+    let released = w
+        .base_parameters()
+        .find(|(_, p)| p.value().is_placeholder())
+        .map(|(e, _)| e.hf_name());
+    match released {
+        None => Ok(()),
+        Some(name) => Err(TransformerError::Decode {
+            message: format!(
+                "{name} holds no elements: the model's parameters are sharded between uses \
+                 (ZeRO-3); decode inside `with optimizer.sharded.whole_model():` or after \
+                 optimizer.sharded.detach()"
+            ),
+        }),
+    }
+}
+
 impl crate::model::DecoderOnlyTransformer {
     /// A decode session sharing this model's weights. It follows their values (training between
     /// tokens is visible) but not structural changes: after [`Self::enable_lora`],
@@ -184,8 +205,10 @@ impl crate::model::DecoderOnlyTransformer {
     /// `decode_token` fails with [`TransformerError::Decode`].
     ///
     /// # Errors
-    /// As [`DecodeSession::new`].
+    /// As [`DecodeSession::new`]; [`TransformerError::Decode`] while parameters are released
+    /// between uses (a sharded model, [`crate::residency`]).
     pub fn decode_session(&self) -> Result<DecodeSession> {
+        released_parameter_error(self.weights())?;
         let mut session = DecodeSession::new(self.weights().clone())?;
         let revision = self.revision().clone();
         let opened = revision.get().0;

@@ -762,3 +762,9 @@ class DistributedOptimizer:
                 np.concatenate([b.values()[r * b.part : (r + 1) * b.part] for b in self.buckets])
             )
         self.inner.load(folder / name)
+        if self.identity is not None and self.inner.steps != self.identity["step"]:
+            raise ModelStateError(
+                f"{str(folder / name)!r} holds the optimizer state after step {self.inner.steps}, "
+                f"not {self.identity['step']}: a file of another checkpoint; resume from the "
+                "checkpoint's own files"
+            )

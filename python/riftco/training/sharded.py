@@ -165,7 +165,8 @@ class _Unit:
 
     def restore(self, gathered: list[np.ndarray]) -> None:
         """Restores the unit's tensors from the gathered flat vectors (:meth:`own_parts`'
-        order)."""
+        order), whatever they held (an interrupted restore is done again)."""
+        self.release()
         flats = iter(gathered)
         if self.frozen_shard is not None:
             frozen = next(flats)
@@ -295,6 +296,7 @@ class ShardedParameters:
         """Called by the model: takes a hold of ``unit``, gathering it (or waiting for its
         prefetch) when no hold had it, and starts ``next``'s gather when the limit allows
         (collective: every rank makes the same calls)."""
+        self.check_attached(f"acquiring {unit}")
         if unit not in self.units:
             raise ConfigError(f"the model asked for unit {unit!r}, which this owner does not shard")
         if unit not in self._holds:
@@ -381,10 +383,20 @@ class ShardedParameters:
     # -- updates ------------------------------------------------------------------------------
 
     def shards_changed(self) -> None:
-        """After the optimizer updated the shards: bumps the versions of the trainable
+        """After the optimizer updated the shards (collective): gathers the units still held
+        (by graphs kept across the step) again, so that later reads see the new values, drops
+        gathers in flight (started before the update), and bumps the versions of the trainable
         tensors, so a graph recorded before the update refuses to run its backward pass."""
-        for unit in self.units.values():
-            for _, p in unit.trainable:
+        for unit, (requests, _) in list(self._inflight.items()):
+            self._wait(unit, requests)
+        self._inflight.clear()
+        for name in list(self._holds):
+            u = self.units[name]
+            if u.shard is not None:
+                u.release()
+                self._finish(name, self._start(name))
+        for held in self.units.values():
+            for _, p in held.trainable:
                 p.bump_version()
 
     @contextlib.contextmanager
@@ -499,6 +511,8 @@ class ShardedParameters:
         try:
             manifest = json.loads(metadata["riftco_zero3"])
             checksums = manifest.pop("sha256")
+            if not isinstance(checksums, dict):
+                raise TypeError("sha256 is not an object")
             if identity is None:
                 manifest.pop("identity", None)
         except (ValueError, KeyError, AttributeError, TypeError):
