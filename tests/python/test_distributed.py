@@ -548,6 +548,17 @@ def test_data_parallel_without_mpi4py_says_what_to_install(tmp_path: Path) -> No
     assert not (tmp_path / "run").exists()
 
 
+@needs_mpi
+def test_a_unit_above_the_gather_budget_stops_every_rank(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _mpiexec(_cli("--zero", "3", "--zero3-gather-budget", "1KiB", out=out))
+    assert proc.returncode == 2, proc.stderr
+    assert "unit model.embed_tokens gathers" in proc.stderr, proc.stderr
+    assert "above the gather budget of 0.0 MiB (1024 bytes)" in proc.stderr
+    assert "Abort" not in proc.stderr
+    assert not riftco.training_state.find_checkpoints(out)
+
+
 @pytest.mark.parametrize("zero", ["1", "3"])
 def test_zero_without_data_parallel_is_a_usage_error(zero: str, tmp_path: Path) -> None:
     command = [c for c in _cli("--zero", zero, out=tmp_path / "run") if c != "--data-parallel"]

@@ -451,3 +451,31 @@ def test_an_optimizer_state_of_another_step_is_refused(tmp_path: Any) -> None:
     opt.identity = {"step": 2, "run": "abc"}
     with pytest.raises(distributed.CheckpointShardError, match="rank 0 of 1: .*identity.step"):
         opt.load(tmp_path)
+
+
+def test_a_gather_budget_bounds_the_prefetch_and_refuses_a_larger_unit() -> None:
+    m = _model("block")
+    sizes = {n: 4 * int(np.prod(p.shape)) for n, p in m.named_parameters()}
+    block = sum(v for n, v in sizes.items() if n.startswith("model.layers.0."))
+    embedding = sizes["model.embed_tokens.weight"]
+    assert block > embedding
+    too_small = r"unit model.layers.0 gathers .* above the gather budget"
+    with pytest.raises(riftco.ConfigError, match=too_small):
+        _optimizer(m, max_gathered_bytes=embedding)
+    assert not m.has_parameter_residency
+    assert not any(p.is_released for _, p in m.named_parameters())
+    # A budget of the largest unit: nothing is gathered ahead, and training is unchanged.
+    want_losses, want = _train(_model("block"), 0)
+    m = _model("block")
+    budget = max(embedding, block)
+    opt = _optimizer(m, max_gathered_bytes=budget)
+    assert opt.sharded is not None
+    opt.backward(m.loss(_batches()[0]))
+    assert opt.sharded.gathered_peak <= 1 + 2  # the unit in use, the norm and the head
+    opt.sharded.detach()
+    got_losses, got = _train(_model("block"), 3)
+    assert got_losses == want_losses
+    with pytest.raises(riftco.ConfigError, match="zero3_gather_budget.*needs zero=3"):
+        riftco.PretrainingConfig(data_parallel=True, zero=2, zero3_gather_budget="1GiB")
+    cfg = riftco.PretrainingConfig(data_parallel=True, zero=3, zero3_gather_budget="256MiB")
+    assert cfg.zero3_gather_budget == 256 * 2**20

@@ -377,6 +377,14 @@ def add_data_parallel_arguments(group: argparse._ActionsContainer) -> None:
         "gathers a block only while it computes; cpu only) (default: %(default)s)",
     )
     group.add_argument(
+        "--zero3-gather-budget",
+        type=byte_size_arg,
+        default=None,
+        metavar="SIZE",
+        help="with --zero 3: the most bytes of units gathered ahead at once (256MiB, 1GB); a "
+        "unit larger than it is refused (default: no limit)",
+    )
+    group.add_argument(
         "--data-parallel-timeout",
         type=positive_float,
         default=600.0,

@@ -355,6 +355,7 @@ def run(args: argparse.Namespace, prog: str = "riftco post-train") -> None:
         device=args.device,
         data_parallel=args.data_parallel,
         zero=args.zero,
+        zero3_gather_budget=args.zero3_gather_budget,
         data_parallel_timeout_s=args.data_parallel_timeout,
     )
     try:

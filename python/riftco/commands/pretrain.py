@@ -247,6 +247,7 @@ def run(args: argparse.Namespace, prog: str = "riftco pretrain") -> None:
         device=args.device,
         data_parallel=args.data_parallel,
         zero=args.zero,
+        zero3_gather_budget=args.zero3_gather_budget,
         data_parallel_timeout_s=args.data_parallel_timeout,
     )
     if args.seq_len > args.max_seq_len:

@@ -99,6 +99,25 @@ def _check_policy(policy: object, budget: int | str | None) -> None:
     parse_activation_checkpointing(policy, budget)
 
 
+def _check_size(field: str, value: object) -> int:
+    """A byte size setting: a positive int of bytes (an ``__index__`` integer, not a bool) or a
+    size string (``"256MiB"``), as a plain int; ``ConfigError`` naming ``field`` otherwise."""
+    if isinstance(value, str):
+        try:
+            size = parse_byte_size(value)
+        except ConfigError as e:
+            raise ConfigError(str(e).replace("activation_memory_budget", field)) from None
+    elif isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ConfigError(
+            f"{field} must be an int of bytes or a size string such as '256MiB'; got {value!r}"
+        )
+    else:
+        size = operator.index(value)
+    if not 1 <= size < 2**64:
+        raise ConfigError(f"{field} must be at least 1 byte and below 2^64 bytes; got {value!r}")
+    return size
+
+
 def _check_zero3(cfg: Any) -> None:
     """ZeRO-3's limits: the shards live in host memory, and a plan chosen by running every
     block would need every parameter gathered."""
@@ -222,6 +241,7 @@ class _LoopConfig:
     zero: int = 0
     data_parallel_timeout_s: float = 600.0
     data_parallel_bucket_bytes: int = 25 * 2**20
+    zero3_gather_budget: int | str | None = None
 
     def __post_init__(self) -> None:
         if self.device is not None:
@@ -263,6 +283,16 @@ class _LoopConfig:
             raise ConfigError(
                 f"zero={self.zero} shards the optimizer over data-parallel ranks: it needs "
                 "data_parallel=True"
+            )
+        budget = self.zero3_gather_budget
+        if budget is not None:
+            if self.zero != 3:
+                raise ConfigError(
+                    f"zero3_gather_budget={budget!r} bounds ZeRO-3's gathered units: it needs "
+                    f"zero=3; got zero={self.zero}"
+                )
+            object.__setattr__(
+                self, "zero3_gather_budget", _check_size("zero3_gather_budget", budget)
             )
         if self.zero == 3:
             _check_zero3(self)
@@ -342,12 +372,17 @@ class PretrainingConfig(_LoopConfig):
             (``pip install 'riftco[mpi]'``); without a launcher the run is one rank.
         zero: the ZeRO stage with ``data_parallel``: 0 (every rank holds the whole Adam state),
             1 (each rank holds the Adam moments of its ``1/N`` of the parameters), 2 (and
-            receives only the gradient sums of its part).
+            receives only the gradient sums of its part), 3 (and holds only its part of the
+            parameters, gathering a unit while the model computes with it; cpu only).
         data_parallel_timeout_s: seconds a rank waits in one collective before it aborts the
             job (a rank died or hangs).
         data_parallel_bucket_bytes: gradient bucket size (default 25 MiB, PyTorch DDP's): the
             gradients are exchanged bucket by bucket, and ZeRO shards each bucket over the
             ranks, so a ZeRO checkpoint resumes only with the same size.
+        zero3_gather_budget: with ``zero=3``, ``None`` or the most bytes of units gathered
+            ahead at once (an int, or a size string such as ``"256MiB"``): prefetches wait
+            within it, and a unit larger than it is refused on every rank
+            (``ShardingError``).
     """
 
 

@@ -78,6 +78,7 @@ __all__ = [
     "ProcessGroup",
     "RankMismatchError",
     "CheckpointShardError",
+    "ShardingError",
     "ZERO_STAGES",
     "init",
     "launched_by_mpi",
@@ -113,6 +114,11 @@ class MPIUnavailableError(DistributedError, ImportError):
 
 class RankMismatchError(DistributedError):
     """The ranks of one job disagree on a setting, the data or the riftco version."""
+
+
+class ShardingError(DistributedError):
+    """The model cannot be sharded as asked (ZeRO-3: a unit above the gather budget, ...);
+    raised alike on every rank."""
 
 
 class CheckpointShardError(DistributedError):
@@ -411,7 +417,8 @@ class DistributedOptimizer:
 
     ``zero=3`` needs ``model`` (the DecoderOnlyTransformer whose ``params`` these are): its
     parameters are sharded when the optimizer is built (:class:`~riftco.training.sharded.
-    ShardedParameters`, ``self.sharded``; ``max_gathered`` units gathered at once) and ``make``
+    ShardedParameters`, ``self.sharded``; ``max_gathered`` units gathered at once, within
+    ``max_gathered_bytes`` when given) and ``make``
     receives this rank's parts, one Variable per unit (``zero3.<unit>``). Its ``parameter``
     bytes are then ``1/N`` of the model plus the units gathered at the moment. Every rank must
     run the same forward and backward passes. ``bucket_bytes`` does not apply (the buckets are
@@ -432,6 +439,7 @@ class DistributedOptimizer:
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         model: DecoderOnlyTransformer | None = None,
         max_gathered: int = DEFAULT_MAX_GATHERED,
+        max_gathered_bytes: int | None = None,
     ) -> None:
         if isinstance(zero, bool) or zero not in ZERO_STAGES:
             raise ConfigError(f"zero must be one of 0, 1, 2, 3; got {zero!r}")
@@ -456,7 +464,7 @@ class DistributedOptimizer:
                     "zero=3 updates every trainable parameter of the model and only those: "
                     "pass model.parameters() as params"
                 )
-            self.sharded = ShardedParameters(group, model, max_gathered)
+            self.sharded = ShardedParameters(group, model, max_gathered, max_gathered_bytes)
             # One bucket per unit, its parameters in the unit's order: a bucket's parts are
             # the unit's trainable parts.
             self.buckets = [

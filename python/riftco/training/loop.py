@@ -221,7 +221,11 @@ class _Trainer:
                         f"(step {metadata.get('saved_step')})"
                     )
                     raise TrainingInterrupted(self.out_dir, metadata.get("saved_step")) from None
-                except (distributed.RankMismatchError, distributed.CheckpointShardError):
+                except (
+                    distributed.RankMismatchError,
+                    distributed.CheckpointShardError,
+                    distributed.ShardingError,
+                ):
                     raise  # raised on every rank alike: each exits with it
                 except Exception as e:
                     replicas.abort(f"rank {replicas.rank}: {type(e).__name__}: {e}")

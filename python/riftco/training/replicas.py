@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Union
 
-from riftco._native import Adam, AdamW, DecoderOnlyTransformer
+from riftco._native import Adam, AdamW, ConfigError, DecoderOnlyTransformer
 from riftco.training import distributed
 from riftco.training.configs import _LoopConfig
 from riftco.training.run_folder import Log
@@ -182,14 +182,30 @@ class _DataParallelRank(_Replicas):
         group = self.group
         # Every rank must run the same math on the same data: checked before the first step.
         group.check_same("their settings, data or riftco version", math_settings)
-        optimizer = distributed.DistributedOptimizer(
-            group,
-            params,
-            lambda ps: _make_optimizer(ps, cfg)[0],
-            zero=cfg.zero,
-            bucket_bytes=cfg.data_parallel_bucket_bytes,
-            model=model if cfg.zero == 3 else None,
-        )
+        failure: str | None = None
+        budget = cfg.zero3_gather_budget
+        assert not isinstance(budget, str)  # a size string is parsed by the config
+        optimizer: distributed.DistributedOptimizer | None = None
+        try:
+            optimizer = distributed.DistributedOptimizer(
+                group,
+                params,
+                lambda ps: _make_optimizer(ps, cfg)[0],
+                zero=cfg.zero,
+                bucket_bytes=cfg.data_parallel_bucket_bytes,
+                model=model if cfg.zero == 3 else None,
+                max_gathered_bytes=budget,
+            )
+        except ConfigError as e:
+            if cfg.zero != 3:
+                raise
+            failure = str(e)
+        # ZeRO-3's checks of the model are the same on every rank: every rank stops alike.
+        if cfg.zero == 3:
+            failures = group.all_gather(failure)
+            if any(failures):
+                raise distributed.ShardingError(next(f for f in failures if f))
+        assert optimizer is not None
         if log is not None:
             if group.world_size == 1 and not distributed.launched_by_mpi():
                 log("data parallel: not started by an MPI launcher (mpiexec/mpirun/srun): 1 rank")

@@ -148,6 +148,11 @@ class _Unit:
         del values
 
     @property
+    def gathered_bytes(self) -> int:
+        """The bytes the unit's tensors take when gathered."""
+        return self.frozen_total + 4 * self.trainable_total
+
+    @property
     def message_bytes(self) -> int:
         """The bytes this rank sends per gather of the unit (its frozen and trainable parts)."""
         return self.frozen_part + 4 * self.trainable_part
@@ -208,16 +213,36 @@ class ShardedParameters:
             ``"release"``, ``bytes`` the process's native bytes in use after the event
             (``memory_stats()["total"]["current_bytes"]``): the per-rank memory over a step.
 
+    ``max_gathered_bytes`` (``None``: no limit) bounds the bytes of the units gathered or in
+    flight at once besides those the model holds anyway: a prefetch waits while it would go
+    above, and a unit larger than the budget is refused before anything is sharded (a unit is
+    gathered whole).
+
     Raises:
-        ConfigError: ``max_gathered`` below 1; a parameter outside the model's units; a model
-            on a GPU (shards live in host memory).
+        ConfigError: ``max_gathered`` below 1, ``max_gathered_bytes`` below 1 or below one
+            unit's gathered bytes (the unit and both sizes named); a parameter outside the
+            model's units; a model on a GPU (shards live in host memory); a model that already
+            has an owner. Nothing is sharded then.
     """
 
     def __init__(
-        self, group: Any, model: DecoderOnlyTransformer, max_gathered: int = DEFAULT_MAX_GATHERED
+        self,
+        group: Any,
+        model: DecoderOnlyTransformer,
+        max_gathered: int = DEFAULT_MAX_GATHERED,
+        max_gathered_bytes: int | None = None,
     ) -> None:
         if isinstance(max_gathered, bool) or not isinstance(max_gathered, int) or max_gathered < 1:
             raise ConfigError(f"max_gathered must be an int of at least 1; got {max_gathered!r}")
+        if max_gathered_bytes is not None and (
+            isinstance(max_gathered_bytes, bool)
+            or not isinstance(max_gathered_bytes, int)
+            or max_gathered_bytes < 1
+        ):
+            raise ConfigError(
+                f"max_gathered_bytes must be None or an int of at least 1; got "
+                f"{max_gathered_bytes!r}"
+            )
         if model.has_parameter_residency:
             raise ConfigError(
                 "the model's parameters already have an owner (a ZeRO-3 optimizer built on it "
@@ -231,12 +256,26 @@ class ShardedParameters:
         self.group = group
         self.model = model
         self.max_gathered = max_gathered
+        self.max_gathered_bytes = max_gathered_bytes
         by_unit: dict[str, list[tuple[str, Variable]]] = {}
         for pname, p in [*model.named_parameters(), *model.named_lora_parameters()]:
             owner = unit_of(pname)
             if owner is None:
                 raise ConfigError(f"parameter {pname!r} belongs to no unit of the model")
             by_unit.setdefault(owner, []).append((pname, p))
+        if max_gathered_bytes is not None:
+            for name, params in by_unit.items():
+                size = sum(
+                    4 * math.prod(p.shape) if p.requires_grad else int(p.encoded_bytes().size)
+                    for _, p in params
+                )
+                if size > max_gathered_bytes:
+                    raise ConfigError(
+                        f"unit {name} gathers {size / 2**20:.1f} MiB ({size} bytes), above the "
+                        f"gather budget of {max_gathered_bytes / 2**20:.1f} MiB "
+                        f"({max_gathered_bytes} bytes): a unit is gathered whole; raise the "
+                        "budget (max_gathered_bytes, --zero3-gather-budget)"
+                    )
         order = ["model.embed_tokens"]
         order += [f"model.layers.{i}" for i in range(model.config.n_layers)]
         order += ["model.norm", "lm_head"]
@@ -305,7 +344,11 @@ class ShardedParameters:
         if reason == "kept_for_backward":
             self._kept.add(unit)
         if next is not None and next in self.units and next not in self._holds:
-            if next not in self._inflight and self._transient() < self.max_gathered:
+            if (
+                next not in self._inflight
+                and self._transient() < self.max_gathered
+                and self._fits(next)
+            ):
                 self._inflight[next] = self._start(next)
         self.gathered_peak = max(self.gathered_peak, len(self._holds) + len(self._inflight))
 
@@ -341,6 +384,13 @@ class ShardedParameters:
         for unit, (requests, _) in list(self._inflight.items()):
             self._wait(unit, requests)
         self._inflight.clear()
+
+    def _fits(self, unit: str) -> bool:
+        """Whether gathering ``unit`` ahead keeps the transient units within the byte budget."""
+        if self.max_gathered_bytes is None:
+            return True
+        transient = (set(self._holds) - self._kept) | set(self._inflight) | {unit}
+        return sum(self.units[u].gathered_bytes for u in transient) <= self.max_gathered_bytes
 
     def _transient(self) -> int:
         """Units gathered that the model releases soon (not the final norm and the head, kept
