@@ -56,6 +56,29 @@ impl StorageEncoding {
 }
 
 impl Tensor {
+    /// Frees this tensor's elements when no other handle shares its storage (see
+    /// [`crate::storage::Storage::release`]): its shape, device and version stay, later reads are
+    /// [`TensorError::NoData`]. Returns whether it released them.
+    pub fn release_if_exclusive(&self) -> bool {
+        if !self.is_exclusive() {
+            return false;
+        }
+        self.storage().release();
+        true
+    }
+
+    /// How many tensor handles share this tensor's storage (this one included).
+    pub fn storage_handles(&self) -> usize {
+        std::sync::Arc::strong_count(self.storage())
+    }
+
+    /// Frees the elements of the storage this tensor shares with others (see
+    /// [`crate::storage::Storage::release`]): every tensor sharing it loses its data. For a caller that knows
+    /// every other handle (the graph's views of one value).
+    pub fn release_shared(&self) {
+        self.storage().release();
+    }
+
     /// How this tensor's elements are stored (for a released tensor: `None`, the encoding is
     /// the caller's to remember).
     ///

@@ -371,29 +371,6 @@ impl Tensor {
         Arc::strong_count(&self.storage) == 1
     }
 
-    /// Frees this tensor's elements when no other handle shares its storage (see
-    /// [`Storage::release`]): its shape, device and version stay, later reads are
-    /// [`TensorError::NoData`]. Returns whether it released them.
-    pub fn release_if_exclusive(&self) -> bool {
-        if !self.is_exclusive() {
-            return false;
-        }
-        self.storage.release();
-        true
-    }
-
-    /// How many tensor handles share this tensor's storage (this one included).
-    pub fn storage_handles(&self) -> usize {
-        Arc::strong_count(&self.storage)
-    }
-
-    /// Frees the elements of the storage this tensor shares with others (see
-    /// [`Storage::release`]): every tensor sharing it loses its data. For a caller that knows
-    /// every other handle (the graph's views of one value).
-    pub fn release_shared(&self) {
-        self.storage.release();
-    }
-
     /// The shared storage (for the crate's own modules).
     pub(crate) fn storage(&self) -> &Arc<Storage> {
         &self.storage
