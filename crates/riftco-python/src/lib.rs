@@ -35,6 +35,7 @@ mod grad_mode;
 mod kernels;
 mod memory;
 mod model;
+mod model_lora;
 mod model_state;
 mod optim;
 mod optim_state;
