@@ -21,12 +21,15 @@ import numpy as np
 import riftco
 
 BATCH = int(os.environ.get("RIFTCO_WORKER_BATCH", "4"))  # 6 for three ranks
+VOCAB = int(os.environ.get("RIFTCO_WORKER_VOCAB", "256"))  # the examples' ids are below 256
+# ZeRO-3's gather budget in bytes (unset: none).
+GATHER_BUDGET = os.environ.get("RIFTCO_WORKER_GATHER_BUDGET")
 SEQ = 16
 
 
 def _model_config() -> riftco.TransformerConfig:
     return riftco.TransformerConfig(
-        vocab_size=256, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=64,
+        vocab_size=VOCAB, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=64,
         max_seq_len=32, seed=3,
     )
 
@@ -55,6 +58,8 @@ def _run(
     )
     if zero is not None and len(sys.argv) > 5 and sys.argv[5] != "-":
         common["data_parallel_bucket_bytes"] = int(sys.argv[5])
+    if zero == 3 and GATHER_BUDGET is not None:
+        common["zero3_gather_budget"] = int(GATHER_BUDGET)
     if len(sys.argv) > 6:
         common["device"] = sys.argv[6]
     if case == "pretrain":
@@ -96,6 +101,7 @@ def main() -> None:
                 "peaks": peaks_by_rank,
                 "trainable_elements": int(sum(v.size for v in params.values())),
                 "staging_peak_bytes": metadata.get("data_parallel", {}).get("staging_peak_bytes"),
+                "sliced_tables": metadata.get("data_parallel", {}).get("sliced_tables"),
             }
             (out / "result.json").write_text(json.dumps(result))
 

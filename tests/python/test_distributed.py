@@ -220,6 +220,37 @@ def test_three_ranks_with_uneven_shards_equal_one_process(case: str, tmp_path: P
 
 
 @needs_mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_zero3_gives_a_frozen_table_above_the_gather_budget_by_slices(
+    n: int, tmp_path: Path
+) -> None:
+    """LoRA under a gather budget below the frozen embedding's and head's size (2048 x 32
+    float32 rows: 256 KiB each, the blocks about 45 KiB): ZeRO-3 gives both to the model by
+    slices of 256 rows (two in 64 KiB), each gathered with an Iallgatherv of every rank's bytes
+    of those rows (three ranks: slices that straddle the parts), and trains within the bounds
+    two ranks meet against one process. It is not bitwise ZeRO-2: the loss's logsumexp is
+    combined slice by slice (see riftco_kernels::linear_loss::sliced)."""
+    env = {"RIFTCO_WORKER_VOCAB": "2048", "RIFTCO_WORKER_GATHER_BUDGET": str(64 * 1024)}
+    if n == 3:
+        env["RIFTCO_WORKER_BATCH"] = "6"
+    ranks = _mpiexec(
+        [sys.executable, str(WORKER), "lora", "block", str(tmp_path), "2,3"], 240, n, **env
+    )
+    assert ranks.returncode == 0, ranks.stderr
+    two, two_params = _result(tmp_path / "z2")
+    three, three_params = _result(tmp_path / "z3")
+    assert three["sliced_tables"] == {"model.embed_tokens": 256, "lm_head": 256}
+    assert two["sliced_tables"] is None
+    rho = reduction_order_bound()
+    np.testing.assert_allclose(three["losses"], two["losses"], rtol=rho)
+    assert math.isclose(three["validation_loss_after"], two["validation_loss_after"], rel_tol=rho)
+    diff = np.concatenate([np.abs(three_params[k] - v).ravel() for k, v in two_params.items()])
+    conditioned, anywhere = adam_bounds(rho)
+    assert np.quantile(diff, 0.99) <= conditioned, (np.quantile(diff, 0.99), conditioned)
+    assert diff.max() <= anywhere, (diff.max(), anywhere)
+
+
+@needs_mpi
 def test_zero3_holds_a_third_of_the_states_plus_two_gathered_units(tmp_path: Path) -> None:
     """Per rank, the peak of the parameter, gradient and optimizer-state bytes under ZeRO-3 is
     at most 1/N of one process's plus two gathered units (and their gradients), and below

@@ -479,3 +479,76 @@ def test_a_gather_budget_bounds_the_prefetch_and_refuses_a_larger_unit() -> None
         riftco.PretrainingConfig(data_parallel=True, zero=2, zero3_gather_budget="1GiB")
     cfg = riftco.PretrainingConfig(data_parallel=True, zero=3, zero3_gather_budget="256MiB")
     assert cfg.zero3_gather_budget == 256 * 2**20
+
+
+def _wide_lora_model(tied: bool) -> Any:
+    """LoRA over a bfloat16 base whose tables (2048 x 64: 256 KiB each) are larger than a
+    block (about 80 KiB with its adapters)."""
+    cfg = riftco.TransformerConfig(
+        vocab_size=2048, d_model=64, n_heads=4, n_kv_heads=2, n_layers=LAYERS, d_ff=128,
+        max_seq_len=32, seed=5, tie_word_embeddings=tied,
+    )
+    m = riftco.DecoderOnlyTransformer(cfg)
+    m.set_activation_checkpointing("block")
+    m.enable_lora(rank=4, alpha=8.0, mlp=True)
+    for _, p in m.named_lora_parameters():
+        rng = np.random.default_rng(len(p.name or ""))
+        p.copy_(rng.normal(0, 0.02, p.shape).astype(np.float32))
+    m.set_frozen_weights_dtype("bfloat16")
+    return m
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_frozen_table_above_the_budget_is_given_by_slices(tied: bool) -> None:
+    budget = 100_000  # slices of 390 rows of 128 bytes: 2048 rows in 6 slices
+    rng = np.random.default_rng(3)
+    batches = [rng.integers(0, 2048, (2, 13)) for _ in range(3)]
+    m = _wide_lora_model(tied)
+    opt = _optimizer(m, max_gathered_bytes=budget)
+    assert opt.sharded is not None
+    tables = ["model.embed_tokens"] if tied else ["model.embed_tokens", "lm_head"]
+    assert opt.sharded.sliced == dict.fromkeys(tables, 390)
+    opt.sharded.trace = []
+    losses = []
+    for batch in batches:
+        loss = m.loss(batch)
+        losses.append(loss.item())
+        opt.backward(loss)
+        opt.step()
+        opt.zero_grad()
+    events = opt.sharded.trace
+    # The tables were never gathered whole; each pass fetched every slice in order.
+    assert not any(e[2] in tables for e in events), sorted({e[2] for e in events})
+    slices = [f"[{s}:{min(s + 390, 2048)}]" for s in range(0, 2048, 390)]
+    fetched = [e[2] for e in events if e[1] == "ready" and "[" in e[2]]
+    per_step = [f"model.embed_tokens{s}" for s in slices]
+    per_step += [f"{'model.embed_tokens' if tied else 'lm_head'}{s}" for s in slices]
+    assert fetched == per_step * len(batches)
+    opt.sharded.detach()
+    # One process against plain Adam: the lookup is bitwise, the loss's logsumexp combined per
+    # slice: within a few float32 roundings of logits of order 1 (d_model = 64 products,
+    # γ_64 ≈ 4e-6, Higham 2002 §3.1), the steps' losses alike.
+    want = _wide_lora_model(tied)
+    plain = riftco.Adam(want.parameters(), lr=1e-2)
+    for batch, got in zip(batches, losses):
+        loss = want.loss(batch)
+        assert got == pytest.approx(loss.item(), rel=64 * 2**-23), (got, loss.item())
+        loss.backward()
+        plain.step()
+        plain.zero_grad()
+
+
+def test_a_table_whose_rows_do_not_fit_half_the_budget_is_refused() -> None:
+    m = _wide_lora_model(True)
+    # Two rows of 128 bytes must fit: below 256 bytes no slice does (and the blocks do not fit
+    # either: the first unit named is the table).
+    with pytest.raises(riftco.ConfigError, match="unit model.embed_tokens gathers .* two of which"):
+        _optimizer(m, max_gathered_bytes=255)
+    assert not m.has_parameter_residency
+    # Without a budget the table is gathered whole and rows are refused.
+    opt = _optimizer(m)
+    assert opt.sharded is not None and opt.sharded.sliced == {}
+    assert opt.sharded.row_slice("model.embed_tokens") is None
+    with pytest.raises(riftco.ConfigError, match="not sliced"):
+        opt.sharded.fetch_rows("model.embed_tokens", 0, 1, None)
+    opt.sharded.detach()

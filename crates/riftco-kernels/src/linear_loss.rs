@@ -10,6 +10,8 @@
 //! pass: the logits are then needed once, not again in the backward pass (no recomputed
 //! product). A caller with another upstream gradient `g` scales them by `g`.
 
+pub mod sliced;
+
 use crate::loss::cross_entropy_backward_in_place;
 use crate::matmul::{matmul_strided, MatmulSpec, Strides};
 use crate::softmax::logsumexp_rows;
@@ -244,7 +246,12 @@ mod tests {
     use super::*;
 
     /// An f64 reference: logits, loss and both gradients written out plainly.
-    fn reference(x: &[f32], w: &[f32], t: &[u32], d: usize) -> (f64, Vec<f64>, Vec<f64>) {
+    pub(super) fn reference(
+        x: &[f32],
+        w: &[f32],
+        t: &[u32],
+        d: usize,
+    ) -> (f64, Vec<f64>, Vec<f64>) {
         let rows = t.len();
         let vocab = w.len() / d;
         let (mut loss, mut dx, mut dw) = (0.0, vec![0.0; rows * d], vec![0.0; vocab * d]);

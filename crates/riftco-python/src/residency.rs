@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use riftco_autograd::AutogradError;
-use riftco_tensor::StorageEncoding;
+use riftco_tensor::{MemoryCategory, StorageEncoding, Tensor};
 use riftco_transformer::{AcquireReason, ParameterResidency, ResidencyUnit, TransformerError};
 use std::sync::{Arc, Mutex};
 
@@ -119,6 +119,8 @@ impl PyVariable {
 /// model's owner of its parameters between uses.
 struct PyResidency {
     owner: Py<PyAny>,
+    /// The width of the embedding and the head (a fetched slice is `[rows, d_model]`).
+    d_model: usize,
     /// An exception of ``release`` (which cannot fail the model's pass), raised by the next
     /// ``acquire``.
     pending: Mutex<Option<PyErr>>,
@@ -156,6 +158,87 @@ impl ParameterResidency for PyResidency {
         })
     }
 
+    fn row_slice(&self, unit: ResidencyUnit) -> Option<usize> {
+        Python::attach(|py| {
+            let owner = self.owner.bind(py);
+            if !owner.hasattr("row_slice").unwrap_or(false) {
+                return None;
+            }
+            match owner.call_method1("row_slice", (unit.prefix(),)) {
+                Ok(v) => v.extract::<Option<usize>>().ok().flatten(),
+                Err(e) => {
+                    // Raised by the next acquire or fetch; the unit is acquired whole meanwhile.
+                    let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                    pending.get_or_insert(e);
+                    None
+                }
+            }
+        })
+    }
+
+    fn fetch_rows(
+        &self,
+        unit: ResidencyUnit,
+        rows: std::ops::Range<usize>,
+        next: Option<ResidencyUnit>,
+    ) -> riftco_autograd::Result<Tensor> {
+        Python::attach(|py| {
+            let pending = self
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(e) = pending {
+                return Err(AutogradError::external(PythonError::new(py, e)));
+            }
+            let got = self
+                .owner
+                .bind(py)
+                .call_method1(
+                    "fetch_rows",
+                    (
+                        unit.prefix(),
+                        rows.start,
+                        rows.end,
+                        next.map(ResidencyUnit::prefix),
+                    ),
+                )
+                .map_err(|e| AutogradError::external(PythonError::new(py, e)))?;
+            let bad = |what: String| {
+                AutogradError::external(PythonError::new(
+                    py,
+                    PyTypeError::new_err(format!(
+                        "fetch_rows({}, {}, {}) must return (encoding, data) with data bytes or \
+                         a contiguous 1-D uint8 array; {what}",
+                        unit.prefix(),
+                        rows.start,
+                        rows.end
+                    )),
+                ))
+            };
+            let (encoding, data): (String, Bound<'_, PyAny>) = got
+                .extract()
+                .map_err(|_| bad(format!("got {}", type_name(&got))))?;
+            let encoding = StorageEncoding::from_name(&encoding)
+                .ok_or_else(|| bad(format!("the encoding {encoding:?} is unknown")))?;
+            let shape = [rows.len(), self.d_model];
+            let make = |bytes: &[u8]| {
+                Tensor::from_encoded(encoding, bytes, shape, MemoryCategory::Parameter)
+                    .map_err(AutogradError::from)
+            };
+            if let Ok(b) = data.cast::<PyBytes>() {
+                return make(b.as_bytes());
+            }
+            let array: PyReadonlyArray1<'_, u8> = data
+                .extract()
+                .map_err(|_| bad(format!("data is {}", type_name(&data))))?;
+            let slice = array
+                .as_slice()
+                .map_err(|_| bad("data is not contiguous".into()))?;
+            make(slice)
+        })
+    }
+
     fn release(&self, unit: ResidencyUnit) {
         Python::attach(|py| {
             if let Err(e) = self
@@ -168,6 +251,13 @@ impl ParameterResidency for PyResidency {
             }
         });
     }
+}
+
+/// The name of `v`'s type, for messages.
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .name()
+        .map_or_else(|_| "?".into(), |n| n.to_string())
 }
 
 #[pymethods]
@@ -189,6 +279,15 @@ impl PyModel {
     /// a backward pass leaves the norm and the head acquired: the owner releases them. An
     /// exception of ``acquire`` stops the forward or backward pass and is raised unchanged;
     /// one of ``release`` is raised by the next ``acquire``.
+    ///
+    /// An owner may also give the frozen embedding and LM head tables by slices of vocabulary
+    /// rows, so that neither is ever whole in memory: ``owner.row_slice(unit)`` returns the rows
+    /// per slice (``None``: acquire the unit whole), and ``owner.fetch_rows(unit, start, stop,
+    /// next)`` returns rows ``start:stop`` as stored, ``(encoding, data)`` (``data`` bytes or a
+    /// uint8 array, ``[stop - start, d_model]`` elements). The lookup and the training loss then
+    /// fetch every slice in order (whatever the tokens) and hold nothing for the backward pass;
+    /// the loss combines its logsumexp slice by slice (within float32 rounding of the whole
+    /// table's, not bitwise). Full logits still acquire the table whole.
     ///
     /// Policies that choose their plan by running the blocks (``auto``, ``budget:SIZE``) are
     /// refused (``ConfigError``) while an owner is set.
@@ -234,8 +333,10 @@ impl PyModel {
                 )));
             }
         }
+        let d_model = self.read().config().d_model;
         let owner = Arc::new(PyResidency {
             owner: owner.clone().unbind(),
+            d_model,
             pending: Mutex::new(None),
         });
         self.write().set_parameter_residency(Some(owner));

@@ -16,6 +16,7 @@ pub mod pool;
 pub mod random;
 pub mod residency;
 pub mod shape;
+pub mod sliced_head;
 pub mod storage;
 pub mod tensor;
 

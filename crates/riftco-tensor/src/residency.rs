@@ -210,6 +210,58 @@ impl Tensor {
         storage.restore(OP, buffer)
     }
 
+    /// A new host tensor of `shape` over `bytes` in `encoding` (as [`Tensor::encoded_bytes`]
+    /// gives them): a part of a parameter gathered from its shards, for instance.
+    ///
+    /// # Errors
+    /// [`TensorError::LengthMismatch`] when `bytes` is not the size `encoding` takes for the
+    /// shape (a quantized shape must also be whole blocks per row,
+    /// [`Tensor::from_quantized_bytes`]); out of memory.
+    pub fn from_encoded(
+        encoding: StorageEncoding,
+        bytes: &[u8],
+        shape: impl Into<crate::Shape>,
+        category: crate::MemoryCategory,
+    ) -> Result<Tensor> {
+        const OP: &str = "Tensor::from_encoded";
+        let shape = shape.into();
+        let numel = shape.checked_numel();
+        let expected = numel.and_then(|n| encoding.bytes_for(n));
+        if expected != Some(bytes.len()) {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                shape: shape.dims().to_vec(),
+                expected: expected.unwrap_or(usize::MAX),
+                got: bytes.len(),
+            });
+        }
+        match encoding {
+            StorageEncoding::Float32 => {
+                let mut v: Vec<f32> = crate::alloc::try_vec_with_capacity(OP, bytes.len() / 4)?;
+                v.extend(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                );
+                Tensor::from_vec(v, shape, category)
+            }
+            StorageEncoding::Half(h) => {
+                let mut v: Vec<u16> = crate::alloc::try_vec_with_capacity(OP, bytes.len() / 2)?;
+                v.extend(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|c| u16::from_le_bytes([c[0], c[1]])),
+                );
+                Tensor::from_half_bits(h, v, shape, category)
+            }
+            StorageEncoding::Quantized(q) => {
+                let mut v: Vec<u8> = crate::alloc::try_vec_with_capacity(OP, bytes.len())?;
+                v.extend_from_slice(bytes);
+                Tensor::from_quantized_bytes(q, v, shape, category)
+            }
+        }
+    }
+
     /// Bumps the version without touching the data: a released tensor whose value changed
     /// while released (its shards were updated), so graphs recorded before refuse to run.
     pub fn bump_version(&self) {

@@ -114,7 +114,7 @@ pub fn head_loss(
 
 impl DecoderOnlyTransformer {
     /// How the training loss computes the LM head and cross-entropy (default: chunked with a
-    /// [`DEFAULT_LOSS_CHUNK_BYTES`](crate::head::DEFAULT_LOSS_CHUNK_BYTES) workspace). Not part
+    /// [`DEFAULT_LOSS_CHUNK_BYTES`] workspace). Not part
     /// of model state.
     pub fn loss_chunking(&self) -> LossChunking {
         self.loss_chunking

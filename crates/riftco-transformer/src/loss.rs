@@ -5,6 +5,7 @@ use crate::error::{Result, TransformerError};
 use crate::head::head_loss;
 use crate::model::{DecoderOnlyTransformer, IGNORE_INDEX};
 use crate::packing::SequenceLayout;
+use crate::residency;
 use riftco_autograd::{ops, Variable};
 use std::sync::Arc;
 
@@ -159,6 +160,17 @@ impl DecoderOnlyTransformer {
 
     /// [`head_loss`] of the final hidden states `h`, with the head's unit acquired.
     fn resident_head_loss(&self, h: &Variable, targets: &[u32]) -> Result<Variable> {
+        let owner = self.residency.as_ref();
+        let unit = self.head_unit();
+        let sliced = residency::row_slices(owner, unit, &self.weights.lm_head);
+        if let (Some(o), Some(rows), Some(bytes)) = (owner, sliced, self.loss_chunking.bytes()) {
+            // The head by slices: one pass, nothing held for the backward pass.
+            let vocab = self.weights.config.vocab_size;
+            let mut fetch = residency::fetcher(o, unit, vocab, None);
+            return Ok(ops::sliced_linear_cross_entropy(
+                h, vocab, targets, rows, bytes, &mut fetch,
+            )?);
+        }
         let held = self.acquire_head(h)?;
         let loss = head_loss(
             held.as_ref().unwrap_or(h),

@@ -640,15 +640,27 @@ impl DecoderOnlyTransformer {
         let graph = riftco_autograd::is_grad_enabled();
         // The lookup's VJP reads no value of the table (a tied head acquires it again).
         let first = (cfg.n_layers > 0).then_some(ResidencyUnit::Block(0));
-        residency::acquire(
+        let x = match (
             owner,
-            ResidencyUnit::Embedding,
-            AcquireReason::Forward,
-            first,
-        )?;
-        let x = ops::embedding(&w.embed, tokens);
-        residency::release(owner, ResidencyUnit::Embedding);
-        let x = x?;
+            residency::row_slices(owner, ResidencyUnit::Embedding, &w.embed),
+        ) {
+            (Some(o), Some(rows)) => {
+                let vocab = cfg.vocab_size;
+                let mut fetch = residency::fetcher(o, ResidencyUnit::Embedding, vocab, first);
+                ops::sliced_embedding(tokens, vocab, cfg.d_model, rows, &mut fetch)?
+            }
+            _ => {
+                residency::acquire(
+                    owner,
+                    ResidencyUnit::Embedding,
+                    AcquireReason::Forward,
+                    first,
+                )?;
+                let x = ops::embedding(&w.embed, tokens);
+                residency::release(owner, ResidencyUnit::Embedding);
+                x?
+            }
+        };
         let mut x = ops::reshape(&x, [batch, seq, cfg.d_model])?;
         let mut ctx = BlockContext::new(cfg, &w.rope, batch, seq, self.attention);
         ctx.layout = layout.filter(|l| !l.is_unpacked()).cloned();

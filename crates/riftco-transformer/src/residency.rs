@@ -147,6 +147,74 @@ pub trait ParameterResidency: Send + Sync {
     /// model's pass (it may come at the end of a replay, where nothing can return an error): an
     /// owner whose release fails keeps the error and returns it from its next acquire.
     fn release(&self, unit: ResidencyUnit);
+
+    /// Rows per slice in which the owner gives the frozen `[vocab, d_model]` table of the
+    /// token embedding or the LM head ([`ResidencyUnit::Embedding`], [`ResidencyUnit::Head`])
+    /// through [`ParameterResidency::fetch_rows`] instead of being asked to acquire the unit
+    /// whole; `None` (the default): the unit is acquired whole. With slices, the training loss
+    /// and the embedding lookup never hold the whole table: the loss runs in one pass over the
+    /// slices with an online logsumexp (within f32 rounding of the whole-table loss, not
+    /// bitwise; the lookup is bitwise), and nothing is held for the backward pass. The model
+    /// uses slices only for a table that needs no gradient, on the host; other reads of the
+    /// table (full logits) still acquire the unit whole.
+    fn row_slice(&self, unit: ResidencyUnit) -> Option<usize> {
+        let _ = unit;
+        None
+    }
+
+    /// Rows `rows` of `unit`'s table as a new `[rows.len(), d_model]` host tensor in the
+    /// table's storage (f32, 16-bit or quantized), for an owner that gives `unit` by slices
+    /// ([`ParameterResidency::row_slice`]). The model fetches every slice of the table in order
+    /// (`0..n`, `n..2n`, ...), whatever the tokens are, so that processes sharing the shards make
+    /// the same calls; `next` is the unit the model acquires after the last slice (prefetch).
+    ///
+    /// # Errors
+    /// The owner's own, as [`ParameterResidency::acquire`]; the default refuses (an owner that
+    /// offers slices implements it).
+    fn fetch_rows(
+        &self,
+        unit: ResidencyUnit,
+        rows: std::ops::Range<usize>,
+        next: Option<ResidencyUnit>,
+    ) -> riftco_autograd::Result<riftco_tensor::Tensor> {
+        let _ = next;
+        Err(riftco_tensor::TensorError::InvalidArgument {
+            op: "ParameterResidency::fetch_rows",
+            message: format!(
+                "this owner gives no slices of {unit} (rows {}..{} asked): it offers none \
+                 (row_slice is None)",
+                rows.start, rows.end
+            ),
+        }
+        .into())
+    }
+}
+
+/// The rows per slice `owner` gives `table` (of `unit`) in, when the model may read the table
+/// by slices: an owner that offers them, a table that needs no gradient, on the host.
+pub(crate) fn row_slices(
+    owner: Option<&SharedResidency>,
+    unit: ResidencyUnit,
+    table: &Variable,
+) -> Option<usize> {
+    let owner = owner?;
+    if table.requires_grad() || table.value().device() != riftco_tensor::Device::Cpu {
+        return None;
+    }
+    owner.row_slice(unit).filter(|&n| n > 0)
+}
+
+/// A fetch of rows of `unit` from `owner`, naming `next` at the last slice.
+pub(crate) fn fetcher<'a>(
+    owner: &'a SharedResidency,
+    unit: ResidencyUnit,
+    vocab: usize,
+    next: Option<ResidencyUnit>,
+) -> impl FnMut(std::ops::Range<usize>) -> riftco_autograd::Result<riftco_tensor::Tensor> + 'a {
+    move |rows| {
+        let last = rows.end >= vocab;
+        owner.fetch_rows(unit, rows, if last { next } else { None })
+    }
 }
 
 /// A shared residency owner, as a model holds it.

@@ -291,6 +291,7 @@ class _DataParallelRank(_Replicas):
             )
             metadata["data_parallel"]["gathers_per_step"] = sharded.gathers
             metadata["data_parallel"]["gathered_peak_units"] = sharded.gathered_peak
+            metadata["data_parallel"]["sliced_tables"] = sharded.sliced
             sharded.reset_counters()
         # Gradient buckets held outside the native counters (ZeRO-2).
         metadata["data_parallel"]["staging_peak_bytes"] = optimizer.staging_peak_bytes

@@ -33,6 +33,16 @@ backward pass reaches it (its graph's handles share the refilled storage); the f
 the head stay gathered from their forward until their VJP. :meth:`ShardedParameters.release_all`
 releases whatever a pass left (a graph dropped without a backward pass).
 
+Under a gather budget (``max_gathered_bytes``) a frozen token embedding or LM head larger than
+the budget (the tied embedding of a LoRA run: 128256 x 2048 bfloat16 rows are 501 MiB) is not
+gathered whole for the lookup and the training loss: the owner gives it to the model by slices
+of vocabulary rows (:meth:`ShardedParameters.row_slice`, :meth:`ShardedParameters.fetch_rows`),
+each an ``MPI_Iallgatherv`` of the ranks' bytes of those rows, the next slice in flight while the
+model computes with the current one (two slices within the budget). The loss then runs in one
+pass with an online logsumexp (within float32 rounding of the whole-table loss, not bitwise;
+the lookup is bitwise) and holds nothing for the backward pass. Reads that need the whole table
+(full logits) still gather it whole.
+
 Every rank must run the same forward and backward passes (each acquire is a collective).
 """
 
@@ -215,8 +225,9 @@ class ShardedParameters:
 
     ``max_gathered_bytes`` (``None``: no limit) bounds the bytes of the units gathered or in
     flight at once besides those the model holds anyway: a prefetch waits while it would go
-    above, and a unit larger than the budget is refused before anything is sharded (a unit is
-    gathered whole).
+    above, a frozen embedding or head larger than the budget is given by slices of at most half
+    the budget (see the module documentation), and any other unit larger than the budget is
+    refused before anything is sharded (a unit is gathered whole).
 
     Raises:
         ConfigError: ``max_gathered`` below 1, ``max_gathered_bytes`` below 1 or below one
@@ -263,19 +274,36 @@ class ShardedParameters:
             if owner is None:
                 raise ConfigError(f"parameter {pname!r} belongs to no unit of the model")
             by_unit.setdefault(owner, []).append((pname, p))
+        # Frozen tables given by slices of rows: unit -> (rows per slice, rows, bytes per row).
+        self._slices: dict[str, tuple[int, int, int]] = {}
         if max_gathered_bytes is not None:
             for name, params in by_unit.items():
                 size = sum(
                     4 * math.prod(p.shape) if p.requires_grad else int(p.encoded_bytes().size)
                     for _, p in params
                 )
-                if size > max_gathered_bytes:
-                    raise ConfigError(
-                        f"unit {name} gathers {size / 2**20:.1f} MiB ({size} bytes), above the "
-                        f"gather budget of {max_gathered_bytes / 2**20:.1f} MiB "
-                        f"({max_gathered_bytes} bytes): a unit is gathered whole; raise the "
-                        "budget (max_gathered_bytes, --zero3-gather-budget)"
-                    )
+                if size <= max_gathered_bytes:
+                    continue
+                table = params[0][1] if len(params) == 1 else None
+                if (
+                    name in ("model.embed_tokens", "lm_head")
+                    and table is not None
+                    and not table.requires_grad
+                    and len(table.shape) == 2
+                ):
+                    rows = table.shape[0]
+                    row_bytes = size // rows
+                    per_slice = (max_gathered_bytes // 2) // row_bytes
+                    if per_slice >= 1:
+                        self._slices[name] = (min(per_slice, rows), rows, row_bytes)
+                        continue
+                raise ConfigError(
+                    f"unit {name} gathers {size / 2**20:.1f} MiB ({size} bytes), above the "
+                    f"gather budget of {max_gathered_bytes / 2**20:.1f} MiB "
+                    f"({max_gathered_bytes} bytes): a unit is gathered whole (only a frozen "
+                    "embedding or LM head is given by slices of rows, two of which must fit); "
+                    "raise the budget (max_gathered_bytes, --zero3-gather-budget)"
+                )
         order = ["model.embed_tokens"]
         order += [f"model.layers.{i}" for i in range(model.config.n_layers)]
         order += ["model.norm", "lm_head"]
@@ -291,6 +319,12 @@ class ShardedParameters:
         self._holds: dict[str, int] = {}  # gathered unit -> holds the model has on it
         self._kept: set[str] = set()  # gathered units acquired to be kept for the backward
         self._inflight: dict[str, tuple[list[Any], list[np.ndarray]]] = {}
+        # The slice of a table in flight: ((unit, start, stop), (requests, received)).
+        self._slice_inflight: tuple[tuple[str, int, int], tuple[list[Any], np.ndarray]] | None = (
+            None
+        )
+        # Bytes of the slice the model holds while the next unit's gather may start.
+        self._slice_held = 0
         self.exposed_s = 0.0
         self.gathers = 0
         self.gathered_peak = 0
@@ -352,6 +386,84 @@ class ShardedParameters:
                 self._inflight[next] = self._start(next)
         self.gathered_peak = max(self.gathered_peak, len(self._holds) + len(self._inflight))
 
+    @property
+    def sliced(self) -> dict[str, int]:
+        """The frozen tables given to the model by slices of rows: unit name -> rows per slice
+        (empty without a gather budget, or when every table fits it)."""
+        return {unit: per_slice for unit, (per_slice, _, _) in self._slices.items()}
+
+    def row_slice(self, unit: str) -> int | None:
+        """Called by the model: the rows per slice in which ``unit``'s table is given
+        (:meth:`fetch_rows`), or ``None`` when it is acquired whole."""
+        got = self._slices.get(unit)
+        return None if got is None else got[0]
+
+    def fetch_rows(self, unit: str, start: int, stop: int, next: str | None) -> tuple[str, Any]:
+        """Called by the model for every slice of a table it reads by slices, in order, on
+        every rank alike (collective): rows ``start:stop`` of ``unit``'s table as stored, as
+        ``(encoding, bytes)``. Starts the next slice's gather (or, after the last slice,
+        ``next``'s) before returning."""
+        self.check_attached(f"fetching rows {start}:{stop} of {unit}")
+        if unit not in self._slices:
+            raise ConfigError(f"the model asked for rows of unit {unit!r}, which is not sliced")
+        per_slice, rows, row_bytes = self._slices[unit]
+        if not 0 <= start < stop <= rows:
+            raise ConfigError(f"rows {start}:{stop} of {unit} are outside its {rows} rows")
+        key = (unit, start, stop)
+        started = None
+        if self._slice_inflight is not None:
+            held_key, held = self._slice_inflight
+            self._slice_inflight = None
+            if held_key == key:
+                started = held
+            else:  # an earlier pass stopped between slices: its gather is finished and dropped
+                self._wait(f"{held_key[0]}[{held_key[1]}:{held_key[2]}]", held[0])
+        if started is None:
+            started = self._slice_start(unit, start, stop)
+        requests, received = started
+        name = f"{unit}[{start}:{stop}]"
+        self._wait(name, requests)
+        self._record("ready", name)
+        if stop < rows:
+            after = (unit, stop, min(stop + per_slice, rows))
+            self._slice_inflight = (after, self._slice_start(*after))
+        elif next is not None and next in self.units and next not in self._holds:
+            self._slice_held = (stop - start) * row_bytes
+            try:
+                if (
+                    next not in self._inflight
+                    and self._transient() < self.max_gathered
+                    and self._fits(next)
+                ):
+                    self._inflight[next] = self._start(next)
+            finally:
+                self._slice_held = 0
+        encoding = self.units[unit].encodings[0]
+        return encoding, received
+
+    def _slice_start(self, unit: str, start: int, stop: int) -> tuple[list[Any], np.ndarray]:
+        """Starts the all-gather of rows ``start:stop`` of ``unit``'s table: each rank sends
+        the bytes of those rows its frozen part holds (an ``MPI_Iallgatherv``)."""
+        _, _, row_bytes = self._slices[unit]
+        u = self.units[unit]
+        lo, hi = start * row_bytes, stop * row_bytes
+        n, part = self.group.world_size, u.frozen_part
+        counts = [max(0, min(hi, (r + 1) * part) - max(lo, r * part)) for r in range(n)]
+        displs = [sum(counts[:r]) for r in range(n)]
+        own = u.own_parts()[0]
+        mine = own[max(lo - self.group.rank * part, 0) :][: counts[self.group.rank]]
+        self.gathers += 1
+        self._record("gather", f"{unit}[{start}:{stop}]")
+        received = np.empty(hi - lo, np.uint8)
+        if n == 1:
+            received[:] = mine
+            return [], received
+        mpi = self.group.mpi
+        request = self.group.comm.Iallgatherv(
+            [mine, mpi.BYTE], [received, (counts, displs), mpi.BYTE]
+        )
+        return [(request, mine)], received
+
     def _gather(self, unit: str) -> None:
         request = self._inflight.pop(unit, None)
         if request is None:
@@ -384,13 +496,18 @@ class ShardedParameters:
         for unit, (requests, _) in list(self._inflight.items()):
             self._wait(unit, requests)
         self._inflight.clear()
+        if self._slice_inflight is not None:
+            (unit, start, stop), (requests, _) = self._slice_inflight
+            self._slice_inflight = None
+            self._wait(f"{unit}[{start}:{stop}]", requests)
 
     def _fits(self, unit: str) -> bool:
         """Whether gathering ``unit`` ahead keeps the transient units within the byte budget."""
         if self.max_gathered_bytes is None:
             return True
         transient = (set(self._holds) - self._kept) | set(self._inflight) | {unit}
-        return sum(self.units[u].gathered_bytes for u in transient) <= self.max_gathered_bytes
+        held = sum(self.units[u].gathered_bytes for u in transient) + self._slice_held
+        return held <= self.max_gathered_bytes
 
     def _transient(self) -> int:
         """Units gathered that the model releases soon (not the final norm and the head, kept

@@ -30,6 +30,7 @@ pub mod norm;
 pub mod reduce;
 pub mod rope;
 pub mod shape;
+pub mod sliced;
 pub mod softmax;
 pub mod unary;
 
@@ -55,6 +56,7 @@ pub use norm::rms_norm;
 pub use reduce::{log_softmax, mean_axes, sum_axes};
 pub use rope::rope;
 pub use shape::{normalize_axis, permute, reshape, reshape_infer, swap_axes_1_2, transpose};
+pub use sliced::{sliced_embedding, sliced_linear_cross_entropy, FetchRows};
 pub use softmax::{causal_softmax, softmax};
 pub use unary::{
     add_scalar, div_scalar, exp, gelu, log, mul_scalar, neg, pow_scalar, rdiv_scalar, relu,
