@@ -44,7 +44,9 @@ ZeRO-2's of the same repeat.
     python benches/zero3.py --folder /path/to/llama-bf16     # Llama-3.2-1B shape (~30 min, 2 cores)
     python benches/zero3.py --quick --out /tmp/z3           # tiny shape (seconds; the test)
 
-Writes ``--out``/zero3.json, zero3.md and zero3_memory.png (``zero3_quick.*`` for ``--quick``;
+ZeRO-3 runs under a gather budget (``--gather-budget``; 256 MiB for the Llama shape: two blocks
+fit, the tied embedding is given to the model by slices of 64 MiB). Writes ``--out``/zero3.json,
+zero3.md and zero3_memory.png (``--stem`` names them; ``zero3_quick.*`` for ``--quick``;
 the picture needs matplotlib, skipped with the reason otherwise). Skips, with the reason
 printed, when mpi4py or ``mpiexec`` is missing (``pip install 'riftco[mpi]'``).
 """
@@ -67,6 +69,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# ZeRO-3's gather budget for the Llama shape: two blocks (122 MiB each in bfloat16) fit, the
+# tied embedding (501 MiB) does not and is given by slices of 64 MiB.
+DEFAULT_GATHER_BUDGET = 256 * 2**20
 
 LLAMA = dict(
     vocab_size=128256, d_model=2048, n_heads=32, n_kv_heads=8, n_layers=16, d_ff=8192,
@@ -133,6 +139,7 @@ def worker(spec: dict[str, Any]) -> None:
     opt = distributed.DistributedOptimizer(
         group, model.parameters(), lambda ps: riftco.Adam(ps, lr=1e-4), zero=zero,
         model=model if zero == 3 else None,
+        max_gathered_bytes=spec["gather_budget"] if zero == 3 else None,
     )
     setup_s = time.perf_counter() - t0
     sharded = opt.sharded
@@ -218,6 +225,7 @@ def worker(spec: dict[str, Any]) -> None:
     }
     if sharded is not None:
         out["unit_message_bytes"] = {u: x.message_bytes for u, x in sharded.units.items()}
+        out["sliced_tables"] = sharded.sliced
     Path(spec["out"], f"rank{group.rank}.json").write_text(json.dumps(out))
 
 
@@ -296,6 +304,10 @@ def host() -> dict[str, Any]:
     return {**machine(), "load_1min_at_end": load}
 
 
+def budget_text(budget: int | None) -> str:
+    return "none" if budget is None else f"{budget / MIB:.0f} MiB"
+
+
 def markdown(result: dict[str, Any]) -> str:
     h = result["host"]
     rows = result["rows"]
@@ -345,7 +357,11 @@ def markdown(result: dict[str, Any]) -> str:
         + ".",
         f"- ZeRO-3: {z3['gathers_per_step']} all-gathers per step over {z3['units']} units, "
         f"at most {z3['gathered_peak_units']} units gathered or in flight at once.",
-        f"- Losses equal between the stages in every repeat: {result['losses_equal']}.",
+        f"- ZeRO-3 gather budget: {budget_text(result['gather_budget_bytes'])}; tables given "
+        f"by slices of rows: {z3['sliced_tables'] or 'none'}.",
+        f"- Losses bitwise equal between the stages in every repeat: {result['losses_equal']}; "
+        f"largest relative difference {result['loss_max_relative_difference']:.2e} (a table "
+        "given by slices combines the loss's logsumexp slice by slice).",
         "",
     ]
     return "\n".join(lines)
@@ -399,8 +415,9 @@ def picture(result: dict[str, Any], path: Path) -> str | None:
     # The forward's last release is the last block's (or the final norm's): what follows, up to
     # the forward's end, is the LM head and the loss on the tied embedding, gathered.
     releases = [t for t, e, _, _ in z3_ranks[0]["trace"] if e == "release" and t < ph["forward_end"]]
-    spans = [("forward: blocks", "start", None), ("LM head + loss\n(embedding gathered)", None,
-                                                   "forward_end"),
+    sliced = result["rows"][1].get("sliced_tables")
+    head = "LM head + loss\n(embedding by slices)" if sliced else "LM head + loss\n(embedding gathered)"
+    spans = [("forward: blocks", "start", None), (head, None, "forward_end"),
              ("backward: each block gathered again for its replay", "forward_end", "backward_end"),
              ("loss sum,\nAdam", "backward_end", "end")]
     head_start = max(releases) if releases else ph["forward_end"]
@@ -435,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per job")
     ap.add_argument("--quick", action="store_true", help="tiny shape, 32 tokens (smoke test)")
+    ap.add_argument("--stem", default=None,
+                    help="the output files' name (default zero3, zero3_quick for --quick)")
+    ap.add_argument("--gather-budget", type=int, default=None, metavar="BYTES",
+                    help="ZeRO-3's max_gathered_bytes (0: none; default 256 MiB for the "
+                    "Llama shape, none for --quick)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--plot", type=Path, default=None,
                     help="only draw the picture of a zero3 JSON written before (beside it)")
@@ -470,8 +492,13 @@ def main(argv: list[str] | None = None) -> int:
             model.save(folder / "model.safetensors", dtype="bfloat16")
             del model
             print(f"wrote {folder} in {time.perf_counter() - t0:.0f} s", flush=True)
+    budget = args.gather_budget
+    if budget is None and not args.quick:
+        budget = DEFAULT_GATHER_BUDGET
+    budget = None if budget == 0 else budget
     base = dict(model=shape, folder=str(folder) if folder else None, seq_len=args.seq,
-                steps=args.steps, warmup=args.warmup, timeout_s=min(args.timeout, 1800.0))
+                steps=args.steps, warmup=args.warmup, timeout_s=min(args.timeout, 1800.0),
+                gather_budget=budget)
     runs: dict[int, list[dict[str, Any]]] = {2: [], 3: []}
     last: dict[int, list[dict[str, Any]]] = {}
     for rep in range(args.repeats):
@@ -518,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
             for k in ("gathers_per_step", "gathered_peak_units", "units"):
                 row[k] = mine[0][k]
             row["unit_message_bytes"] = last[3][0]["unit_message_bytes"]
+            row["sliced_tables"] = last[3][0]["sliced_tables"]
         rows.append(row)
     z2, z3 = rows
     step_ratios = [b["step_s"] / a["step_s"] for a, b in zip(runs[2], runs[3])]
@@ -541,11 +569,17 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "parameter_peak_ratio": z3["parameter_peak_bytes"] / z2["parameter_peak_bytes"],
         "losses_equal": all(a["losses"] == b["losses"] for a, b in zip(runs[2], runs[3])),
+        "loss_max_relative_difference": max(
+            abs(y - x) / abs(x)
+            for a, b in zip(runs[2], runs[3])
+            for x, y in zip(a["losses"], b["losses"])
+        ),
+        "gather_budget_bytes": budget,
     }
     table = markdown(result)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "zero3_quick" if args.quick else "zero3"
+    stem = args.stem or ("zero3_quick" if args.quick else "zero3")
     result["memory_over_step"] = {"zero2": last_steps(last[2]), "zero3": last_steps(last[3])}
     why = picture(result, args.out / f"{stem}_memory.png")
     if why:

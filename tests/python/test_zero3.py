@@ -500,14 +500,14 @@ def _wide_lora_model(tied: bool) -> Any:
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_a_frozen_table_above_the_budget_is_given_by_slices(tied: bool) -> None:
-    budget = 100_000  # slices of 390 rows of 128 bytes: 2048 rows in 6 slices
+    budget = 100_000  # slices of 195 rows of 128 bytes (a quarter of it): 2048 rows in 11
     rng = np.random.default_rng(3)
     batches = [rng.integers(0, 2048, (2, 13)) for _ in range(3)]
     m = _wide_lora_model(tied)
     opt = _optimizer(m, max_gathered_bytes=budget)
     assert opt.sharded is not None
     tables = ["model.embed_tokens"] if tied else ["model.embed_tokens", "lm_head"]
-    assert opt.sharded.sliced == dict.fromkeys(tables, 390)
+    assert opt.sharded.sliced == dict.fromkeys(tables, 195)
     opt.sharded.trace = []
     losses = []
     for batch in batches:
@@ -519,7 +519,7 @@ def test_a_frozen_table_above_the_budget_is_given_by_slices(tied: bool) -> None:
     events = opt.sharded.trace
     # The tables were never gathered whole; each pass fetched every slice in order.
     assert not any(e[2] in tables for e in events), sorted({e[2] for e in events})
-    slices = [f"[{s}:{min(s + 390, 2048)}]" for s in range(0, 2048, 390)]
+    slices = [f"[{s}:{min(s + 195, 2048)}]" for s in range(0, 2048, 195)]
     fetched = [e[2] for e in events if e[1] == "ready" and "[" in e[2]]
     per_step = [f"model.embed_tokens{s}" for s in slices]
     per_step += [f"{'model.embed_tokens' if tied else 'lm_head'}{s}" for s in slices]
@@ -540,10 +540,10 @@ def test_a_frozen_table_above_the_budget_is_given_by_slices(tied: bool) -> None:
 
 def test_a_table_whose_rows_do_not_fit_half_the_budget_is_refused() -> None:
     m = _wide_lora_model(True)
-    # Two rows of 128 bytes must fit: below 256 bytes no slice does (and the blocks do not fit
+    # Four rows of 128 bytes must fit: below 512 bytes no slice does (and the blocks do not fit
     # either: the first unit named is the table).
-    with pytest.raises(riftco.ConfigError, match="unit model.embed_tokens gathers .* two of which"):
-        _optimizer(m, max_gathered_bytes=255)
+    with pytest.raises(riftco.ConfigError, match="unit model.embed_tokens gathers .* four of which"):
+        _optimizer(m, max_gathered_bytes=511)
     assert not m.has_parameter_residency
     # Without a budget the table is gathered whole and rows are refused.
     opt = _optimizer(m)

@@ -21,6 +21,7 @@
 //! | a block outside any checkpoint (`disabled`) | before its forward, and again when the backward pass reaches the block ([`AcquireReason::Backward`]) | after its forward, and after its VJPs |
 //! | final norm | before the norm ([`AcquireReason::KeptForBackward`]) | after its VJP (when its graph node is freed: right after the VJP in a freeing backward pass, else when the graph is dropped, also without a backward pass) |
 //! | LM head (tied: the embedding) | before the loss or the logits ([`AcquireReason::KeptForBackward`]) | after its VJP, as the final norm |
+//! | a frozen embedding or head the owner gives by slices ([`ParameterResidency::row_slice`]) | never acquired for the lookup and the loss: every slice is fetched in order ([`ParameterResidency::fetch_rows`]) | each slice is dropped after its use; nothing is held for the backward pass |
 //!
 //! Without a graph (evaluation) every unit is released after its use. A block outside any
 //! checkpoint is released while its graph holds its parameter tensors: the graph's handles

@@ -382,7 +382,8 @@ def add_data_parallel_arguments(group: argparse._ActionsContainer) -> None:
         default=None,
         metavar="SIZE",
         help="with --zero 3: the most bytes of units gathered ahead at once (256MiB, 1GB); a "
-        "unit larger than it is refused (default: no limit)",
+        "frozen embedding or LM head larger than it is gathered by slices of rows (a quarter of "
+        "it each), any other unit larger than it is refused (default: no limit)",
     )
     group.add_argument(
         "--data-parallel-timeout",

@@ -381,8 +381,9 @@ class PretrainingConfig(_LoopConfig):
             ranks, so a ZeRO checkpoint resumes only with the same size.
         zero3_gather_budget: with ``zero=3``, ``None`` or the most bytes of units gathered
             ahead at once (an int, or a size string such as ``"256MiB"``): prefetches wait
-            within it, and a unit larger than it is refused on every rank
-            (``ShardingError``).
+            within it, a frozen embedding or LM head larger than it is given to the model by
+            slices of vocabulary rows (a quarter of the budget each: the LoRA case), and any
+            other unit larger than it is refused on every rank (``ShardingError``).
     """
 
 

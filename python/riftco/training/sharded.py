@@ -38,7 +38,8 @@ the budget (the tied embedding of a LoRA run: 128256 x 2048 bfloat16 rows are 50
 gathered whole for the lookup and the training loss: the owner gives it to the model by slices
 of vocabulary rows (:meth:`ShardedParameters.row_slice`, :meth:`ShardedParameters.fetch_rows`),
 each an ``MPI_Iallgatherv`` of the ranks' bytes of those rows, the next slice in flight while the
-model computes with the current one (two slices within the budget). The loss then runs in one
+model computes with the current one (slices of at most a quarter of the budget: one in use, one
+in flight, one being copied into the model). The loss then runs in one
 pass with an online logsumexp (within float32 rounding of the whole-table loss, not bitwise;
 the lookup is bitwise) and holds nothing for the backward pass. Reads that need the whole table
 (full logits) still gather it whole.
@@ -225,8 +226,8 @@ class ShardedParameters:
 
     ``max_gathered_bytes`` (``None``: no limit) bounds the bytes of the units gathered or in
     flight at once besides those the model holds anyway: a prefetch waits while it would go
-    above, a frozen embedding or head larger than the budget is given by slices of at most half
-    the budget (see the module documentation), and any other unit larger than the budget is
+    above, a frozen embedding or head larger than the budget is given by slices of at most a
+    quarter of the budget (see the module documentation), and any other unit larger than the budget is
     refused before anything is sharded (a unit is gathered whole).
 
     Raises:
@@ -293,7 +294,9 @@ class ShardedParameters:
                 ):
                     rows = table.shape[0]
                     row_bytes = size // rows
-                    per_slice = (max_gathered_bytes // 2) // row_bytes
+                    # One slice in use, one in flight, one on its way into the model (the
+                    # received bytes are copied into the model's tensor).
+                    per_slice = (max_gathered_bytes // 4) // row_bytes
                     if per_slice >= 1:
                         self._slices[name] = (min(per_slice, rows), rows, row_bytes)
                         continue
@@ -301,7 +304,7 @@ class ShardedParameters:
                     f"unit {name} gathers {size / 2**20:.1f} MiB ({size} bytes), above the "
                     f"gather budget of {max_gathered_bytes / 2**20:.1f} MiB "
                     f"({max_gathered_bytes} bytes): a unit is gathered whole (only a frozen "
-                    "embedding or LM head is given by slices of rows, two of which must fit); "
+                    "embedding or LM head is given by slices of rows, four of which must fit); "
                     "raise the budget (max_gathered_bytes, --zero3-gather-budget)"
                 )
         order = ["model.embed_tokens"]
