@@ -39,17 +39,44 @@ impl PyVariable {
     }
 
     /// The value's elements as stored (:attr:`storage_encoding`), little-endian: a copy with no
-    /// conversion, bitwise what the storage holds.
+    /// conversion, bitwise what the storage holds; with ``start``/``stop``, only those bytes
+    /// of it (clipped to its length, as a slice would be; a part of a parameter without a copy
+    /// of the whole).
+    ///
+    /// Args:
+    ///     start: the first byte (default 0); stop: one past the last (default the end). Both
+    ///         non-negative.
     ///
     /// Returns:
     ///     numpy.ndarray: uint8, 1-D (4 bytes per float32 element, 2 per 16-bit element, the
     ///     blocks of a quantized format).
     ///
     /// Raises:
-    ///     RiftcoError: the value was released; DeviceMismatchError: it lives on a GPU.
-    fn encoded_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        let bytes = self.0.value().encoded_bytes().map_err(tensor_err)?;
+    ///     RiftcoError: the value was released; DeviceMismatchError: it lives on a GPU;
+    ///     OverflowError: a negative bound.
+    #[pyo3(signature = (start=None, stop=None))]
+    fn encoded_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        start: Option<usize>,
+        stop: Option<usize>,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let range = start.unwrap_or(0)..stop.unwrap_or(usize::MAX);
+        let bytes = self
+            .0
+            .value()
+            .encoded_byte_range(range)
+            .map_err(tensor_err)?;
         Ok(PyArray1::from_vec(py, bytes))
+    }
+
+    /// How many bytes :meth:`encoded_bytes` gives, without copying them.
+    ///
+    /// Raises:
+    ///     RiftcoError: the value was released; DeviceMismatchError: it lives on a GPU.
+    #[getter]
+    fn encoded_nbytes(&self) -> PyResult<usize> {
+        self.0.value().encoded_len().map_err(tensor_err)
     }
 
     /// Frees the value's elements, keeping the shape, the encoding's element count and the

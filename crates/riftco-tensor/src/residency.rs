@@ -106,6 +106,35 @@ impl Tensor {
     /// [`TensorError::NoData`] for a released tensor, [`TensorError::NotOnHost`] for a device
     /// tensor, [`TensorError::OutOfMemory`] when the copy cannot be allocated.
     pub fn encoded_bytes(&self) -> Result<Vec<u8>> {
+        self.encoded_byte_range(0..usize::MAX)
+    }
+
+    /// How many bytes [`Tensor::encoded_bytes`] gives (without copying them).
+    ///
+    /// # Errors
+    /// As [`Tensor::encoded_bytes`], but never out of memory.
+    pub fn encoded_len(&self) -> Result<usize> {
+        const OP: &str = "Tensor::encoded_len";
+        let storage = self.storage();
+        let buffer = storage.buffer();
+        match &*buffer {
+            Buffer::Host(v) => Ok(v.len() * 4),
+            Buffer::Half(_, v) => Ok(v.len() * 2),
+            Buffer::Quantized(q) => Ok(q.bytes.len()),
+            Buffer::Placeholder(_) => Err(TensorError::NoData { op: OP }),
+            Buffer::Device(_) => Err(TensorError::NotOnHost {
+                op: OP,
+                device: storage.device(),
+            }),
+        }
+    }
+
+    /// Bytes `range` of [`Tensor::encoded_bytes`] (clipped to its length): a copy of only
+    /// those, for a caller that keeps a part of a parameter (one rank's shard).
+    ///
+    /// # Errors
+    /// As [`Tensor::encoded_bytes`].
+    pub fn encoded_byte_range(&self, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
         const OP: &str = "Tensor::encoded_bytes";
         let storage = self.storage();
         let buffer = storage.buffer();
@@ -121,17 +150,37 @@ impl Tensor {
                 })
             }
         };
+        let (lo, hi) = (range.start.min(n), range.end.min(n));
+        let len = hi.saturating_sub(lo);
         let mut out = Vec::new();
-        out.try_reserve_exact(n)
-            .map_err(|_| TensorError::OutOfMemory { op: OP, bytes: n })?;
+        out.try_reserve_exact(len)
+            .map_err(|_| TensorError::OutOfMemory { op: OP, bytes: len })?;
+        if len == 0 {
+            return Ok(out);
+        }
+        // Whole elements covering the range, then the range's bytes of them.
         match &*buffer {
-            Buffer::Host(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            Buffer::Half(_, v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            Buffer::Quantized(q) => out.extend_from_slice(&q.bytes),
+            Buffer::Host(v) => {
+                let (first, last) = (lo / 4, hi.div_ceil(4));
+                let skip = lo - first * 4;
+                v[first..last]
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .skip(skip)
+                    .take(len)
+                    .for_each(|b| out.push(b));
+            }
+            Buffer::Half(_, v) => {
+                let (first, last) = (lo / 2, hi.div_ceil(2));
+                let skip = lo - first * 2;
+                v[first..last]
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .skip(skip)
+                    .take(len)
+                    .for_each(|b| out.push(b));
+            }
+            Buffer::Quantized(q) => out.extend_from_slice(&q.bytes[lo..hi]),
             Buffer::Placeholder(_) | Buffer::Device(_) => {}
         }
         Ok(out)
@@ -273,6 +322,22 @@ impl Tensor {
 mod tests {
     use super::*;
     use crate::MemoryCategory;
+
+    #[test]
+    fn a_byte_range_is_that_range_of_the_whole_encoding() {
+        let f = Tensor::from_vec(vec![1.5, -2.25, 3.0], [3], MemoryCategory::Parameter).unwrap();
+        let h = f.to_half(HalfDtype::BFloat16).unwrap();
+        for t in [&f, &h] {
+            let all = t.encoded_bytes().unwrap();
+            assert_eq!(t.encoded_len().unwrap(), all.len());
+            for lo in 0..=all.len() {
+                for hi in lo..=all.len() + 2 {
+                    let got = t.encoded_byte_range(lo..hi).unwrap();
+                    assert_eq!(got, all[lo..hi.min(all.len())], "{lo}..{hi}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn release_and_restore_keep_the_bits_and_the_version() {

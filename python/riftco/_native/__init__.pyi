@@ -390,8 +390,14 @@ class Variable:
     @property
     def is_released(self) -> bool:
         """Whether the elements were released (``release_storage``) and not restored."""
-    def encoded_bytes(self) -> npt.NDArray[np.uint8]:
-        """The elements as stored, little-endian (uint8, 1-D; a bitwise copy)."""
+    def encoded_bytes(
+        self, start: int | None = None, stop: int | None = None
+    ) -> npt.NDArray[np.uint8]:
+        """The elements as stored, little-endian (uint8, 1-D; a bitwise copy), or bytes
+        ``start:stop`` of them (clipped; only those are copied)."""
+    @property
+    def encoded_nbytes(self) -> int:
+        """How many bytes ``encoded_bytes()`` gives, without copying them."""
     def release_storage(self) -> None:
         """Frees the elements (shape and version kept) for every handle sharing them."""
     def restore_storage(self, encoding: str, data: bytes | npt.NDArray[np.uint8]) -> None:

@@ -113,25 +113,18 @@ class _Unit:
         self.trainable = [(n, p) for n, p in params if p.requires_grad]
         self.encodings: list[str] = []
         self.frozen_sizes: list[int] = []
-        frozen_bytes: list[np.ndarray] = []
         for pname, p in self.frozen:
             encoding = p.storage_encoding
             if encoding is None:
                 raise ConfigError(
                     f"{pname} is already released: shard a model whose values are all present"
                 )
-            data = p.encoded_bytes()
             self.encodings.append(encoding)
-            self.frozen_sizes.append(int(data.size))
-            frozen_bytes.append(data)
+            self.frozen_sizes.append(int(p.encoded_nbytes))
         self.frozen_total = sum(self.frozen_sizes)
         # Parts of whole float32 words, so that a part is a float32 Variable.
         self.frozen_part = 4 * -(-self.frozen_total // (4 * world_size))
-        flat = np.zeros(self.frozen_part * world_size, np.uint8)
-        if frozen_bytes:
-            flat[: self.frozen_total] = np.concatenate(frozen_bytes)
-        own = flat[rank * self.frozen_part : (rank + 1) * self.frozen_part]
-        del flat, frozen_bytes
+        own = self.frozen_part_of(rank)
         # A leaf that "requires grad" so that memory_stats() counts it as parameter; nothing
         # reads it in a graph and no optimizer holds it.
         self.frozen_shard = (
@@ -142,21 +135,38 @@ class _Unit:
         self.trainable_sizes = [math.prod(p.shape) for _, p in self.trainable]
         self.trainable_total = sum(self.trainable_sizes)
         self.trainable_part = -(-self.trainable_total // world_size)
-        values = np.zeros(self.trainable_part * world_size, np.float32)
-        offset = 0
-        for (_, p), size in zip(self.trainable, self.trainable_sizes):
-            values[offset : offset + size] = p.numpy().reshape(-1)
-            offset += size
         self.shard = (
-            Variable(
-                values[rank * self.trainable_part : (rank + 1) * self.trainable_part],
-                requires_grad=True,
-                name=f"zero3.{name}",
-            )
+            Variable(self.trainable_part_of(rank), requires_grad=True, name=f"zero3.{name}")
             if self.trainable_part
             else None
         )
-        del values
+
+    def frozen_part_of(self, rank: int) -> np.ndarray:
+        """Rank ``rank``'s part of the frozen flat vector, copied out of the (present)
+        parameters: only the bytes of the part are read, never a whole unit."""
+        own = np.zeros(self.frozen_part, np.uint8)
+        lo, hi = rank * self.frozen_part, (rank + 1) * self.frozen_part
+        offset = 0
+        for (_, p), n in zip(self.frozen, self.frozen_sizes):
+            a, b = max(lo, offset), min(hi, offset + n)
+            if a < b:
+                own[a - lo : b - lo] = p.encoded_bytes(a - offset, b - offset)
+            offset += n
+        return own
+
+    def trainable_part_of(self, rank: int) -> np.ndarray:
+        """Rank ``rank``'s part of the trainable flat vector (float32), as
+        :meth:`frozen_part_of`."""
+        values = np.zeros(self.trainable_part, np.float32)
+        lo, hi = rank * self.trainable_part, (rank + 1) * self.trainable_part
+        offset = 0
+        for (_, p), size in zip(self.trainable, self.trainable_sizes):
+            a, b = max(lo, offset), min(hi, offset + size)
+            if a < b:  # trainable values are float32: 4 bytes each
+                part = p.encoded_bytes(4 * (a - offset), 4 * (b - offset))
+                values[a - lo : b - lo] = part.view(np.float32)
+            offset += size
+        return values
 
     @property
     def gathered_bytes(self) -> int:
@@ -280,7 +290,7 @@ class ShardedParameters:
         if max_gathered_bytes is not None:
             for name, params in by_unit.items():
                 size = sum(
-                    4 * math.prod(p.shape) if p.requires_grad else int(p.encoded_bytes().size)
+                    4 * math.prod(p.shape) if p.requires_grad else int(p.encoded_nbytes)
                     for _, p in params
                 )
                 if size <= max_gathered_bytes:
@@ -310,14 +320,18 @@ class ShardedParameters:
         order = ["model.embed_tokens"]
         order += [f"model.layers.{i}" for i in range(model.config.n_layers)]
         order += ["model.norm", "lm_head"]
-        self.units: dict[str, _Unit] = {}
-        for name in order:
-            if name in by_unit:
-                # Released as soon as its parts are taken: the model shrinks while the parts
-                # grow.
-                made = _Unit(name, by_unit[name], group.world_size, group.rank)
-                made.release()
-                self.units[name] = made
+        # Each unit is released as soon as its parts are taken, so the model shrinks while the
+        # parts grow; the smallest units go first, so that the largest part (a tied embedding's)
+        # is taken once the model has shrunk: the process's high-water mark stays near the
+        # whole model's plus one block's part.
+        def unit_bytes(name: str) -> int:
+            return sum(int(p.encoded_nbytes) for _, p in by_unit[name])
+
+        made: dict[str, _Unit] = {}
+        for name in sorted((n for n in order if n in by_unit), key=unit_bytes):
+            made[name] = _Unit(name, by_unit[name], group.world_size, group.rank)
+            made[name].release()
+        self.units: dict[str, _Unit] = {name: made[name] for name in order if name in made}
         self.shards = [u.shard for u in self.units.values() if u.shard is not None]
         self._holds: dict[str, int] = {}  # gathered unit -> holds the model has on it
         self._kept: set[str] = set()  # gathered units acquired to be kept for the backward
@@ -586,20 +600,12 @@ class ShardedParameters:
                 self.release(unit)
 
     def _reshard(self) -> None:
-        r, n = self.group.rank, self.group.world_size
+        r = self.group.rank
         for u in self.units.values():
             if u.frozen_shard is not None:
-                flat = np.zeros(u.frozen_part * n, np.uint8)
-                data = [p.encoded_bytes() for _, p in u.frozen]
-                flat[: u.frozen_total] = np.concatenate(data)
-                u.frozen_shard.copy_(flat[r * u.frozen_part : (r + 1) * u.frozen_part].view(np.float32))
+                u.frozen_shard.copy_(u.frozen_part_of(r).view(np.float32))
             if u.shard is not None:
-                values = np.zeros(u.trainable_part * n, np.float32)
-                offset = 0
-                for (_, p), size in zip(u.trainable, u.trainable_sizes):
-                    values[offset : offset + size] = p.numpy().reshape(-1)
-                    offset += size
-                u.shard.copy_(values[r * u.trainable_part : (r + 1) * u.trainable_part])
+                u.shard.copy_(u.trainable_part_of(r))
             for p in u.parameters():
                 p.bump_version()
 
