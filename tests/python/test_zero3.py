@@ -220,6 +220,13 @@ def test_variable_storage_round_trip_is_bitwise() -> None:
     v = riftco.Variable(bits.view(np.float32))
     data = v.encoded_bytes()
     assert data.dtype == np.uint8 and data.size == 16 and v.storage_encoding == "float32"
+    assert v.encoded_nbytes == 16
+    # A byte range is that slice of the whole (clipped as a slice is), across element borders.
+    for start, stop in [(0, 16), (3, 9), (5, 5), (14, 40), (16, 20)]:
+        np.testing.assert_array_equal(v.encoded_bytes(start, stop), data[start:stop])
+    np.testing.assert_array_equal(v.encoded_bytes(6), data[6:])
+    with pytest.raises(OverflowError):
+        v.encoded_bytes(-1)
     v.release_storage()
     assert v.is_released and v.storage_encoding is None
     with pytest.raises(riftco.RiftcoError):
