@@ -545,13 +545,29 @@ def test_a_frozen_table_above_the_budget_is_given_by_slices(tied: bool) -> None:
         plain.zero_grad()
 
 
-def test_a_table_whose_rows_do_not_fit_half_the_budget_is_refused() -> None:
+def test_a_table_that_cannot_be_sliced_within_the_budget_is_refused() -> None:
     m = _wide_lora_model(True)
     # Four rows of 128 bytes must fit: below 512 bytes no slice does (and the blocks do not fit
     # either: the first unit named is the table).
-    with pytest.raises(riftco.ConfigError, match="unit model.embed_tokens gathers .* four of which"):
+    with pytest.raises(riftco.ConfigError, match="unit model.embed_tokens gathers .* four of its"):
         _optimizer(m, max_gathered_bytes=511)
     assert not m.has_parameter_residency
+    # An NF4 table keeps its block maxima after all the codes: no range of rows is a range of
+    # its bytes, so it is refused rather than sliced.
+    nf4 = _wide_lora_model(True)
+    nf4.set_frozen_weights_dtype("nf4")
+    with pytest.raises(riftco.ConfigError, match="model.embed_tokens .* NF4 table is not stored"):
+        _optimizer(nf4, max_gathered_bytes=40_000)
+    assert not nf4.has_parameter_residency
+    # A trainable table (full training) is gathered whole: a budget below it is refused.
+    full = riftco.DecoderOnlyTransformer(
+        riftco.TransformerConfig(
+            vocab_size=2048, d_model=64, n_heads=4, n_kv_heads=2, n_layers=1, d_ff=128,
+            max_seq_len=32, seed=5,
+        )
+    )
+    with pytest.raises(riftco.ConfigError, match="model.embed_tokens .*this table is trainable"):
+        _optimizer(full, max_gathered_bytes=150_000)
     # Without a budget the table is gathered whole and rows are refused.
     opt = _optimizer(m)
     assert opt.sharded is not None and opt.sharded.sliced == {}
@@ -559,3 +575,33 @@ def test_a_table_whose_rows_do_not_fit_half_the_budget_is_refused() -> None:
     with pytest.raises(riftco.ConfigError, match="not sliced"):
         opt.sharded.fetch_rows("model.embed_tokens", 0, 1, None)
     opt.sharded.detach()
+
+
+def test_a_bad_gather_budget_on_the_command_line_names_the_text_not_another_setting() -> None:
+    import argparse
+
+    from riftco.commands.arguments import byte_size_arg
+
+    with pytest.raises(argparse.ArgumentTypeError, match="'abc' is not a byte size: no number") as e:
+        byte_size_arg("abc")
+    assert "activation_memory_budget" not in str(e.value)
+    assert byte_size_arg("64KiB") == 64 * 1024
+
+
+@pytest.mark.parametrize("bad", [-3, 0, "abc", 10**30])
+def test_an_owner_whose_row_slice_is_not_a_row_count_stops_the_pass(bad: Any) -> None:
+    class Owner:
+        def acquire(self, unit: str, reason: str, next: str | None) -> None:
+            pass
+
+        def release(self, unit: str) -> None:
+            pass
+
+        def row_slice(self, unit: str) -> Any:
+            return bad
+
+    m = _wide_lora_model(True)
+    m.set_parameter_residency(Owner())
+    with pytest.raises(TypeError, match=r"row_slice\(model.embed_tokens\) must return None or"):
+        m.loss(_batches()[0])
+    m.set_parameter_residency(None)

@@ -191,8 +191,22 @@ impl ParameterResidency for PyResidency {
             if !owner.hasattr("row_slice").unwrap_or(false) {
                 return None;
             }
-            match owner.call_method1("row_slice", (unit.prefix(),)) {
-                Ok(v) => v.extract::<Option<usize>>().ok().flatten(),
+            let got = owner
+                .call_method1("row_slice", (unit.prefix(),))
+                .and_then(|v| {
+                    v.extract::<Option<usize>>()
+                        .ok()
+                        .filter(|n| *n != Some(0))
+                        .ok_or_else(|| {
+                            PyTypeError::new_err(format!(
+                                "row_slice({}) must return None or a number of rows >= 1; got {}",
+                                unit.prefix(),
+                                v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                            ))
+                        })
+                });
+            match got {
+                Ok(v) => v,
                 Err(e) => {
                     // Raised by the next acquire or fetch; the unit is acquired whole meanwhile.
                     let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());

@@ -263,9 +263,9 @@ impl Tensor {
     /// gives them): a part of a parameter gathered from its shards, for instance.
     ///
     /// # Errors
-    /// [`TensorError::LengthMismatch`] when `bytes` is not the size `encoding` takes for the
-    /// shape (a quantized shape must also be whole blocks per row,
-    /// [`Tensor::from_quantized_bytes`]); out of memory.
+    /// [`TensorError::InvalidArgument`] when `bytes` is not the size `encoding` takes for the
+    /// shape (both named), [`TensorError::LengthMismatch`] for a quantized shape that is not
+    /// whole blocks per row ([`Tensor::from_quantized_bytes`]); out of memory.
     pub fn from_encoded(
         encoding: StorageEncoding,
         bytes: &[u8],
@@ -277,11 +277,15 @@ impl Tensor {
         let numel = shape.checked_numel();
         let expected = numel.and_then(|n| encoding.bytes_for(n));
         if expected != Some(bytes.len()) {
-            return Err(TensorError::LengthMismatch {
+            return Err(TensorError::InvalidArgument {
                 op: OP,
-                shape: shape.dims().to_vec(),
-                expected: expected.unwrap_or(usize::MAX),
-                got: bytes.len(),
+                message: format!(
+                    "{} bytes of {} for the shape {:?}; expected {}",
+                    bytes.len(),
+                    encoding.name(),
+                    shape.dims(),
+                    expected.map_or_else(|| "whole blocks".to_string(), |b| b.to_string())
+                ),
             });
         }
         match encoding {

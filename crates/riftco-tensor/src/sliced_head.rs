@@ -76,7 +76,9 @@ pub struct SlicedHeadLoss {
 }
 
 impl SlicedHeadLoss {
-    /// The state before the first slice. `targets` must be `< vocab` (callers validate).
+    /// The state before the first slice, for slices of at most `slice_rows` rows (the
+    /// workspace holds no more columns than that). `targets` must be `< vocab` (callers
+    /// validate).
     ///
     /// # Errors
     /// [`TensorError::NotOnHost`] for `x` on a device; [`TensorError::InvalidArgument`] for `x`
@@ -86,6 +88,7 @@ impl SlicedHeadLoss {
         x: &Tensor,
         targets: &[u32],
         vocab: usize,
+        slice_rows: usize,
         workspace_bytes: u64,
         with_dx: bool,
     ) -> Result<Self> {
@@ -108,7 +111,7 @@ impl SlicedHeadLoss {
                 })
             }
         };
-        let cols = sliced_cols_for(workspace_bytes, rows, d, with_dx);
+        let cols = sliced_cols_for(workspace_bytes, rows, d, with_dx, slice_rows.min(vocab));
         let ws_len = sliced_workspace_len(rows, d, cols, with_dx);
         let workspace = Tensor::try_zeros([ws_len], MemoryCategory::Workspace)?;
         let dx = match with_dx {

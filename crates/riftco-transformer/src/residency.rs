@@ -156,8 +156,10 @@ pub trait ParameterResidency: Send + Sync {
     /// and the embedding lookup never hold the whole table: the loss runs in one pass over the
     /// slices with an online logsumexp (within f32 rounding of the whole-table loss, not
     /// bitwise; the lookup is bitwise), and nothing is held for the backward pass. The model
-    /// uses slices only for a table that needs no gradient, on the host; other reads of the
-    /// table (full logits) still acquire the unit whole.
+    /// uses slices only for a table that needs no gradient, on the host, and only for the
+    /// lookup and the chunked loss; other reads of the table (full logits, an unfused loss)
+    /// still acquire the unit whole. The owner must store the table row by row (f32, 16-bit or
+    /// a GGML format; not NF4, whose block maxima follow all the codes).
     fn row_slice(&self, unit: ResidencyUnit) -> Option<usize> {
         let _ = unit;
         None

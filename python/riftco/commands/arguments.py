@@ -259,7 +259,9 @@ def byte_size_arg(text: str) -> int:
     try:
         return parse_byte_size(text)
     except ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        # The parser's message names the setting it was written for; argparse names the option.
+        why = str(e).split(f"= {text!r}: ".replace("'", '"'), 1)[-1]
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte size: {why}") from None
 
 
 byte_size_arg.__name__ = "size"

@@ -34,8 +34,9 @@ the head stay gathered from their forward until their VJP. :meth:`ShardedParamet
 releases whatever a pass left (a graph dropped without a backward pass).
 
 Under a gather budget (``max_gathered_bytes``) a frozen token embedding or LM head larger than
-the budget (the tied embedding of a LoRA run: 128256 x 2048 bfloat16 rows are 501 MiB) is not
-gathered whole for the lookup and the training loss: the owner gives it to the model by slices
+the budget (the tied embedding of a LoRA run: 128256 x 2048 bfloat16 rows are 501 MiB; float32,
+16-bit or GGML-quantized, not NF4, whose bytes are not row by row) is not gathered whole for
+the lookup and the chunked training loss (the default; an unfused loss gathers it whole): the owner gives it to the model by slices
 of vocabulary rows (:meth:`ShardedParameters.row_slice`, :meth:`ShardedParameters.fetch_rows`),
 each an ``MPI_Iallgatherv`` of the ranks' bytes of those rows, the next slice in flight while the
 model computes with the current one (slices of at most a quarter of the budget: one in use, one
@@ -242,8 +243,9 @@ class ShardedParameters:
 
     Raises:
         ConfigError: ``max_gathered`` below 1, ``max_gathered_bytes`` below 1 or below one
-            unit's gathered bytes (the unit and both sizes named); a parameter outside the
-            model's units; a model on a GPU (shards live in host memory); a model that already
+            unit's gathered bytes (the unit and both sizes named) where the unit is not a
+            frozen table given by slices (or four of its rows do not fit); a parameter outside
+            the model's units; a model on a GPU (shards live in host memory); a model that already
             has an owner. Nothing is sharded then.
     """
 
@@ -296,10 +298,22 @@ class ShardedParameters:
                 if size <= max_gathered_bytes:
                     continue
                 table = params[0][1] if len(params) == 1 else None
+                why = "only a frozen embedding or LM head is given by slices of rows"
+                if table is not None and name in ("model.embed_tokens", "lm_head"):
+                    if table.requires_grad:
+                        why = "this table is trainable; only a frozen one is given by slices"
+                    elif table.storage_encoding == "nf4":
+                        # NF4 keeps its block maxima and group scales after all the codes: a
+                        # range of rows is not a range of its bytes.
+                        why = (
+                            "an NF4 table is not stored row by row, so it cannot be given by "
+                            "slices (a bfloat16, float16 or GGML-quantized one can)"
+                        )
                 if (
                     name in ("model.embed_tokens", "lm_head")
                     and table is not None
                     and not table.requires_grad
+                    and table.storage_encoding != "nf4"
                     and len(table.shape) == 2
                 ):
                     rows = table.shape[0]
@@ -310,11 +324,14 @@ class ShardedParameters:
                     if per_slice >= 1:
                         self._slices[name] = (min(per_slice, rows), rows, row_bytes)
                         continue
+                    why = (
+                        f"this table is given by slices of rows, but four of its rows "
+                        f"({4 * row_bytes} bytes) must fit"
+                    )
                 raise ConfigError(
                     f"unit {name} gathers {size / 2**20:.1f} MiB ({size} bytes), above the "
                     f"gather budget of {max_gathered_bytes / 2**20:.1f} MiB "
-                    f"({max_gathered_bytes} bytes): a unit is gathered whole (only a frozen "
-                    "embedding or LM head is given by slices of rows, four of which must fit); "
+                    f"({max_gathered_bytes} bytes): a unit is gathered whole ({why}); "
                     "raise the budget (max_gathered_bytes, --zero3-gather-budget)"
                 )
         order = ["model.embed_tokens"]
@@ -445,7 +462,8 @@ class ShardedParameters:
             after = (unit, stop, min(stop + per_slice, rows))
             self._slice_inflight = (after, self._slice_start(*after))
         elif next is not None and next in self.units and next not in self._holds:
-            self._slice_held = (stop - start) * row_bytes
+            # The slice in use and the received bytes it was copied from.
+            self._slice_held = 2 * (stop - start) * row_bytes
             try:
                 if (
                     next not in self._inflight

@@ -65,7 +65,15 @@ pub fn sliced_linear_cross_entropy(
         .into());
     }
     let with_dx = crate::grad_mode::is_grad_enabled() && x.requires_grad();
-    let mut state = SlicedHeadLoss::new(OP, x.value(), targets, vocab, workspace_bytes, with_dx)?;
+    let mut state = SlicedHeadLoss::new(
+        OP,
+        x.value(),
+        targets,
+        vocab,
+        slice_rows,
+        workspace_bytes,
+        with_dx,
+    )?;
     for range in slices(vocab, slice_rows) {
         let w = fetch(range)?;
         state.absorb(&w)?;

@@ -58,12 +58,22 @@ pub fn sliced_workspace_len(rows: usize, d_model: usize, cols: usize, with_dx: b
 }
 
 /// The columns of logits per pass that fit `bytes` of workspace ([`sliced_workspace_len`]), at
-/// least 1.
-pub fn sliced_cols_for(bytes: u64, rows: usize, d_model: usize, with_dx: bool) -> usize {
+/// least 1 and at most `max_cols` (the rows of the largest slice: no workspace for columns no
+/// slice has).
+pub fn sliced_cols_for(
+    bytes: u64,
+    rows: usize,
+    d_model: usize,
+    with_dx: bool,
+    max_cols: usize,
+) -> usize {
     let per_col = (rows as u64).saturating_mul(if with_dx { 8 } else { 4 });
     let fixed = 4 * (rows as u64).saturating_add((vocab_block_rows(d_model) * d_model) as u64);
     let cols = bytes.saturating_sub(fixed) / per_col.max(1);
-    usize::try_from(cols).unwrap_or(usize::MAX).max(1)
+    usize::try_from(cols)
+        .unwrap_or(usize::MAX)
+        .min(max_cols)
+        .max(1)
 }
 
 impl SlicedLinearCrossEntropy {
@@ -183,8 +193,12 @@ impl SlicedLinearCrossEntropy {
             let mut rescale = vec![(0.0f32, 0.0f32); rows];
             for (i, r) in rescale.iter_mut().enumerate() {
                 let (l, b) = (self.lse[i], f64::from(lse_b[i]));
+                // A NaN or +∞ logit makes the row's logsumexp NaN or +∞ for good, as the whole
+                // row's would be (`f64::max` alone would drop a NaN).
                 let hi = l.max(b);
-                let merged = if hi == f64::NEG_INFINITY {
+                let merged = if l.is_nan() || b.is_nan() {
+                    f64::NAN
+                } else if hi.is_infinite() {
                     hi
                 } else {
                     hi + (-(l - b).abs()).exp().ln_1p()
@@ -330,6 +344,26 @@ mod tests {
         }
     }
 
+    /// A NaN anywhere in `W` (here in the first slice, where the running logsumexp is still
+    /// −∞) makes the loss NaN, as the whole-row computation does.
+    #[test]
+    fn a_nan_in_any_slice_is_a_nan_loss() {
+        let (rows, d, vocab) = (2, 3, 8);
+        let x = lcg(1, rows * d, 1.0);
+        for bad in [0, 5] {
+            let mut w = lcg(2, vocab * d, 1.0);
+            w[bad * d + 1] = f32::NAN;
+            let t = [7u32, 6];
+            let mut state = SlicedLinearCrossEntropy::new(rows, d, vocab, false);
+            let mut ws = vec![0.0; sliced_workspace_len(rows, d, 2, false)];
+            for v0 in (0..vocab).step_by(2) {
+                let part = &w[v0 * d..(v0 + 2) * d];
+                state.absorb(&x, &t, HeadWeight::F32(part), 2, &mut ws, None);
+            }
+            assert!(state.finish(None).is_nan(), "NaN in row {bad}");
+        }
+    }
+
     #[test]
     fn converted_rows_give_the_bits_of_f32_rows() {
         let (rows, d, vocab) = (3, 4, 9);
@@ -376,8 +410,9 @@ mod tests {
     fn the_workspace_width_fits_its_budget() {
         for (rows, d, with_dx) in [(1024, 2048, true), (7, 3, false), (1, 1, true)] {
             for bytes in [1u64, 4096, 64 << 20] {
-                let cols = sliced_cols_for(bytes, rows, d, with_dx);
+                let cols = sliced_cols_for(bytes, rows, d, with_dx, usize::MAX);
                 assert!(cols >= 1);
+                assert_eq!(sliced_cols_for(bytes, rows, d, with_dx, 3), cols.min(3));
                 if cols > 1 {
                     let need = 4 * sliced_workspace_len(rows, d, cols, with_dx) as u64;
                     assert!(

@@ -3,8 +3,10 @@
 //! quantizers, and the fused mat-vec product decoding uses.
 //!
 //! A quantized `[rows, cols]` weight is stored row-major, each row a whole number of blocks
-//! (`cols % block_elements == 0`), so any range of rows is a contiguous range of blocks: ops
-//! dequantize a block of rows at a time into a transient f32 workspace, never the whole weight.
+//! (`cols % block_elements == 0`): ops dequantize a block of rows at a time into a transient f32
+//! workspace, never the whole weight. In the GGML formats a range of rows is also a contiguous
+//! range of the bytes; NF4 keeps every block's absmax and every group's scale after all the
+//! codes (below), so a range of its rows is not a byte range of its own.
 //!
 //! The GGML formats are laid out exactly as in GGUF files (`block_q4_0` ... of llama.cpp's
 //! `ggml-common.h`). NF4 is QLoRA's 4-bit NormalFloat (Dettmers et al. 2023, "QLoRA: Efficient
