@@ -18,6 +18,9 @@ Each vector is cut into ``N`` equal parts (the last padded with zeros) and rank 
 it as ``parameter``), the trainable part as a float32 Variable that Adam updates (the
 optimizer's shard, ``zero3.<unit>``). The model's own parameter tensors are released
 (:meth:`riftco.Variable.release_storage`): their shapes and versions stay, their elements go.
+While a unit is gathered its frozen part is redundant (the model's tensors hold those bytes):
+it is freed, and taken back from the tensors when the unit is released (frozen values never
+change), so a gathered unit costs a rank the unit less its own frozen part.
 
 :class:`ShardedParameters` is the model's owner of its parameters between uses
 (:meth:`riftco.DecoderOnlyTransformer.set_parameter_residency`): the model asks it to acquire a
@@ -110,6 +113,7 @@ class _Unit:
 
     def __init__(self, name: str, params: list[tuple[str, Variable]], world_size: int, rank: int):
         self.name = name
+        self.rank = rank
         self.frozen = [(n, p) for n, p in params if not p.requires_grad]
         self.trainable = [(n, p) for n, p in params if p.requires_grad]
         self.encodings: list[str] = []
@@ -192,7 +196,9 @@ class _Unit:
 
     def restore(self, gathered: list[np.ndarray]) -> None:
         """Restores the unit's tensors from the gathered flat vectors (:meth:`own_parts`'
-        order), whatever they held (an interrupted restore is done again)."""
+        order), whatever they held (an interrupted restore is done again). While the unit is
+        gathered the frozen part is redundant (the model's tensors hold its bytes): it is freed,
+        and :meth:`release` takes it back from the tensors (the frozen values never change)."""
         self.release()
         flats = iter(gathered)
         if self.frozen_shard is not None:
@@ -207,8 +213,15 @@ class _Unit:
             for (_, p), n in zip(self.trainable, self.trainable_sizes):
                 p.restore_storage("float32", trainable[offset : offset + 4 * n])
                 offset += 4 * n
+        if self.frozen_shard is not None:
+            self.frozen_shard.release_storage()
 
     def release(self) -> None:
+        """Frees the unit's tensors, taking the frozen part back from them first when it was
+        freed while the unit was gathered."""
+        if self.frozen_shard is not None and self.frozen_shard.is_released:
+            part = self.frozen_part_of(self.rank)
+            self.frozen_shard.restore_storage("float32", part)
         for _, p in self.frozen + self.trainable:
             p.release_storage()
 
@@ -620,7 +633,8 @@ class ShardedParameters:
     def _reshard(self) -> None:
         r = self.group.rank
         for u in self.units.values():
-            if u.frozen_shard is not None:
+            # A gathered unit's frozen part is taken from its (new) values when it is released.
+            if u.frozen_shard is not None and not u.frozen_shard.is_released:
                 u.frozen_shard.copy_(u.frozen_part_of(r).view(np.float32))
             if u.shard is not None:
                 u.shard.copy_(u.trainable_part_of(r))
