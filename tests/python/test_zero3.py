@@ -605,3 +605,21 @@ def test_an_owner_whose_row_slice_is_not_a_row_count_stops_the_pass(bad: Any) ->
     with pytest.raises(TypeError, match=r"row_slice\(model.embed_tokens\) must return None or"):
         m.loss(_batches()[0])
     m.set_parameter_residency(None)
+
+
+def test_a_gathered_unit_frees_its_frozen_part_and_takes_the_same_bytes_back() -> None:
+    m = _model("block", lora=True, dtype="bfloat16")
+    opt = _optimizer(m)
+    assert opt.sharded is not None
+    unit = opt.sharded.units["model.layers.1"]
+    assert unit.frozen_shard is not None
+    before = unit.frozen_shard.numpy().view(np.uint8).copy()
+    opt.sharded.acquire("model.layers.1", "forward", None)
+    # The model's tensors hold the bytes: the part is redundant while gathered.
+    assert unit.frozen_shard.is_released
+    assert not any(p.is_released for p in unit.parameters())
+    opt.sharded.release("model.layers.1")
+    assert not unit.frozen_shard.is_released
+    assert all(p.is_released for p in unit.parameters())
+    np.testing.assert_array_equal(unit.frozen_shard.numpy().view(np.uint8), before)
+    opt.sharded.detach()
