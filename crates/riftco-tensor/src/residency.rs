@@ -55,6 +55,37 @@ impl StorageEncoding {
     }
 }
 
+/// Writes bytes `lo..hi` of the little-endian encoding of `v` (`N` bytes per element) into
+/// `out` (`hi - lo` bytes): the partial elements at either end byte by byte, the whole ones in
+/// between as fixed-size chunks (a plain copy on a little-endian machine).
+fn le_byte_range<T: Copy, const N: usize>(
+    v: &[T],
+    lo: usize,
+    hi: usize,
+    to_le: impl Fn(T) -> [u8; N],
+    out: &mut [u8],
+) {
+    let (a0, a1) = (lo.div_ceil(N) * N, (hi / N) * N);
+    if a0 > a1 {
+        // Within one element.
+        let b = to_le(v[lo / N]);
+        out.copy_from_slice(&b[lo % N..lo % N + (hi - lo)]);
+        return;
+    }
+    if lo < a0 {
+        let b = to_le(v[lo / N]);
+        out[..a0 - lo].copy_from_slice(&b[lo % N..]);
+    }
+    out[a0 - lo..a1 - lo]
+        .chunks_exact_mut(N)
+        .zip(&v[a0 / N..a1 / N])
+        .for_each(|(c, &x)| c.copy_from_slice(&to_le(x)));
+    if a1 < hi {
+        let b = to_le(v[a1 / N]);
+        out[a1 - lo..].copy_from_slice(&b[..hi - a1]);
+    }
+}
+
 impl Tensor {
     /// Frees this tensor's elements when no other handle shares its storage (see
     /// [`crate::storage::Storage::release`]): its shape, device and version stay, later reads are
@@ -158,29 +189,11 @@ impl Tensor {
         if len == 0 {
             return Ok(out);
         }
-        // Whole elements covering the range, then the range's bytes of them.
+        out.resize(len, 0);
         match &*buffer {
-            Buffer::Host(v) => {
-                let (first, last) = (lo / 4, hi.div_ceil(4));
-                let skip = lo - first * 4;
-                v[first..last]
-                    .iter()
-                    .flat_map(|x| x.to_le_bytes())
-                    .skip(skip)
-                    .take(len)
-                    .for_each(|b| out.push(b));
-            }
-            Buffer::Half(_, v) => {
-                let (first, last) = (lo / 2, hi.div_ceil(2));
-                let skip = lo - first * 2;
-                v[first..last]
-                    .iter()
-                    .flat_map(|x| x.to_le_bytes())
-                    .skip(skip)
-                    .take(len)
-                    .for_each(|b| out.push(b));
-            }
-            Buffer::Quantized(q) => out.extend_from_slice(&q.bytes[lo..hi]),
+            Buffer::Host(v) => le_byte_range(v, lo, hi, |x| x.to_le_bytes(), &mut out),
+            Buffer::Half(_, v) => le_byte_range(v, lo, hi, |x| x.to_le_bytes(), &mut out),
+            Buffer::Quantized(q) => out.copy_from_slice(&q.bytes[lo..hi]),
             Buffer::Placeholder(_) | Buffer::Device(_) => {}
         }
         Ok(out)
