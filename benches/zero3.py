@@ -345,7 +345,7 @@ def markdown(result: dict[str, Any]) -> str:
     z3 = next(r for r in rows if r["zero"] == 3)
     lines += [
         f"- parameter: ZeRO-3's frozen parts ({z3['frozen_shard_bytes'] / MIB:.1f} MiB per rank, "
-        "alive the whole step) are counted there.",
+        "kept between uses, a unit's freed while it is gathered) are counted there.",
         "- Outside the counters (largest over ranks): "
         + "; ".join(
             f"ZeRO-{r['zero']} process resident set {r['vm_rss_bytes'] / MIB:.0f} MiB at a "
