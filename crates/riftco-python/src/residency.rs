@@ -153,6 +153,16 @@ struct PyResidency {
     pending: Mutex<Option<PyErr>>,
 }
 
+impl PyResidency {
+    /// The exception an earlier call kept for the next acquire or fetch, if any (taken).
+    fn take_pending(&self) -> Option<PyErr> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
 impl ParameterResidency for PyResidency {
     fn acquire(
         &self,
@@ -161,12 +171,7 @@ impl ParameterResidency for PyResidency {
         next: Option<ResidencyUnit>,
     ) -> riftco_autograd::Result<()> {
         Python::attach(|py| {
-            let pending = self
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            let out = match pending {
+            let out = match self.take_pending() {
                 Some(e) => Err(e),
                 None => self
                     .owner
@@ -224,12 +229,7 @@ impl ParameterResidency for PyResidency {
         next: Option<ResidencyUnit>,
     ) -> riftco_autograd::Result<Tensor> {
         Python::attach(|py| {
-            let pending = self
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            if let Some(e) = pending {
+            if let Some(e) = self.take_pending() {
                 return Err(AutogradError::external(PythonError::new(py, e)));
             }
             let got = self
