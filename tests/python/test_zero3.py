@@ -582,7 +582,7 @@ def test_a_bad_gather_budget_on_the_command_line_names_the_text_not_another_sett
 
     from riftco.commands.arguments import byte_size_arg
 
-    with pytest.raises(argparse.ArgumentTypeError, match="'abc' is not a byte size: no number") as e:
+    with pytest.raises(argparse.ArgumentTypeError, match='"abc" is not a byte size: no number') as e:
         byte_size_arg("abc")
     assert "activation_memory_budget" not in str(e.value)
     assert byte_size_arg("64KiB") == 64 * 1024

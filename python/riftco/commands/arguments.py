@@ -261,7 +261,7 @@ def byte_size_arg(text: str) -> int:
     except ConfigError as e:
         # The parser's message names the setting it was written for; argparse names the option.
         why = str(e).split(f"= {text!r}: ".replace("'", '"'), 1)[-1]
-        raise argparse.ArgumentTypeError(f"{text!r} is not a byte size: {why}") from None
+        raise argparse.ArgumentTypeError(f'"{text}" is not a byte size: {why}') from None
 
 
 byte_size_arg.__name__ = "size"
