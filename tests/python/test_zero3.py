@@ -537,9 +537,12 @@ def test_a_frozen_table_above_the_budget_is_given_by_slices(tied: bool) -> None:
     # γ_64 ≈ 4e-6, Higham 2002 §3.1), the steps' losses alike.
     want = _wide_lora_model(tied)
     plain = riftco.Adam(want.parameters(), lr=1e-2)
-    for batch, got in zip(batches, losses):
+    for step, (batch, got) in enumerate(zip(batches, losses)):
         loss = want.loss(batch)
-        assert got == pytest.approx(loss.item(), rel=64 * 2**-23), (got, loss.item())
+        # Later steps start from weights Adam moved by g / sqrt(v): where a gradient is near 0
+        # its rounding can flip that move (at most 2 lr per element), on any SIMD level.
+        rel = 64 * 2**-23 if step == 0 else 1e-3
+        assert got == pytest.approx(loss.item(), rel=rel), (step, got, loss.item())
         loss.backward()
         plain.step()
         plain.zero_grad()
